@@ -1,0 +1,135 @@
+"""Model and training configuration: frozen dataclasses with commented defaults (nanoGPT's GPTConfig).
+
+The defaults train the bundled corpora on PoCL's 2-core CPU device in a few minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from engine.errors import ConfigError
+
+
+def swiglu_hidden_dim(d_model: int, multiple_of: int = 32) -> int:
+    """Llama's feed-forward width: 2/3 of 4*d_model, rounded up to a multiple of `multiple_of`.
+
+    Source: Touvron et al. 2023 (LLaMA), Meta's llama/model.py. Rounding to 32 keeps every row a
+    multiple of 32 so Q8_0 export works whenever d_model is a multiple of 32.
+    """
+    hidden = int(2 * (4 * d_model) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Llama-style decoder (DESIGN.md). All sizes in elements."""
+
+    vocab_size: int = 512        # set from the trained tokenizer; the knob is the requested size
+    d_model: int = 128           # embedding size (n_embd)
+    n_layer: int = 4             # transformer blocks
+    n_head: int = 4              # attention heads; head_dim = d_model // n_head, must be even (RoPE)
+    context_length: int = 64     # tokens per training window and the longest prompt + answer
+    ffn_dim: int = 0             # SwiGLU hidden width; 0 = swiglu_hidden_dim(d_model)
+    tie_embeddings: bool = True  # output projection shares token_embd.weight
+    rms_eps: float = 1e-5        # RMSNorm epsilon, as llama.cpp's layer_norm_rms_epsilon
+    rope_base: float = 10000.0   # RoPE theta (llama.cpp rope.freq_base), "NORM" pair convention
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def hidden_dim(self) -> int:
+        return self.ffn_dim or swiglu_hidden_dim(self.d_model)
+
+    def validate(self) -> "ModelConfig":
+        """Raise ConfigError naming the bad setting and a fix; return self when valid."""
+        for name in ("vocab_size", "d_model", "n_layer", "n_head", "context_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.",
+                                  f"Set {name} to a positive whole number.")
+        if self.d_model % self.n_head:
+            lo = self.n_head * (self.d_model // self.n_head) or self.n_head
+            raise ConfigError(
+                f"d_model ({self.d_model}) is not divisible by n_head ({self.n_head}).",
+                f"Each head gets d_model / n_head channels: pick d_model {lo} or "
+                f"{lo + self.n_head}, or a head count that divides {self.d_model}.")
+        if self.head_dim % 2:
+            raise ConfigError(
+                f"head_dim = d_model / n_head = {self.head_dim} is odd; RoPE rotates channel pairs.",
+                "Choose d_model and n_head so that d_model / n_head is even.")
+        if self.vocab_size < 259:
+            raise ConfigError(
+                f"vocab_size {self.vocab_size} is below 259 (3 control tokens + 256 byte tokens).",
+                "Use a vocabulary size of at least 259.")
+        if self.ffn_dim < 0:
+            raise ConfigError(f"ffn_dim must be 0 (auto) or positive, got {self.ffn_dim}.")
+        return self
+
+    def param_count(self) -> int:
+        """Number of trainable parameters (elements)."""
+        d, f = self.d_model, self.hidden_dim
+        per_layer = 4 * d * d + 3 * d * f + 2 * d
+        out = 0 if self.tie_embeddings else self.vocab_size * d
+        return self.vocab_size * d + self.n_layer * per_layer + d + out
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and schedule. Steps count optimizer updates; lr follows warmup + cosine decay."""
+
+    pretrain_steps: int = 600     # updates on pretraining windows
+    tune_steps: int = 200         # updates on dialogue windows after pretraining
+    batch_size: int = 16          # windows per step
+    learning_rate: float = 3e-3   # peak AdamW learning rate
+    min_lr_ratio: float = 0.1     # cosine decays to learning_rate * min_lr_ratio
+    warmup_steps: int = 30        # linear warmup from 0 (per stage)
+    weight_decay: float = 0.1     # AdamW decoupled decay, on matrices only (Loshchilov & Hutter 2019)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0        # clip the global grad norm to this; 0 disables
+    seed: int = 1337              # weights, batches and sampling
+    eval_interval: int = 50       # validation loss every N steps (and at the last step)
+    eval_batches: int = 4         # batches averaged per validation loss
+    sample_interval: int = 100    # sample generations every N steps; 0 disables
+    sample_tokens: int = 32       # tokens per sample generation
+    replay_fraction: float = 0.25  # share of pretraining windows mixed into tuning batches
+    val_fraction: float = 0.1     # share of the pretraining stream held out for validation
+    tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
+
+    @property
+    def total_steps(self) -> int:
+        return self.pretrain_steps + self.tune_steps
+
+    def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
+        """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""
+        s = step - stage_start
+        warm = min(self.warmup_steps, max(stage_steps // 5, 1))
+        if s < warm:
+            return peak * (s + 1) / warm
+        frac = (s - warm) / max(stage_steps - warm, 1)
+        cos = 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
+        return peak * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cos)
+
+    def validate(self) -> "TrainConfig":
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}.")
+        if self.pretrain_steps < 0 or self.tune_steps < 0:
+            raise ConfigError("Step counts cannot be negative.")
+        if not (0.0 < self.learning_rate < 1.0):
+            raise ConfigError(f"learning_rate {self.learning_rate} is out of range.",
+                              "Use a value between 1e-5 and 1e-2; 3e-3 suits small models.")
+        if not (0.0 <= self.replay_fraction <= 1.0):
+            raise ConfigError(f"replay_fraction must be in [0, 1], got {self.replay_fraction}.")
+        if self.grad_clip < 0:
+            raise ConfigError(f"grad_clip must be 0 (off) or positive, got {self.grad_clip}.")
+        return self
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,284 @@
+"""Tune-stage dialogues: parsing, the chat template, encoding with a loss mask, and batches.
+
+Text format (DESIGN.md), dialogues separated by blank lines, optional "System:" lines first:
+
+    User: What is the capital of France?
+    Assistant: Paris is the capital of France.
+    User: And of Japan?
+    Assistant: Tokyo.
+
+A turn runs from its "User:"/"Assistant:"/"System:" line until the next such line (or the blank
+line), so it may span several lines. Or JSONL: one {"messages": [{"role", "content"}, ...]} per
+line (detected when the first non-empty line starts with "{").
+
+Rendering (the GGUF `tokenizer.chat_template`, CHAT_TEMPLATE): BOS, then per message
+user -> "User: {content}\\nAssistant:", assistant -> " {content}" EOS "\\n",
+system -> "System: {content}\\n".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import ConfigError, DataError
+from engine.tokenizer import Tokenizer
+
+ROLES = ("system", "user", "assistant")
+_TAGS = {"User:": "user", "Assistant:": "assistant", "System:": "system"}
+_TAG_LINE = re.compile(r"^(User|Assistant|System):")
+_FORMAT_HINT = ('Write each dialogue as lines "User: question" and "Assistant: answer" (a turn may '
+                'continue on the following lines), with a blank line between dialogues.')
+_JSONL_HINT = ('Each line must be one JSON object like {"messages": [{"role": "user", "content": '
+               '"..."}, {"role": "assistant", "content": "..."}]}.')
+
+# Jinja2 (Hugging Face / llama.cpp chat template). One line, so no stray whitespace is emitted.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\nAssistant:' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token + '\\n' }}"
+    "{% elif message['role'] == 'system' %}{{ 'System: ' + message['content'] + '\\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn: role is "user", "assistant" or "system"; content is the stripped text."""
+    role: str
+    content: str
+
+
+# ---------------------------------------------------------------- parsing
+
+def _check_dialogue(turns: list[tuple[int, Message]], source: str) -> list[Message]:
+    """Validate the order of (line number, message) turns; return the messages.
+
+    Rules: system turns only before the first user turn; then user and assistant alternate,
+    starting with user and ending with assistant; no empty turn.
+    """
+    seen_user = False
+    prev = None
+    for line, m in turns:
+        where = f"{source}, line {line}"
+        if not m.content:
+            raise DataError(f"{where}: the {m.role} turn is empty.",
+                            "Write the text after the colon, or remove the line.")
+        if m.role == "system":
+            if seen_user:
+                raise DataError(f"{where}: a System turn after the dialogue has started.",
+                                "Put System lines only at the start of a dialogue.")
+        elif m.role == "assistant" and not seen_user:
+            raise DataError(f"{where}: an Assistant turn before any User turn.",
+                            "Start each dialogue with a 'User:' line. " + _FORMAT_HINT)
+        elif m.role == prev:
+            want = "Assistant" if m.role == "user" else "User"
+            raise DataError(f"{where}: two {m.role.capitalize()} turns in a row; expected "
+                            f"'{want}:'.", "User and Assistant turns must alternate.")
+        seen_user |= m.role == "user"
+        prev = m.role
+    line, last = turns[-1]
+    if last.role != "assistant":
+        raise DataError(f"{source}, line {line}: the dialogue ends without an 'Assistant:' answer.",
+                        "Add an 'Assistant:' line after the last question. " + _FORMAT_HINT)
+    return [m for _, m in turns]
+
+
+def _parse_text(text: str, source: str) -> list[list[Message]]:
+    dialogues, turns = [], []   # turns: [line, role, [lines]] of the dialogue being read
+
+    def close():
+        if turns:
+            msgs = [(n, Message(role, "\n".join(body).strip())) for n, role, body in turns]
+            dialogues.append(_check_dialogue(msgs, source))
+            turns.clear()
+
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            close()
+            continue
+        m = _TAG_LINE.match(line)
+        if m:
+            turns.append([n, _TAGS[m.group(0)], [line[m.end():]]])
+        elif turns:
+            turns[-1][2].append(line)
+        else:
+            raise DataError(f"{source}, line {n}: expected a line starting with 'User:' "
+                            f"(or 'System:'), found {line[:40]!r}.", _FORMAT_HINT)
+    close()
+    return dialogues
+
+
+def _parse_jsonl(text: str, source: str) -> list[list[Message]]:
+    dialogues = []
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}, line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno}).",
+                            _JSONL_HINT) from None
+        msgs = obj.get("messages") if isinstance(obj, dict) else None
+        if not isinstance(msgs, list) or not msgs:
+            raise DataError(f'{where}: expected an object with a non-empty "messages" list.',
+                            _JSONL_HINT)
+        turns = []
+        for k, msg in enumerate(msgs):
+            if not (isinstance(msg, dict) and isinstance(msg.get("role"), str)
+                    and isinstance(msg.get("content"), str)):
+                raise DataError(f'{where}: message {k + 1} needs a "role" and a "content" string.',
+                                _JSONL_HINT)
+            role = msg["role"].strip().lower()
+            if role not in ROLES:
+                raise DataError(f"{where}: unknown role {msg['role']!r} in message {k + 1}; "
+                                f"expected user, assistant or system.", _JSONL_HINT)
+            turns.append((n, Message(role, msg["content"].strip())))
+        dialogues.append(_check_dialogue(turns, source))
+    return dialogues
+
+
+def parse_dialogues(text: str, source: str = "tune file") -> list[list[Message]]:
+    """Parse dialogue text (User:/Assistant: format or JSONL) into dialogues of Messages.
+
+    source: how to name the input in messages. Returns a non-empty list; each dialogue is
+    [system*] (user, assistant)+. Raises DataError naming the line and what was expected:
+    empty text, no "Assistant:" at all, text before the first role line, an Assistant turn
+    before any User turn, turns out of order, an empty turn, a dialogue ending with a question,
+    bad JSON, a missing "messages" list, an unknown role.
+    """
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if not lines:
+        raise DataError(f"The {source} is empty.", _FORMAT_HINT)
+    if lines[0].lstrip().startswith("{"):
+        return _parse_jsonl(text, source)
+    if not any(ln.startswith("Assistant:") for ln in lines):
+        raise DataError(f"The {source} has no line starting with 'Assistant:', so there is "
+                        f"nothing for the model to learn to answer.", _FORMAT_HINT)
+    return _parse_text(text, source)
+
+
+# ---------------------------------------------------------------- rendering and encoding
+
+def _segments(messages: list[Message]) -> list[tuple[str | None, int]]:
+    """The template as (text, mask) segments; text None stands for EOS. No BOS."""
+    segs: list[tuple[str | None, int]] = []
+    for m in messages:
+        if m.role == "user":
+            segs.append((f"User: {m.content}\nAssistant:", 0))
+        elif m.role == "assistant":
+            segs += [(" " + m.content, 1), (None, 1), ("\n", 0)]
+        elif m.role == "system":
+            segs.append((f"System: {m.content}\n", 0))
+        else:
+            raise ValueError(f"unknown role {m.role!r}")
+    return segs
+
+
+def render_prompt(messages: list[Message], eos_token: str = "</s>") -> str:
+    """CHAT_TEMPLATE's text after BOS, up to and including the final "Assistant:".
+
+    `messages` normally end with a user turn; a trailing assistant turn is left out. Earlier
+    assistant turns end with `eos_token` as text: tokenize with `encode_prompt` (or llama.cpp
+    with special-token parsing), not Tokenizer.encode, to get the EOS id there.
+    """
+    if messages and messages[-1].role == "assistant":
+        messages = messages[:-1]
+    return "".join(eos_token if t is None else t for t, _ in _segments(messages))
+
+
+def encode_dialogue(tokenizer: Tokenizer, messages: list[Message]) -> tuple[list[int], list[int]]:
+    """Token ids of the rendered dialogue and its loss mask (same length).
+
+    ids = [BOS] + the template's segments, each encoded on its own ("User: q\\nAssistant:",
+    " answer", EOS, "\\n", ...). loss_mask is 1 exactly on the assistant content tokens and the
+    EOS that ends them, else 0. Encoding segments separately equals encoding the text between
+    special tokens in one go, because no learned piece contains "\\n" or a space after another
+    character (add_dummy_prefix=False; SentencePiece puts the space at the start of a piece).
+    """
+    ids, mask = [tokenizer.bos_id], [0]
+    for text, m in _segments(messages):
+        seg = [tokenizer.eos_id] if text is None else tokenizer.encode(text)
+        ids += seg
+        mask += [m] * len(seg)
+    return ids, mask
+
+
+def encode_prompt(tokenizer: Tokenizer, messages: list[Message]) -> list[int]:
+    """Ids of BOS + render_prompt(messages), with real EOS ids: what the model sees before it
+    answers (the same ids as in training)."""
+    if messages and messages[-1].role == "assistant":
+        messages = messages[:-1]
+    return encode_dialogue(tokenizer, messages)[0]
+
+
+# ---------------------------------------------------------------- training batches
+
+class TuneData:
+    """Encoded dialogues and tune-stage batches, one dialogue per row.
+
+    tokenizer: trained Tokenizer. text_or_dialogues: dialogue text (parsed with
+    parse_dialogues) or already parsed list[list[Message]]. context_length: T. seed: seeds the
+    generator `train_batch` uses when given no rng.
+    Attributes: dialogues, encoded (list of (ids, loss_mask)), n_truncated (dialogues longer
+    than T+1 tokens, cut at T+1). Raises DataError (via parse_dialogues) for malformed text, or
+    when truncation leaves no assistant token to learn in any dialogue; ConfigError for
+    context_length < 1.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, text_or_dialogues: str | list[list[Message]],
+                 context_length: int, seed: int = 0):
+        if context_length < 1:
+            raise ConfigError(f"context_length must be at least 1, got {context_length}.",
+                              "Set the context length to a positive number of tokens, e.g. 64.")
+        if isinstance(text_or_dialogues, str):
+            self.dialogues = parse_dialogues(text_or_dialogues)
+        else:
+            self.dialogues = [list(d) for d in text_or_dialogues]
+            if not self.dialogues:
+                raise DataError("There are no tune dialogues.", _FORMAT_HINT)
+        self.tokenizer = tokenizer
+        self.context_length = context_length
+        self.rng = np.random.default_rng(seed)
+        self.encoded = [encode_dialogue(tokenizer, d) for d in self.dialogues]
+        n = context_length + 1
+        self.n_truncated = sum(len(ids) > n for ids, _ in self.encoded)
+        first_answer = [mask.index(1) for _, mask in self.encoded]  # T >= this to learn a token
+        if min(first_answer) > context_length:
+            raise DataError(
+                f"With context_length {context_length}, every tune dialogue is cut before its "
+                f"first answer (the shortest question takes {min(first_answer)} tokens).",
+                f"Use a context length of at least {max(first_answer)}, or shorter questions.")
+        # Rows (N, T+1) padded with EOS; loss mask 0 on padding.
+        self._ids = np.full((len(self.encoded), n), tokenizer.eos_id, dtype=np.int32)
+        self._mask = np.zeros((len(self.encoded), n), dtype=bool)
+        for r, (ids, mask) in enumerate(self.encoded):
+            k = min(len(ids), n)
+            self._ids[r, :k] = ids[:k]
+            self._mask[r, :k] = np.asarray(mask[:k], dtype=bool)
+
+    def train_batch(self, rng: np.random.Generator | None, batch_size: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """B dialogues drawn at random (with replacement): (inputs, targets) int32 (B, T).
+        inputs = the dialogue's first T ids, padded with EOS; targets[b, t] = the next id, or
+        -1 where that id is not assistant content / its EOS (prompt, padding): no loss there."""
+        rng = self.rng if rng is None else rng
+        rows = rng.integers(0, len(self.encoded), size=batch_size)
+        ids, mask = self._ids[rows], self._mask[rows]
+        targets = np.where(mask[:, 1:], ids[:, 1:], -1).astype(np.int32)
+        return ids[:, :-1].copy(), targets
+
+    def questions(self) -> list[tuple[list[Message], str]]:
+        """(messages before the answer, expected answer text) for every assistant turn."""
+        return [(d[:i], m.content) for d in self.dialogues
+                for i, m in enumerate(d) if m.role == "assistant"]
+
+    def __repr__(self) -> str:
+        return (f"TuneData({len(self.dialogues)} dialogues, T={self.context_length}, "
+                f"{self.n_truncated} truncated)")

@@ -1,0 +1,39 @@
+"""User-facing errors of the engine.
+
+Every error a person can cause (a bad file, a bad setting, a missing device) is raised as a
+subclass of `StudioError`. Its message says what is wrong; `hint` says how to fix it. The CLI
+prints both and exits non-zero; the studio shows both in a dialog. Anything else is a bug.
+"""
+
+
+class StudioError(Exception):
+    """Base class: `str(err)` is what went wrong, `err.hint` what to do about it."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+    def describe(self) -> str:
+        """Message and hint as one paragraph, for a terminal or a dialog."""
+        text = str(self)
+        return f"{text}\n{self.hint}" if self.hint else text
+
+
+class ConfigError(StudioError):
+    """An invalid model or training setting (e.g. d_model not divisible by n_head)."""
+
+
+class DataError(StudioError):
+    """A corpus or dialogue file that cannot be used (empty, binary, not text, malformed)."""
+
+
+class DeviceError(StudioError):
+    """No OpenCL device, an unknown device name or index, or the device failed / ran out of memory."""
+
+
+class CheckpointError(StudioError):
+    """A checkpoint that cannot be written or read (corrupted, truncated, wrong format)."""
+
+
+class ExportError(StudioError):
+    """A GGUF export that cannot be written, or a GGUF file that cannot be imported."""

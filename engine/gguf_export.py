@@ -1,0 +1,313 @@
+"""GGUF export: the trained model as one file that llama.cpp, Ollama and LM Studio run.
+
+The file uses architecture "llama" (DESIGN.md, "Export") and is written with the `gguf` package's
+GGUFWriter (gguf-py, maintained in the llama.cpp repository), never by hand. Every llama key is
+written explicitly; the SentencePiece vocabulary goes in as pieces, scores and token types
+(`tokenizer.ggml.model = "llama"`), and the serialized SentencePiece ModelProto is kept too (base64,
+key `opencl_llm_studio.tokenizer.sentencepiece_model`) so `import_gguf` rebuilds the exact tokenizer.
+
+Tensors keep their engine names and numpy shapes: gguf-py writes numpy shape (rows, cols) as ggml
+ne {cols, rows}, which is what llama.cpp expects for an (out_features, in_features) weight. Q and K
+are written unchanged: the engine's RoPE already is llama.cpp's "NORM" pair convention. Norm
+weights are always F32; matrices are F32, F16 or Q8_0 (blocks of 32 values with one f16 scale).
+With tied embeddings `output.weight` is omitted and llama.cpp falls back to `token_embd.weight`.
+
+Beside the GGUF an Ollama Modelfile is written (see `engine.gguf_modelfile`). Both writes are
+atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
+only with force=True. `import_gguf` lives in `engine.gguf_import` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import gguf
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.errors import ExportError
+
+if TYPE_CHECKING:
+    from engine.tokenizer import Tokenizer
+
+ARCH = "llama"
+PREFIX = "opencl_llm_studio"                       # our metadata keys live under "<PREFIX>."
+TOKENIZER_KEY = f"{PREFIX}.tokenizer.sentencepiece_model"   # base64 of the ModelProto bytes
+FORMAT_KEY = f"{PREFIX}.format_version"
+FORMAT_VERSION = 1
+QK8_0 = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0][0]   # 32 values per Q8_0 block
+
+# dtype name -> (ggml type of 2-D tensors, general.file_type)
+DTYPES = {
+    "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
+    "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+}
+
+
+@dataclass
+class ModelBundle:
+    """Everything a GGUF file holds: config, tokenizer, float32 weights by GGUF name, metadata.
+
+    `metadata` holds training parameters and the data summary (learning rate, steps, final loss,
+    corpus sizes and sha256, ...): str, bool, int, float, lists of those, and nested dicts, which
+    are written as dotted keys under "opencl_llm_studio." (None values are skipped).
+    """
+
+    config: ModelConfig
+    tokenizer: "Tokenizer"
+    weights: dict[str, np.ndarray]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """path and size_bytes of the GGUF written, the Modelfile beside it (or None), the dtype."""
+
+    path: Path
+    size_bytes: int
+    modelfile_path: Path | None
+    dtype: str
+
+    @property
+    def modelfile(self) -> Path | None:  # the name docs/ENGINE_API.md uses
+        return self.modelfile_path
+
+
+def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name -> numpy shape, in file order (docs/ENGINE_API.md, "Weights")."""
+    d, f, v = config.d_model, config.hidden_dim, config.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (v, d)}
+    for i in range(config.n_layer):
+        p = f"blk.{i}."
+        shapes[p + "attn_norm.weight"] = (d,)
+        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            shapes[p + n + ".weight"] = (d, d)
+        shapes[p + "ffn_norm.weight"] = (d,)
+        shapes[p + "ffn_gate.weight"] = (f, d)
+        shapes[p + "ffn_up.weight"] = (f, d)
+        shapes[p + "ffn_down.weight"] = (d, f)
+    shapes["output_norm.weight"] = (d,)
+    if not config.tie_embeddings:
+        shapes["output.weight"] = (v, d)
+    return shapes
+
+
+def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32",
+                force: bool = False, modelfile: str | None = "Modelfile") -> ExportResult:
+    """Write `bundle` to `path` as a llama GGUF, and an Ollama Modelfile named `modelfile` beside it.
+
+    dtype: "f32" (exact), "f16" or "q8_0" for the 2-D weights; norm weights stay F32.
+    modelfile: file name in the GGUF's folder, or None for no Modelfile.
+    Raises ExportError: unknown dtype; a target file exists and force is False; the folder is
+    missing or not writable; weights missing, misshapen or not finite; Q8_0 with a row length
+    that is not a multiple of 32 (names the tensor and a fix). On error earlier files are intact.
+    """
+    name = str(dtype).lower()
+    if name not in DTYPES:
+        raise ExportError(f"Unknown export type {dtype!r}.", "Choose f32, f16 or q8_0.")
+    qtype, file_type = DTYPES[name]
+    path = Path(path)
+    targets = [path] + ([path.parent / modelfile] if modelfile else [])
+    for target in targets:
+        _check_target(target, force)
+    tensors = _encode_tensors(bundle, qtype)          # all checks before anything is written
+
+    def write(tmp: Path) -> None:
+        writer = gguf.GGUFWriter(tmp, ARCH)
+        try:
+            _add_metadata(writer, bundle, file_type, name=str(bundle.metadata.get("name") or path.stem))
+            for tname, (arr, raw) in tensors.items():
+                writer.add_tensor(tname, arr, raw_dtype=raw)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
+
+    atomic_write(path, write)
+    modelfile_path = None
+    if modelfile:
+        from engine.gguf_modelfile import write_modelfile
+        modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile, force=True)
+    return ExportResult(path, path.stat().st_size, modelfile_path, name)
+
+
+def _check_target(target: Path, force: bool) -> None:
+    """ExportError when `target` cannot be (over)written: a folder, or an existing file without force."""
+    if target.is_dir():
+        raise ExportError(f"{target} is a folder, not a file name.", "Choose a file name ending in .gguf.")
+    if not target.parent.is_dir():
+        raise ExportError(f"The folder {target.parent} does not exist.", "Choose an existing folder.")
+    if target.exists() and not force:
+        raise ExportError(f"{target} already exists.",
+                          "Choose another file name, or confirm overwriting it (force=True).")
+
+
+def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, Any]]:
+    """name -> (array to write, raw ggml type or None) in file order; raises ExportError."""
+    cfg, weights = bundle.config, bundle.weights
+    shapes = tensor_shapes(cfg)
+    missing = [n for n in shapes if n not in weights]
+    if missing:
+        raise ExportError(f"The model has no tensor {missing[0]} ({len(missing)} missing).",
+                          "The weights do not match the model settings; export from the session.")
+    if cfg.tie_embeddings and "output.weight" in weights and not np.array_equal(
+            weights["output.weight"], weights["token_embd.weight"]):
+        raise ExportError("tie_embeddings is set but output.weight differs from token_embd.weight.",
+                          "Export with tie_embeddings=False to keep a separate output projection.")
+    if bundle.tokenizer.vocab_size != cfg.vocab_size:
+        raise ExportError(f"The tokenizer has {bundle.tokenizer.vocab_size} tokens but the model "
+                          f"vocab_size is {cfg.vocab_size}.", "Export the tokenizer the model was trained with.")
+    out = {}
+    for tname, shape in shapes.items():
+        w = np.ascontiguousarray(weights[tname], dtype=np.float32)
+        if w.shape != shape:
+            raise ExportError(f"{tname} has shape {w.shape}, expected {shape} for these settings.")
+        if not np.isfinite(w).all():
+            raise ExportError(f"{tname} contains NaN or infinite values: training diverged.",
+                              "Retrain with a lower learning rate, or export an earlier checkpoint.")
+        if w.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
+            out[tname] = (w, None)
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            out[tname] = (w.astype(np.float16), None)
+        else:
+            _check_q8_0_rows(tname, w.shape[-1], cfg)
+            out[tname] = (gguf.quants.quantize(w, qtype), qtype)
+    return out
+
+
+def _check_q8_0_rows(tname: str, n: int, cfg: ModelConfig) -> None:
+    """Q8_0 stores rows in blocks of 32: raise ExportError naming the tensor and a size to use."""
+    if n % QK8_0 == 0:
+        return
+    if n == cfg.d_model:
+        step = QK8_0 * (2 * cfg.n_head) // math.gcd(QK8_0, 2 * cfg.n_head)  # also n_head | d, even head_dim
+        lo, hi = (n // step) * step, (n // step + 1) * step
+        sizes = f"{lo} or {hi}" if lo else f"{hi}"
+        raise ExportError(f"{tname}: d_model {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
+                          f"Use d_model {sizes} (with n_head {cfg.n_head}), or export as f16 or f32.")
+    lo, hi = (n // QK8_0) * QK8_0, (n // QK8_0 + 1) * QK8_0
+    sizes = f"{lo} or {hi}" if lo else f"{hi}"
+    raise ExportError(f"{tname}: ffn_dim {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
+                      f"Use ffn_dim {sizes}, or 0 (automatic), or export as f16 or f32.")
+
+
+def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name: str) -> None:
+    """All key/values: general.*, llama.* (every hyperparameter explicit), tokenizer.*, ours."""
+    cfg, tok = bundle.config, bundle.tokenizer
+    from engine.dialogue import CHAT_TEMPLATE   # import here: dialogue imports the tokenizer
+    w.add_name(name)
+    w.add_type("model")
+    w.add_context_length(cfg.context_length)
+    w.add_embedding_length(cfg.d_model)
+    w.add_block_count(cfg.n_layer)
+    w.add_feed_forward_length(cfg.hidden_dim)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_head)
+    w.add_layer_norm_rms_eps(cfg.rms_eps)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_base)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_file_type(int(file_type))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([str(p) for p in tok.pieces()])
+    w.add_token_scores([float(s) for s in tok.scores()])
+    w.add_token_types([int(t) for t in tok.token_types()])
+    w.add_bos_token_id(int(tok.bos_id))
+    w.add_eos_token_id(int(tok.eos_id))
+    w.add_unk_token_id(int(tok.unk_id))
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(bool(tok.add_space_prefix))
+    w.add_remove_extra_whitespaces(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_uint32(FORMAT_KEY, FORMAT_VERSION)
+    w.add_string(f"{PREFIX}.tokenizer.kind", str(getattr(tok, "kind", "bpe")))
+    w.add_string(TOKENIZER_KEY, base64.b64encode(tok.to_bytes()).decode("ascii"))
+    for key, value in _flatten(bundle.metadata):
+        _add_value(w, f"{PREFIX}.{key}", value)
+
+
+def _flatten(meta: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts -> [("a.b", v)]; key characters outside [A-Za-z0-9_.-] become "_"."""
+    items = []
+    for k, v in meta.items():
+        key = prefix + "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in str(k))
+        if isinstance(v, dict):
+            items += _flatten(v, key + ".")
+        elif v is not None and key not in ("format_version", "tokenizer.kind",
+                                            "tokenizer.sentencepiece_model"):
+            items.append((key, v))
+    return items
+
+
+def _add_value(w: gguf.GGUFWriter, key: str, v: Any) -> None:
+    """One metadata value: bool, int64, float64, string, or a non-empty list of one of those."""
+    T = gguf.GGUFValueType
+    if isinstance(v, (bool, np.bool_)):
+        w.add_bool(key, bool(v))
+    elif isinstance(v, (int, np.integer)) and -2**63 <= int(v) < 2**63:
+        w.add_int64(key, int(v))
+    elif isinstance(v, (float, np.floating)):
+        w.add_float64(key, float(v))
+    elif isinstance(v, (list, tuple, np.ndarray)):
+        v = list(np.asarray(v).tolist()) if isinstance(v, np.ndarray) else list(v)
+        if not v:
+            return
+        if all(isinstance(x, bool) for x in v):
+            w.add_key_value(key, v, T.ARRAY, sub_type=T.BOOL)
+        elif all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            w.add_key_value(key, v, T.ARRAY, sub_type=T.INT64)
+        elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            w.add_key_value(key, [float(x) for x in v], T.ARRAY, sub_type=T.FLOAT64)
+        else:
+            w.add_key_value(key, [str(x) for x in v], T.ARRAY, sub_type=T.STRING)
+    else:
+        w.add_string(key, str(v))
+
+
+def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a fresh file in target's folder, fsync it, then os.replace it onto target.
+
+    The temporary file is opened with mode "xb" (not mkstemp's 0600) so the result gets the
+    umask's usual permissions, readable by an Ollama service user. Raises ExportError when the
+    folder is not writable, the disk is full or the target is locked; target is then untouched.
+    """
+    target = Path(target)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        open(tmp, "xb").close()
+    except OSError as e:
+        raise ExportError(f"Cannot write to the folder {target.parent}: {e.strerror or e}.",
+                          "Choose a folder you can write to.") from e
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        raise ExportError(f"Writing {target} failed: {e.strerror or e}.",
+                          "Check free disk space, and close programs that have the file open.") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    if hasattr(os, "O_DIRECTORY"):                   # make the rename itself durable (POSIX)
+        try:
+            fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+from engine.gguf_import import import_gguf  # noqa: E402  (re-export; gguf_import needs the above)
+from engine.gguf_modelfile import modelfile_text, write_modelfile  # noqa: E402

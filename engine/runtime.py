@@ -1,0 +1,135 @@
+"""One OpenCL context, queue and program per device; kernels fetched once with declared dtypes.
+
+The program is every kernels/*.cl file concatenated after kernels/common.h. Scalar argument
+dtypes are read from the kernel signatures, so launches skip pyopencl's per-call type inference
+(DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us for a cached kernel).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+
+import kernels as _kernels_pkg
+from engine.device import DeviceInfo, select_device
+from engine.errors import DeviceError
+
+KERNEL_DIR = Path(_kernels_pkg.__file__).parent
+_SIG = re.compile(r"__kernel\s+void\s+(\w+)\s*\(([^)]*)\)", re.S)
+_SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.int64}
+
+
+def kernel_source() -> str:
+    """common.h followed by every .cl file, in name order."""
+    parts = [(KERNEL_DIR / "common.h").read_text()]
+    parts += [p.read_text() for p in sorted(KERNEL_DIR.glob("*.cl"))]
+    return "\n".join(parts)
+
+
+def kernel_signatures(src: str) -> dict[str, list]:
+    """kernel name -> per-argument dtype (None for pointers), parsed from the source."""
+    sigs = {}
+    for name, args in _SIG.findall(src):
+        dtypes = []
+        for arg in args.split(","):
+            arg = arg.strip()
+            if "*" in arg:
+                dtypes.append(None)
+            else:
+                ctype = arg.replace("const", "").split()[0]
+                dtypes.append(_SCALAR[ctype])
+        sigs[name] = dtypes
+    return sigs
+
+
+class Runtime:
+    """Context, in-order queue and built program for one device.
+
+    `rt.launch(name, global_size, local_size, *args)` enqueues a cached kernel. Global sizes are
+    rounded up to multiples of the fixed local size (kernels guard their indices), because on
+    PoCL every new local size costs a separate compile.
+    """
+
+    def __init__(self, device: DeviceInfo | int | str | None = None):
+        self.info = device if isinstance(device, DeviceInfo) else select_device(device)
+        try:
+            self.device = self.info.cl_device()
+            self.ctx = cl.Context([self.device])
+            self.queue = cl.CommandQueue(self.ctx)
+        except cl.Error as e:
+            raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
+                              "Pick another device, or check its driver.") from e
+        self.is_cpu = self.info.is_cpu
+        src = kernel_source()
+        opts = ["-cl-std=CL1.2"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
+        try:
+            self.program = cl.Program(self.ctx, src).build(options=opts)
+        except cl.Error as e:
+            raise DeviceError(f"The OpenCL kernels failed to compile on {self.info.name}.",
+                              f"Pick another device. Compiler said:\n{e}") from e
+        self._sigs = kernel_signatures(src)
+        self._kernels: dict[str, cl.Kernel] = {}
+        self.launches = 0  # kernel enqueues since creation (reported by benchmarks)
+        # Fixed local sizes (see class docstring). CPU: small groups keep both cores busy.
+        self.local_1d = (16,) if self.is_cpu else (64,)
+        self.local_2d = (4, 4) if self.is_cpu else (16, 16)
+        self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
+
+    def kernel(self, name: str) -> cl.Kernel:
+        k = self._kernels.get(name)
+        if k is None:
+            k = cl.Kernel(self.program, name)
+            k.set_scalar_arg_dtypes(self._sigs[name])
+            self._kernels[name] = k
+        return k
+
+    def launch(self, name: str, global_size: tuple, *args):
+        """Enqueue kernel `name` over `global_size` (rounded up to the fixed local size)."""
+        local = {1: self.local_1d, 2: self.local_2d, 3: self.local_3d}[len(global_size)]
+        gs = tuple(-(-g // l) * l for g, l in zip(global_size, local))
+        self.launches += 1
+        return self.kernel(name)(self.queue, gs, local, *args)
+
+    # -- buffers ---------------------------------------------------------------------------
+    def empty(self, n: int, dtype=np.float32) -> cl.Buffer:
+        """Device buffer of n elements (at least one, OpenCL forbids size 0)."""
+        nbytes = max(int(n), 1) * np.dtype(dtype).itemsize
+        try:
+            return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, nbytes)
+        except cl.Error as e:
+            raise DeviceError(f"The device could not allocate {nbytes / 2**20:.1f} MiB: {e}",
+                              "Use a smaller model, batch size or context length.") from e
+
+    def zeros(self, n: int, dtype=np.float32) -> cl.Buffer:
+        buf = self.empty(n, dtype)
+        cl.enqueue_fill_buffer(self.queue, buf, np.zeros(1, dtype), 0, max(int(n), 1) * np.dtype(dtype).itemsize)
+        return buf
+
+    def to_device(self, arr: np.ndarray) -> cl.Buffer:
+        arr = np.ascontiguousarray(arr)
+        buf = self.empty(arr.size, arr.dtype)
+        if arr.size:
+            cl.enqueue_copy(self.queue, buf, arr)
+        return buf
+
+    def write(self, buf: cl.Buffer, arr: np.ndarray, offset_elems: int = 0, wait=False):
+        arr = np.ascontiguousarray(arr)
+        cl.enqueue_copy(self.queue, buf, arr, dst_offset=offset_elems * arr.itemsize,
+                        is_blocking=wait)
+
+    def read(self, buf: cl.Buffer, n: int, dtype=np.float32, offset_elems: int = 0) -> np.ndarray:
+        out = np.empty(n, dtype)
+        if n:
+            cl.enqueue_copy(self.queue, out, buf, src_offset=offset_elems * out.itemsize)
+        return out
+
+    def fill_zero(self, buf: cl.Buffer, n: int, offset_elems: int = 0, dtype=np.float32):
+        item = np.dtype(dtype).itemsize
+        if n:
+            cl.enqueue_fill_buffer(self.queue, buf, np.zeros(1, dtype), offset_elems * item, n * item)
+
+    def finish(self):
+        self.queue.finish()

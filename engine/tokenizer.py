@@ -1,0 +1,244 @@
+"""SentencePiece tokenizer trained on the person's own text, laid out the way llama.cpp expects.
+
+Ids: 0 `<unk>`, 1 `<s>` (BOS), 2 `</s>` (EOS), 3..258 the byte tokens `<0x00>`..`<0xFF>`, then the
+learned pieces. Byte fallback makes every string encodable: a character that is no piece becomes
+its UTF-8 bytes. The normalisation is "identity" with no dummy prefix and no whitespace cleanup,
+so `decode(encode(s)) == s` for every string except those holding U+2581 "▁", which SentencePiece
+(and llama.cpp) use to stand for the space and turn back into a space. DESIGN.md: with these
+settings llama.cpp tokenizes exactly like SentencePiece; with the default NFKC it did not.
+
+Training is in memory (no files): SentencePieceTrainer with `sentence_iterator` and
+`model_writer`. The texts are split at "\\n" into sentences, so no learned piece contains "\\n";
+newlines always encode as the byte token `<0x0A>`. That keeps dialogue segments independent
+(engine.dialogue) and matches llama.cpp's tokenization of text split at special tokens.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Iterable, Iterator
+
+import sentencepiece as spm
+
+from engine.errors import ConfigError, DataError
+
+N_SPECIAL = 3            # <unk>, <s>, </s>
+N_BYTES = 256            # <0x00>..<0xFF>
+MIN_VOCAB = N_SPECIAL + N_BYTES   # 259: below this the fixed ids do not fit
+KINDS = ("bpe", "char")
+
+# gguf.TokenType values (gguf-py constants.py), which equal SentencePiece's piece types.
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+_WS = "\u2581"  # SentencePiece's visible space
+
+
+# ---------------------------------------------------------------- minimal protobuf reading
+# The sentencepiece wheel ships its ModelProto bindings, but they need `protobuf`, which is not a
+# dependency. Two scalar fields are read straight from the wire format instead
+# (sentencepiece_model.proto: ModelProto.trainer_spec = 2 -> TrainerSpec.model_type = 3;
+# ModelProto.normalizer_spec = 3 -> NormalizerSpec.add_dummy_prefix = 3, default true).
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def _proto_fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) for each field of one protobuf message; values are int or bytes."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            value, i = buf[i:i + n], i + n
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+            value, i = buf[i:i + n], i + n
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield field, value
+
+
+def _sub_field(buf: bytes, outer: int, inner: int, default: int) -> int:
+    """The last value of scalar field `inner` inside message field `outer` of `buf`."""
+    value = default
+    for f, sub in _proto_fields(buf):
+        if f == outer and isinstance(sub, bytes):
+            for g, v in _proto_fields(sub):
+                if g == inner and isinstance(v, int):
+                    value = v
+    return value
+
+
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.ModelType
+
+
+# ---------------------------------------------------------------- the tokenizer
+
+def _sentences(texts: Iterable[str]) -> list[str]:
+    """The training sentences: every non-empty line of every text (split at "\\n" only)."""
+    return [line for text in texts for line in text.split("\n") if line]
+
+
+class Tokenizer:
+    """A trained SentencePiece model (BPE or character-level) with byte fallback.
+
+    Build one with `Tokenizer.train(texts, vocab_size, kind)` or `Tokenizer.from_bytes(b)`.
+    `vocab_size` is what training produced, which may be smaller than asked for a small text.
+    """
+
+    unk_id = 0
+    bos_id = 1
+    eos_id = 2
+
+    def __init__(self, model_proto: bytes):
+        """Wrap a serialized SentencePiece ModelProto (use `train` or `from_bytes`)."""
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+        self.kind = _MODEL_TYPES.get(_sub_field(self._proto, 2, 3, 1), "unigram")
+        self._add_dummy_prefix = bool(_sub_field(self._proto, 3, 3, 1))
+
+    # -- construction
+    @classmethod
+    def train(cls, texts: list[str], vocab_size: int, kind: str = "bpe") -> "Tokenizer":
+        """Train on `texts` (each split into lines) and return the tokenizer.
+
+        vocab_size: the requested number of tokens including the 259 fixed ones; a small text
+        yields fewer (hard_vocab_limit=False). kind: "bpe" (merges learned from the text) or
+        "char" (one piece per character, the most frequent `vocab_size - 259` characters).
+        Raises ConfigError for an unknown kind or a vocab_size too small (below 259, or for BPE
+        below 259 + the number of distinct characters, which BPE must all keep as pieces).
+        Raises DataError when the texts hold no characters besides newlines.
+        """
+        if kind not in KINDS:
+            raise ConfigError(f"Unknown tokenizer kind {kind!r}.", "Use 'bpe' or 'char'.")
+        if isinstance(texts, str):
+            texts = [texts]
+        sentences = _sentences(texts)
+        if not sentences:
+            raise DataError("The text to train the tokenizer on is empty.",
+                            "Load a pretraining text with at least a few sentences.")
+        if vocab_size < MIN_VOCAB:
+            raise ConfigError(
+                f"vocab_size {vocab_size} is below {MIN_VOCAB} (3 control tokens + 256 byte tokens).",
+                f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
+        if kind == "bpe":
+            n_chars = len({c for s in sentences for c in s.replace(" ", _WS)})
+            if vocab_size < MIN_VOCAB + n_chars:
+                raise ConfigError(
+                    f"vocab_size {vocab_size} is too small for BPE on this text: it has {n_chars} "
+                    f"distinct characters, each of which must be a token, so at least "
+                    f"{MIN_VOCAB + n_chars} are needed (3 control + 256 byte + {n_chars}).",
+                    f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.")
+        writer = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences), model_writer=writer,
+                model_type=kind, vocab_size=vocab_size, hard_vocab_limit=False,
+                byte_fallback=True, character_coverage=1.0,
+                normalization_rule_name="identity", remove_extra_whitespaces=False,
+                add_dummy_prefix=False, split_digits=True, allow_whitespace_only_pieces=True,
+                unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                max_sentence_length=1 << 24,     # bytes; one paragraph may be a long line
+                input_sentence_size=0,           # 0 = use every sentence (no sampling)
+                shuffle_input_sentence=False, num_threads=1,  # deterministic
+                minloglevel=2)                   # quiet: errors only
+        except RuntimeError as e:   # sentencepiece reports bad settings as RuntimeError
+            raise ConfigError(f"SentencePiece could not train the tokenizer: {e}",
+                              "Try another vocabulary size or tokenizer kind.") from None
+        tok = cls(writer.getvalue())
+        tok._check_layout()
+        return tok
+
+    @classmethod
+    def from_bytes(cls, model_proto: bytes) -> "Tokenizer":
+        """Load a tokenizer saved with `to_bytes()`. Raises DataError if the bytes are no model."""
+        try:
+            tok = cls(model_proto)
+        except (RuntimeError, ValueError, IndexError, OSError) as e:
+            raise DataError(f"The tokenizer data is not a SentencePiece model ({e}).",
+                            "The checkpoint or file may be damaged; train a new tokenizer.") from None
+        tok._check_layout()
+        return tok
+
+    def to_bytes(self) -> bytes:
+        """The serialized SentencePiece ModelProto (what `from_bytes` reads)."""
+        return self._proto
+
+    def _check_layout(self) -> None:
+        """Raise DataError unless ids 0..258 are <unk>, <s>, </s>, <0x00>..<0xFF> (llama.cpp's layout)."""
+        want = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTES)]
+        have = [self._sp.id_to_piece(i) for i in range(min(MIN_VOCAB, self.vocab_size))]
+        if have != want:
+            raise DataError("The tokenizer does not have the expected layout "
+                            "(<unk>, <s>, </s>, then the 256 byte tokens).",
+                            "Train a new tokenizer with this version of the studio.")
+
+    # -- properties
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens (ids 0..vocab_size-1), as produced by training."""
+        return self._sp.get_piece_size()
+
+    @property
+    def add_space_prefix(self) -> bool:
+        """Whether a space is put before the text (SentencePiece add_dummy_prefix); GGUF
+        `tokenizer.ggml.add_space_prefix` must equal it. False for tokenizers trained here."""
+        return self._add_dummy_prefix
+
+    # -- encoding
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS. Never produces <unk> (byte fallback)."""
+        return self._sp.encode(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`; control tokens (<s>, </s>) are dropped, <unk> becomes " ⁇ ".
+        Raises IndexError for an id outside 0..vocab_size-1."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise IndexError(f"token id {bad[0]} is outside 0..{self.vocab_size - 1}")
+        return self._sp.decode(ids)
+
+    def id_to_piece(self, i: int) -> str:
+        """The piece string of id `i` (spaces shown as "▁", bytes as "<0xNN>")."""
+        return self._sp.id_to_piece(int(i))
+
+    def pieces(self) -> list[str]:
+        """All piece strings, index = id (GGUF tokenizer.ggml.tokens)."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+
+    def scores(self) -> list[float]:
+        """Piece scores, index = id (GGUF tokenizer.ggml.scores). For BPE a learned piece's score
+        is minus its merge rank, which is the order llama.cpp merges in."""
+        return [float(self._sp.get_score(i)) for i in range(self.vocab_size)]
+
+    def token_types(self) -> list[int]:
+        """gguf.TokenType ints, index = id (GGUF tokenizer.ggml.token_type): unknown 2,
+        control 3, unused 5, byte 6, normal 1."""
+        sp = self._sp
+
+        def kind(i: int) -> int:
+            if sp.is_unknown(i):
+                return TOKEN_UNKNOWN
+            if sp.is_control(i):
+                return TOKEN_CONTROL
+            if sp.is_byte(i):
+                return TOKEN_BYTE
+            if sp.is_unused(i):
+                return TOKEN_UNUSED
+            return TOKEN_NORMAL
+        return [kind(i) for i in range(self.vocab_size)]
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"

@@ -1,0 +1,92 @@
+/* Causal multi-head self-attention (Vaswani et al. 2017) over the fused qkv rows (B*T, 3C):
+ * q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels [h*hd, (h+1)*hd).
+ * Scores scaled by 1/sqrt(hd). The probabilities att (B, H, T, T) are kept for backward
+ * (zero above the diagonal). One work-item per (query row t, head h, batch b). */
+
+__kernel void attention_forward(__global float* y, __global float* att,
+                                __global const float* qkv, int B, int T, int C, int H) {
+    const int t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+    if (t >= T || h >= H || b >= B) return;
+    const int hd = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrt((float)hd);
+    const __global float* q = qkv + (size_t)(b * T + t) * C3 + h * hd;
+    __global float* a = att + ((size_t)(b * H + h) * T + t) * T;
+    float mx = -INFINITY;
+    for (int s = 0; s <= t; s++) {
+        const __global float* k = qkv + (size_t)(b * T + s) * C3 + C + h * hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++) dot = MADD(q[d], k[d], dot);
+        dot *= scale;
+        a[s] = dot;
+        mx = dot > mx ? dot : mx;
+    }
+    float sum = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const float e = EXP(a[s] - mx);
+        a[s] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int s = 0; s <= t; s++) a[s] *= inv;
+    for (int s = t + 1; s < T; s++) a[s] = 0.0f;
+    __global float* out = y + (size_t)(b * T + t) * C + h * hd;
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const __global float* v = qkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
+        const float p = a[s];
+        for (int d = 0; d < hd; d++) out[d] = MADD(p, v[d], out[d]);
+    }
+}
+
+/* Per query row: dP = dy . v, dS = P * (dP - sum(dP * P)) * scale (softmax backward), stored in
+ * datt (B, H, T, T); dq = dS @ k written into the q part of dqkv. */
+__kernel void attention_backward_dq(__global float* dqkv, __global float* datt,
+                                    __global const float* dy, __global const float* qkv,
+                                    __global const float* att, int B, int T, int C, int H) {
+    const int t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+    if (t >= T || h >= H || b >= B) return;
+    const int hd = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrt((float)hd);
+    const __global float* g = dy + (size_t)(b * T + t) * C + h * hd;
+    const __global float* p = att + ((size_t)(b * H + h) * T + t) * T;
+    __global float* ds = datt + ((size_t)(b * H + h) * T + t) * T;
+    float dot_pp = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const __global float* v = qkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
+        float dp = 0.0f;
+        for (int d = 0; d < hd; d++) dp = MADD(g[d], v[d], dp);
+        ds[s] = dp;
+        dot_pp = MADD(dp, p[s], dot_pp);
+    }
+    for (int s = 0; s <= t; s++) ds[s] = p[s] * (ds[s] - dot_pp) * scale;
+    for (int s = t + 1; s < T; s++) ds[s] = 0.0f;
+    __global float* dq = dqkv + (size_t)(b * T + t) * C3 + h * hd;
+    for (int d = 0; d < hd; d++) dq[d] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const __global float* k = qkv + (size_t)(b * T + s) * C3 + C + h * hd;
+        const float w = ds[s];
+        for (int d = 0; d < hd; d++) dq[d] = MADD(w, k[d], dq[d]);
+    }
+}
+
+/* Per key row s: dk = sum_{t>=s} dS[t,s] q_t, dv = sum_{t>=s} P[t,s] dy_t, into dqkv. */
+__kernel void attention_backward_dkv(__global float* dqkv, __global const float* datt,
+                                     __global const float* dy, __global const float* qkv,
+                                     __global const float* att, int B, int T, int C, int H) {
+    const int s = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+    if (s >= T || h >= H || b >= B) return;
+    const int hd = C / H, C3 = 3 * C;
+    __global float* dk = dqkv + (size_t)(b * T + s) * C3 + C + h * hd;
+    __global float* dv = dqkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
+    for (int d = 0; d < hd; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
+    const size_t base = (size_t)(b * H + h) * T * T;
+    for (int t = s; t < T; t++) {
+        const float w = datt[base + (size_t)t * T + s], p = att[base + (size_t)t * T + s];
+        const __global float* q = qkv + (size_t)(b * T + t) * C3 + h * hd;
+        const __global float* g = dy + (size_t)(b * T + t) * C + h * hd;
+        for (int d = 0; d < hd; d++) {
+            dk[d] = MADD(w, q[d], dk[d]);
+            dv[d] = MADD(p, g[d], dv[d]);
+        }
+    }
+}

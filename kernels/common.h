@@ -1,0 +1,35 @@
+/* Shared by every kernel file; prepended once to the program source (engine/runtime.py).
+ *
+ * Why macros: PoCL's CPU device does not inline OpenCL built-ins (exp, mad, vload, ...): each
+ * is a call and kernels ran 4-10x slower (DESIGN.md). On CPU_DEVICE we use plain arithmetic
+ * and an inline exp polynomial; GPUs keep the native built-ins.
+ * OpenCL C 1.2 throughout.
+ */
+
+#ifdef CPU_DEVICE
+/* exp(x) for float: n = round(x / ln2), r = x - n ln2 (Cody-Waite split), 2^n * P(r) with the
+ * Cephes expf polynomial (relative error ~2e-7 on [-87, 88]). */
+inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float t = x * 1.44269504088896341f;
+    int n = (int)(t + (t >= 0.0f ? 0.5f : -0.5f));
+    float fn = (float)n;
+    float r = x - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    return p * as_float((n + 127) << 23);
+}
+#define EXP(x) fast_exp(x)
+#else
+#define EXP(x) exp(x)
+#endif
+
+/* Scaled sum of squares helpers use plain a*b+c: mad()/fma() are calls on PoCL. */
+#define MADD(a, b, c) ((a) * (b) + (c))

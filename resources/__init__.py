@@ -1,0 +1,1 @@
+"""Bundled default corpora and icons. Data only."""

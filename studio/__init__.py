@@ -1,0 +1,1 @@
+"""The PySide6 desktop studio and the llm-studio command line."""

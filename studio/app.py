@@ -1,0 +1,393 @@
+"""The main window: settings on the left, live plots in the middle, samples / chat / data on the
+right. All engine work happens on the worker thread (studio.worker); this module only wires
+signals, keeps the button states honest and shows errors without ever closing the app."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QSettings, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QApplication, QFileDialog, QHBoxLayout, QMainWindow, QMessageBox,
+                               QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget)
+
+from studio.ui import theme
+from studio.ui.chat_panel import ChatPanel
+from studio.ui.data_panel import DataPanel, bundled_path
+from studio.ui.device_panel import DevicePanel
+from studio.ui.export_dialog import ExportDialog
+from studio.ui.plots import LivePlots
+from studio.ui.run_bar import RunBar
+from studio.ui.samples_panel import SamplesPanel
+from studio.ui.settings_panel import SettingsPanel, human_bytes
+from studio.worker import WorkerHost
+
+APP_NAME = "OpenCL LLM Studio"
+
+
+class MainWindow(QMainWindow):
+    trainingFinished = Signal(object)  # the worker's finished dict
+    chatFinished = Signal(object)      # the answer, or None
+    exportFinished = Signal(object)    # ExportResult
+    errorShown = Signal(str, str)      # title, message
+
+    def __init__(self, pretrain_path=None, tune_path=None, device=None,
+                 settings: QSettings | None = None):
+        super().__init__()
+        theme.apply_plot_theme()
+        self.settings = settings or (QSettings() if QCoreApplication.organizationName()
+                                     else QSettings(APP_NAME, "studio"))
+        self.state = "idle"          # idle | preparing | running | pausing | paused
+        self.has_model = False
+        self.model_config = None     # of the current session (real vocab size)
+        self.last_error: tuple[str, str] | None = None
+        self._busy = ""              # "export" / "save" / "load" while the worker does one
+        self.setWindowTitle(APP_NAME)
+        self.setAcceptDrops(True)
+        self.setStyleSheet(theme.STYLESHEET)
+        self._build()
+        self._menus()
+        self._restore(pretrain_path, tune_path, device)
+        self._update_actions()
+
+    # -- layout -----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.device_panel = DevicePanel()
+        self.data_panel = DataPanel()
+        self.settings_panel = SettingsPanel()
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(8, 8, 8, 8)
+        ll.setSpacing(10)
+        for w in (self.device_panel, self.data_panel, self.settings_panel):
+            ll.addWidget(w)
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(360)
+
+        self.run_bar = RunBar()
+        self.plots = LivePlots()
+        self.samples_panel = SamplesPanel()
+        self.chat_panel = ChatPanel()
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("sideTabs")
+        self.tabs.addTab(self.samples_panel, "Samples")
+        self.tabs.addTab(self.chat_panel, "Chat")
+        self.tabs.addTab(self.data_panel.preview, "Data preview")
+        work = QSplitter(Qt.Horizontal)
+        work.addWidget(self.plots)
+        work.addWidget(self.tabs)
+        work.setStretchFactor(0, 3)
+        work.setStretchFactor(1, 2)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(8, 8, 8, 8)
+        rl.setSpacing(8)
+        rl.addWidget(self.run_bar)
+        rl.addWidget(work, 1)
+        main = QSplitter(Qt.Horizontal)
+        main.addWidget(scroll)
+        main.addWidget(right)
+        main.setStretchFactor(1, 1)
+        main.setSizes([380, 1020])
+        self.setCentralWidget(main)
+        self.resize(1400, 880)
+
+        rb = self.run_bar
+        rb.train_button.clicked.connect(self.start_training)
+        rb.pause_button.clicked.connect(self.toggle_pause)
+        rb.stop_button.clicked.connect(self.stop_training)
+        rb.export_button.clicked.connect(self.export_clicked)
+        self.settings_panel.changed.connect(self._update_actions)
+        self.data_panel.dataChanged.connect(self._update_actions)
+        self.data_panel.errorOccurred.connect(self.show_error)
+        self.chat_panel.sendRequested.connect(self._chat)
+
+        self.host = WorkerHost(self)
+        w = self.host.worker
+        w.preparing.connect(lambda text: rb.show_text(text, reset=True))
+        w.sessionReady.connect(self._on_session)
+        w.metrics.connect(self._on_metrics)
+        w.paused.connect(self._on_paused)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self.show_error)
+        w.token.connect(self.chat_panel.append_token)
+        w.chatDone.connect(self._on_chat_done)
+        w.exported.connect(self._on_exported)
+        w.saved.connect(self._on_saved)
+        w.loaded.connect(self._on_loaded)
+
+    def _menus(self) -> None:
+        m = self.menuBar().addMenu("&File")
+        for text, slot, key in (
+                ("Open pretraining text…", lambda: self.data_panel._ask("pretrain"), "Ctrl+O"),
+                ("Open tune dialogues…", lambda: self.data_panel._ask("tune"), None),
+                (None, None, None),
+                ("Open checkpoint…", self.open_checkpoint, None),
+                ("Save checkpoint…", self.save_checkpoint, "Ctrl+S"),
+                ("Export GGUF…", self.export_clicked, "Ctrl+E"),
+                (None, None, None),
+                ("Quit", self.close, QKeySequence.Quit)):
+            if text is None:
+                m.addSeparator()
+                continue
+            act = QAction(text, self)
+            act.triggered.connect(slot)
+            if key:
+                act.setShortcut(key)
+            m.addAction(act)
+            if text.startswith("Save checkpoint"):
+                self.save_action = act
+
+    # -- settings persistence ------------------------------------------------------------
+    def _restore(self, pretrain_path, tune_path, device) -> None:
+        s = self.settings
+        self.settings_panel.restore(s)
+        self.chat_panel.restore(s)
+        if device is not None:
+            self.device_panel.refresh(device)
+        else:
+            self.device_panel.select_by_name(s.value("device/label"))
+        self.plots.log_check.setChecked(str(s.value("plots/log", False)).lower() == "true")
+        geometry = s.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        for which, given in (("pretrain", pretrain_path), ("tune", tune_path)):
+            saved = s.value(f"data/{which}")
+            candidates = [given] if given else [saved, bundled_path(f"{which}.txt")]
+            for path in candidates:
+                if path and Path(path).is_file() and self.data_panel.load(which, path):
+                    break
+
+    def _save_settings(self) -> None:
+        s = self.settings
+        self.settings_panel.save(s)
+        self.chat_panel.save(s)
+        s.setValue("device/label", self.device_panel.combo.currentText())
+        s.setValue("plots/log", self.plots.log_check.isChecked())
+        s.setValue("window/geometry", self.saveGeometry())
+        for which in ("pretrain", "tune"):
+            path = getattr(self.data_panel, f"{which}_path")
+            if path is not None:
+                s.setValue(f"data/{which}", str(path))
+        s.sync()
+
+    # -- state ---------------------------------------------------------------------------
+    def _update_actions(self) -> None:
+        idle = self.state == "idle"
+        rb = self.run_bar
+        why = None
+        if not self.settings_panel.is_valid():
+            why = "Fix the setting marked in red to train."
+        elif self.device_panel.spec() is None:
+            why = "No OpenCL device: see the Device box."
+        else:
+            why = self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
+        rb.train_button.setEnabled(idle and why is None and not self._busy)
+        rb.set_hint(why if idle else None)
+        rb.pause_button.setEnabled(self.state in ("running", "paused"))
+        rb.pause_button.setText("Resume" if self.state == "paused" else "Pause")
+        rb.stop_button.setEnabled(self.state in ("preparing", "running", "pausing", "paused"))
+        can_use = self.has_model and self.state in ("idle", "paused") and not self._busy
+        rb.export_button.setEnabled(can_use)
+        self.save_action.setEnabled(can_use)
+        for panel in (self.settings_panel, self.data_panel, self.device_panel):
+            panel.set_editable(idle)
+        if can_use:
+            self.chat_panel.set_available(True)
+        elif self.state in ("preparing", "running", "pausing"):
+            self.chat_panel.set_available(False, "Training is running: pause it to chat with "
+                                                 "the current weights.")
+        else:
+            self.chat_panel.set_available(False, "No model yet: train one or open a checkpoint.")
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self._update_actions()
+
+    def show_error(self, title: str, message: str) -> None:
+        """Errors never close the app: a non-blocking dialog with what to do."""
+        self.last_error = (title, message)
+        self.statusBar().showMessage(title, 8000)
+        box = QMessageBox(QMessageBox.Warning, title, message, QMessageBox.Ok, self)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
+        self.errorShown.emit(title, message)
+
+    # -- training ------------------------------------------------------------------------
+    def start_training(self) -> None:
+        if not self.run_bar.train_button.isEnabled():
+            return
+        sp = self.settings_panel
+        mcfg, tcfg = sp.model_config(), sp.train_config()
+        self.samples_panel.clear()
+        self.plots.start_run(tcfg.total_steps, tcfg.pretrain_steps, tcfg.tune_steps,
+                             mcfg.vocab_size, tcfg.grad_clip)
+        self.has_model = False
+        self._set_state("preparing")
+        self.host.start({"model_config": mcfg, "train_config": tcfg,
+                         "pretrain_text": self.data_panel.pretrain_text,
+                         "tune_text": self.data_panel.tune_text if tcfg.tune_steps else None,
+                         "device": self.device_panel.spec(),
+                         "tokenizer_kind": sp.tokenizer_kind()})
+
+    def toggle_pause(self) -> None:
+        if self.state == "running":
+            self.host.pause()
+            self.run_bar.pause_button.setEnabled(False)
+            self.state = "pausing"
+            self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
+        elif self.state == "paused":
+            self._set_state("running")
+            self.host.resume()
+
+    def stop_training(self) -> None:
+        if self.state != "idle":
+            self.run_bar.show_text(self.run_bar.progress.format() + " · stopping…")
+            self.host.stop()
+
+    def _on_session(self, info: dict) -> None:
+        self.model_config = info["model_config"]
+        self.has_model = True
+        self.plots.set_reference(self.model_config.vocab_size)
+        self.data_panel.set_token_counts(info.get("pretrain_tokens"), info.get("tune_tokens"))
+        dev = info.get("device")
+        self.statusBar().showMessage(
+            f"Model ready: {self.model_config.param_count():,} parameters, vocabulary "
+            f"{self.model_config.vocab_size} on {getattr(dev, 'name', dev)}", 10000)
+        if self.state == "preparing":
+            self._set_state("running")
+
+    def _on_metrics(self, records: list) -> None:
+        self.plots.add_metrics(records)
+        for m in records:
+            if m.samples:
+                self.samples_panel.add(m.step, m.stage, m.samples)
+        if self.state in ("running", "preparing"):
+            self.run_bar.show_step(records[-1])
+
+    def _on_paused(self, step: int) -> None:
+        self._set_state("paused")
+        self.run_bar.show_text(f"Paused at step {step}: chat or export now, or Resume.")
+
+    def _on_finished(self, result: dict) -> None:
+        self.plots.redraw()
+        if result.get("failed"):
+            text = "Training failed: see the message."
+        elif result.get("stopped"):
+            text = f"Stopped at step {result['step']}. The model is ready to chat and export."
+        else:
+            text = f"Finished {result['step']} steps. Chat with the model or export it."
+        self.run_bar.show_text(text)
+        self._set_state("idle")
+        if self.has_model and not result.get("failed"):
+            self.tabs.setCurrentWidget(self.samples_panel)
+        self.trainingFinished.emit(result)
+
+    # -- chat, export, checkpoints -------------------------------------------------------
+    def _chat(self, messages, knobs) -> None:
+        self.host.chat(messages, knobs)
+
+    def _on_chat_done(self, answer) -> None:
+        self.chat_panel.finish_answer(answer)
+        self.chatFinished.emit(answer)
+
+    def export_clicked(self) -> None:
+        if not self.has_model:
+            return
+        default = Path(self.settings.value("export/dir", str(Path.home()))) / "model.gguf"
+        dialog = ExportDialog(self.model_config, default, self)
+        if dialog.exec() != ExportDialog.Accepted:
+            return
+        path, dtype = dialog.choice()
+        if path and Path(path).exists() and QMessageBox.question(
+                self, "Replace file?", f"{path} exists. Replace it?") != QMessageBox.Yes:
+            return
+        if path:
+            self.export_to(path, dtype)
+
+    def export_to(self, path, dtype: str = "f32") -> None:
+        """Write the GGUF (and Modelfile) on the worker thread; exportFinished reports it."""
+        self._busy = "export"
+        self._update_actions()
+        self.settings.setValue("export/dir", str(Path(path).parent))
+        self.statusBar().showMessage(f"Exporting {Path(path).name}…")
+        self.host.export(str(path), dtype)
+
+    def _on_exported(self, result) -> None:
+        self._busy = ""
+        self._update_actions()
+        size = human_bytes(result.size_bytes)
+        text = f"Wrote {result.path} ({size})"
+        if getattr(result, "modelfile", None):
+            text += f"\nand the Ollama Modelfile {result.modelfile}"
+        self.statusBar().showMessage(f"Exported {result.path} ({size})", 15000)
+        box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok, self)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
+        self.exportFinished.emit(result)
+
+    def save_checkpoint(self) -> None:
+        if not self.has_model:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save checkpoint (a folder)",
+                                              str(Path.home() / "checkpoint"))
+        if path:
+            self._busy = "save"
+            self._update_actions()
+            self.host.save(path)
+
+    def _on_saved(self, path: str) -> None:
+        self._busy = ""
+        self._update_actions()
+        self.statusBar().showMessage(f"Checkpoint saved to {path}", 10000)
+
+    def open_checkpoint(self, path: str | None = None) -> None:
+        if self.state != "idle":
+            return
+        path = path or QFileDialog.getExistingDirectory(self, "Open checkpoint folder")
+        if path:
+            self.host.load(path)
+
+    def _on_loaded(self, info: dict) -> None:
+        self._on_session(info)
+        self.settings_panel.set_from_configs(info["model_config"], info.get("train_config"))
+        self.run_bar.show_text(f"Checkpoint loaded (step {info.get('step', 0)}).", reset=True)
+        self._update_actions()
+
+    # -- drag and drop, closing --------------------------------------------------------
+    def dragEnterEvent(self, event):
+        if event.mimeData().hasUrls() and self.state == "idle":
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):
+        for url in event.mimeData().urls()[:2]:
+            path = Path(url.toLocalFile())
+            if path.is_dir():
+                self.open_checkpoint(str(path))
+            elif path.is_file():
+                self.data_panel.load_dropped(str(path))
+        event.acceptProposedAction()
+
+    def closeEvent(self, event):
+        """Closing during training sets the stop flag and waits for the step to end."""
+        self._save_settings()
+        self.plots.timer.stop()
+        if self.state != "idle":
+            self.statusBar().showMessage("Stopping training…")
+        self.host.shutdown()
+        super().closeEvent(event)
+
+
+def run_app(pretrain_path=None, tune_path=None, device=None) -> int:
+    """Open the main window (the `llm-studio` command without a subcommand)."""
+    app = QApplication.instance() or QApplication(sys.argv)
+    app.setOrganizationName(APP_NAME)
+    app.setApplicationName(APP_NAME)
+    app.setStyle("Fusion")
+    window = MainWindow(pretrain_path=pretrain_path, tune_path=tune_path, device=device)
+    window.show()
+    return app.exec()

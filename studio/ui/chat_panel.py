@@ -1,0 +1,177 @@
+"""Chat with the current weights: conversation view, input, sampling knobs, streamed answers.
+
+The panel only keeps the conversation and shows it; generation runs on the training worker's
+thread (studio.worker), so it never overlaps a training step.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+                               QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
+
+USER_COLOUR, MODEL_COLOUR = "#1f5fa8", "#2d7a3a"
+
+
+class ChatPanel(QWidget):
+    sendRequested = Signal(object, object)  # messages [{"role", "content"}], sampling knobs dict
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.messages: list[dict] = []
+        self.answer = ""          # the assistant reply being streamed
+        self.generating = False
+        self._available = False
+        self._plain = QTextCharFormat()  # answers in the normal font, not the bold speaker's
+
+        self.view = QTextBrowser()
+        self.view.setObjectName("chatView")
+        self.view.setPlaceholderText("Train a model (or pause training), then talk to it here. "
+                                     "It answers in the tune format: User: … Assistant: …")
+        self.input = QLineEdit()
+        self.input.setObjectName("chatInput")
+        self.input.setPlaceholderText("Type a message and press Enter")
+        self.input.returnPressed.connect(self.send)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("chatSendButton")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self.send)
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.setObjectName("chatClearButton")
+        self.clear_button.setToolTip("Start a new conversation")
+        self.clear_button.clicked.connect(self.clear)
+
+        self.temperature = self._dspin("temperatureSpin", 0.0, 2.0, 0.05, 0.8,
+                                       "0 = always the most likely token")
+        self.top_k = self._ispin("topKSpin", 0, 100_000, 40, "0 = no top-k limit")
+        self.top_p = self._dspin("topPSpin", 0.05, 1.0, 0.05, 0.95, "Nucleus sampling mass")
+        self.max_tokens = self._ispin("maxTokensSpin", 1, 4096, 64, "Longest answer in tokens")
+        knobs = QHBoxLayout()
+        for label, w in (("Temperature", self.temperature), ("Top-k", self.top_k),
+                         ("Top-p", self.top_p), ("Max tokens", self.max_tokens)):
+            knobs.addWidget(QLabel(label))
+            knobs.addWidget(w)
+            knobs.addSpacing(8)
+        knobs.addStretch(1)
+        knobs.addWidget(self.clear_button)
+
+        self.status = QLabel("")
+        self.status.setObjectName("chatStatus")
+        self.status.setProperty("role", "muted")
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        row.addWidget(self.send_button)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addLayout(knobs)
+        lay.addWidget(self.view, 1)
+        lay.addWidget(self.status)
+        lay.addLayout(row)
+        self.set_available(False, "No model yet: train one or open a checkpoint.")
+
+    @staticmethod
+    def _dspin(name, lo, hi, step, value, tip) -> QDoubleSpinBox:
+        s = QDoubleSpinBox()
+        s.setObjectName(name)
+        s.setRange(lo, hi)
+        s.setSingleStep(step)
+        s.setDecimals(2)
+        s.setValue(value)
+        s.setToolTip(tip)
+        return s
+
+    @staticmethod
+    def _ispin(name, lo, hi, value, tip) -> QSpinBox:
+        s = QSpinBox()
+        s.setObjectName(name)
+        s.setRange(lo, hi)
+        s.setValue(value)
+        s.setToolTip(tip)
+        return s
+
+    def knobs(self) -> dict:
+        return {"temperature": self.temperature.value(), "top_k": self.top_k.value(),
+                "top_p": self.top_p.value(), "max_new_tokens": self.max_tokens.value()}
+
+    # -- state -----------------------------------------------------------------------------
+    def set_available(self, on: bool, reason: str = "") -> None:
+        """Chat works on the current weights: after training, while paused, after loading."""
+        self._available = on
+        self._update_enabled()
+        self.status.setText(reason if not on else "Chatting with the current weights.")
+
+    def _update_enabled(self) -> None:
+        ok = self._available and not self.generating
+        self.send_button.setEnabled(ok)
+        self.input.setEnabled(self._available)
+
+    # -- conversation ----------------------------------------------------------------------
+    def send(self) -> None:
+        text = self.input.text().strip()
+        if not text or not self.send_button.isEnabled():
+            return
+        self.input.clear()
+        self.messages.append({"role": "user", "content": text})
+        self._append_block("You", USER_COLOUR, text)
+        self._append_block("Model", MODEL_COLOUR, "")
+        self.answer = ""
+        self.generating = True
+        self._update_enabled()
+        self.sendRequested.emit(list(self.messages), self.knobs())
+
+    def append_token(self, piece: str) -> None:
+        """One streamed piece of the answer, inserted at the end without re-rendering."""
+        self.answer += piece
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.End)
+        cursor.insertText(piece, self._plain)
+        self.view.setTextCursor(cursor)
+        self.view.ensureCursorVisible()
+
+    def finish_answer(self, text: str | None) -> None:
+        """The answer is complete (text) or failed (None: the user turn is withdrawn)."""
+        self.generating = False
+        if text is None:
+            if self.messages and self.messages[-1]["role"] == "user":
+                self.messages.pop()
+            self.append_token(" [no answer]")
+        else:
+            if not self.answer.strip() and text:
+                self.append_token(text)  # the engine did not stream: show the whole answer
+            if not text.strip():
+                self.append_token("(empty answer: the model produced </s> straight away)")
+            self.messages.append({"role": "assistant", "content": text.strip()})
+        self._update_enabled()
+
+    def clear(self) -> None:
+        self.messages.clear()
+        self.view.clear()
+        self.answer = ""
+
+    def _append_block(self, who: str, colour: str, text: str) -> None:
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.End)
+        if not self.view.document().isEmpty():
+            cursor.insertBlock()
+        speaker = QTextCharFormat()
+        speaker.setFontWeight(700)
+        speaker.setForeground(QColor(colour))
+        cursor.insertText(f"{who}: ", speaker)
+        cursor.insertText(text, self._plain)
+        self.view.setTextCursor(cursor)
+
+    def save(self, s: QSettings) -> None:
+        for key, value in self.knobs().items():
+            s.setValue(f"chat/{key}", value)
+
+    def restore(self, s: QSettings) -> None:
+        for key, w in (("temperature", self.temperature), ("top_k", self.top_k),
+                       ("top_p", self.top_p), ("max_new_tokens", self.max_tokens)):
+            v = s.value(f"chat/{key}")
+            if v is not None:
+                try:
+                    w.setValue(type(w.value())(float(v)))
+                except (TypeError, ValueError):
+                    pass
+

@@ -1,0 +1,208 @@
+"""Pretraining and tune files: Open buttons, drag and drop, statistics and a preview.
+
+Files are read and checked by the engine (engine.textio.read_text, engine.dialogue); a file the
+engine refuses is shown with its message and hint, and the previous text is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLabel,
+                               QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout)
+
+from engine.errors import DataError, StudioError
+
+PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
+TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
+
+
+def bundled_path(name: str) -> Path:
+    import resources
+    return Path(resources.__file__).parent / name
+
+
+def looks_like_dialogue(path: Path, text: str) -> bool:
+    """Guess which slot a dropped file belongs to: JSONL or User:/Assistant: turns -> tune."""
+    if path.suffix.lower() in (".jsonl", ".json"):
+        return True
+    head = text[:20_000]
+    return "User:" in head and "Assistant:" in head
+
+
+def _split_documents(text: str) -> list[str]:
+    try:
+        from engine.textio import split_documents
+    except ImportError:
+        from engine.corpus import split_documents
+    return split_documents(text)
+
+
+class FileSlot(QFrame):
+    """One row: title, file name, statistics, Open button; accepts a dropped file."""
+
+    fileDropped = Signal(str)
+
+    def __init__(self, title: str, button_name: str, parent=None):
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+        self.setObjectName(button_name.replace("Button", "Slot"))
+        self.setProperty("role", "fileSlot")
+        self.title = QLabel(f"<b>{title}</b>")
+        self.name = QLabel("none")
+        self.name.setObjectName(button_name.replace("Button", "Name"))
+        self.name.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.stats = QLabel("")
+        self.stats.setObjectName(button_name.replace("Button", "Stats"))
+        self.stats.setWordWrap(True)
+        self.stats.setProperty("role", "muted")
+        self.button = QPushButton("Open…")
+        self.button.setObjectName(button_name)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(8, 6, 8, 6)
+        grid.setHorizontalSpacing(8)
+        grid.setVerticalSpacing(2)
+        grid.addWidget(self.title, 0, 0)
+        grid.addWidget(self.button, 0, 1, 2, 1, Qt.AlignVCenter)
+        grid.addWidget(self.name, 1, 0)
+        grid.addWidget(self.stats, 2, 0, 1, 2)
+        grid.setColumnStretch(0, 1)
+
+    def set_error(self, message: str) -> None:
+        self.stats.setText(message)
+        self.stats.setProperty("role", "error" if message else "muted")
+        self.stats.style().unpolish(self.stats)
+        self.stats.style().polish(self.stats)
+
+    def dragEnterEvent(self, event):
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):
+        urls = [u for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            self.fileDropped.emit(urls[0].toLocalFile())
+            event.acceptProposedAction()
+
+
+class DataPanel(QGroupBox):
+    dataChanged = Signal()
+    errorOccurred = Signal(str, str)  # title, message with hint
+
+    def __init__(self, parent=None):
+        super().__init__("Data", parent)
+        self.pretrain_text = ""
+        self.tune_text = ""
+        self.pretrain_path: Path | None = None
+        self.tune_path: Path | None = None
+        self.n_dialogues = 0
+        self._base_stats: dict[str, str] = {}  # statistics before token counts are known
+        self.pretrain = FileSlot("Pretraining text", "openPretrainButton")
+        self.tune = FileSlot("Tune dialogues (User: / Assistant:)", "openTuneButton")
+        self.pretrain.button.clicked.connect(lambda: self._ask("pretrain"))
+        self.tune.button.clicked.connect(lambda: self._ask("tune"))
+        self.pretrain.fileDropped.connect(lambda p: self.load("pretrain", p))
+        self.tune.fileDropped.connect(lambda p: self.load("tune", p))
+        hint = QLabel("Drop text files here or on the window.")
+        hint.setProperty("role", "muted")
+        lay = QVBoxLayout(self)
+        lay.setSpacing(6)
+        lay.addWidget(self.pretrain)
+        lay.addWidget(self.tune)
+        lay.addWidget(hint)
+
+        self.preview = QTabWidget()
+        self.preview.setObjectName("dataPreview")
+        self.pretrain_preview = self._preview_box("pretrainPreview")
+        self.tune_preview = self._preview_box("tunePreview")
+        self.preview.addTab(self.pretrain_preview, "Pretraining text")
+        self.preview.addTab(self.tune_preview, "Tune dialogues")
+
+    @staticmethod
+    def _preview_box(name: str) -> QPlainTextEdit:
+        box = QPlainTextEdit()
+        box.setObjectName(name)
+        box.setReadOnly(True)
+        box.setLineWrapMode(QPlainTextEdit.WidgetWidth)
+        box.setPlaceholderText("No file loaded.")
+        return box
+
+    def _ask(self, which: str) -> None:
+        start = str((self.pretrain_path if which == "pretrain" else self.tune_path) or "")
+        title = "Open pretraining text" if which == "pretrain" else "Open tune dialogues"
+        path, _ = QFileDialog.getOpenFileName(self, title, start, TEXT_FILTER)
+        if path:
+            self.load(which, path)
+
+    def load(self, which: str, path) -> bool:
+        """Read and check a file through the engine; on error keep the old text and explain."""
+        from engine.textio import read_text
+        path = Path(path)
+        slot = self.pretrain if which == "pretrain" else self.tune
+        try:
+            text = read_text(path, what="pretraining text" if which == "pretrain"
+                             else "tune dialogues")
+            if which == "pretrain":
+                docs = _split_documents(text)
+                stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
+                        f"{len(docs):,} documents"
+            else:
+                from engine.dialogue import parse_dialogues
+                dialogues = parse_dialogues(text, str(path))
+                if not dialogues:
+                    raise DataError(f"{path.name} contains no dialogues.",
+                                    "Write turns as 'User: ...' and 'Assistant: ...' lines, "
+                                    "dialogues separated by a blank line.")
+                stats = f"{len(text):,} characters · {len(dialogues):,} dialogues · " \
+                        f"{sum(len(d) for d in dialogues):,} turns"
+        except StudioError as e:
+            slot.set_error(f"{path.name}: {e.describe()}")
+            self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
+            return False
+        slot.set_error("")
+        slot.name.setText(path.name)
+        slot.name.setToolTip(str(path))
+        slot.stats.setText(stats)
+        preview = self.pretrain_preview if which == "pretrain" else self.tune_preview
+        preview.setPlainText(text[:PREVIEW_CHARS] + ("\n…" if len(text) > PREVIEW_CHARS else ""))
+        if which == "pretrain":
+            self.pretrain_text, self.pretrain_path = text, path
+        else:
+            self.tune_text, self.tune_path = text, path
+            self.n_dialogues = len(dialogues)
+        self._base_stats[which] = stats
+        self.dataChanged.emit()
+        return True
+
+    def load_dropped(self, path: str) -> bool:
+        """A file dropped on the window: dialogue-looking files go to tune, others to pretrain."""
+        p = Path(path)
+        try:
+            head = p.read_text(encoding="utf-8", errors="replace")[:20_000]
+        except OSError as e:
+            self.errorOccurred.emit(f"Cannot open {p.name}", str(e))
+            return False
+        return self.load("tune" if looks_like_dialogue(p, head) else "pretrain", p)
+
+    def set_token_counts(self, pretrain_tokens: int | None, tune_tokens: int | None) -> None:
+        """Once the tokenizer is trained, add token counts to the statistics."""
+        base = self._base_stats
+        for which, slot, n in (("pretrain", self.pretrain, pretrain_tokens),
+                               ("tune", self.tune, tune_tokens)):
+            if n is not None and which in base:
+                slot.stats.setText(f"{base[which]} · {n:,} tokens")
+
+    def problem(self, tune_steps: int) -> str | None:
+        """Why training cannot start with this data, or None."""
+        if not self.pretrain_text:
+            return "Open a pretraining text file (or drop one on the window)."
+        if tune_steps > 0 and not self.tune_text:
+            return "Open a tune dialogue file, or set Tuning steps to 0."
+        return None
+
+    def set_editable(self, on: bool) -> None:
+        self.pretrain.button.setEnabled(on)
+        self.tune.button.setEnabled(on)
+        self.pretrain.setAcceptDrops(on)
+        self.tune.setAcceptDrops(on)

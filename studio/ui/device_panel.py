@@ -1,0 +1,100 @@
+"""OpenCL device picker: every device found (platform, name, type, memory), the default chosen,
+and a message saying how to get one when there is none."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
+
+from engine.errors import StudioError
+
+
+def _no_device_help() -> str:
+    from engine.device import NO_DEVICE_HINT
+    return f"No OpenCL device was found. {NO_DEVICE_HINT}"
+
+
+def describe_device(d) -> str:
+    gib = d.global_mem_bytes / 2**30
+    return f"{d.type} · {d.name} · {d.platform} · {gib:.1f} GiB"
+
+
+class DevicePanel(QGroupBox):
+    deviceChanged = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__("Device", parent)
+        self.combo = QComboBox()
+        self.combo.setObjectName("deviceCombo")
+        self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(20)
+        self.combo.currentIndexChanged.connect(lambda _: self._show_details())
+        self.combo.currentIndexChanged.connect(lambda _: self.deviceChanged.emit())
+        self.details = QLabel()
+        self.details.setObjectName("deviceDetails")
+        self.details.setWordWrap(True)
+        self.details.setProperty("role", "muted")
+        lay = QVBoxLayout(self)
+        lay.setSpacing(4)
+        lay.addWidget(self.combo)
+        lay.addWidget(self.details)
+        self.devices = []
+        self.error = ""
+        self.refresh()
+
+    def refresh(self, preferred=None) -> None:
+        """List devices; choose `preferred` (index or name, the CLI's --device) or the default."""
+        from engine.device import list_devices, select_device
+        self.combo.blockSignals(True)
+        self.combo.clear()
+        try:
+            self.devices = list_devices()
+        except StudioError as e:
+            self.devices, self.error = [], e.describe()
+        except Exception as e:  # a broken ICD loader must not stop the app from opening
+            self.devices, self.error = [], f"{_no_device_help()}\n({type(e).__name__}: {e})"
+        for d in self.devices:
+            self.combo.addItem(describe_device(d), d.index)
+            self.combo.setItemData(self.combo.count() - 1, describe_device(d), 3)  # tooltip
+        if not self.devices:
+            self.combo.addItem("No OpenCL device", None)
+            self.combo.setEnabled(False)
+            self.error = self.error or _no_device_help()
+        else:
+            self.combo.setEnabled(True)
+            try:
+                chosen = select_device(preferred)
+                self.combo.setCurrentIndex(max(self.combo.findData(chosen.index), 0))
+                self.error = ""
+            except StudioError as e:
+                self.error = e.describe()
+        self.combo.blockSignals(False)
+        self._show_details()
+
+    def select_by_name(self, name: str | None) -> None:
+        i = self.combo.findText(name) if name else -1
+        if i >= 0:
+            self.combo.setCurrentIndex(i)
+
+    def current(self):
+        """The chosen DeviceInfo, or None when there is no device."""
+        index = self.combo.currentData()
+        return next((d for d in self.devices if d.index == index), None)
+
+    def spec(self):
+        """What TrainingSession.create(device=...) takes: the device index."""
+        return self.combo.currentData()
+
+    def _show_details(self) -> None:
+        d = self.current()
+        if self.error:
+            self.details.setText(self.error)
+            self.details.setProperty("role", "error")
+        elif d is not None:
+            self.details.setText(f"{d.compute_units} compute units · {d.opencl_version}")
+            self.details.setProperty("role", "muted")
+        self.details.style().unpolish(self.details)
+        self.details.style().polish(self.details)
+
+    def set_editable(self, on: bool) -> None:
+        self.combo.setEnabled(on and bool(self.devices))

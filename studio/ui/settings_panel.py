@@ -1,0 +1,285 @@
+"""Model and training settings with live parameter count, memory and export-size estimates.
+
+Validation is the engine's own (ModelConfig.validate / TrainConfig.validate): the message appears
+under the offending field, the field is outlined, and `validityChanged(False)` lets the window
+disable Train until the person fixes it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
+                               QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget)
+
+from engine.config import ModelConfig, TrainConfig
+from engine.errors import ConfigError
+
+# (objectName, config field, label, minimum, maximum, step, tooltip)
+MODEL_FIELDS = [
+    ("dModelSpin", "d_model", "Embedding size (d_model)", 8, 4096, 16,
+     "Width of every token vector. Must be divisible by the number of heads."),
+    ("nLayerSpin", "n_layer", "Blocks (n_layer)", 1, 64, 1,
+     "Transformer blocks: attention + SwiGLU feed-forward each."),
+    ("nHeadSpin", "n_head", "Attention heads (n_head)", 1, 64, 1,
+     "Each head looks at d_model / n_head channels (head_dim, must be even for RoPE)."),
+    ("contextLengthSpin", "context_length", "Context length", 8, 4096, 16,
+     "Tokens the model sees at once; also the longest prompt + answer in chat."),
+    ("vocabSizeSpin", "vocab_size", "Vocabulary size", 259, 32000, 64,
+     "Requested tokenizer size; a small text may give fewer pieces."),
+]
+TRAIN_FIELDS = [
+    ("pretrainStepsSpin", "pretrain_steps", "Pretraining steps", 0, 1_000_000, 50,
+     "Optimizer updates on the pretraining text."),
+    ("tuneStepsSpin", "tune_steps", "Tuning steps", 0, 1_000_000, 50,
+     "Optimizer updates on the User/Assistant dialogues after pretraining."),
+    ("batchSizeSpin", "batch_size", "Batch size", 1, 1024, 1, "Windows per optimizer step."),
+    ("warmupSpin", "warmup_steps", "Warmup steps", 0, 100_000, 10,
+     "Linear warmup of the learning rate at the start of each stage."),
+    ("seedSpin", "seed", "Seed", 0, 2**31 - 1, 1, "Same seed, same weights, batches and samples."),
+    ("sampleIntervalSpin", "sample_interval", "Samples every", 0, 100_000, 10,
+     "Generate sample texts every N steps (0 = never)."),
+    ("evalIntervalSpin", "eval_interval", "Validate every", 1, 100_000, 10,
+     "Compute the validation loss every N steps."),
+]
+# (objectName, field, label, minimum, maximum, step, decimals, tooltip)
+FLOAT_FIELDS = [
+    ("learningRateSpin", "learning_rate", "Learning rate", 1e-5, 0.5, 5e-4, 5,
+     "Peak AdamW learning rate (warmup, then cosine decay). 3e-3 suits small models."),
+    ("gradClipSpin", "grad_clip", "Gradient clipping", 0.0, 100.0, 0.1, 2,
+     "Clip the global gradient norm to this value (0 = off)."),
+    ("weightDecaySpin", "weight_decay", "Weight decay", 0.0, 1.0, 0.01, 3,
+     "AdamW decoupled weight decay on matrices."),
+]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def human_count(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f} M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f} K"
+    return str(n)
+
+
+def training_bytes(cfg: ModelConfig, batch_size: int) -> int:
+    """Rough device memory for training: weights, grads and two AdamW moments (16 B/param),
+    plus the activations kept for backward: per block ~10 d_model + 3 hidden floats per token and
+    two (T, T) attention maps per head; logits and their gradient (2 vocab floats per token)."""
+    tokens = batch_size * cfg.context_length
+    per_block = 10 * cfg.d_model + 3 * cfg.hidden_dim + 2 * cfg.n_head * cfg.context_length
+    acts = tokens * (cfg.n_layer * per_block + 2 * cfg.vocab_size + 4 * cfg.d_model)
+    return 16 * cfg.param_count() + 4 * acts
+
+
+def export_bytes(cfg: ModelConfig, dtype: str = "f32") -> int:
+    """GGUF size: tensors plus the tokenizer (~16 B per piece for text, score and type)."""
+    p = cfg.param_count()
+    norms = (2 * cfg.n_layer + 1) * cfg.d_model  # 1-D tensors stay f32
+    per = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}[dtype]
+    return int(4 * norms + per * (p - norms) + 16 * cfg.vocab_size + 4096)
+
+
+class SettingsPanel(QWidget):
+    changed = Signal()
+    validityChanged = Signal(bool)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.spins: dict[str, QAbstractSpinBox] = {}
+        self._errors: dict[str, QLabel] = {}
+        defaults_m, defaults_t = ModelConfig(), TrainConfig()
+
+        model_box = QGroupBox("Model")
+        mform = self._form(model_box)
+        for name, field, label, lo, hi, step, tip in MODEL_FIELDS:
+            self._add(mform, QSpinBox(), name, field, label, lo, hi, step, tip,
+                      getattr(defaults_m, field))
+        self.tokenizer_combo = QComboBox()
+        self.tokenizer_combo.setObjectName("tokenizerCombo")
+        self.tokenizer_combo.addItem("BPE (SentencePiece, byte fallback)", "bpe")
+        self.tokenizer_combo.addItem("Characters", "char")
+        self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
+        mform.addRow("Tokenizer", self.tokenizer_combo)
+        self.tie_check = QCheckBox("Tie output to embedding")
+        self.tie_check.setObjectName("tieEmbeddingsCheck")
+        self.tie_check.setChecked(True)
+        self.tie_check.toggled.connect(self._on_change)
+        mform.addRow("", self.tie_check)
+        self.estimate_label = QLabel()
+        self.estimate_label.setObjectName("estimateLabel")
+        self.estimate_label.setWordWrap(True)
+        self.estimate_label.setProperty("role", "estimate")
+        mform.addRow(self.estimate_label)
+
+        train_box = QGroupBox("Training")
+        tform = self._form(train_box)
+        for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[:1]:
+            self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
+        for name, field, label, lo, hi, step, tip in TRAIN_FIELDS:
+            self._add(tform, QSpinBox(), name, field, label, lo, hi, step, tip,
+                      getattr(defaults_t, field))
+        for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[1:]:
+            self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
+        self.spins["sampleIntervalSpin"].setSuffix(" steps")
+        self.spins["evalIntervalSpin"].setSuffix(" steps")
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(10)
+        lay.addWidget(model_box)
+        lay.addWidget(train_box)
+        lay.addStretch(1)
+        self._valid = True
+        self._on_change()
+
+    # -- construction --------------------------------------------------------------------
+    def _form(self, box: QGroupBox) -> QFormLayout:
+        form = QFormLayout(box)
+        form.setLabelAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setHorizontalSpacing(10)
+        form.setVerticalSpacing(6)
+        return form
+
+    def _add(self, form, spin, name, field, label, lo, hi, step, tip, value):
+        spin.setObjectName(name)
+        spin.setRange(lo, hi)
+        spin.setSingleStep(step)
+        spin.setValue(value)
+        spin.setToolTip(tip)
+        spin.setProperty("field", field)
+        spin.setKeyboardTracking(True)
+        spin.valueChanged.connect(self._on_change)
+        form.addRow(label, spin)
+        err = QLabel()
+        err.setObjectName(name.replace("Spin", "Error"))
+        err.setProperty("role", "error")
+        err.setWordWrap(True)
+        form.addRow(err)
+        # Not QFormLayout.setRowVisible: in PySide6 6.12 it corrupts reference counts.
+        err.setVisible(False)
+        self.spins[name] = spin
+        self._errors[field] = err
+
+    def _add_float(self, form, name, field, label, lo, hi, step, dec, tip, defaults):
+        spin = QDoubleSpinBox()
+        spin.setDecimals(dec)
+        self._add(form, spin, name, field, label, lo, hi, step, tip, getattr(defaults, field))
+
+    # -- values ----------------------------------------------------------------------------
+    def _values(self, fields) -> dict:
+        return {f[1]: self.spins[f[0]].value() for f in fields}
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
+
+    def tokenizer_kind(self) -> str:
+        return self.tokenizer_combo.currentData()
+
+    def set_value(self, name: str, value) -> None:
+        self.spins[name].setValue(value)
+
+    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None) -> None:
+        """Show a loaded checkpoint's settings."""
+        for name, field, *_ in MODEL_FIELDS:
+            self.spins[name].setValue(getattr(model_cfg, field))
+        self.tie_check.setChecked(model_cfg.tie_embeddings)
+        if train_cfg is not None:
+            for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
+                self.spins[name].setValue(getattr(train_cfg, field))
+
+    def is_valid(self) -> bool:
+        return self._valid
+
+    def error_text(self) -> str:
+        return "\n".join(e.text() for e in self._errors.values() if e.text())
+
+    # -- validation and estimates --------------------------------------------------------
+    def _on_change(self, *_):
+        for field, err in self._errors.items():
+            err.setText("")
+            err.setVisible(False)
+        for spin in self.spins.values():
+            spin.setProperty("invalid", False)
+        problems = []
+        try:
+            cfg = self.model_config().validate()
+        except ConfigError as e:
+            cfg = None
+            problems.append((e, [f[1] for f in MODEL_FIELDS]))
+        try:
+            tcfg = self.train_config().validate()
+        except ConfigError as e:
+            tcfg = None
+            problems.append((e, [f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS]))
+        for err, fields in problems:
+            self._show_error(err, fields)
+        for spin in self.spins.values():  # re-polish so the stylesheet sees "invalid"
+            spin.style().unpolish(spin)
+            spin.style().polish(spin)
+        if cfg is not None:
+            batch = self.spins["batchSizeSpin"].value()
+            self.estimate_label.setText(
+                f"<b>{human_count(cfg.param_count())}</b> parameters · "
+                f"≈ {human_bytes(training_bytes(cfg, batch))} to train · "
+                f"GGUF ≈ {human_bytes(export_bytes(cfg, 'f32'))} (f32), "
+                f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
+        else:
+            self.estimate_label.setText("Fix the setting marked in red to see the model size.")
+        valid = cfg is not None and tcfg is not None
+        if valid != self._valid:
+            self._valid = valid
+            self.validityChanged.emit(valid)
+        self.changed.emit()
+
+    def _show_error(self, err: ConfigError, candidates: list[str]) -> None:
+        """Put the message under the first field it names (d_model before n_head)."""
+        text = str(err)
+        named = [f for f in candidates if f in text]
+        if "head_dim" in text:
+            named = ["d_model", "n_head"]
+        if not named:
+            named = candidates[-1:]
+        for field in named:
+            spin = next(s for s in self.spins.values() if s.property("field") == field)
+            spin.setProperty("invalid", True)
+        target = "n_head" if "n_head" in named else named[0]
+        label = self._errors[target]
+        label.setText(err.describe())
+        label.setVisible(True)
+
+    # -- state -----------------------------------------------------------------------------
+    def set_editable(self, on: bool) -> None:
+        for w in list(self.spins.values()) + [self.tokenizer_combo, self.tie_check]:
+            w.setEnabled(on)
+
+    def save(self, s: QSettings) -> None:
+        for name, spin in self.spins.items():
+            s.setValue(f"settings/{name}", spin.value())
+        s.setValue("settings/tokenizer", self.tokenizer_kind())
+        s.setValue("settings/tie", self.tie_check.isChecked())
+
+    def restore(self, s: QSettings) -> None:
+        for name, spin in self.spins.items():
+            v = s.value(f"settings/{name}")
+            if v is None:
+                continue
+            try:
+                spin.setValue(float(v) if isinstance(spin, QDoubleSpinBox) else int(float(v)))
+            except (TypeError, ValueError):
+                pass  # a corrupt value keeps the default
+        i = self.tokenizer_combo.findData(s.value("settings/tokenizer", "bpe"))
+        self.tokenizer_combo.setCurrentIndex(max(i, 0))
+        self.tie_check.setChecked(str(s.value("settings/tie", True)).lower() in ("true", "1"))

@@ -1,0 +1,264 @@
+"""Float64 numpy twin of every kernel and of the whole model: the oracle the OpenCL code is tested against.
+
+Conventions are those of docs/ENGINE_API.md: linear weights (out, in), y = x @ W.T; RMSNorm
+x / sqrt(mean(x^2) + eps) * w (Zhang & Sennrich 2019); RoPE in llama.cpp's NORM convention (pair
+(x[2i], x[2i+1]) rotated by pos * base^(-2i/head_dim), Su et al. 2021); causal attention with scale
+1/sqrt(head_dim); SwiGLU silu(g) * u (Shazeer 2020); mean cross-entropy over targets >= 0.
+Every function takes and returns float64 arrays; `_backward` functions return gradients named d<x>.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- layers
+
+
+def embedding_forward(ids, wte):
+    """ids (B, T) int -> (B, T, C)."""
+    return wte[ids]
+
+
+def embedding_backward(dout, ids, vocab_size):
+    """dout (B, T, C) -> dwte (V, C), rows of repeated ids summed."""
+    dwte = np.zeros((vocab_size, dout.shape[-1]))
+    np.add.at(dwte, ids.reshape(-1), dout.reshape(-1, dout.shape[-1]))
+    return dwte
+
+
+def rmsnorm_forward(x, w, eps=1e-5):
+    """x (..., C), w (C,) -> out (..., C), rstd (...)."""
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1) + eps)
+    return x * rstd[..., None] * w, rstd
+
+
+def rmsnorm_backward(dout, x, w, rstd):
+    """-> dx (..., C), dw (C,)."""
+    xhat = x * rstd[..., None]
+    dw = np.sum((dout * xhat).reshape(-1, x.shape[-1]), axis=0)
+    dxhat = dout * w
+    c = x.shape[-1]
+    dx = rstd[..., None] * (dxhat - xhat * np.sum(dxhat * xhat, axis=-1, keepdims=True) / c)
+    return dx, dw
+
+
+def matmul_forward(x, w):
+    """x (..., K), w (N, K) -> (..., N)."""
+    return x @ w.T
+
+
+def matmul_backward(dout, x, w):
+    """-> dx (..., K), dw (N, K)."""
+    k = x.shape[-1]
+    n = w.shape[0]
+    dx = dout @ w
+    dw = dout.reshape(-1, n).T @ x.reshape(-1, k)
+    return dx, dw
+
+
+def rope_angles(T, head_dim, base=10000.0, pos0=0):
+    """-> cos, sin of shape (T, head_dim // 2): angle = pos * base^(-2i/head_dim)."""
+    i = np.arange(head_dim // 2)
+    inv_freq = base ** (-2.0 * i / head_dim)
+    ang = np.arange(pos0, pos0 + T)[:, None] * inv_freq[None, :]
+    return np.cos(ang), np.sin(ang)
+
+
+def rope_forward(x, n_head, base=10000.0, pos0=0):
+    """x (B, T, n_head * head_dim) -> rotated copy; pairs (2i, 2i+1) within each head."""
+    B, T, C = x.shape
+    hd = C // n_head
+    cos, sin = rope_angles(T, hd, base, pos0)
+    xr = x.reshape(B, T, n_head, hd // 2, 2)
+    a, b = xr[..., 0], xr[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    out = np.stack([a * c - b * s, a * s + b * c], axis=-1)
+    return out.reshape(B, T, C)
+
+
+def rope_backward(dout, n_head, base=10000.0, pos0=0):
+    """The rotation is orthogonal: its gradient is the inverse rotation."""
+    B, T, C = dout.shape
+    hd = C // n_head
+    cos, sin = rope_angles(T, hd, base, pos0)
+    dr = dout.reshape(B, T, n_head, hd // 2, 2)
+    a, b = dr[..., 0], dr[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    out = np.stack([a * c + b * s, -a * s + b * c], axis=-1)
+    return out.reshape(B, T, C)
+
+
+def attention_forward(q, k, v, n_head):
+    """q, k, v (B, T, C) (already rotated) -> y (B, T, C), att (B, H, T, T) causal softmax."""
+    B, T, C = q.shape
+    hd = C // n_head
+    qh = q.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
+    kh = k.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
+    vh = v.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
+    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(hd)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s = s - s.max(axis=-1, keepdims=True)
+    att = np.exp(s)
+    att /= att.sum(axis=-1, keepdims=True)
+    y = (att @ vh).transpose(0, 2, 1, 3).reshape(B, T, C)
+    return y, att
+
+
+def attention_backward(dy, q, k, v, att, n_head):
+    """-> dq, dk, dv (B, T, C)."""
+    B, T, C = q.shape
+    hd = C // n_head
+    split = lambda t: t.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)  # noqa: E731
+    merge = lambda t: t.transpose(0, 2, 1, 3).reshape(B, T, C)  # noqa: E731
+    qh, kh, vh, dyh = split(q), split(k), split(v), split(dy)
+    dv = att.transpose(0, 1, 3, 2) @ dyh
+    datt = dyh @ vh.transpose(0, 1, 3, 2)
+    ds = att * (datt - np.sum(datt * att, axis=-1, keepdims=True)) / np.sqrt(hd)
+    dq = ds @ kh
+    dk = ds.transpose(0, 1, 3, 2) @ qh
+    return merge(dq), merge(dk), merge(dv)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def swiglu_forward(g, u):
+    """g, u (..., F) -> silu(g) * u."""
+    return silu(g) * u
+
+
+def swiglu_backward(dout, g, u):
+    """-> dg, du."""
+    sig = 1.0 / (1.0 + np.exp(-g))
+    dsilu = sig * (1.0 + g * (1.0 - sig))
+    return dout * u * dsilu, dout * silu(g)
+
+
+def crossentropy_forward(logits, targets):
+    """logits (N, V), targets (N,) with -1 = ignored -> (mean loss over valid targets, losses (N,))."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    valid = targets >= 0
+    losses = np.where(valid, -logp[np.arange(len(targets)), np.where(valid, targets, 0)], 0.0)
+    return losses.sum() / max(valid.sum(), 1), losses
+
+
+def crossentropy_backward(logits, targets):
+    """dlogits (N, V) of the mean loss: (softmax - onehot) / n_valid on valid rows, 0 elsewhere."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    valid = targets >= 0
+    p[np.arange(len(targets)), np.where(valid, targets, 0)] -= valid
+    return p * valid[:, None] / max(valid.sum(), 1)
+
+
+def adamw_update(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, clip_scale=1.0):
+    """One AdamW step (Loshchilov & Hutter 2019, PyTorch's form), gradient pre-scaled by clip_scale.
+    `step` counts from 1. Returns new (p, m, v)."""
+    g = g * clip_scale
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    mhat = m / (1 - beta1 ** step)
+    vhat = v / (1 - beta2 ** step)
+    p = p - lr * (mhat / (np.sqrt(vhat) + eps) + weight_decay * p)
+    return p, m, v
+
+
+# ----------------------------------------------------------------------------- whole model
+
+
+def init_weights(cfg, seed=0, std=0.02):
+    """Random float64 weights with the engine's names and shapes (norm weights 1)."""
+    rng = np.random.default_rng(seed)
+    d, f, V = cfg.d_model, cfg.hidden_dim, cfg.vocab_size
+    w = {"token_embd.weight": rng.normal(0, std, (V, d))}
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
+        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w[p + n + ".weight"] = rng.normal(0, std, (d, d))
+        w[p + "ffn_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
+        w[p + "ffn_gate.weight"] = rng.normal(0, std, (f, d))
+        w[p + "ffn_up.weight"] = rng.normal(0, std, (f, d))
+        w[p + "ffn_down.weight"] = rng.normal(0, std, (d, f))
+    w["output_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
+    if not cfg.tie_embeddings:
+        w["output.weight"] = rng.normal(0, std, (V, d))
+    return w
+
+
+def _out_weight(w, cfg):
+    return w["token_embd.weight"] if cfg.tie_embeddings else w["output.weight"]
+
+
+def forward(weights, cfg, ids, targets=None):
+    """ids (B, T) -> logits (B, T, V); with targets (B, T) also returns (logits, loss, cache)."""
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    ids = np.asarray(ids)
+    B, T = ids.shape
+    H, eps, base, f = cfg.n_head, cfg.rms_eps, cfg.rope_base, cfg.hidden_dim
+    cache = {"ids": ids, "layers": []}
+    x = embedding_forward(ids, w["token_embd.weight"])  # (B, T, C)
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        L = {"x": x}
+        L["xn"], L["rstd1"] = rmsnorm_forward(x, w[p + "attn_norm.weight"], eps)
+        q = rope_forward(matmul_forward(L["xn"], w[p + "attn_q.weight"]), H, base)
+        k = rope_forward(matmul_forward(L["xn"], w[p + "attn_k.weight"]), H, base)
+        v = matmul_forward(L["xn"], w[p + "attn_v.weight"])
+        L["q"], L["k"], L["v"] = q, k, v
+        L["y"], L["att"] = attention_forward(q, k, v, H)
+        x = x + matmul_forward(L["y"], w[p + "attn_output.weight"])
+        L["x2"] = x
+        L["xn2"], L["rstd2"] = rmsnorm_forward(x, w[p + "ffn_norm.weight"], eps)
+        L["g"] = matmul_forward(L["xn2"], w[p + "ffn_gate.weight"])  # (B, T, F)
+        L["u"] = matmul_forward(L["xn2"], w[p + "ffn_up.weight"])
+        L["h"] = swiglu_forward(L["g"], L["u"])
+        x = x + matmul_forward(L["h"], w[p + "ffn_down.weight"])
+        cache["layers"].append(L)
+    cache["xlast"] = x
+    cache["xf"], cache["rstdf"] = rmsnorm_forward(x, w["output_norm.weight"], eps)
+    logits = matmul_forward(cache["xf"], _out_weight(w, cfg))  # (B, T, V)
+    assert f == w["blk.0.ffn_gate.weight"].shape[0] if cfg.n_layer else True
+    if targets is None:
+        return logits
+    loss, _ = crossentropy_forward(logits.reshape(B * T, -1), np.asarray(targets).reshape(-1))
+    cache["logits"], cache["targets"] = logits, np.asarray(targets)
+    return logits, loss, cache
+
+
+def backward(weights, cfg, cache):
+    """Gradients of the mean cross-entropy for every weight, same names as `weights`."""
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    H, base = cfg.n_head, cfg.rope_base
+    logits, targets = cache["logits"], cache["targets"]
+    B, T, V = logits.shape
+    g = {k: np.zeros_like(v) for k, v in w.items()}
+    dlogits = crossentropy_backward(logits.reshape(B * T, V), targets.reshape(-1)).reshape(B, T, V)
+    dxf, dwout = matmul_backward(dlogits, cache["xf"], _out_weight(w, cfg))
+    g["token_embd.weight" if cfg.tie_embeddings else "output.weight"] += dwout
+    dx, g["output_norm.weight"] = rmsnorm_backward(dxf, cache["xlast"], w["output_norm.weight"],
+                                                   cache["rstdf"])
+    for i in reversed(range(cfg.n_layer)):
+        p, L = f"blk.{i}.", cache["layers"][i]
+        dh, g[p + "ffn_down.weight"] = matmul_backward(dx, L["h"], w[p + "ffn_down.weight"])
+        dg, du = swiglu_backward(dh, L["g"], L["u"])
+        dxn2a, g[p + "ffn_gate.weight"] = matmul_backward(dg, L["xn2"], w[p + "ffn_gate.weight"])
+        dxn2b, g[p + "ffn_up.weight"] = matmul_backward(du, L["xn2"], w[p + "ffn_up.weight"])
+        dx2, g[p + "ffn_norm.weight"] = rmsnorm_backward(dxn2a + dxn2b, L["x2"],
+                                                         w[p + "ffn_norm.weight"], L["rstd2"])
+        dx = dx + dx2
+        dy, g[p + "attn_output.weight"] = matmul_backward(dx, L["y"], w[p + "attn_output.weight"])
+        dq, dk, dv = attention_backward(dy, L["q"], L["k"], L["v"], L["att"], H)
+        dq, dk = rope_backward(dq, H, base), rope_backward(dk, H, base)
+        dxn = 0.0
+        for name, dproj in (("attn_q", dq), ("attn_k", dk), ("attn_v", dv)):
+            dpart, g[p + name + ".weight"] = matmul_backward(dproj, L["xn"], w[p + name + ".weight"])
+            dxn = dxn + dpart
+        dx1, g[p + "attn_norm.weight"] = rmsnorm_backward(dxn, L["x"], w[p + "attn_norm.weight"],
+                                                          L["rstd1"])
+        dx = dx + dx1
+    g["token_embd.weight"] += embedding_backward(dx, cache["ids"], V)
+    return g
