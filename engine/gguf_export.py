@@ -12,7 +12,7 @@ are written unchanged: the engine's RoPE already is llama.cpp's "NORM" pair conv
 weights are always F32; matrices are F32, F16 or Q8_0 (blocks of 32 values with one f16 scale).
 With tied embeddings `output.weight` is omitted and llama.cpp falls back to `token_embd.weight`.
 
-Beside the GGUF an Ollama Modelfile is written (see `engine.gguf_modelfile`). Both writes are
+Beside the GGUF an Ollama Modelfile is written (`write_modelfile`). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
 only with force=True. `import_gguf` lives in `engine.gguf_import` and is re-exported here.
 """
@@ -134,7 +134,6 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
     atomic_write(path, write)
     modelfile_path = None
     if modelfile:
-        from engine.gguf_modelfile import write_modelfile
         modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile, force=True)
     return ExportResult(path, path.stat().st_size, modelfile_path, name)
 
@@ -309,5 +308,42 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
             pass
 
 
-from engine.gguf_import import import_gguf  # noqa: E402  (re-export; gguf_import needs the above)
-from engine.gguf_modelfile import modelfile_text, write_modelfile  # noqa: E402
+# Ollama's Go-template twin of engine.dialogue.CHAT_TEMPLATE, without the BOS (Ollama adds it
+# because tokenizer.ggml.add_bos_token is true). "{{-" trims the newline before it.
+OLLAMA_TEMPLATE = """{{- range .Messages }}
+{{- if eq .Role "system" }}System: {{ .Content }}
+{{ else if eq .Role "user" }}User: {{ .Content }}
+Assistant:
+{{- else if eq .Role "assistant" }} {{ .Content }}</s>
+{{ end }}
+{{- end }}"""
+
+
+def modelfile_text(gguf_name: str, config: ModelConfig) -> str:
+    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE, stop words, num_ctx."""
+    source = f"./{gguf_name}"
+    if any(c.isspace() or c == '"' for c in source):
+        source = '"' + source.replace('"', '\\"') + '"'
+    return (f"# Ollama: ollama create <name> -f <this file>; then ollama run <name>\n"
+            f"FROM {source}\n"
+            f'TEMPLATE """{OLLAMA_TEMPLATE}"""\n'
+            f'PARAMETER stop "</s>"\n'
+            f'PARAMETER stop "User:"\n'
+            f"PARAMETER num_ctx {config.context_length}\n")
+
+
+def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
+                    path: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Write the Modelfile for `gguf_path` (default: "Modelfile" in its folder), atomically.
+
+    Raises ExportError when the file exists and force is False, or the folder is not writable.
+    """
+    gguf_path = Path(gguf_path)
+    path = Path(path) if path is not None else gguf_path.parent / "Modelfile"
+    _check_target(path, force)
+    text = modelfile_text(gguf_path.name, config)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
+    return path
+
+
+from engine.gguf_import import import_gguf  # noqa: E402,F401  (re-export; it needs the above)

@@ -1,0 +1,216 @@
+"""The Llama-style model on the device: forward, backward and the AdamW step.
+
+forward() and backward() read as a flat list of layer calls (llm.c). Parameters, gradients and
+AdamW moments are flat device buffers laid out by engine.params.ParamTable; the kernels see
+sub-buffers of the groups. Activations are kept per (B, T) shape in an `Activations` set.
+Within a step nothing is read back to the host except the loss and grad-norm stats at the end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from engine import ops
+from engine.config import ModelConfig
+from engine.params import ParamTable
+from engine.runtime import Runtime
+
+
+class Activations:
+    """Device buffers for one (B, T): what backward needs from forward, plus gradient scratch."""
+
+    def __init__(self, rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool):
+        C, F, V, H, L = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer
+        BT = B * T
+        e = rt.empty
+        self.B, self.T = B, T
+        self.ids, self.targets = e(BT, np.int32), e(BT, np.int32)
+        self.x = [e(BT * C) for _ in range(L + 1)]        # residual stream entering layer l
+        self.xn = [e(BT * C) for _ in range(L)]           # attn RMSNorm output
+        self.rstd1 = [e(BT) for _ in range(L)]
+        self.qkv = [e(BT * 3 * C) for _ in range(L)]      # after RoPE on q, k
+        self.att = [e(B * H * T * T) for _ in range(L)]   # softmax probabilities
+        self.y = [e(BT * C) for _ in range(L)]            # attention output before attn_output
+        self.xmid = [e(BT * C) for _ in range(L)]         # residual after attention
+        self.xn2 = [e(BT * C) for _ in range(L)]
+        self.rstd2 = [e(BT) for _ in range(L)]
+        self.gu = [e(BT * 2 * F) for _ in range(L)]       # gate | up
+        self.h = [e(BT * F) for _ in range(L)]            # silu(gate) * up
+        self.proj = e(BT * C)                             # attn_output / ffn_down result
+        self.xf, self.rstdf = e(BT * C), e(BT)
+        self.logits, self.losses = e(BT * V), e(BT)
+        if with_grad:
+            self.dres, self.dtmp, self.dy = e(BT * C), e(BT * C), e(BT * C)
+            self.dqkv, self.datt = e(BT * 3 * C), e(B * H * T * T)
+            self.dgu, self.dh = e(BT * 2 * F), e(BT * F)
+            self.uniq, self.starts, self.order = e(BT, np.int32), e(BT + 1, np.int32), e(BT, np.int32)
+        self.with_grad = with_grad
+
+
+class Model:
+    """Weights, gradients and AdamW state of one ModelConfig on one Runtime."""
+
+    def __init__(self, rt: Runtime, cfg: ModelConfig, flat_weights: np.ndarray | None = None,
+                 seed: int = 0):
+        self.rt, self.cfg = rt, cfg.validate()
+        self.table = ParamTable(cfg)
+        n = self.table.size
+        if flat_weights is None:
+            flat_weights = self.table.init_weights(np.random.default_rng(seed))
+        self.params = rt.to_device(np.asarray(flat_weights, np.float32))
+        self.grads, self.m, self.v = rt.zeros(n), rt.zeros(n), rt.zeros(n)
+        self.stats, self.partial = rt.zeros(3), rt.zeros(ops.GRAD_NORM_PARTIALS)
+        self.p = self._views(self.params)
+        self.g = self._views(self.grads)
+        biggest = max(g.size for g in self.table.groups.values())
+        self.w_t = rt.empty(biggest)  # transposed weight scratch for matmul_forward
+        cos, sin = self._rope_table(cfg.context_length)
+        self.rope_cos, self.rope_sin = rt.to_device(cos), rt.to_device(sin)
+        self._acts: dict[tuple, Activations] = {}
+        self.adam_t = 0  # AdamW steps taken (bias correction)
+
+    def _views(self, buf) -> dict[str, cl.Buffer]:
+        return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
+                for name, g in self.table.groups.items()}
+
+    def _rope_table(self, T: int):
+        hd = self.cfg.head_dim
+        inv = self.cfg.rope_base ** (-2.0 * np.arange(hd // 2) / hd)
+        ang = np.arange(T)[:, None] * inv[None, :]  # float64, then rounded once
+        return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+    def activations(self, B: int, T: int, with_grad: bool) -> Activations:
+        key = (B, T, with_grad)
+        if key not in self._acts:
+            self._acts[key] = Activations(self.rt, self.cfg, B, T, with_grad)
+        return self._acts[key]
+
+    # -------------------------------------------------------------------------- forward
+    def forward(self, a: Activations, B: int, T: int):
+        """Logits (B*T, V) into a.logits from a.ids (already on the device)."""
+        rt, cfg, p = self.rt, self.cfg, self.p
+        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        BT = B * T
+        ops.embedding_forward(rt, a.x[0], a.ids, p["token_embd"], BT, C)         # (B, T, C)
+        for l in range(cfg.n_layer):
+            b = f"blk.{l}."
+            ops.rmsnorm_forward(rt, a.xn[l], a.rstd1[l], a.x[l], p[b + "attn_norm"], BT, C,
+                                cfg.rms_eps)
+            ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
+            ops.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
+            ops.attention_forward(rt, a.y[l], a.att[l], a.qkv[l], B, T, C, H)     # (B, T, C)
+            ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
+            ops.residual_forward(rt, a.xmid[l], a.x[l], a.proj, BT * C)
+            ops.rmsnorm_forward(rt, a.xn2[l], a.rstd2[l], a.xmid[l], p[b + "ffn_norm"], BT, C,
+                                cfg.rms_eps)
+            ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
+            ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
+            ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
+            ops.residual_forward(rt, a.x[l + 1], a.xmid[l], a.proj, BT * C)
+        L = cfg.n_layer
+        ops.rmsnorm_forward(rt, a.xf, a.rstdf, a.x[L], p["output_norm"], BT, C, cfg.rms_eps)
+        ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V, C)
+
+    # -------------------------------------------------------------------------- backward
+    def backward(self, a: Activations, B: int, T: int):
+        """Gradients of the loss into self.grads, from dlogits already in a.logits."""
+        rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
+        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        BT, L = B * T, cfg.n_layer
+        out = self.table.output_group
+        ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf (B, T, C)
+        rt.fill_zero(a.dres, BT * C)
+        ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
+                             a.rstdf, BT, C)
+        for l in reversed(range(L)):
+            b = f"blk.{l}."
+            ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], a.dres, a.h[l], p[b + "ffn_down"],
+                                BT, C, F)                                          # (B, T, F)
+            ops.swiglu_backward(rt, a.dgu, a.dh, a.gu[l], BT, F)                   # (B, T, 2F)
+            ops.matmul_backward(rt, a.dtmp, g[b + "ffn_gate_up"], a.dgu, a.xn2[l],
+                                p[b + "ffn_gate_up"], BT, 2 * F, C)                # (B, T, C)
+            ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
+                                 p[b + "ffn_norm"], a.rstd2[l], BT, C)
+            ops.matmul_backward(rt, a.dy, g[b + "attn_output"], a.dres, a.y[l],
+                                p[b + "attn_output"], BT, C, C)
+            ops.attention_backward(rt, a.dqkv, a.datt, a.dy, a.qkv[l], a.att[l], B, T, C, H)
+            ops.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
+            ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
+                                p[b + "attn_qkv"], BT, 3 * C, C)
+            ops.rmsnorm_backward(rt, a.dres, g[b + "attn_norm"], a.dtmp, a.x[l],
+                                 p[b + "attn_norm"], a.rstd1[l], BT, C)
+        ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
+                               a.n_unique, C)
+
+    # -------------------------------------------------------------------------- steps
+    def upload_batch(self, a: Activations, inputs: np.ndarray, targets: np.ndarray | None):
+        ids = np.ascontiguousarray(inputs, np.int32)
+        if ids.min(initial=0) < 0 or ids.max(initial=0) >= self.cfg.vocab_size:
+            raise ValueError("token id out of range for this model's vocabulary")
+        self.rt.write(a.ids, ids.reshape(-1))
+        if targets is not None:
+            self.rt.write(a.targets, np.ascontiguousarray(targets, np.int32).reshape(-1))
+        if a.with_grad:
+            uniq, starts, order = ops.group_positions(ids)
+            self.rt.write(a.uniq, uniq)
+            self.rt.write(a.starts, starts)
+            self.rt.write(a.order, order)
+            a.n_unique = len(uniq)
+
+    def loss(self, inputs: np.ndarray, targets: np.ndarray) -> float:
+        """Mean cross-entropy (nats) over targets >= 0, no gradient. inputs, targets (B, T)."""
+        B, T = inputs.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, inputs, targets)
+        self.forward(a, B, T)
+        n = int((targets >= 0).sum())
+        ops.crossentropy_forward_backward(self.rt, a.logits, a.losses, a.targets, B * T,
+                                          self.cfg.vocab_size, n, want_grad=False)
+        return float(self.rt.read(a.losses, B * T).sum() / max(n, 1))
+
+    def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, tc) -> tuple:
+        """Forward, backward, clip, AdamW on one batch (B, T). Returns (loss, grad_norm, skipped)
+        where skipped is True when the gradient was NaN/Inf and no update was made."""
+        B, T = inputs.shape
+        rt, n = self.rt, self.table.size
+        a = self.activations(B, T, with_grad=True)
+        self.upload_batch(a, inputs, targets)
+        rt.fill_zero(self.grads, n)
+        self.forward(a, B, T)
+        n_counted = int((targets >= 0).sum())
+        ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
+                                          self.cfg.vocab_size, n_counted, want_grad=True)
+        self.backward(a, B, T)
+        ops.grad_norm(rt, self.stats, self.partial, self.grads, n, tc.grad_clip)
+        self.adam_t += 1
+        ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,
+                         self.table.n_decay, lr, tc.beta1, tc.beta2, tc.adam_eps,
+                         tc.weight_decay, self.adam_t)
+        losses = rt.read(a.losses, B * T)
+        stats = rt.read(self.stats, 3)
+        skipped = bool(stats[2] != 0)
+        if skipped:
+            self.adam_t -= 1  # no update happened; keep bias correction in step
+        return float(losses.sum() / max(n_counted, 1)), float(stats[0]), skipped
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Logits (B, T, V) float32 for ids (B, T), T <= context_length."""
+        B, T = ids.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, ids, None)
+        self.forward(a, B, T)
+        return self.rt.read(a.logits, B * T * self.cfg.vocab_size).reshape(B, T, -1)
+
+    # -------------------------------------------------------------------------- host copies
+    def read_flat(self, which: str = "params") -> np.ndarray:
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        return self.rt.read(buf, self.table.size)
+
+    def write_flat(self, which: str, flat: np.ndarray):
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """{GGUF name: float32 array} copied from the device."""
+        return self.table.unflatten(self.read_flat("params"))

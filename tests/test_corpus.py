@@ -1,0 +1,189 @@
+"""engine.corpus: document split, token stream, validation split, training windows."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.corpus import PretrainData, split_documents, suggest_context_length
+from engine.errors import ConfigError, DataError
+from engine.textio import read_text
+from engine.tokenizer import Tokenizer
+
+RES = Path(__file__).resolve().parents[1] / "resources"
+
+
+@pytest.fixture(scope="module")
+def pretrain():
+    return read_text(RES / "pretrain.txt")
+
+
+@pytest.fixture(scope="module")
+def tok(pretrain):
+    return Tokenizer.train([pretrain, read_text(RES / "tune.txt")], 512)
+
+
+# ---------------------------------------------------------------- documents
+
+def test_paragraphs_are_documents():
+    text = "First para\nstill first.\n\nSecond.\n \t \nThird\n\n\n\nFourth.\n"
+    assert split_documents(text) == ["First para\nstill first.", "Second.", "Third", "Fourth."]
+
+
+def test_no_blank_lines_means_one_document_per_line():
+    assert split_documents("one\ntwo\nthree") == ["one", "two", "three"]
+    assert split_documents("one\ntwo\n  \nthree") == ["one\ntwo", "three"]  # "  " is blank
+    assert split_documents("\none\ntwo\nthree\n\n") == ["one", "two", "three"]
+
+
+def test_blank_only_at_the_ends_is_not_a_separator():
+    assert split_documents("\n\nalpha\nbeta\n\n") == ["alpha", "beta"]
+
+
+def test_whitespace_text_has_no_documents():
+    assert split_documents(" \n\t\n") == []
+
+
+def test_bundled_pretraining_text(pretrain):
+    docs = split_documents(pretrain)
+    assert len(docs) >= 30
+    for d in docs:
+        assert "\n" not in d and d.endswith(".")
+        assert 8 <= len(d.split()) <= 20, d
+
+
+# ---------------------------------------------------------------- stream and split
+
+def test_stream_is_bos_doc_eos(tok):
+    text = "Alpha beta.\n\nGamma delta.\n\nEpsilon."
+    data = PretrainData(tok, text, context_length=4, val_fraction=0.0)
+    want = []
+    for d in ["Alpha beta.", "Gamma delta.", "Epsilon."]:
+        want += [tok.bos_id] + tok.encode(d) + [tok.eos_id]
+    assert data.stream.dtype == np.int32
+    assert data.stream.tolist() == want
+    assert data.n_tokens == len(want)
+    assert data.documents == ["Alpha beta.", "Gamma delta.", "Epsilon."]
+
+
+def test_last_documents_are_held_out(tok, pretrain):
+    data = PretrainData(tok, pretrain, context_length=64, val_fraction=0.1)
+    n_docs = len(data.documents)
+    assert data.n_val_documents == round(n_docs * 0.1) >= 1
+    assert not data.val_is_train
+    assert np.array_equal(np.concatenate([data.train_stream, data.val_stream]), data.stream)
+    held = data.documents[-data.n_val_documents:]
+    want = [i for d in held for i in [tok.bos_id] + tok.encode(d) + [tok.eos_id]]
+    assert data.val_stream.tolist() == want
+
+
+def test_at_least_one_document_is_held_out(tok):
+    text = "\n\n".join(f"Document number {w} talks about the sea and the sky." for w in
+                       ["one", "two", "three"])
+    data = PretrainData(tok, text, context_length=8, val_fraction=0.01)
+    assert data.n_val_documents == 1 and not data.val_is_train
+
+
+def test_too_small_validation_uses_the_training_stream(tok):
+    text = "A long first document about rivers, mountains and oceans of the world.\n\nShort."
+    data = PretrainData(tok, text, context_length=12, val_fraction=0.5)
+    assert data.val_is_train and data.n_val_documents == 0
+    assert data.val_stream is data.train_stream is data.stream
+
+
+def test_single_document_validates_on_training(tok):
+    data = PretrainData(tok, "just one document with some words in it", 4)
+    assert data.val_is_train
+
+
+def test_zero_val_fraction(tok, pretrain):
+    assert PretrainData(tok, pretrain, 64, val_fraction=0.0).val_is_train
+
+
+@pytest.mark.parametrize("kind,vocab", [("bpe", 512), ("bpe", 1024), ("char", 512)])
+@pytest.mark.parametrize("T", [64, 128])
+def test_bundled_corpus_works(pretrain, kind, vocab, T):
+    tk = Tokenizer.train([pretrain], vocab, kind)
+    data = PretrainData(tk, pretrain, T)
+    x, y = data.train_batch(np.random.default_rng(0), 4)
+    assert x.shape == y.shape == (4, T)
+    assert len(data.val_batches(4, 2)) == 2
+
+
+# ---------------------------------------------------------------- batches
+
+def test_train_batch_shapes_and_shift(tok, pretrain):
+    data = PretrainData(tok, pretrain, context_length=32)
+    x, y = data.train_batch(np.random.default_rng(1), 8)
+    assert x.shape == y.shape == (8, 32) and x.dtype == y.dtype == np.int32
+    assert np.array_equal(x[:, 1:], y[:, :-1])
+    s = data.train_stream
+    for row_x, row_y in zip(x, y):   # each row is a contiguous slice of the training stream
+        win = np.concatenate([row_x, row_y[-1:]])
+        starts = [i for i in range(s.size - 32) if s[i] == win[0] and np.array_equal(s[i:i + 33], win)]
+        assert starts, "window not found in the training stream"
+
+
+def test_windows_cover_the_whole_training_stream(tok):
+    text = "\n\n".join(f"Fact {k}: the river flows to the sea." for k in range(4))
+    data = PretrainData(tok, text, context_length=5, val_fraction=0.0)
+    x, y = data.train_batch(np.random.default_rng(0), 2000)
+    firsts = {int(v) for v in x[:, 0]}
+    lasts = {int(v) for v in y[:, -1]}
+    assert int(data.train_stream[0]) in firsts and int(data.train_stream[-1]) in lasts
+
+
+def test_train_batch_is_deterministic(tok, pretrain):
+    data = PretrainData(tok, pretrain, 16)
+    a = data.train_batch(np.random.default_rng(7), 4)
+    b = data.train_batch(np.random.default_rng(7), 4)
+    c = data.train_batch(np.random.default_rng(8), 4)
+    assert all(np.array_equal(p, q) for p, q in zip(a, b))
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_own_rng_from_seed(tok, pretrain):
+    a = PretrainData(tok, pretrain, 16, seed=3).train_batch(None, 4)
+    b = PretrainData(tok, pretrain, 16, seed=3).train_batch(None, 4)
+    assert np.array_equal(a[0], b[0])
+
+
+def test_val_batches_are_fixed(tok, pretrain):
+    data = PretrainData(tok, pretrain, 16)
+    first, again = data.val_batches(3, 4), data.val_batches(3, 4)
+    assert len(first) == 4
+    for (x, y), (x2, y2) in zip(first, again):
+        assert x.shape == y.shape == (3, 16) and x.dtype == np.int32
+        assert np.array_equal(x, x2) and np.array_equal(y, y2)
+        assert np.array_equal(x[:, 1:], y[:, :-1])
+    assert np.array_equal(first[0][0][0], data.val_stream[:16])           # starts at the start
+    assert np.array_equal(first[-1][1][-1], data.val_stream[-16:])        # ends at the end
+
+
+# ---------------------------------------------------------------- errors
+
+def test_stream_shorter_than_a_window(tok):
+    text = "Tiny text."
+    n = PretrainData(tok, text, 2).n_tokens
+    with pytest.raises(DataError, match=f"{n} tokens long.*{65}") as info:
+        PretrainData(tok, text, 64)
+    assert f"at most {suggest_context_length(n)}" in info.value.hint
+
+
+def test_suggested_context_length_fits():
+    assert suggest_context_length(1301) == 1024
+    assert suggest_context_length(129) == 128 and suggest_context_length(128) == 64
+    assert suggest_context_length(2) == 1
+
+
+@pytest.mark.parametrize("text", ["", "  \n\n \t"])
+def test_empty_text(tok, text):
+    with pytest.raises(DataError, match="empty"):
+        PretrainData(tok, text, 8)
+
+
+def test_bad_settings(tok, pretrain):
+    with pytest.raises(ConfigError, match="context_length"):
+        PretrainData(tok, pretrain, 0)
+    with pytest.raises(ConfigError, match="val_fraction"):
+        PretrainData(tok, pretrain, 8, val_fraction=1.0)

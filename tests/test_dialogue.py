@@ -1,0 +1,229 @@
+"""engine.dialogue: parsing, chat template, loss mask, tune batches."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine.dialogue import (CHAT_TEMPLATE, Message, TuneData, encode_dialogue, encode_prompt,
+                             parse_dialogues, render_prompt)
+from engine.errors import DataError
+from engine.textio import read_text
+from engine.tokenizer import Tokenizer
+
+RES = Path(__file__).resolve().parents[1] / "resources"
+U, A, S = (lambda c: Message("user", c)), (lambda c: Message("assistant", c)), \
+    (lambda c: Message("system", c))
+
+MULTI = [U("What is the capital of France?"), A("Paris is the capital of France."),
+         U("And of Japan?"), A("Tokyo is the capital of Japan.")]
+
+
+@pytest.fixture(scope="module")
+def tune_text():
+    return read_text(RES / "tune.txt", "tune dialogues")
+
+
+@pytest.fixture(scope="module")
+def tok(tune_text):
+    return Tokenizer.train([read_text(RES / "pretrain.txt"), tune_text], 512)
+
+
+# ---------------------------------------------------------------- parsing
+
+def test_parse_multi_turn_multi_line_and_system():
+    text = ("System: Be brief.\nUser: What is the capital of France?\nAssistant: Paris.\n"
+            "User: And of Japan?\nAssistant: Tokyo,\nthe largest city.\n\n\n"
+            "User: Line one\n  line two\nAssistant:   spaced answer  \n")
+    assert parse_dialogues(text) == [
+        [S("Be brief."), U("What is the capital of France?"), A("Paris."), U("And of Japan?"),
+         A("Tokyo,\nthe largest city.")],
+        [U("Line one\n  line two"), A("spaced answer")],
+    ]
+
+
+def test_parse_jsonl():
+    rows = [{"messages": [{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": " Hi "}, {"role": "assistant", "content": "Hello."}]},
+            {"messages": [{"role": "User", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}]
+    text = "\n" + "\n".join(json.dumps(r) for r in rows) + "\n\n"
+    assert parse_dialogues(text) == [[S("Be brief."), U("Hi"), A("Hello.")], [U("2+2?"), A("4")]]
+
+
+def test_bundled_tune_file(tune_text):
+    dialogues = parse_dialogues(tune_text)
+    assert len(dialogues) >= 16
+    assert sum(len(d) > 2 for d in dialogues) >= 3, "a few multi-turn dialogues"
+    assert all(d[-1].role == "assistant" for d in dialogues)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "is empty"),
+    ("\n  \n", "is empty"),
+    ("User: hi\nUser: anyone?\n", "no line starting with 'Assistant:'"),
+    ("Hello there\nUser: hi\nAssistant: hey", "line 1: expected a line starting with 'User:'"),
+    ("User: a\nAssistant: b\n\nAssistant: c\nUser: d\nAssistant: e", "line 4: an Assistant turn before any User"),
+    ("System: s\nAssistant: b", "line 2: an Assistant turn before any User"),
+    ("User: a\nUser: b\nAssistant: c", "line 2: two User turns in a row; expected 'Assistant:'"),
+    ("User: a\nAssistant: b\nAssistant: c", "line 3: two Assistant turns in a row; expected 'User:'"),
+    ("User: a\nAssistant: b\nUser: c\n\nUser: d\nAssistant: e", "line 3: the dialogue ends without"),
+    ("User: a\nAssistant:\n", "line 2: the assistant turn is empty"),
+    ("User:  \nAssistant: b", "line 1: the user turn is empty"),
+    ("User: a\nAssistant: b\nSystem: c\nUser: d\nAssistant: e", "line 3: a System turn after"),
+])
+def test_text_format_errors(text, match):
+    with pytest.raises(DataError, match=match) as info:
+        parse_dialogues(text, source="tune file")
+    assert info.value.hint
+
+
+@pytest.mark.parametrize("lines,match", [
+    (['{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
+      '{"messages": [}'], "line 2: not valid JSON"),
+    (['{"messages": [{"role": "bot", "content": "a"}]}'], "line 1: unknown role 'bot'"),
+    (['{"msgs": []}'], 'line 1: expected an object with a non-empty "messages"'),
+    (['{"messages": [{"role": "user"}]}'], 'line 1: message 1 needs a "role" and a "content"'),
+    (['{"messages": [{"role": "user", "content": "a"}]}'], "line 1: the dialogue ends without"),
+    (['', '{"messages": [{"role": "assistant", "content": "a"}]}'], "line 2: an Assistant turn"),
+])
+def test_jsonl_errors(lines, match):
+    with pytest.raises(DataError, match=match):
+        parse_dialogues("\n".join(lines), source="chat.jsonl")
+
+
+def test_source_is_named():
+    with pytest.raises(DataError, match="^my.txt, line 1"):
+        parse_dialogues("oops\nAssistant: x", source="my.txt")
+
+
+# ---------------------------------------------------------------- rendering
+
+def test_render_prompt_exact():
+    assert render_prompt([S("Be brief."), U("Hi")]) == "System: Be brief.\nUser: Hi\nAssistant:"
+    assert render_prompt(MULTI[:3]) == ("User: What is the capital of France?\nAssistant: Paris is "
+                                        "the capital of France.</s>\nUser: And of Japan?\nAssistant:")
+    assert render_prompt(MULTI) == render_prompt(MULTI[:3])   # a trailing answer is left out
+
+
+def test_chat_template_matches_rendering():
+    jinja2 = pytest.importorskip("jinja2")
+    tpl = jinja2.Environment().from_string(CHAT_TEMPLATE)
+    msgs = [{"role": m.role, "content": m.content} for m in [S("Be brief.")] + MULTI]
+    full = tpl.render(messages=msgs, bos_token="<s>", eos_token="</s>", add_generation_prompt=True)
+    assert full == ("<s>System: Be brief.\nUser: What is the capital of France?\nAssistant: Paris "
+                    "is the capital of France.</s>\nUser: And of Japan?\nAssistant: Tokyo is the "
+                    "capital of Japan.</s>\n")
+    prefix = tpl.render(messages=msgs[:4], bos_token="<s>", eos_token="</s>",
+                        add_generation_prompt=True)
+    assert prefix == "<s>" + render_prompt([S("Be brief.")] + MULTI[:3])
+
+
+# ---------------------------------------------------------------- encoding
+
+def test_loss_mask_multi_turn(tok):
+    ids, mask = encode_dialogue(tok, MULTI)
+    enc = tok.encode
+    want_ids, want_mask = [tok.bos_id], [0]
+    for text, m in [("User: What is the capital of France?\nAssistant:", 0),
+                    (" Paris is the capital of France.", 1), (None, 1), ("\n", 0),
+                    ("User: And of Japan?\nAssistant:", 0),
+                    (" Tokyo is the capital of Japan.", 1), (None, 1), ("\n", 0)]:
+        seg = [tok.eos_id] if text is None else enc(text)
+        want_ids += seg
+        want_mask += [m] * len(seg)
+    assert ids == want_ids and mask == want_mask
+    learned = [i for i, m in zip(ids, mask) if m]
+    assert tok.decode(learned) == " Paris is the capital of France. Tokyo is the capital of Japan."
+    assert learned.count(tok.eos_id) == 2
+    assert [i for i, m in zip(ids, mask) if m and i == tok.eos_id] == \
+        [i for i in ids if i == tok.eos_id]        # every EOS is learned, nothing else special
+
+
+def split_at_specials(ids, specials):
+    parts, cur = [], []
+    for i in ids:
+        if i in specials:
+            parts.append(cur)
+            cur = []
+        else:
+            cur.append(i)
+    return parts + [cur]
+
+
+_CONTENT = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\u2581"),
+                   min_size=1, max_size=30).map(str.strip).filter(bool)
+
+
+@settings(max_examples=150, deadline=None)
+@given(turns=st.lists(st.tuples(_CONTENT, _CONTENT), min_size=1, max_size=3))
+def test_segments_equal_encoding_between_specials(tok, turns):
+    msgs = [m for q, a in turns for m in (U(q), A(a))]
+    ids, _ = encode_dialogue(tok, msgs)
+    text = "<s>" + render_prompt(msgs) + " " + msgs[-1].content + "</s>\n"
+    texts = text[len("<s>"):].split("</s>")
+    assert split_at_specials(ids[1:], {tok.bos_id, tok.eos_id}) == [tok.encode(t) for t in texts]
+
+
+def test_encode_prompt(tok):
+    ids, mask = encode_dialogue(tok, MULTI)
+    prompt = encode_prompt(tok, MULTI[:3])
+    assert prompt == encode_prompt(tok, MULTI)
+    assert ids[:len(prompt)] == prompt and mask[len(prompt)] == 1
+    assert tok.decode(prompt) == render_prompt(MULTI).replace("</s>", "")
+
+
+# ---------------------------------------------------------------- TuneData
+
+def test_tune_batch(tok, tune_text):
+    data = TuneData(tok, tune_text, context_length=64, seed=0)
+    x, y = data.train_batch(np.random.default_rng(0), 16)
+    assert x.shape == y.shape == (16, 64) and x.dtype == y.dtype == np.int32
+    assert data.n_truncated == 0
+    expected = []       # per dialogue: (inputs, targets) built by hand, T = 64
+    for ids, mask in data.encoded:
+        pad = 65 - len(ids)
+        full, m = ids + [tok.eos_id] * pad, mask + [0] * pad            # EOS padding, no loss
+        expected.append((full[:64], [t if k else -1 for t, k in zip(full[1:], m[1:])]))
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        assert row_x[0] == tok.bos_id
+        assert (row_x, row_y) in expected
+    assert (y != -1).any() and (y == -1).any()
+
+
+def test_tune_truncation_and_determinism(tok, tune_text):
+    data = TuneData(tok, tune_text, context_length=40, seed=5)
+    assert data.n_truncated == sum(len(ids) > 41 for ids, _ in data.encoded) > 0
+    a = data.train_batch(np.random.default_rng(3), 8)
+    b = data.train_batch(np.random.default_rng(3), 8)
+    assert all(np.array_equal(p, q) for p, q in zip(a, b))
+    c = TuneData(tok, tune_text, 40, seed=5).train_batch(None, 8)
+    d = TuneData(tok, tune_text, 40, seed=5).train_batch(None, 8)
+    assert np.array_equal(c[1], d[1])
+
+
+def test_tune_from_parsed_dialogues(tok):
+    data = TuneData(tok, [MULTI], context_length=128)
+    x, y = data.train_batch(np.random.default_rng(0), 2)
+    assert np.array_equal(x[0], x[1]) and data.dialogues == [MULTI]
+
+
+def test_context_too_short_for_any_answer(tok):
+    with pytest.raises(DataError, match="cut before its first answer") as info:
+        TuneData(tok, [MULTI], context_length=4)
+    assert "context length of at least" in info.value.hint
+
+
+def test_questions(tok, tune_text):
+    data = TuneData(tok, tune_text, 64)
+    qs = data.questions()
+    assert len(qs) == sum(m.role == "assistant" for d in data.dialogues for m in d)
+    assert all(prefix[-1].role == "user" for prefix, _ in qs)
+    assert TuneData(tok, [MULTI], 64).questions() == [(MULTI[:1], MULTI[1].content),
+                                                      (MULTI[:3], MULTI[3].content)]
+
+
+def test_tune_malformed_text(tok):
+    with pytest.raises(DataError, match="no line starting with 'Assistant:'"):
+        TuneData(tok, "User: only questions here", 64)

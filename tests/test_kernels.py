@@ -1,0 +1,192 @@
+"""Every kernel, forward and backward, against the float64 numpy twin in tests/reference.py.
+
+Shapes are random and include sizes that are multiples of no tile (odd sizes, batch 1, T=1).
+Tolerances are relative to the magnitude of the reference, in float32 terms.
+"""
+
+import numpy as np
+import pytest
+
+import tests.reference as ref
+from engine import ops
+
+SEEDS = [0, 1, 2]
+
+
+def up(rt, a, dtype=np.float32):
+    return rt.to_device(np.asarray(a, dtype))
+
+
+def down(rt, buf, shape, dtype=np.float32):
+    rt.finish()
+    return rt.read(buf, int(np.prod(shape)), dtype).reshape(shape)
+
+
+def close(got, want, tol=2e-5):
+    scale = max(np.abs(want).max(), 1e-6)
+    err = np.abs(got - want).max() / scale
+    assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
+                                   (5, 33, 300)])
+def test_matmul_forward_backward(rt, M, N, K):
+    rng = np.random.default_rng(M * 1000 + N)
+    x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
+    dw0 = rng.normal(size=(N, K))  # dw accumulates into existing contents
+    out, scratch = rt.empty(M * N), rt.empty(N * K)
+    bx, bw = up(rt, x), up(rt, w)
+    ops.matmul_forward(rt, out, bx, bw, scratch, M, N, K)
+    close(down(rt, out, (M, N)), ref.matmul_forward(x, w))
+    dx, dw = rt.empty(M * K), up(rt, dw0)
+    ops.matmul_backward(rt, dx, dw, up(rt, dout), bx, bw, M, N, K)
+    rdx, rdw = ref.matmul_backward(dout, x, w)
+    close(down(rt, dx, (M, K)), rdx)
+    close(down(rt, dw, (N, K)), rdw + dw0)
+
+
+@pytest.mark.parametrize("R,C", [(1, 1), (1, 7), (13, 31), (64, 128)])
+def test_rmsnorm(rt, R, C):
+    rng = np.random.default_rng(R + C)
+    x, w, dout = rng.normal(size=(R, C)), rng.normal(size=C), rng.normal(size=(R, C))
+    dx0, dw0 = rng.normal(size=(R, C)), rng.normal(size=C)
+    out, rstd = rt.empty(R * C), rt.empty(R)
+    bx, bw = up(rt, x), up(rt, w)
+    ops.rmsnorm_forward(rt, out, rstd, bx, bw, R, C, 1e-5)
+    rout, rrstd = ref.rmsnorm_forward(x, w, 1e-5)
+    close(down(rt, out, (R, C)), rout)
+    close(down(rt, rstd, (R,)), rrstd)
+    dx, dw = up(rt, dx0), up(rt, dw0)
+    ops.rmsnorm_backward(rt, dx, dw, up(rt, dout), bx, bw, rstd, R, C)
+    rdx, rdw = ref.rmsnorm_backward(dout, x, w, rrstd)
+    close(down(rt, dx, (R, C)), rdx + dx0, 5e-5)
+    close(down(rt, dw, (C,)), rdw + dw0, 5e-5)
+
+
+@pytest.mark.parametrize("B,T,V,C", [(1, 1, 5, 3), (2, 7, 11, 9), (3, 16, 300, 32)])
+def test_embedding(rt, B, T, V, C):
+    rng = np.random.default_rng(V)
+    ids = rng.integers(0, V, size=(B, T))
+    ids[0, -1] = ids[0, 0]  # a repeated id must sum
+    wte, dout = rng.normal(size=(V, C)), rng.normal(size=(B, T, C))
+    out = rt.empty(B * T * C)
+    ops.embedding_forward(rt, out, up(rt, ids, np.int32), up(rt, wte), B * T, C)
+    close(down(rt, out, (B, T, C)), ref.embedding_forward(ids, wte))
+    dwte = rt.zeros(V * C)
+    uniq, starts, order = ops.group_positions(ids)
+    ops.embedding_backward(rt, dwte, up(rt, dout), up(rt, uniq, np.int32), up(rt, starts, np.int32),
+                           up(rt, order, np.int32), len(uniq), C)
+    close(down(rt, dwte, (V, C)), ref.embedding_backward(dout, ids, V))
+
+
+@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 17, 2, 6), (3, 32, 4, 16)])
+def test_rope(rt, B, T, H, hd):
+    rng = np.random.default_rng(T)
+    C = H * hd
+    qkv = rng.normal(size=(B, T, 3 * C))
+    cos, sin = ref.rope_angles(T, hd)
+    bq, bc, bs = up(rt, qkv), up(rt, cos), up(rt, sin)
+    ops.rope_forward(rt, bq, bc, bs, B * T, T, C, hd)
+    want = qkv.copy()
+    want[..., :C] = ref.rope_forward(qkv[..., :C], H)
+    want[..., C:2 * C] = ref.rope_forward(qkv[..., C:2 * C], H)
+    close(down(rt, bq, (B, T, 3 * C)), want)
+    ops.rope_backward(rt, bq, bc, bs, B * T, T, C, hd)
+    close(down(rt, bq, (B, T, 3 * C)), qkv)  # backward is the inverse rotation
+    dq = rng.normal(size=(B, T, C))
+    bd = up(rt, np.concatenate([dq, dq, np.zeros_like(dq)], -1))
+    ops.rope_backward(rt, bd, bc, bs, B * T, T, C, hd)
+    close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
+
+
+@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 32, 4, 16)])
+def test_attention(rt, B, T, H, hd):
+    rng = np.random.default_rng(B * T + H)
+    C = H * hd
+    qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
+    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    y, att, bqkv = rt.empty(B * T * C), rt.empty(B * H * T * T), up(rt, qkv)
+    ops.attention_forward(rt, y, att, bqkv, B, T, C, H)
+    ry, ratt = ref.attention_forward(q, k, v, H)
+    close(down(rt, y, (B, T, C)), ry)
+    close(down(rt, att, (B, H, T, T)), ratt)
+    dqkv, datt = rt.empty(B * T * 3 * C), rt.empty(B * H * T * T)
+    ops.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, att, B, T, C, H)
+    got = down(rt, dqkv, (B, T, 3 * C))
+    rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
+    close(got[..., :C], rdq, 5e-5)
+    close(got[..., C:2 * C], rdk, 5e-5)
+    close(got[..., 2 * C:], rdv, 5e-5)
+
+
+@pytest.mark.parametrize("BT,F", [(1, 1), (7, 13), (64, 96)])
+def test_swiglu(rt, BT, F):
+    rng = np.random.default_rng(F)
+    gu, dh = rng.normal(scale=3, size=(BT, 2 * F)), rng.normal(size=(BT, F))
+    g, u = gu[:, :F], gu[:, F:]
+    h, bgu = rt.empty(BT * F), up(rt, gu)
+    ops.swiglu_forward(rt, h, bgu, BT, F)
+    close(down(rt, h, (BT, F)), ref.swiglu_forward(g, u))
+    dgu = rt.empty(BT * 2 * F)
+    ops.swiglu_backward(rt, dgu, up(rt, dh), bgu, BT, F)
+    rdg, rdu = ref.swiglu_backward(dh, g, u)
+    close(down(rt, dgu, (BT, 2 * F)), np.concatenate([rdg, rdu], -1))
+
+
+def test_residual(rt):
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=37), rng.normal(size=37)
+    out = rt.empty(37)
+    ops.residual_forward(rt, out, up(rt, a), up(rt, b), 37)
+    close(down(rt, out, (37,)), a + b)
+
+
+@pytest.mark.parametrize("R,V", [(1, 1), (1, 7), (9, 300), (33, 1000)])
+def test_crossentropy(rt, R, V):
+    rng = np.random.default_rng(R * V)
+    logits = rng.normal(scale=4, size=(R, V))
+    targets = rng.integers(0, V, size=R)
+    if R > 2:
+        targets[1] = -1  # a masked row counts neither in the loss nor the gradient
+    n = int((targets >= 0).sum())
+    bl, losses, bt = up(rt, logits), rt.empty(R), up(rt, targets, np.int32)
+    ops.crossentropy_forward_backward(rt, bl, losses, bt, R, V, n, want_grad=True)
+    mean, rlosses = ref.crossentropy_forward(logits, targets)
+    close(down(rt, losses, (R,)), rlosses)
+    close(down(rt, bl, (R, V)), ref.crossentropy_backward(logits, targets))
+
+
+@pytest.mark.parametrize("n,clip", [(1, 1.0), (1000, 1.0), (5003, 0.0), (5003, 1e6)])
+def test_grad_norm_and_adamw(rt, n, clip):
+    rng = np.random.default_rng(n)
+    p, g = rng.normal(size=n), rng.normal(size=n)
+    m, v = rng.normal(size=n) * 0.1, np.abs(rng.normal(size=n)) * 0.01
+    stats, partial = rt.empty(3), rt.empty(ops.GRAD_NORM_PARTIALS)
+    bp, bg, bm, bv = up(rt, p), up(rt, g), up(rt, m), up(rt, v)
+    ops.grad_norm(rt, stats, partial, bg, n, clip)
+    norm = np.sqrt((g * g).sum())
+    scale = clip / norm if 0 < clip < norm else 1.0
+    st = down(rt, stats, (3,))
+    close(st[:2], np.array([norm, scale]))
+    assert st[2] == 0
+    n_decay = n // 2
+    ops.adamw_update(rt, bp, bg, bm, bv, stats, n, n_decay, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3)
+    wd = np.where(np.arange(n) < n_decay, 0.1, 0.0)
+    rp, rm, rv = ref.adamw_update(p, g, m, v, 3, 1e-2, 0.9, 0.95, 1e-8, wd, scale)
+    close(down(rt, bp, (n,)), rp)
+    close(down(rt, bm, (n,)), rm)
+    close(down(rt, bv, (n,)), rv)
+
+
+def test_nonfinite_gradient_skips_update(rt):
+    n = 100
+    g = np.ones(n)
+    g[7] = np.nan
+    p = np.arange(n, dtype=np.float64)
+    stats, partial = rt.empty(3), rt.empty(ops.GRAD_NORM_PARTIALS)
+    bp, bg = up(rt, p), up(rt, g)
+    ops.grad_norm(rt, stats, partial, bg, n, 1.0)
+    assert down(rt, stats, (3,))[2] == 1
+    ops.adamw_update(rt, bp, bg, rt.zeros(n), rt.zeros(n), stats, n, n, 1e-2, 0.9, 0.95, 1e-8,
+                     0.1, 1)
+    np.testing.assert_array_equal(down(rt, bp, (n,)), p.astype(np.float32))

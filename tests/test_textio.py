@@ -1,0 +1,131 @@
+"""engine.textio.read_text: good files read back exactly; every bad file gives a clear DataError."""
+
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine import textio
+from engine.errors import DataError
+from engine.textio import read_text
+
+
+def write(tmp_path, data: bytes, name="corpus.txt"):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def raises(path, match, **kw) -> DataError:
+    with pytest.raises(DataError, match=match) as info:
+        read_text(path, **kw)
+    assert info.value.hint, "every DataError carries a hint"
+    return info.value
+
+
+# ---------------------------------------------------------------- good files
+
+def test_reads_utf8_exactly(tmp_path):
+    text = "Paris is in France.\n\nCafé, naïve, 東京, 😀\ttab  two spaces \n"
+    assert read_text(write(tmp_path, text.encode())) == text
+
+
+def test_bom_is_dropped(tmp_path):
+    assert read_text(write(tmp_path, b"\xef\xbb\xbfhello\n")) == "hello\n"
+
+
+def test_line_endings_are_normalised(tmp_path):
+    assert read_text(write(tmp_path, b"a\r\nb\rc\n\r\nd")) == "a\nb\nc\n\nd"
+
+
+def test_accepts_str_path_and_certain_latin1(tmp_path):
+    p = write(tmp_path, "Le caf\xe9 est \xe0 c\xf4t\xe9 de l'\xe9glise.\n".encode("latin-1"))
+    assert read_text(str(p)) == "Le café est à côté de l'église.\n"
+
+
+_TEXT_CHARS = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff")
+_TEXT = st.text(st.one_of(_TEXT_CHARS, st.sampled_from("\n\r\t ")), min_size=1, max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_TEXT.filter(lambda s: s.strip()))
+def test_any_utf8_text_round_trips(tmp_path_factory, text):
+    p = tmp_path_factory.mktemp("rt") / "t.txt"
+    p.write_bytes(text.encode("utf-8"))
+    assert read_text(p) == text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+# ---------------------------------------------------------------- bad files
+
+def test_missing_file(tmp_path):
+    raises(tmp_path / "nope.txt", "does not exist")
+
+
+def test_directory(tmp_path):
+    raises(tmp_path, "is a folder")
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    p = write(tmp_path, b"text")
+    if os.geteuid() != 0:          # root reads anything, so simulate the error there
+        p.chmod(0)
+    else:
+        def deny(*a, **k):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(textio, "open", deny, raising=False)
+    raises(p, "permission denied")
+
+
+@pytest.mark.parametrize("data,match", [
+    (b"", "is empty"),
+    (b"  \n\t\n  \r\n", "only whitespace"),
+    (b"\xef\xbb\xbf\n\n", "only whitespace"),
+])
+def test_empty_or_whitespace(tmp_path, data, match):
+    raises(write(tmp_path, data), match)
+
+
+def test_nul_byte_means_binary(tmp_path):
+    err = raises(write(tmp_path, b"hello\x00world" * 3), "binary")
+    assert "NUL" in str(err) and "offset 5" in str(err)
+
+
+def test_control_bytes_mean_binary(tmp_path):
+    raises(write(tmp_path, bytes(range(1, 9)) * 50 + b"some text"), "control bytes")
+
+
+def test_known_binary_formats(tmp_path):
+    raises(write(tmp_path, b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj"), "PDF")
+    raises(write(tmp_path, b"PK\x03\x04\x14\x00\x06\x00"), "ZIP")
+
+
+def test_utf16_is_named(tmp_path):
+    err = raises(write(tmp_path, "hello world\n".encode("utf-16")), "UTF-16")
+    assert "UTF-8" in err.hint
+
+
+@pytest.mark.parametrize("data,offset", [
+    (b"hello\n\xe4\xb8 world", 6),                       # truncated UTF-8 sequence
+    (b"It\x92s a cp1252 quote", 2),                        # 0x92: cp1252, not Latin-1
+    (b"ok " + "\u041f\u0440\u0438\u0432\u0435\u0442".encode("cp1251"), 3),  # Cyrillic run
+    (b"\xef\xbb\xbfabc\xff", 6),                           # offset counts the BOM
+    ("café".encode() + b" caf\xe9", 9),                     # mixed UTF-8 and Latin-1
+])
+def test_not_utf8_names_offset(tmp_path, data, offset):
+    err = raises(write(tmp_path, data), "not valid UTF-8")
+    assert f"byte offset {offset}" in str(err)
+    assert "UTF-8" in err.hint
+
+
+def test_too_large_names_size_and_limit(tmp_path):
+    p = write(tmp_path, b"x" * 3000)
+    err = raises(p, "larger than the limit", max_bytes=2048)
+    assert "2.9 KiB" in str(err) and "2.0 KiB" in str(err)
+
+
+def test_size_limit_is_inclusive(tmp_path):
+    assert read_text(write(tmp_path, b"x" * 2048), max_bytes=2048) == "x" * 2048
+
+
+def test_what_names_the_file_kind(tmp_path):
+    raises(tmp_path / "none.txt", "tune dialogues file", what="tune dialogues")
