@@ -34,7 +34,8 @@ def split_documents(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _windows(stream: np.ndarray, starts: np.ndarray, context_length: int) -> tuple[np.ndarray, np.ndarray]:
+def _windows(stream: np.ndarray, starts: np.ndarray, context_length: int
+             ) -> tuple[np.ndarray, np.ndarray]:
     """Inputs and targets (B, T) int32 for windows of T+1 tokens at `starts` (B,)."""
     idx = starts[:, None] + np.arange(context_length + 1)[None, :]   # (B, T+1)
     win = stream[idx]

@@ -7,9 +7,10 @@ Text format (DESIGN.md), dialogues separated by blank lines, optional "System:" 
     User: And of Japan?
     Assistant: Tokyo.
 
-A turn runs from its "User:"/"Assistant:"/"System:" line until the next such line (or the blank
-line), so it may span several lines. Or JSONL: one {"messages": [{"role", "content"}, ...]} per
-line (detected when the first non-empty line starts with "{").
+A turn runs from its "User:"/"Assistant:"/"System:" line (tags in any letter case, at the very
+start of the line) until the next such line or a blank line, so it may span several lines.
+Or JSONL: one {"messages": [{"role", "content"}, ...]} per line (detected when the first
+non-empty line starts with "{").
 
 Rendering (the GGUF `tokenizer.chat_template`, CHAT_TEMPLATE): BOS, then per message
 user -> "User: {content}\\nAssistant:", assistant -> " {content}" EOS "\\n",
@@ -28,8 +29,7 @@ from engine.errors import ConfigError, DataError
 from engine.tokenizer import Tokenizer
 
 ROLES = ("system", "user", "assistant")
-_TAGS = {"User:": "user", "Assistant:": "assistant", "System:": "system"}
-_TAG_LINE = re.compile(r"^(User|Assistant|System):")
+_TAG_LINE = re.compile(r"^(user|assistant|system):", re.IGNORECASE)   # "User:", "user:", ...
 _FORMAT_HINT = ('Write each dialogue as lines "User: question" and "Assistant: answer" (a turn may '
                 'continue on the following lines), with a blank line between dialogues.')
 _JSONL_HINT = ('Each line must be one JSON object like {"messages": [{"role": "user", "content": '
@@ -104,7 +104,7 @@ def _parse_text(text: str, source: str) -> list[list[Message]]:
             continue
         m = _TAG_LINE.match(line)
         if m:
-            turns.append([n, _TAGS[m.group(0)], [line[m.end():]]])
+            turns.append([n, m.group(1).lower(), [line[m.end():]]])
         elif turns:
             turns[-1][2].append(line)
         else:
@@ -158,7 +158,7 @@ def parse_dialogues(text: str, source: str = "tune file") -> list[list[Message]]
         raise DataError(f"The {source} is empty.", _FORMAT_HINT)
     if lines[0].lstrip().startswith("{"):
         return _parse_jsonl(text, source)
-    if not any(ln.startswith("Assistant:") for ln in lines):
+    if not any(ln[:10].lower() == "assistant:" for ln in lines):
         raise DataError(f"The {source} has no line starting with 'Assistant:', so there is "
                         f"nothing for the model to learn to answer.", _FORMAT_HINT)
     return _parse_text(text, source)
@@ -273,6 +273,18 @@ class TuneData:
         ids, mask = self._ids[rows], self._mask[rows]
         targets = np.where(mask[:, 1:], ids[:, 1:], -1).astype(np.int32)
         return ids[:, :-1].copy(), targets
+
+    def eval_batches(self, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every dialogue once, in order: (inputs, targets) int32 (B, T) as in train_batch; the
+        last batch is filled up with EOS rows whose targets are all -1 (one shape throughout)."""
+        n, B = len(self.encoded), batch_size
+        rows = np.arange(-(-n // B) * B)
+        real, src = (rows < n)[:, None], np.minimum(rows, n - 1)   # (R, 1) real row?, (R,)
+        ids = np.where(real, self._ids[src], self.tokenizer.eos_id)
+        mask = self._mask[src] & real
+        targets = np.where(mask[:, 1:], ids[:, 1:], -1).astype(np.int32)
+        inputs = ids[:, :-1].astype(np.int32)
+        return [(inputs[i:i + B], targets[i:i + B]) for i in range(0, len(rows), B)]
 
     def questions(self) -> list[tuple[list[Message], str]]:
         """(messages before the answer, expected answer text) for every assistant turn."""

@@ -3,8 +3,9 @@
 The file uses architecture "llama" (DESIGN.md, "Export") and is written with the `gguf` package's
 GGUFWriter (gguf-py, maintained in the llama.cpp repository), never by hand. Every llama key is
 written explicitly; the SentencePiece vocabulary goes in as pieces, scores and token types
-(`tokenizer.ggml.model = "llama"`), and the serialized SentencePiece ModelProto is kept too (base64,
-key `opencl_llm_studio.tokenizer.sentencepiece_model`) so `import_gguf` rebuilds the exact tokenizer.
+(`tokenizer.ggml.model = "llama"`), and the serialized SentencePiece ModelProto is kept too
+(base64, key `opencl_llm_studio.tokenizer.sentencepiece_model`) so `import_gguf` rebuilds the
+exact tokenizer.
 
 Tensors keep their engine names and numpy shapes: gguf-py writes numpy shape (rows, cols) as ggml
 ne {cols, rows}, which is what llama.cpp expects for an (out_features, in_features) weight. Q and K
@@ -14,7 +15,7 @@ With tied embeddings `output.weight` is omitted and llama.cpp falls back to `tok
 
 Beside the GGUF an Ollama Modelfile is written (`write_modelfile`). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
-only with force=True. `import_gguf` lives in `engine.gguf_import` and is re-exported here.
+only with force=True. `import_gguf` lives in `engine.gguf_import` and is forwarded here.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32",
                 force: bool = False, modelfile: str | None = "Modelfile") -> ExportResult:
-    """Write `bundle` to `path` as a llama GGUF, and an Ollama Modelfile named `modelfile` beside it.
+    """Write `bundle` to `path` as a llama GGUF, and an Ollama Modelfile `modelfile` beside it.
 
     dtype: "f32" (exact), "f16" or "q8_0" for the 2-D weights; norm weights stay F32.
     modelfile: file name in the GGUF's folder, or None for no Modelfile.
@@ -122,7 +123,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
     def write(tmp: Path) -> None:
         writer = gguf.GGUFWriter(tmp, ARCH)
         try:
-            _add_metadata(writer, bundle, file_type, name=str(bundle.metadata.get("name") or path.stem))
+            title = str(bundle.metadata.get("name") or path.stem)
+            _add_metadata(writer, bundle, file_type, name=title)
             for tname, (arr, raw) in tensors.items():
                 writer.add_tensor(tname, arr, raw_dtype=raw)
             writer.write_header_to_file()
@@ -139,11 +141,13 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
 
 
 def _check_target(target: Path, force: bool) -> None:
-    """ExportError when `target` cannot be (over)written: a folder, or an existing file without force."""
+    """ExportError when `target` cannot be written: a folder, or an existing file without force."""
     if target.is_dir():
-        raise ExportError(f"{target} is a folder, not a file name.", "Choose a file name ending in .gguf.")
+        raise ExportError(f"{target} is a folder, not a file name.",
+                          "Choose a file name ending in .gguf.")
     if not target.parent.is_dir():
-        raise ExportError(f"The folder {target.parent} does not exist.", "Choose an existing folder.")
+        raise ExportError(f"The folder {target.parent} does not exist.",
+                          "Choose an existing folder.")
     if target.exists() and not force:
         raise ExportError(f"{target} already exists.",
                           "Choose another file name, or confirm overwriting it (force=True).")
@@ -163,18 +167,24 @@ def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, A
                           "Export with tie_embeddings=False to keep a separate output projection.")
     if bundle.tokenizer.vocab_size != cfg.vocab_size:
         raise ExportError(f"The tokenizer has {bundle.tokenizer.vocab_size} tokens but the model "
-                          f"vocab_size is {cfg.vocab_size}.", "Export the tokenizer the model was trained with.")
+                          f"vocab_size is {cfg.vocab_size}.",
+                          "Export the tokenizer the model was trained with.")
     out = {}
     for tname, shape in shapes.items():
         w = np.ascontiguousarray(weights[tname], dtype=np.float32)
         if w.shape != shape:
-            raise ExportError(f"{tname} has shape {w.shape}, expected {shape} for these settings.")
+            raise ExportError(f"{tname} has shape {w.shape}, expected {shape} for these settings.",
+                              "The weights do not match the model settings.")
         if not np.isfinite(w).all():
             raise ExportError(f"{tname} contains NaN or infinite values: training diverged.",
-                              "Retrain with a lower learning rate, or export an earlier checkpoint.")
+                              "Retrain with a lower learning rate, or export an earlier "
+                              "checkpoint.")
         if w.ndim == 1 or qtype == gguf.GGMLQuantizationType.F32:
             out[tname] = (w, None)
         elif qtype == gguf.GGMLQuantizationType.F16:
+            if np.abs(w).max() > np.finfo(np.float16).max:
+                raise ExportError(f"{tname} has values beyond f16's range (65504).",
+                                  "Export as f32.")
             out[tname] = (w.astype(np.float16), None)
         else:
             _check_q8_0_rows(tname, w.shape[-1], cfg)
@@ -187,15 +197,18 @@ def _check_q8_0_rows(tname: str, n: int, cfg: ModelConfig) -> None:
     if n % QK8_0 == 0:
         return
     if n == cfg.d_model:
-        step = QK8_0 * (2 * cfg.n_head) // math.gcd(QK8_0, 2 * cfg.n_head)  # also n_head | d, even head_dim
+        # suggest sizes that are multiples of 32 and of 2 * n_head (n_head | d, even head_dim)
+        step = QK8_0 * (2 * cfg.n_head) // math.gcd(QK8_0, 2 * cfg.n_head)
         lo, hi = (n // step) * step, (n // step + 1) * step
         sizes = f"{lo} or {hi}" if lo else f"{hi}"
-        raise ExportError(f"{tname}: d_model {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
-                          f"Use d_model {sizes} (with n_head {cfg.n_head}), or export as f16 or f32.")
+        raise ExportError(
+            f"{tname}: d_model {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
+            f"Use d_model {sizes} (with n_head {cfg.n_head}), or export as f16 or f32.")
     lo, hi = (n // QK8_0) * QK8_0, (n // QK8_0 + 1) * QK8_0
     sizes = f"{lo} or {hi}" if lo else f"{hi}"
-    raise ExportError(f"{tname}: ffn_dim {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
-                      f"Use ffn_dim {sizes}, or 0 (automatic), or export as f16 or f32.")
+    raise ExportError(
+        f"{tname}: ffn_dim {n} is not a multiple of 32, so it cannot be stored as Q8_0.",
+        f"Use ffn_dim {sizes}, or 0 (automatic), or export as f16 or f32.")
 
 
 def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name: str) -> None:
@@ -239,7 +252,8 @@ def _flatten(meta: dict, prefix: str = "") -> list[tuple[str, Any]]:
     """Nested dicts -> [("a.b", v)]; key characters outside [A-Za-z0-9_.-] become "_"."""
     items = []
     for k, v in meta.items():
-        key = prefix + "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in str(k))
+        key = prefix + "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_"
+                               for c in str(k))
         if isinstance(v, dict):
             items += _flatten(v, key + ".")
         elif v is not None and key not in ("format_version", "tokenizer.kind",
@@ -294,7 +308,7 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, target)
     except OSError as e:
         raise ExportError(f"Writing {target} failed: {e.strerror or e}.",
-                          "Check free disk space, and close programs that have the file open.") from e
+                          "Check free disk space; close programs that have the file open.") from e
     finally:
         tmp.unlink(missing_ok=True)
     if hasattr(os, "O_DIRECTORY"):                   # make the rename itself durable (POSIX)
@@ -346,4 +360,7 @@ def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
     return path
 
 
-from engine.gguf_import import import_gguf  # noqa: E402,F401  (re-export; it needs the above)
+def import_gguf(path: str | os.PathLike) -> ModelBundle:
+    """Read a GGUF written by export_gguf; see engine.gguf_import.import_gguf (ExportError)."""
+    from engine.gguf_import import import_gguf as _import_gguf   # gguf_import imports this module
+    return _import_gguf(path)

@@ -29,11 +29,14 @@ from engine.errors import ExportError, StudioError
 from engine.gguf_export import (ARCH, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
                                 tensor_shapes)
 
-_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUFValueType
+# GGUFValueType -> bytes, for the scalar types (8 is STRING, 9 is ARRAY)
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _READABLE = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
              gguf.GGMLQuantizationType.Q8_0)
-_HINT_BROKEN = "The file is incomplete or damaged (an interrupted export, copy or download); export it again."
+_HINT_FOREIGN = "Only GGUF files exported by OpenCL LLM Studio can be opened here."
+_HINT_BROKEN = ("The file is incomplete or damaged (an interrupted export, copy or download); "
+                "export it again.")
 
 
 class _Broken(Exception):
@@ -57,8 +60,8 @@ def import_gguf(path) -> ModelBundle:
     try:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
-                raise ExportError(f"{path.name} is not a GGUF file (it does not start with 'GGUF').",
-                                  "Choose a .gguf model file exported by this app.")
+                raise ExportError(f"{path.name} is not a GGUF file (it does not start with "
+                                  "'GGUF').", _HINT_FOREIGN)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 _check_layout(buf, size)
         reader = gguf.GGUFReader(path)
@@ -68,10 +71,12 @@ def import_gguf(path) -> ModelBundle:
     except _Broken as e:
         raise ExportError(f"{path.name} is {e}.", _HINT_BROKEN) from None
     except OSError as e:
-        raise ExportError(f"Cannot read {path}: {e.strerror or e}.", "Check the file's permissions.") from None
+        raise ExportError(f"Cannot read {path}: {e.strerror or e}.",
+                          "Check the file's permissions.") from None
     except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeDecodeError,
             MemoryError, struct.error, binascii.Error) as e:
-        raise ExportError(f"{path.name} is corrupted ({type(e).__name__}: {e}).", _HINT_BROKEN) from None
+        raise ExportError(f"{path.name} is corrupted ({type(e).__name__}: {e}).",
+                          _HINT_BROKEN) from None
 
 
 def _check_layout(buf, size: int) -> None:
@@ -151,23 +156,27 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
         f = fields.get(key)
         if f is None:
             if default is None:
-                raise ExportError(f"{fname} has no {key} value.",
-                                  "Only GGUF files exported by this app can be opened.")
+                raise ExportError(f"{fname} has no {key} value.", _HINT_FOREIGN)
             return default
         return f.contents()
 
     arch = get("general.architecture")
     if arch != ARCH:
-        raise ExportError(f"{fname} is a {arch!r} model; this app reads only 'llama' models it exported.")
+        raise ExportError(f"{fname} is a {arch!r} model; this app reads only 'llama' models.",
+                          _HINT_FOREIGN)
     tokens = get("tokenizer.ggml.tokens")
     a = f"{ARCH}."
     d, n_head = int(get(a + "embedding_length")), int(get(a + "attention.head_count"))
     if int(get(a + "attention.head_count_kv", n_head)) != n_head:
-        raise ExportError(f"{fname} uses grouped-query attention, which this app does not train.")
-    ffn = int(get(a + "feed_forward_length"))
+        raise ExportError(f"{fname} uses grouped-query attention, which this app does not train.",
+                          _HINT_FOREIGN)
+    ffn, n_layer = int(get(a + "feed_forward_length")), int(get(a + "block_count"))
+    if 9 * n_layer > len(reader.tensors):               # before tensor_shapes loops over layers
+        raise ExportError(f"{fname} says it has {n_layer} blocks but holds only "
+                          f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
     config = ModelConfig(
         vocab_size=int(get(a + "vocab_size", len(tokens))), d_model=d,
-        n_layer=int(get(a + "block_count")), n_head=n_head,
+        n_layer=n_layer, n_head=n_head,
         context_length=int(get(a + "context_length")),
         ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,
         tie_embeddings=all(t.name != "output.weight" for t in reader.tensors),
@@ -177,14 +186,16 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
         config.validate()
     except StudioError as e:
         raise ExportError(f"{fname} has settings this app cannot use: {e}", e.hint) from None
-    if n_head and int(get(a + "rope.dimension_count", d // n_head)) != config.head_dim:
-        raise ExportError(f"{fname} rotates only part of each head (partial RoPE), which this app does not train.")
+    if int(get(a + "rope.dimension_count", config.head_dim)) != config.head_dim:
+        raise ExportError(f"{fname} rotates only part of each head (partial RoPE), which this app "
+                          "does not train.", _HINT_FOREIGN)
     weights = _read_tensors(reader, config, fname)
     tokenizer = _read_tokenizer(fields, tokens, config, fname)
     return ModelBundle(config, tokenizer, weights, _read_metadata(fields))
 
 
-def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig, fname: str) -> dict[str, np.ndarray]:
+def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
+                  fname: str) -> dict[str, np.ndarray]:
     """name -> float32 array (a copy, not a view of the memmap) with the engine's numpy shape."""
     shapes = tensor_shapes(config)
     found = {t.name: t for t in reader.tensors}
@@ -194,13 +205,14 @@ def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig, fname: str) -> d
     extra = sorted(set(found) - set(shapes))
     if extra:
         raise ExportError(f"{fname} has a tensor this app does not know: {extra[0]}.",
-                          "Only GGUF files exported by this app can be opened.")
+                          _HINT_FOREIGN)
     weights = {}
     for name, shape in shapes.items():
         t = found[name]
         got = tuple(int(x) for x in reversed(t.shape.tolist()))   # ggml ne is numpy shape reversed
         if got != shape:
-            raise ExportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.", _HINT_BROKEN)
+            raise ExportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
+                              _HINT_BROKEN)
         if t.tensor_type not in _READABLE:
             raise ExportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
                               "which this app cannot read.", "Export as f32, f16 or q8_0.")
@@ -215,11 +227,12 @@ def _read_tokenizer(fields, tokens: list[str], config: ModelConfig, fname: str):
     f = fields.get(TOKENIZER_KEY)
     if f is None:
         raise ExportError(f"{fname} was not exported by this app: it has no stored tokenizer.",
-                          "Open a GGUF exported by OpenCL LLM Studio.")
+                          _HINT_FOREIGN)
     try:
         tokenizer = Tokenizer.from_bytes(base64.b64decode(f.contents(), validate=True))
     except (StudioError, ValueError, RuntimeError) as e:
-        raise ExportError(f"{fname}: the stored tokenizer is damaged ({e}).", _HINT_BROKEN) from None
+        raise ExportError(f"{fname}: the stored tokenizer is damaged ({e}).",
+                          _HINT_BROKEN) from None
     if tokenizer.vocab_size != config.vocab_size or list(tokenizer.pieces()) != list(tokens):
         raise ExportError(f"{fname}: the stored tokenizer does not match tokenizer.ggml.tokens.",
                           _HINT_BROKEN)

@@ -202,6 +202,16 @@ class Model:
         self.forward(a, B, T)
         return self.rt.read(a.logits, B * T * self.cfg.vocab_size).reshape(B, T, -1)
 
+    def last_logits(self, window: np.ndarray, length: int) -> np.ndarray:
+        """Logits (V,) at position length-1 of window (1, T); positions >= length are ignored
+        by causality, so one fixed T serves every prompt length (one activation set)."""
+        B, T = window.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, window, None)
+        self.forward(a, B, T)
+        V = self.cfg.vocab_size
+        return self.rt.read(a.logits, V, offset_elems=(length - 1) * V)
+
     # -------------------------------------------------------------------------- host copies
     def read_flat(self, which: str = "params") -> np.ndarray:
         buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]

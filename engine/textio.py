@@ -52,7 +52,8 @@ def _fmt_size(n: int) -> str:
 
 
 def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
-    """The file's bytes, at most `max_bytes`. Raises DataError for missing, folder, unreadable, too large."""
+    """The file's bytes (at most `max_bytes`).
+    Raises DataError when missing, a folder, unreadable or too large."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -96,6 +97,9 @@ def _check_not_binary(data: bytes, path: Path, what: str) -> None:
         raise DataError(f"The {what} file {str(path)!r} is saved as UTF-16, not UTF-8.",
                         "Open it in a text editor and save it with the encoding 'UTF-8'.")
     nul = data.find(b"\x00")
+    if nul >= 0 and max(data[0::2].count(0), data[1::2].count(0)) > 0.4 * len(data):
+        raise DataError(f"The {what} file {str(path)!r} looks like UTF-16 text, not UTF-8.",
+                        "Open it in a text editor and save it with the encoding 'UTF-8'.")
     if nul >= 0:
         raise DataError(
             f"The {what} file {str(path)!r} looks binary: it contains a NUL byte (at byte offset "

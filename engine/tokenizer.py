@@ -28,7 +28,8 @@ MIN_VOCAB = N_SPECIAL + N_BYTES   # 259: below this the fixed ids do not fit
 KINDS = ("bpe", "char")
 
 # gguf.TokenType values (gguf-py constants.py), which equal SentencePiece's piece types.
-TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 1, 2, 3
+TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 4, 5, 6
 
 _WS = "\u2581"  # SentencePiece's visible space
 
@@ -130,7 +131,8 @@ class Tokenizer:
                             "Load a pretraining text with at least a few sentences.")
         if vocab_size < MIN_VOCAB:
             raise ConfigError(
-                f"vocab_size {vocab_size} is below {MIN_VOCAB} (3 control tokens + 256 byte tokens).",
+                f"vocab_size {vocab_size} is below {MIN_VOCAB} "
+                f"(3 control tokens + 256 byte tokens).",
                 f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
         if kind == "bpe":
             n_chars = len({c for s in sentences for c in s.replace(" ", _WS)})
@@ -167,7 +169,8 @@ class Tokenizer:
             tok = cls(model_proto)
         except (RuntimeError, ValueError, IndexError, OSError) as e:
             raise DataError(f"The tokenizer data is not a SentencePiece model ({e}).",
-                            "The checkpoint or file may be damaged; train a new tokenizer.") from None
+                            "The checkpoint or file may be damaged; train a new tokenizer."
+                            ) from None
         tok._check_layout()
         return tok
 
@@ -176,7 +179,8 @@ class Tokenizer:
         return self._proto
 
     def _check_layout(self) -> None:
-        """Raise DataError unless ids 0..258 are <unk>, <s>, </s>, <0x00>..<0xFF> (llama.cpp's layout)."""
+        """Raise DataError unless ids 0..258 are <unk>, <s>, </s>, <0x00>..<0xFF>
+        (the layout llama.cpp expects)."""
         want = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTES)]
         have = [self._sp.id_to_piece(i) for i in range(min(MIN_VOCAB, self.vocab_size))]
         if have != want:
@@ -239,6 +243,12 @@ class Tokenizer:
                 return TOKEN_UNUSED
             return TOKEN_NORMAL
         return [kind(i) for i in range(self.vocab_size)]
+
+    def __getstate__(self) -> dict:      # pickle / deepcopy through the serialized model
+        return {"model_proto": self._proto}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["model_proto"])
 
     def __repr__(self) -> str:
         return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"

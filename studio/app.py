@@ -60,13 +60,14 @@ class MainWindow(QMainWindow):
         ll = QVBoxLayout(left)
         ll.setContentsMargins(8, 8, 8, 8)
         ll.setSpacing(10)
-        for w in (self.device_panel, self.data_panel, self.settings_panel):
+        for w in (self.device_panel, self.settings_panel):
             ll.addWidget(w)
         scroll = QScrollArea()
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(360)
+        scroll.setMinimumWidth(left.minimumSizeHint().width()
+                               + scroll.verticalScrollBar().sizeHint().width() + 4)
 
         self.run_bar = RunBar()
         self.plots = LivePlots()
@@ -74,14 +75,19 @@ class MainWindow(QMainWindow):
         self.chat_panel = ChatPanel()
         self.tabs = QTabWidget()
         self.tabs.setObjectName("sideTabs")
+        data_tab = QWidget()
+        dl = QVBoxLayout(data_tab)
+        dl.setContentsMargins(6, 6, 6, 6)
+        dl.addWidget(self.data_panel)
+        dl.addWidget(self.data_panel.preview, 1)
+        self.tabs.addTab(data_tab, "Data")
         self.tabs.addTab(self.samples_panel, "Samples")
         self.tabs.addTab(self.chat_panel, "Chat")
-        self.tabs.addTab(self.data_panel.preview, "Data preview")
         work = QSplitter(Qt.Horizontal)
         work.addWidget(self.plots)
         work.addWidget(self.tabs)
-        work.setStretchFactor(0, 3)
-        work.setStretchFactor(1, 2)
+        work.setStretchFactor(0, 1)  # extra width goes to the plots
+        work.setStretchFactor(1, 0)
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(8, 8, 8, 8)
@@ -92,7 +98,7 @@ class MainWindow(QMainWindow):
         main.addWidget(scroll)
         main.addWidget(right)
         main.setStretchFactor(1, 1)
-        main.setSizes([380, 1020])
+        self._splitters = (main, work)
         self.setCentralWidget(main)
         self.resize(1400, 880)
 
@@ -108,17 +114,14 @@ class MainWindow(QMainWindow):
 
         self.host = WorkerHost(self)
         w = self.host.worker
-        w.preparing.connect(lambda text: rb.show_text(text, reset=True))
-        w.sessionReady.connect(self._on_session)
-        w.metrics.connect(self._on_metrics)
-        w.paused.connect(self._on_paused)
-        w.finished.connect(self._on_finished)
-        w.failed.connect(self.show_error)
-        w.token.connect(self.chat_panel.append_token)
-        w.chatDone.connect(self._on_chat_done)
-        w.exported.connect(self._on_exported)
-        w.saved.connect(self._on_saved)
-        w.loaded.connect(self._on_loaded)
+        # Explicitly queued: these run in the GUI thread whatever PySide guesses for a callable.
+        for signal, slot in ((w.preparing, self._on_preparing), (w.sessionReady, self._on_session),
+                             (w.metrics, self._on_metrics), (w.paused, self._on_paused),
+                             (w.finished, self._on_finished), (w.failed, self.show_error),
+                             (w.token, self.chat_panel.append_token),
+                             (w.chatDone, self._on_chat_done), (w.exported, self._on_exported),
+                             (w.saved, self._on_saved), (w.loaded, self._on_loaded)):
+            signal.connect(slot, Qt.QueuedConnection)
 
     def _menus(self) -> None:
         m = self.menuBar().addMenu("&File")
@@ -227,6 +230,8 @@ class MainWindow(QMainWindow):
         self.plots.start_run(tcfg.total_steps, tcfg.pretrain_steps, tcfg.tune_steps,
                              mcfg.vocab_size, tcfg.grad_clip)
         self.has_model = False
+        self.run_bar.reset_pace()
+        self.tabs.setCurrentWidget(self.samples_panel)
         self._set_state("preparing")
         self.host.start({"model_config": mcfg, "train_config": tcfg,
                          "pretrain_text": self.data_panel.pretrain_text,
@@ -241,6 +246,7 @@ class MainWindow(QMainWindow):
             self.state = "pausing"
             self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
         elif self.state == "paused":
+            self.run_bar.reset_pace()
             self._set_state("running")
             self.host.resume()
 
@@ -248,6 +254,9 @@ class MainWindow(QMainWindow):
         if self.state != "idle":
             self.run_bar.show_text(self.run_bar.progress.format() + " · stopping…")
             self.host.stop()
+
+    def _on_preparing(self, text: str) -> None:
+        self.run_bar.show_text(text, reset=True)
 
     def _on_session(self, info: dict) -> None:
         self.model_config = info["model_config"]
@@ -371,6 +380,16 @@ class MainWindow(QMainWindow):
             elif path.is_file():
                 self.data_panel.load_dropped(str(path))
         event.acceptProposedAction()
+
+    def showEvent(self, event):
+        super().showEvent(event)
+        if not getattr(self, "_sized", False):  # splitter sizes need the real width
+            self._sized = True
+            main, work = self._splitters
+            left = main.widget(0).minimumWidth()
+            main.setSizes([left, max(self.width() - left, 600)])
+            rest = max(self.width() - left, 600)
+            work.setSizes([int(rest * 0.6), rest - int(rest * 0.6)])
 
     def closeEvent(self, event):
         """Closing during training sets the stop flag and waits for the step to end."""

@@ -19,6 +19,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.errors import StudioError
+from studio.qt_compat import make_none_immortal
+
+make_none_immortal()  # see studio/qt_compat.py
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -69,8 +72,9 @@ class TrainingWorker(QObject):
 
     def _info(self, pretrain_text=None, tune_text=None) -> dict:
         s = self.session
+        device = getattr(s, "device_info", None) or getattr(getattr(s, "rt", None), "info", None)
         info = {"model_config": s.model_config, "train_config": s.train_config,
-                "device": s.device_info, "step": s.step, "pretrain_tokens": None,
+                "device": device, "step": s.step, "pretrain_tokens": None,
                 "tune_tokens": None}
         if pretrain_text:
             info["pretrain_tokens"] = len(s.tokenizer.encode(pretrain_text))
@@ -192,7 +196,7 @@ class TrainingWorker(QObject):
     @Slot(str, str)
     def export(self, path: str, dtype: str) -> None:
         try:
-            result = self.session.export_gguf(path, dtype=dtype, force=True)
+            result = export_session(self.session, path, dtype)
         except Exception as e:
             self._fail("Export failed", e)
             return
@@ -217,6 +221,22 @@ class TrainingWorker(QObject):
             self._fail("Could not open the checkpoint", e)
             return
         self.loaded.emit(self._info())
+
+
+def export_session(session, path: str, dtype: str):
+    """session.export_gguf when the engine has it; else the same through engine.gguf_export."""
+    if hasattr(session, "export_gguf"):
+        return session.export_gguf(path, dtype=dtype, force=True)
+    from engine.gguf_export import ModelBundle, export_gguf
+    tc = session.train_config
+    metadata = {"training": {k: v for k, v in vars(tc).items()
+                             if isinstance(v, (int, float, str, bool))},
+                "step": session.step, "final_loss": getattr(session, "last_loss", None)}
+    if hasattr(session, "data_summary"):
+        metadata["data"] = session.data_summary()
+    bundle = ModelBundle(session.model_config, session.tokenizer, session.model.weights(),
+                         metadata)
+    return export_gguf(bundle, path, dtype=dtype, force=True)
 
 
 def _to_messages(messages: list[dict]) -> list:

@@ -124,13 +124,23 @@ def test_train_batch_shapes_and_shift(tok, pretrain):
         assert starts, "window not found in the training stream"
 
 
-def test_windows_cover_the_whole_training_stream(tok):
-    text = "\n\n".join(f"Fact {k}: the river flows to the sea." for k in range(4))
-    data = PretrainData(tok, text, context_length=5, val_fraction=0.0)
-    x, y = data.train_batch(np.random.default_rng(0), 2000)
-    firsts = {int(v) for v in x[:, 0]}
-    lasts = {int(v) for v in y[:, -1]}
-    assert int(data.train_stream[0]) in firsts and int(data.train_stream[-1]) in lasts
+class EdgeRng:
+    """Stands in for np.random.Generator: always draws the lowest or the highest start."""
+
+    def __init__(self, highest: bool):
+        self.highest = highest
+
+    def integers(self, low, high, size):
+        return np.full(size, high - 1 if self.highest else low, dtype=np.int64)
+
+
+def test_windows_reach_both_ends_of_the_training_stream(tok, pretrain):
+    data = PretrainData(tok, pretrain, context_length=16)
+    s = data.train_stream
+    x, y = data.train_batch(EdgeRng(highest=False), 1)
+    assert np.array_equal(x[0], s[:16]) and np.array_equal(y[0], s[1:17])
+    x, y = data.train_batch(EdgeRng(highest=True), 1)
+    assert np.array_equal(x[0], s[-17:-1]) and np.array_equal(y[0], s[-16:])
 
 
 def test_train_batch_is_deterministic(tok, pretrain):

@@ -44,6 +44,12 @@ def test_parse_multi_turn_multi_line_and_system():
     ]
 
 
+def test_tags_in_any_case():
+    assert parse_dialogues("user: hi\nASSISTANT: hello") == [[U("hi"), A("hello")]]
+    assert parse_dialogues("User: a\nAssistant: b\nuser: c\nassistant: d") == \
+        [[U("a"), A("b"), U("c"), A("d")]]        # not swallowed into the first answer
+
+
 def test_parse_jsonl():
     rows = [{"messages": [{"role": "system", "content": "Be brief."},
                           {"role": "user", "content": " Hi "}, {"role": "assistant", "content": "Hello."}]},
@@ -64,7 +70,8 @@ def test_bundled_tune_file(tune_text):
     ("\n  \n", "is empty"),
     ("User: hi\nUser: anyone?\n", "no line starting with 'Assistant:'"),
     ("Hello there\nUser: hi\nAssistant: hey", "line 1: expected a line starting with 'User:'"),
-    ("User: a\nAssistant: b\n\nAssistant: c\nUser: d\nAssistant: e", "line 4: an Assistant turn before any User"),
+    ("User: a\nAssistant: b\n\nAssistant: c\nUser: d\nAssistant: e",
+     "line 4: an Assistant turn before any User"),
     ("System: s\nAssistant: b", "line 2: an Assistant turn before any User"),
     ("User: a\nUser: b\nAssistant: c", "line 2: two User turns in a row; expected 'Assistant:'"),
     ("User: a\nAssistant: b\nAssistant: c", "line 3: two Assistant turns in a row; expected 'User:'"),
@@ -153,7 +160,7 @@ def split_at_specials(ids, specials):
 
 
 _CONTENT = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\u2581"),
-                   min_size=1, max_size=30).map(str.strip).filter(bool)
+                   min_size=1, max_size=30).map(str.strip).filter(lambda s: s and "</s>" not in s)
 
 
 @settings(max_examples=150, deadline=None)
@@ -201,6 +208,22 @@ def test_tune_truncation_and_determinism(tok, tune_text):
     c = TuneData(tok, tune_text, 40, seed=5).train_batch(None, 8)
     d = TuneData(tok, tune_text, 40, seed=5).train_batch(None, 8)
     assert np.array_equal(c[1], d[1])
+
+
+def test_eval_batches_cover_every_dialogue_once(tok, tune_text):
+    data = TuneData(tok, tune_text, 64)
+    n = len(data.dialogues)
+    batches = data.eval_batches(8)
+    assert len(batches) == -(-n // 8)
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    assert all(b[0].shape == b[1].shape == (8, 64) and b[1].dtype == np.int32 for b in batches)
+    assert [r[0] for r in x[:n]] == [tok.bos_id] * n
+    assert (x[n:] == tok.eos_id).all() and (y[n:] == -1).all()
+    n_answer = sum(sum(m[1:65]) for _, m in data.encoded)
+    assert int((y >= 0).sum()) == n_answer
+    ids0, mask0 = data.encoded[0]
+    assert y[0].tolist()[:len(ids0) - 1] == [t if k else -1 for t, k in zip(ids0[1:], mask0[1:])]
 
 
 def test_tune_from_parsed_dialogues(tok):

@@ -99,8 +99,9 @@ def test_known_binary_formats(tmp_path):
     raises(write(tmp_path, b"PK\x03\x04\x14\x00\x06\x00"), "ZIP")
 
 
-def test_utf16_is_named(tmp_path):
-    err = raises(write(tmp_path, "hello world\n".encode("utf-16")), "UTF-16")
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be"])   # with and without BOM
+def test_utf16_is_named(tmp_path, codec):
+    err = raises(write(tmp_path, "hello world, plain text\n".encode(codec)), "UTF-16")
     assert "UTF-8" in err.hint
 
 

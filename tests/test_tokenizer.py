@@ -130,7 +130,7 @@ def test_decode_rejects_bad_ids(tok):
         tok.decode([-1])
 
 
-def test_lower_one_eighths_block_is_a_space(bpe):
+def test_u2581_decodes_as_a_space(bpe):
     # Documented limitation shared with llama.cpp: "▁" (U+2581) stands for the space.
     assert bpe.decode(bpe.encode("a\u2581b")) == "a b"
 
@@ -164,6 +164,13 @@ def test_bytes_round_trip(tok):
         (tok.kind, tok.vocab_size, tok.add_space_prefix)
     s = "Paris is the capital of France.\n😀"
     assert again.encode(s) == tok.encode(s)
+
+
+def test_pickle_and_copy(tok):
+    import copy
+    import pickle
+    for again in (pickle.loads(pickle.dumps(tok)), copy.deepcopy(tok)):
+        assert again.to_bytes() == tok.to_bytes() and again.encode("a b\n") == tok.encode("a b\n")
 
 
 def test_training_is_deterministic(texts, bpe):

@@ -6,9 +6,9 @@ thread (studio.worker), so it never overlaps a training step.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import (QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
 USER_COLOUR, MODEL_COLOUR = "#1f5fa8", "#2d7a3a"
@@ -47,14 +47,15 @@ class ChatPanel(QWidget):
         self.top_k = self._ispin("topKSpin", 0, 100_000, 40, "0 = no top-k limit")
         self.top_p = self._dspin("topPSpin", 0.05, 1.0, 0.05, 0.95, "Nucleus sampling mass")
         self.max_tokens = self._ispin("maxTokensSpin", 1, 4096, 64, "Longest answer in tokens")
-        knobs = QHBoxLayout()
-        for label, w in (("Temperature", self.temperature), ("Top-k", self.top_k),
-                         ("Top-p", self.top_p), ("Max tokens", self.max_tokens)):
-            knobs.addWidget(QLabel(label))
-            knobs.addWidget(w)
-            knobs.addSpacing(8)
-        knobs.addStretch(1)
-        knobs.addWidget(self.clear_button)
+        knobs = QGridLayout()
+        knobs.setHorizontalSpacing(6)
+        for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-k", self.top_k),
+                                        ("Top-p", self.top_p), ("Max tokens", self.max_tokens))):
+            knobs.addWidget(QLabel(label), i // 2, 3 * (i % 2), Qt.AlignRight)
+            knobs.addWidget(w, i // 2, 3 * (i % 2) + 1)
+        knobs.setColumnMinimumWidth(2, 12)
+        knobs.setColumnStretch(6, 1)
+        knobs.addWidget(self.clear_button, 0, 7, 2, 1, Qt.AlignRight | Qt.AlignVCenter)
 
         self.status = QLabel("")
         self.status.setObjectName("chatStatus")

@@ -91,7 +91,7 @@ class DataPanel(QGroupBox):
     errorOccurred = Signal(str, str)  # title, message with hint
 
     def __init__(self, parent=None):
-        super().__init__("Data", parent)
+        super().__init__("Training data", parent)
         self.pretrain_text = ""
         self.tune_text = ""
         self.pretrain_path: Path | None = None
@@ -99,12 +99,14 @@ class DataPanel(QGroupBox):
         self.n_dialogues = 0
         self._base_stats: dict[str, str] = {}  # statistics before token counts are known
         self.pretrain = FileSlot("Pretraining text", "openPretrainButton")
-        self.tune = FileSlot("Tune dialogues (User: / Assistant:)", "openTuneButton")
+        self.tune = FileSlot("Tune dialogues (User: … Assistant: …)", "openTuneButton")
         self.pretrain.button.clicked.connect(lambda: self._ask("pretrain"))
         self.tune.button.clicked.connect(lambda: self._ask("tune"))
         self.pretrain.fileDropped.connect(lambda p: self.load("pretrain", p))
         self.tune.fileDropped.connect(lambda p: self.load("tune", p))
-        hint = QLabel("Drop text files here or on the window.")
+        hint = QLabel("Open files or drop them here (or anywhere on the window). The "
+                      "tokenizer is trained on these texts when you press Train.")
+        hint.setWordWrap(True)
         hint.setProperty("role", "muted")
         lay = QVBoxLayout(self)
         lay.setSpacing(6)

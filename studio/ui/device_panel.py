@@ -3,7 +3,7 @@ and a message saying how to get one when there is none."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
 
 from engine.errors import StudioError
@@ -16,7 +16,7 @@ def _no_device_help() -> str:
 
 def describe_device(d) -> str:
     gib = d.global_mem_bytes / 2**30
-    return f"{d.type} · {d.name} · {d.platform} · {gib:.1f} GiB"
+    return f"{d.name} · {d.type} · {gib:.1f} GiB"
 
 
 class DevicePanel(QGroupBox):
@@ -27,7 +27,7 @@ class DevicePanel(QGroupBox):
         self.combo = QComboBox()
         self.combo.setObjectName("deviceCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.setMinimumContentsLength(20)
+        self.combo.setMinimumContentsLength(16)
         self.combo.currentIndexChanged.connect(lambda _: self._show_details())
         self.combo.currentIndexChanged.connect(lambda _: self.deviceChanged.emit())
         self.details = QLabel()
@@ -55,7 +55,8 @@ class DevicePanel(QGroupBox):
             self.devices, self.error = [], f"{_no_device_help()}\n({type(e).__name__}: {e})"
         for d in self.devices:
             self.combo.addItem(describe_device(d), d.index)
-            self.combo.setItemData(self.combo.count() - 1, describe_device(d), 3)  # tooltip
+            self.combo.setItemData(self.combo.count() - 1, f"{d.platform}: {d.name}",
+                                   Qt.ToolTipRole)
         if not self.devices:
             self.combo.addItem("No OpenCL device", None)
             self.combo.setEnabled(False)
@@ -91,7 +92,9 @@ class DevicePanel(QGroupBox):
             self.details.setText(self.error)
             self.details.setProperty("role", "error")
         elif d is not None:
-            self.details.setText(f"{d.compute_units} compute units · {d.opencl_version}")
+            version = " ".join(d.opencl_version.split()[:2])  # "OpenCL 3.0", not the build tag
+            self.details.setText(f"{d.platform} · {d.compute_units} compute units · {version}")
+            self.details.setToolTip(d.opencl_version)
             self.details.setProperty("role", "muted")
         self.details.style().unpolish(self.details)
         self.details.style().polish(self.details)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 REDRAW_MS = 66  # ~15 Hz
 
 PALETTE = {
-    "loss": "#1f77b4", "val": "#d62728", "pre_val": "#ff7f0e",
+    "loss": "#1f77b4", "val": "#d62728", "tune_val": "#ff7f0e",
     "grad": "#2ca02c", "clip": "#7f7f7f", "lr": "#9467bd", "ref": "#8c8c8c",
 }
 
@@ -50,7 +50,8 @@ class Series:
         return self._y[: self.n]
 
 
-def _plot_widget(name: str, title: str, y_label: str) -> pg.PlotWidget:
+def _plot_widget(name: str, title: str, y_label: str,
+                 legend_at=(-10, 10)) -> pg.PlotWidget:
     w = pg.PlotWidget(title=title)
     w.setObjectName(name)
     item = w.getPlotItem()
@@ -59,7 +60,8 @@ def _plot_widget(name: str, title: str, y_label: str) -> pg.PlotWidget:
     item.showGrid(x=True, y=True, alpha=0.15)
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
-    item.addLegend(offset=(-10, 10), labelTextSize="8pt")
+    # Legend offset: positive = from the left/top, negative = from the right/bottom.
+    item.addLegend(offset=legend_at, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 200))
     item.setMenuEnabled(False)
     w.setMinimumHeight(150)
     return w
@@ -74,29 +76,33 @@ class LivePlots(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.loss_plot = _plot_widget("lossPlot", "Loss (cross-entropy)", "loss (nats)")
-        self.grad_plot = _plot_widget("gradNormPlot", "Gradient norm before clipping", "‖g‖")
+        self.loss_plot = _plot_widget("lossPlot", "Loss (cross-entropy)", "loss (nats)",
+                                      legend_at=(10, -10))  # loss falls: bottom-left is free
+        self.grad_plot = _plot_widget("gradNormPlot", "Gradient norm before clipping", "grad norm")
         self.lr_plot = _plot_widget("lrPlot", "Learning rate", "lr")
         for p in (self.grad_plot, self.lr_plot):
             p.setXLink(self.loss_plot)
 
-        self.series = {k: Series() for k in ("loss", "val", "pre_val", "grad", "lr")}
+        # "val" is the pretraining validation loss over the whole run (during tuning it shows
+        # forgetting); "tune_val" the loss on the dialogues while tuning.
+        self.series = {k: Series() for k in ("loss", "val", "tune_val", "grad", "lr")}
         lp, gp = self.loss_plot, self.grad_plot
         self.curves = {
             "loss": lp.plot(name="train loss", pen=_pen(PALETTE["loss"], 1.3)),
-            "val": lp.plot(name="validation loss", pen=_pen(PALETTE["val"], 2),
+            "val": lp.plot(name="validation loss (pretraining text)", pen=_pen(PALETTE["val"], 2),
                            symbol="o", symbolSize=5, symbolBrush=PALETTE["val"],
                            symbolPen=None),
-            "pre_val": lp.plot(name="pretrain val loss (tuning)",
-                               pen=_pen(PALETTE["pre_val"], 2, Qt.DashLine), symbol="t",
-                               symbolSize=6, symbolBrush=PALETTE["pre_val"], symbolPen=None),
+            "tune_val": lp.plot(name="validation loss (dialogues)",
+                                pen=_pen(PALETTE["tune_val"], 2, Qt.DashLine), symbol="t",
+                                symbolSize=6, symbolBrush=PALETTE["tune_val"], symbolPen=None),
             "grad": gp.plot(name="grad norm", pen=_pen(PALETTE["grad"], 1.3)),
             "lr": self.lr_plot.plot(name="learning rate", pen=_pen(PALETTE["lr"], 1.6)),
         }
         # Reference lines: y values kept so the log-scale toggle can re-place them.
         self._ref_values: dict[pg.InfiniteLine, float] = {}
-        self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing")
-        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
+        self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing",
+                                    at=0.35)  # the right end is where the stage label sits
+        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}", at=0.03)
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
         self._dirty = False
 
@@ -124,13 +130,15 @@ class LivePlots(QWidget):
         self.timer.start()
 
     # -- reference lines -----------------------------------------------------------------
-    def _hline(self, plot: pg.PlotWidget, color: str, fmt: str) -> pg.InfiniteLine:
+    def _hline(self, plot: pg.PlotWidget, color: str, fmt: str,
+               at: float = 0.98) -> pg.InfiniteLine:
+        anchor = (1, 1) if at > 0.9 else (0, 1)  # text above the line, inside the plot
         line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine),
-                               label="", labelOpts={"position": 0.98, "color": color,
-                                                    "anchors": [(1, 1), (1, 1)]})
+                               label="", labelOpts={"position": at, "color": color,
+                                                    "anchors": [anchor, anchor]})
         line.template = fmt  # the label shows the true value, also in log mode
         line.setVisible(False)
-        plot.addItem(line, ignoreBounds=True)
+        plot.addItem(line)  # in the bounds: the y range always shows the reference
         return line
 
     def _place(self, line: pg.InfiniteLine, value: float) -> None:
@@ -190,15 +198,20 @@ class LivePlots(QWidget):
             s["loss"].append(m.step, m.loss)
             s["grad"].append(m.step, m.grad_norm)
             s["lr"].append(m.step, m.lr)
-            if getattr(m, "val_loss", None) is not None:
+            if m.stage == "pretrain" and m.val_loss is not None:
                 s["val"].append(m.step, m.val_loss)
-            if getattr(m, "pretrain_val_loss", None) is not None:
-                s["pre_val"].append(m.step, m.pretrain_val_loss)
+            elif m.stage != "pretrain":
+                if m.pretrain_val_loss is not None:
+                    s["val"].append(m.step, m.pretrain_val_loss)
+                if m.val_loss is not None:
+                    s["tune_val"].append(m.step, m.val_loss)
         if records:
             last = records[-1]
             text = f"step {last.step}: loss {last.loss:.3f}"
             if s["val"].n:
                 text += f" · validation {s['val'].y[-1]:.3f}"
+            if s["tune_val"].n:
+                text += f" · dialogues {s['tune_val'].y[-1]:.3f}"
             text += f" · grad norm {last.grad_norm:.3g} · lr {last.lr:.2e}"
             self.summary.setText(text)
         self._dirty = True

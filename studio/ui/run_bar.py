@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
+
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout,
                                QWidget)
+
+PACE_WINDOW_S = 20.0  # ETA from the steps of the last 20 s: follows speed changes, not noise
 
 
 def format_eta(seconds: float) -> str:
@@ -54,19 +59,30 @@ class RunBar(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.hint)
         self.hint.hide()
+        self._pace: deque[tuple[float, int]] = deque()
 
     def set_hint(self, text: str | None) -> None:
         self.hint.setText(text or "")
         self.hint.setVisible(bool(text))
 
-    def show_step(self, m, t0_step: int = 0) -> None:
-        """Progress from one StepMetrics: step, stage, tokens/s and ETA from the mean pace."""
+    def reset_pace(self) -> None:
+        """Forget the pace (a new run, or resuming: paused time must not count)."""
+        self._pace.clear()
+
+    def show_step(self, m) -> None:
+        """Progress from one StepMetrics: step, stage, tokens/s, ETA from the recent pace."""
         self.progress.setRange(0, max(m.total_steps, 1))
         self.progress.setValue(min(m.step, m.total_steps))
-        done = max(m.step - t0_step, 1)
-        eta = m.elapsed_s / done * max(m.total_steps - m.step, 0)
+        now = time.monotonic()
+        self._pace.append((now, m.step))
+        while len(self._pace) > 2 and now - self._pace[0][0] > PACE_WINDOW_S:
+            self._pace.popleft()
+        (t0, s0), (t1, s1) = self._pace[0], self._pace[-1]
+        eta = "…"
+        if s1 > s0 and t1 > t0:
+            eta = format_eta((t1 - t0) / (s1 - s0) * max(m.total_steps - m.step, 0))
         self.progress.setFormat(f"step {m.step} / {m.total_steps} · {m.stage} · "
-                                f"{m.tokens_per_s:,.0f} tok/s · ETA {format_eta(eta)}")
+                                f"{m.tokens_per_s:,.0f} tok/s · ETA {eta}")
 
     def show_text(self, text: str, reset: bool = False) -> None:
         if reset:

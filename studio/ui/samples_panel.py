@@ -6,6 +6,7 @@ import html
 
 from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
 
+MODEL_COLOUR = "#2d6a3a"  # what the model wrote, apart from the prompt
 MAX_ENTRIES = 60  # older samples are dropped; the point is to watch recent progress
 
 
@@ -15,10 +16,11 @@ class SamplesPanel(QWidget):
         self.view = QTextBrowser()
         self.view.setObjectName("samplesView")
         self.view.setOpenLinks(False)
-        self.view.setPlaceholderText("Sample generations appear here during training, newest "
-                                     "first. Set how often under Training › Samples every.")
+        self.view.setPlaceholderText("Samples appear here during training, newest first.")
         self.entries: list[tuple[int, str, list[tuple[str, str]]]] = []
-        note = QLabel("The prompt is in bold; what follows is the model's continuation.")
+        note = QLabel("Generations for fixed prompts every few steps (Training › Samples every). "
+                      "The prompt is in bold; the model's continuation is in green.")
+        note.setWordWrap(True)
         note.setProperty("role", "muted")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -46,8 +48,11 @@ class SamplesPanel(QWidget):
                          f"<b>Step {step}</b> · {html.escape(stage)}{latest}</p>")
             for prompt, text in samples:
                 cont = text[len(prompt):] if text.startswith(prompt) else text
+                if prompt.rstrip()[-1:] in "?!" and not cont[:1].isspace():
+                    cont = " " + cont  # a question answered (tune samples): not glued on
                 parts.append(
                     "<p style='margin:2px 0 2px 12px; white-space:pre-wrap'>"
-                    f"<b>{html.escape(prompt)}</b>{html.escape(cont)}</p>")
+                    f"<b>{html.escape(prompt)}</b>"
+                    f"<span style='color:{MODEL_COLOUR}'>{html.escape(cont)}</span></p>")
             parts.append("<hr>")
         self.view.setHtml("".join(parts))

@@ -51,6 +51,8 @@ FLOAT_FIELDS = [
      "AdamW decoupled weight decay on matrices."),
 ]
 
+INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
+
 
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
@@ -105,8 +107,11 @@ class SettingsPanel(QWidget):
                       getattr(defaults_m, field))
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
-        self.tokenizer_combo.addItem("BPE (SentencePiece, byte fallback)", "bpe")
+        self.tokenizer_combo.addItem("BPE (SentencePiece)", "bpe")
         self.tokenizer_combo.addItem("Characters", "char")
+        self.tokenizer_combo.setToolTip("BPE learns sub-word pieces from your text (byte "
+                                        "fallback: any text encodes). Characters: one token "
+                                        "per character.")
         self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
         mform.addRow("Tokenizer", self.tokenizer_combo)
         self.tie_check = QCheckBox("Tie output to embedding")
@@ -213,6 +218,7 @@ class SettingsPanel(QWidget):
             err.setVisible(False)
         for spin in self.spins.values():
             spin.setProperty("invalid", False)
+            spin.setStyleSheet("")
         problems = []
         try:
             cfg = self.model_config().validate()
@@ -226,9 +232,6 @@ class SettingsPanel(QWidget):
             problems.append((e, [f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS]))
         for err, fields in problems:
             self._show_error(err, fields)
-        for spin in self.spins.values():  # re-polish so the stylesheet sees "invalid"
-            spin.style().unpolish(spin)
-            spin.style().polish(spin)
         if cfg is not None:
             batch = self.spins["batchSizeSpin"].value()
             self.estimate_label.setText(
@@ -255,6 +258,7 @@ class SettingsPanel(QWidget):
         for field in named:
             spin = next(s for s in self.spins.values() if s.property("field") == field)
             spin.setProperty("invalid", True)
+            spin.setStyleSheet(INVALID_STYLE)
         target = "n_head" if "n_head" in named else named[0]
         label = self._errors[target]
         label.setText(err.describe())

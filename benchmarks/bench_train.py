@@ -1,0 +1,280 @@
+"""Training throughput: the engine (OpenCL) against the same model in PyTorch eager (issue 6).
+
+For each configuration both sides start from the engine's initial weights and see the same
+batches. First the losses of the first steps are compared (same model, same optimizer: they must
+agree to ~1e-4), then timed blocks of engine steps and PyTorch steps alternate in this one process,
+so machine drift lands on both. Every step is timed on its own (each side reads its loss back each
+step, as a training loop that reports the loss must); the table gives median and interquartile
+range of the steady-state ms/step, tokens/s, model FLOP/s (6N + 12*n_layer*d_model*T per token),
+% of the measured peak, kernel launches per step, and the warm-up and compile times apart.
+One extra profiled engine step gives the time per kernel family.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py --configs S,M --out /tmp/bench.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.common import (DESIGN_CPU_PEAK, Batches, flops_per_token, machine_line,  # noqa: E402
+                               md_table, model_config, numpy_sgemm_flops, quartiles, si,
+                               torch_mm_flops)
+from benchmarks.profile_step import profile_engine_step  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", default="S,M", help="comma-separated subset of S,M,L")
+    p.add_argument("--device", default=None, help="OpenCL device: index or part of its name")
+    p.add_argument("--torch-device", default="cpu", help="cpu or cuda[:i]")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per side and config")
+    p.add_argument("--block", type=int, default=5, help="steps per timed block")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per side after the check")
+    p.add_argument("--check-steps", type=int, default=5, help="steps whose losses are compared")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="cap on the timed phase of one configuration, seconds (0: none)")
+    p.add_argument("--data", choices=("text", "random"), default="text",
+                   help="windows of resources/pretrain.txt (BPE) or uniform random ids")
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--no-sdpa", action="store_true",
+                   help="PyTorch attention as explicit softmax(QK^T)V instead of SDPA")
+    p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profile")
+    p.add_argument("--out", default=None, help="also write the markdown report here")
+    return p.parse_args(argv)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def run_config(name, args, rt, tc_base, peak):
+    import torch
+    from engine.model import Model
+    from benchmarks.torch_model import TorchTrainer
+
+    cfg, B = model_config(name, args.vocab)
+    T = cfg.context_length
+    tc = tc_base.replace(batch_size=B)
+    total = args.check_steps + args.warmup + args.steps + 10
+    lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
+    data = Batches(args.data, args.vocab, B, T, args.seed)
+    log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
+        f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
+
+    t0 = time.perf_counter()
+    ours = Model(rt, cfg, seed=args.seed)
+    rt.finish()
+    t_ours_init = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theirs = TorchTrainer(cfg, ours.weights(), tc, device=args.torch_device,
+                          sdpa=not args.no_sdpa)
+    theirs.synchronize()
+    t_torch_init = time.perf_counter() - t0
+
+    # -- same model? losses and grad norms of the first steps, step by step
+    check, first = [], {}
+    for s in range(args.check_steps):
+        x, y = data.next()
+        lr = lr_at(s)
+        t0 = time.perf_counter()
+        lo, go, _ = ours.train_step(x, y, lr, tc)
+        t1 = time.perf_counter()
+        lt, gt, _ = theirs.train_step(x, y, lr, tc)
+        t2 = time.perf_counter()
+        if s == 0:
+            first = {"ours": t1 - t0, "torch": t2 - t1}
+        check.append((s + 1, lo, lt, rel(lo, lt), go, gt, rel(go, gt)))
+        log(f"  check step {s + 1}: loss ours {lo:.6f} torch {lt:.6f} (rel {rel(lo, lt):.1e})  "
+            f"grad norm ours {go:.5f} torch {gt:.5f} (rel {rel(go, gt):.1e})")
+    max_loss_rel = max(c[3] for c in check) if check else float("nan")
+    max_norm_rel = max(c[6] for c in check) if check else float("nan")
+
+    step = args.check_steps
+    for _ in range(args.warmup):
+        x, y = data.next()
+        ours.train_step(x, y, lr_at(step), tc)
+        theirs.train_step(x, y, lr_at(step), tc)
+        step += 1
+
+    # -- alternating timed blocks; the order flips every round
+    times = {"ours": [], "torch": []}
+    launches = []
+    rounds = max(1, math.ceil(args.steps / args.block))
+    t_phase = time.perf_counter()
+    for r in range(rounds):
+        sides = ("ours", "torch") if r % 2 == 0 else ("torch", "ours")
+        start = data.i
+        for side in sides:
+            data.i = start   # both sides of a round see the same batches
+            for k in range(args.block):
+                x, y = data.next()
+                lr = lr_at(step + k)
+                if side == "ours":
+                    n0 = rt.launches
+                    t0 = time.perf_counter()
+                    ours.train_step(x, y, lr, tc)
+                    times["ours"].append(time.perf_counter() - t0)
+                    launches.append(rt.launches - n0)
+                else:
+                    t0 = time.perf_counter()
+                    theirs.train_step(x, y, lr, tc)
+                    times["torch"].append(time.perf_counter() - t0)
+        step += args.block
+        spent = time.perf_counter() - t_phase
+        if args.budget_s and r + 1 < rounds and spent * (r + 2) / (r + 1) > args.budget_s \
+                and r + 1 >= 2:
+            log(f"  budget: stopping after {r + 1} of {rounds} rounds ({spent:.0f} s)")
+            break
+
+    prof = None
+    if not args.no_profile:
+        x, y = data.next()
+        prof = profile_engine_step(rt, ours, x, y, lr_at(step), tc)
+
+    fpt = flops_per_token(cfg)
+    res = {"name": name, "cfg": cfg, "B": B, "T": T, "check": check,
+           "max_loss_rel": max_loss_rel, "max_norm_rel": max_norm_rel,
+           "first": first, "init": {"ours": t_ours_init, "torch": t_torch_init},
+           "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {}}
+    for side, ts in times.items():
+        p25, med, p75 = quartiles(ts)
+        tok_s = B * T / med
+        res["side"][side] = dict(n=len(ts), p25=p25 * 1e3, med=med * 1e3, p75=p75 * 1e3,
+                                 tok_s=tok_s, flops=tok_s * fpt, pct=100 * tok_s * fpt / peak)
+    o, t = res["side"]["ours"], res["side"]["torch"]
+    log(f"  ours  {o['med']:.1f} ms/step (IQR {o['p25']:.1f}-{o['p75']:.1f}), "
+        f"{o['tok_s']:,.0f} tok/s, {si(o['flops'], 'FLOP/s')}, {o['pct']:.1f}% of peak, "
+        f"{res['launches']} launches/step")
+    log(f"  torch {t['med']:.1f} ms/step (IQR {t['p25']:.1f}-{t['p75']:.1f}), "
+        f"{t['tok_s']:,.0f} tok/s, {si(t['flops'], 'FLOP/s')}, {t['pct']:.1f}% of peak")
+    log(f"  ours/torch tokens/s: {o['tok_s'] / t['tok_s']:.2f}x")
+    del ours, theirs
+    if args.torch_device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return res
+
+
+def report(results, header_lines, peak_note) -> str:
+    rows = []
+    for r in results:
+        c = r["cfg"]
+        label = f"{r['name']} (d{c.d_model} L{c.n_layer} H{c.n_head} T{r['T']} B{r['B']})"
+        o, t = r["side"]["ours"], r["side"]["torch"]
+        for side, s, launches in (("ours (OpenCL)", o, r["launches"]), ("PyTorch eager", t, "-")):
+            rows.append([label, side, f"{s['med']:.1f}", f"{s['p25']:.1f}-{s['p75']:.1f}",
+                         f"{s['tok_s']:,.0f}", si(s["flops"], "FLOP/s"), f"{s['pct']:.1f}%",
+                         launches, s["n"]])
+        rows.append([label, "**ours / torch**", "", "", f"**{o['tok_s'] / t['tok_s']:.2f}x**",
+                     "", "", "", ""])
+    out = header_lines + ["", md_table(
+        ["config", "implementation", "ms/step (median)", "IQR ms", "tokens/s", "model FLOP/s",
+         "% of peak", "launches/step", "timed steps"], rows), "", peak_note, ""]
+    out += ["Warm-up (not in the table): model set-up, first step (includes PoCL's per-kernel "
+            "compile / cuBLAS and allocator warm-up):", ""]
+    out.append(md_table(["config", "ours init s", "ours 1st step s", "torch init s",
+                         "torch 1st step s"],
+                        [[r["name"], f"{r['init']['ours']:.2f}", f"{r['first']['ours']:.2f}",
+                          f"{r['init']['torch']:.2f}", f"{r['first']['torch']:.2f}"]
+                         for r in results]))
+    out += ["", "Same model check (first steps, identical weights and batches):", ""]
+    out.append(md_table(["config", "step", "loss ours", "loss torch", "rel diff",
+                         "grad norm ours", "grad norm torch", "rel diff"],
+                        [[r["name"], s, f"{lo:.6f}", f"{lt:.6f}", f"{dl:.1e}", f"{go:.5f}",
+                          f"{gt:.5f}", f"{dg:.1e}"]
+                         for r in results for (s, lo, lt, dl, go, gt, dg) in r["check"]]))
+    out.append("")
+    out.append("Max relative difference of the losses: " + ", ".join(
+        f"{r['name']} {r['max_loss_rel']:.1e} ({'OK' if r['max_loss_rel'] < 1e-4 else 'MISMATCH'})"
+        for r in results) + ".")
+    for r in results:
+        if r["prof"]:
+            out += ["", f"Engine time by kernel, one profiled step of {r['name']}:", "",
+                    r["prof"]]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    from engine.config import TrainConfig
+    from engine.runtime import Runtime
+
+    if args.torch_device == "cpu":
+        torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False   # fp32 on both sides
+    torch.backends.cudnn.allow_tf32 = False
+    t0 = time.perf_counter()
+    rt = Runtime(args.device)
+    t_build = time.perf_counter() - t0
+    log(f"OpenCL device: {rt.info.label()} {rt.info.opencl_version}; program build {t_build:.2f} s")
+    if args.torch_device.startswith("cuda"):
+        tdev = torch.cuda.get_device_name(torch.device(args.torch_device))
+    else:
+        tdev = f"CPU, {torch.get_num_threads()} threads"
+    log(f"PyTorch {torch.__version__} on {tdev}")
+
+    if rt.is_cpu:
+        sgemm = numpy_sgemm_flops()
+        tmm = torch_mm_flops("cpu")
+        peak = max(DESIGN_CPU_PEAK, sgemm, tmm)
+        peak_note = (f"% of peak: against {si(peak, 'FLOP/s')} fp32 (DESIGN.md's measured peak of "
+                     f"the 2 cores, 146 GFLOP/s, unless a measurement here was higher). Measured now "
+                     f"on 2048^3: numpy sgemm {si(sgemm, 'FLOP/s')}, torch.mm "
+                     f"{si(tmm, 'FLOP/s')}.")
+    else:
+        tmm = torch_mm_flops(args.torch_device, n=8192) if args.torch_device.startswith("cuda") \
+            else 0.0
+        peak = tmm or 1.0
+        peak_note = (f"% of peak: against torch.mm fp32 (tf32 off) on 8192^3 measured now on the "
+                     f"same GPU: {si(tmm, 'FLOP/s')}.")
+    log(peak_note)
+
+    header = [f"Date: {datetime.date.today().isoformat()}. Machine: {machine_line()}.",
+              f"OpenCL device: {rt.info.name} ({rt.info.type}, {rt.info.platform}, "
+              f"{rt.info.opencl_version}); program build {t_build:.2f} s.",
+              f"PyTorch {torch.__version__} eager on {tdev}; attention "
+              f"{'explicit softmax' if args.no_sdpa else 'scaled_dot_product_attention'}.",
+              f"Data: {args.data} (vocab {args.vocab}); AdamW betas (0.9, 0.95), eps 1e-8, "
+              f"weight decay 0.1 on matrices, clip 1.0, warmup + cosine lr; fp32. Steps: "
+              f"{args.check_steps} checked, {args.warmup} warm-up, up to {args.steps} timed per "
+              f"side in alternating blocks of {args.block}.",
+              f"Model FLOPs per token: 6N + 12*n_layer*d_model*T with N = all parameters."]
+    tc = TrainConfig(seed=args.seed)
+    results = []
+    for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
+        try:
+            results.append(run_config(name, args, rt, tc, peak))
+        except Exception as e:  # report what finished even when one configuration fails
+            import traceback
+            traceback.print_exc()
+            log(f"{name}: FAILED: {type(e).__name__}: {e}")
+            header.append(f"{name}: FAILED: {type(e).__name__}: {e}")
+        text = report(results, header, peak_note)
+        if args.out:
+            Path(args.out).write_text(text)
+    text = report(results, header, peak_note)
+    log("\n" + text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0 if all(r["max_loss_rel"] < 1e-4 for r in results) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Shared pieces of the benchmarks: configurations, batches, peak FLOP/s, statistics, tables."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.config import ModelConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Issue 6: S = d128 L4 H4 T64 B12; M = d256 L4 H8 T128 B32; L = d384 L6 H6 T256 B64.
+CONFIGS = {
+    "S": dict(d_model=128, n_layer=4, n_head=4, context_length=64, batch=12),
+    "M": dict(d_model=256, n_layer=4, n_head=8, context_length=128, batch=32),
+    "L": dict(d_model=384, n_layer=6, n_head=6, context_length=256, batch=64),
+}
+DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (DESIGN.md)
+
+
+def model_config(name: str, vocab_size: int = 512) -> tuple[ModelConfig, int]:
+    c = dict(CONFIGS[name])
+    batch = c.pop("batch")
+    return ModelConfig(vocab_size=vocab_size, **c).validate(), batch
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Training FLOPs per token (issue 6, PaLM appendix B): 6N + 12 * n_layer * d_model * T,
+    with N = every parameter (the tied embedding counted once)."""
+    return 6.0 * cfg.param_count() + 12.0 * cfg.n_layer * cfg.d_model * cfg.context_length
+
+
+class Batches:
+    """A fixed pool of (inputs, targets) int32 (B, T) batches, served in order, cycling: windows of
+    resources/pretrain.txt under a BPE tokenizer of `vocab_size` ("text"), or uniform random ids
+    ("random"). Both sides of the benchmark see the same sequence."""
+
+    def __init__(self, kind: str, vocab_size: int, B: int, T: int, seed: int, pool: int = 32):
+        rng = np.random.default_rng(seed)
+        if kind == "text":
+            from engine.corpus import PretrainData
+            from engine.tokenizer import Tokenizer
+            text = (ROOT / "resources" / "pretrain.txt").read_text(encoding="utf-8")
+            tok = Tokenizer.train([text], vocab_size)
+            data = PretrainData(tok, text, T, val_fraction=0.0, seed=seed)
+            self.batches = [data.train_batch(rng, B) for _ in range(pool)]
+        elif kind == "random":
+            ids = rng.integers(0, vocab_size, size=(pool, B, T + 1), dtype=np.int32)
+            self.batches = [(a[:, :-1].copy(), a[:, 1:].copy()) for a in ids]
+        else:
+            raise ValueError(f"unknown data kind {kind!r}")
+        self.i = 0
+
+    def reset(self):
+        self.i = 0
+
+    def next(self):
+        b = self.batches[self.i % len(self.batches)]
+        self.i += 1
+        return b
+
+
+def numpy_sgemm_flops(n: int = 2048, reps: int = 5) -> float:
+    """Best fp32 FLOP/s of numpy's matmul (OpenBLAS) on n x n x n."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+    a @ b
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
+def torch_mm_flops(device: str, n: int = 2048, reps: int = 5) -> float:
+    """Best fp32 FLOP/s of torch.mm (tf32 off) on n x n x n."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a @ b
+    sync()
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        sync()
+        best = max(best, 10 * 2.0 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
+def quartiles(xs) -> tuple[float, float, float]:
+    """(p25, median, p75)."""
+    q = np.percentile(np.asarray(xs, np.float64), [25, 50, 75])
+    return float(q[0]), float(q[1]), float(q[2])
+
+
+def machine_line() -> str:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+    return f"{cpu or platform.processor()} ({os.cpu_count()} logical CPUs), Python {platform.python_version()}"
+
+
+def md_table(header: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def si(x: float, unit: str = "") -> str:
+    for scale, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {p}{unit}"
+    return f"{x:.3g} {unit}"

@@ -1,0 +1,65 @@
+"""Time per kernel of one engine training step, from OpenCL profiling events.
+
+The runtime's queue is swapped for a profiling one for the duration of one step, and every launch
+is recorded with its event (engine code unchanged). Matmul launches are also counted in FLOPs, so
+the table shows the GEMM rate reached inside the model. The step's wall time minus the summed
+kernel time is host work and gaps between kernels (launch overhead, queue latency).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pyopencl as cl
+
+from benchmarks.common import md_table
+
+# kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
+_MATMUL = ("matmul_nn", "matmul_tn")
+
+
+def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
+    """Run one train_step with profiling on; return a markdown table of time per kernel."""
+    rt.finish()
+    queue0 = rt.queue
+    rt.queue = cl.CommandQueue(rt.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    events = []
+    launch0 = rt.launch
+
+    def launch(name, global_size, *args):
+        ev = launch0(name, global_size, *args)
+        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL else 0.0
+        events.append((name, ev, flops))
+        return ev
+
+    rt.launch = launch
+    try:
+        t0 = time.perf_counter()
+        model.train_step(inputs, targets, lr, tc)
+        rt.finish()
+        wall = time.perf_counter() - t0
+    finally:
+        del rt.launch   # back to the class method
+        rt.queue.finish()
+        rt.queue = queue0
+    per = defaultdict(lambda: [0, 0.0, 0.0])   # name -> calls, seconds, flops
+    for name, ev, flops in events:
+        p = per[name]
+        p[0] += 1
+        p[1] += (ev.profile.end - ev.profile.start) * 1e-9
+        p[2] += flops
+    busy = sum(p[1] for p in per.values())
+    rows = []
+    for name, (calls, sec, flops) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+        rate = f"{flops / sec / 1e9:.1f}" if flops and sec > 0 else ""
+        rows.append([name, calls, f"{sec * 1e3:.2f}", f"{100 * sec / busy:.1f}%", rate])
+    mm_s = sum(per[n][1] for n in _MATMUL if n in per)
+    mm_f = sum(per[n][2] for n in _MATMUL if n in per)
+    lines = [md_table(["kernel", "launches", "ms", "share of kernel time", "GFLOP/s"], rows), "",
+             f"Profiled step: wall {wall * 1e3:.1f} ms, kernels {busy * 1e3:.1f} ms "
+             f"({100 * busy / wall:.0f}% of wall; the rest is host work and gaps between "
+             f"{len(events)} launches). GEMMs (matmul_nn + matmul_tn): "
+             f"{100 * mm_s / max(busy, 1e-12):.0f}% of kernel time at "
+             f"{mm_f / max(mm_s, 1e-12) / 1e9:.1f} GFLOP/s."]
+    return "\n".join(lines)

@@ -1,0 +1,288 @@
+"""A training session: tokenizer, data, model and optimizer state on one device.
+
+`train()` is the generator the CLI and the studio drive (DESIGN.md): one StepMetrics per
+optimizer step, pretraining then tuning; the caller stops by not asking for the next step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from engine import checkpoint
+from engine.config import ModelConfig, TrainConfig
+from engine.corpus import PretrainData
+from engine.dialogue import Message, TuneData, encode_prompt
+from engine.errors import CheckpointError, ConfigError
+from engine.metrics import StepMetrics
+from engine.model import Model
+from engine.runtime import Runtime
+from engine.sampling import SamplingParams, next_token
+from engine.tokenizer import Tokenizer
+
+
+def _sha256(text: str | None) -> str:
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+class TrainingSession:
+    """Everything one training run needs. Build with `create` or `load`."""
+
+    def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                 tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
+                 flat_weights: np.ndarray | None = None):
+        self.rt, self.tokenizer = rt, tokenizer
+        self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
+        self.pretrain_text, self.tune_text = pretrain_text, tune_text
+        T = model_cfg.context_length
+        self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
+                                     train_cfg.seed)
+        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed) if tune_text else None
+        self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
+        self.rng = np.random.default_rng(train_cfg.seed + 1)
+        self.step = 0
+        self.last_loss: float | None = None
+        self.history: list[dict] = []  # compact per-step records (for plots after a reload)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
+               tune_text: str | None = None, device=None, tokenizer_kind: str = "bpe",
+               runtime: Runtime | None = None) -> "TrainingSession":
+        """Train the tokenizer on both texts, size the vocabulary from it, build the model.
+        Raises ConfigError / DataError / DeviceError with a message for the person."""
+        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, 259)).validate()
+        train_cfg.validate()
+        texts = [pretrain_text] + ([tune_text] if tune_text else [])
+        tokenizer = Tokenizer.train(texts, model_cfg.vocab_size, tokenizer_kind)
+        cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
+        rt = runtime or Runtime(device)
+        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text)
+
+    @classmethod
+    def load(cls, path, device=None, runtime: Runtime | None = None) -> "TrainingSession":
+        """Resume from a run folder's checkpoint (weights, AdamW state, step, RNG)."""
+        ck = checkpoint.load(path)
+        h = ck["header"]
+        try:
+            mc, tc = ModelConfig(**h["model_config"]), TrainConfig(**h["train_config"])
+        except TypeError as e:
+            raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
+        tok = Tokenizer.from_bytes(ck["tokenizer"])
+        rt = runtime or Runtime(device)
+        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"])
+        if ck["params"].size != s.model.table.size:
+            raise CheckpointError("The checkpoint's weights do not match its configuration.")
+        s.model.write_flat("params", ck["params"])
+        s.model.write_flat("m", ck["adam_m"])
+        s.model.write_flat("v", ck["adam_v"])
+        s.model.adam_t = int(h["adam_t"])
+        s.step = int(h["step"])
+        s.last_loss = h.get("last_loss")
+        s.rng.bit_generator.state = h["rng_state"]
+        s.history = h.get("history", [])
+        return s
+
+    def save(self, path) -> Path:
+        """Write the checkpoint atomically into folder `path`; returns the file."""
+        header = {
+            "model_config": self.model_config.__dict__, "train_config": self.train_config.__dict__,
+            "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
+            "rng_state": self.rng.bit_generator.state, "history": self.history,
+            "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
+        }
+        m = self.model
+        return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
+                               m.read_flat("v"), self.tokenizer.to_bytes(), self.pretrain_text,
+                               self.tune_text)
+
+    def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None):
+        """Change the step counts (e.g. to keep training a finished run)."""
+        tc = self.train_config
+        self.train_config = tc.replace(
+            pretrain_steps=tc.pretrain_steps if pretrain_steps is None else pretrain_steps,
+            tune_steps=tc.tune_steps if tune_steps is None else tune_steps).validate()
+
+    def data_summary(self) -> dict:
+        return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
+                "pretrain_tokens": self.pretrain.n_tokens, "pretrain_documents": len(self.pretrain.documents),
+                "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
+                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0}
+
+    # ------------------------------------------------------------------ training
+    def stage_at(self, step: int) -> str:
+        return "pretrain" if step < self.train_config.pretrain_steps or not self.tune else "tune"
+
+    @property
+    def total_steps(self) -> int:
+        tc = self.train_config
+        return tc.pretrain_steps + (tc.tune_steps if self.tune else 0)
+
+    def lr_at(self, step: int) -> float:
+        tc = self.train_config
+        if self.stage_at(step) == "pretrain":
+            return tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
+        peak = tc.tune_learning_rate or tc.learning_rate / 3
+        return tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, peak)
+
+    def _batch(self, stage: str):
+        B = self.train_config.batch_size
+        if stage == "pretrain":
+            return self.pretrain.train_batch(self.rng, B)
+        n_replay = int(round(B * self.train_config.replay_fraction))
+        x, y = self.tune.train_batch(self.rng, B - n_replay)
+        if n_replay:
+            rx, ry = self.pretrain.train_batch(self.rng, n_replay)
+            x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
+        return x, y
+
+    def pretrain_val_loss(self) -> float:
+        tc = self.train_config
+        batches = self.pretrain.val_batches(tc.batch_size, tc.eval_batches)
+        return float(np.mean([self.model.loss(x, y) for x, y in batches]))
+
+    def tune_val_loss(self) -> float:
+        """Mean loss over all tune dialogues (assistant tokens only), in batches of batch_size."""
+        ids, mask = self.tune._ids, self.tune._mask
+        B = self.train_config.batch_size
+        total = count = 0.0
+        for i in range(0, len(ids), B):
+            x = ids[i:i + B, :-1]
+            y = np.where(mask[i:i + B, 1:], ids[i:i + B, 1:], -1).astype(np.int32)
+            if len(x) < B:  # keep one activation shape: pad with fully masked rows
+                pad = B - len(x)
+                x = np.concatenate([x, np.full((pad, x.shape[1]), self.tokenizer.eos_id, np.int32)])
+                y = np.concatenate([y, np.full((pad, y.shape[1]), -1, np.int32)])
+            n = int((y >= 0).sum())
+            total += self.model.loss(x, y) * n
+            count += n
+        return total / max(count, 1)
+
+    def sample_prompts(self, stage: str) -> list[str]:
+        docs = self.pretrain.documents
+        prompts = [" ".join(d.split()[:3]) for d in docs[:: max(len(docs) // 3, 1)][:3]]
+        if stage == "tune" and self.tune:
+            q = self.tune.questions()[0][0]
+            prompts = [q[-1].content] + prompts[:2]
+        return prompts
+
+    def samples(self, stage: str) -> list[tuple[str, str]]:
+        out = []
+        n = self.train_config.sample_tokens
+        for i, p in enumerate(self.sample_prompts(stage)):
+            if stage == "tune" and i == 0:
+                text = self.chat([Message("user", p)], max_new_tokens=n, greedy=True)
+            else:
+                text = self.generate(p, max_new_tokens=n, greedy=True)
+            out.append((p, text))
+        return out
+
+    def train(self) -> Iterator[StepMetrics]:
+        """Run from self.step to total_steps, one StepMetrics per step. Stops when the caller
+        stops iterating; call `save` after a stop to keep the work."""
+        tc = self.train_config
+        t_start = time.perf_counter()
+        while self.step < self.total_steps:
+            stage = self.stage_at(self.step)
+            lr = self.lr_at(self.step)
+            x, y = self._batch(stage)
+            t0 = time.perf_counter()
+            loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
+            dt = time.perf_counter() - t0
+            self.step += 1
+            self.last_loss = loss
+            m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
+                            x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
+            stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
+            if self.step % tc.eval_interval == 0 or stage_end:
+                if stage == "pretrain":
+                    m.val_loss = self.pretrain_val_loss()
+                else:
+                    m.val_loss = self.tune_val_loss()
+                    m.pretrain_val_loss = self.pretrain_val_loss()
+            if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
+                m.samples = self.samples(stage)
+            self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
+            yield m
+
+    def bundle(self):
+        """The model as an engine.gguf_export.ModelBundle (weights copied from the device)."""
+        from engine.gguf_export import ModelBundle
+        tc = self.train_config
+        meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
+                "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
+                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary()}
+        meta = {k: v for k, v in meta.items() if v is not None}
+        return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
+
+    def export_gguf(self, path, dtype: str = "f32", force: bool = False):
+        """Write the GGUF (and an Ollama Modelfile beside it). Returns ExportResult."""
+        from engine.gguf_export import export_gguf
+        return export_gguf(self.bundle(), path, dtype=dtype, force=force)
+
+    # ------------------------------------------------------------------ generation
+    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64,
+                     sampling: SamplingParams = SamplingParams(), seed: int | None = None,
+                     on_token: Callable[[int], None] | None = None) -> list[int]:
+        """Continue `prompt_ids` (BOS included by the caller) until `</s>` or max_new_tokens.
+        The model sees the last context_length tokens. Returns the new ids (without `</s>`)."""
+        T = self.model_config.context_length
+        rng = np.random.default_rng(seed)
+        ids = list(prompt_ids) or [self.tokenizer.bos_id]
+        out: list[int] = []
+        window = np.full((1, T), self.tokenizer.eos_id, np.int32)
+        for _ in range(max_new_tokens):
+            ctx = ids[-T:]
+            window[0, :len(ctx)] = ctx
+            logits = self.model.last_logits(window, len(ctx))  # causal: padding never seen
+            tok = next_token(logits, sampling, rng, out)
+            if tok == self.tokenizer.eos_id:
+                break
+            ids.append(tok)
+            out.append(tok)
+            if on_token:
+                on_token(tok)
+        return out
+
+    def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):
+        return SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
+
+    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
+                 top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+                 seed: int | None = None, greedy: bool = False,
+                 on_token: Callable[[str], None] | None = None) -> str:
+        """Plain continuation of `prompt` (BOS first). on_token gets each new piece of text."""
+        ids = [self.tokenizer.bos_id] + self.tokenizer.encode(prompt)
+        return self._decode_stream(ids, max_new_tokens, self._sampling(
+            temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token)
+
+    def chat(self, messages: list[Message], max_new_tokens: int = 64, temperature: float = 0.8,
+             top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+             seed: int | None = None, greedy: bool = False,
+             on_token: Callable[[str], None] | None = None) -> str:
+        """The assistant's answer to `messages` (last one from the user), rendered with the
+        tune format / GGUF chat template; stops at `</s>`. Leading space stripped."""
+        if not messages or messages[-1].role != "user":
+            raise ConfigError("A chat needs the user's message last.")
+        ids = encode_prompt(self.tokenizer, messages)
+        return self._decode_stream(ids, max_new_tokens, self._sampling(
+            temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token).strip()
+
+    def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token) -> str:
+        new: list[int] = []
+        shown = ""
+
+        def emit(tok):
+            nonlocal shown
+            new.append(tok)
+            text = self.tokenizer.decode(new)
+            if on_token and not text.endswith("\ufffd"):  # wait for whole UTF-8 characters
+                on_token(text[len(shown):])
+                shown = text
+
+        self.generate_ids(ids, max_new_tokens, sampling, seed, emit)
+        return self.tokenizer.decode(new)

@@ -1,0 +1,242 @@
+"""The studio end to end (pytest-qt, offscreen): bundled corpora -> tiny model -> train -> plots,
+samples, chat, export; pause/resume/stop; closing mid-run; the event loop never stalls."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
+
+from studio.app import MainWindow  # noqa: E402
+
+RUN_TIMEOUT_MS = 180_000
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "studio.ini"), QSettings.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    win = MainWindow(settings=settings)
+    qtbot.addWidget(win)  # closed at teardown: closeEvent stops any run and joins the thread
+    win.resize(1400, 880)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
+
+
+def configure(win, **values):
+    tiny = dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=32,
+                vocabSizeSpin=512, pretrainStepsSpin=20, tuneStepsSpin=10, batchSizeSpin=8,
+                warmupSpin=2, evalIntervalSpin=5, sampleIntervalSpin=10)
+    tiny.update(values)
+    for name, value in tiny.items():
+        win.settings_panel.set_value(name, value)
+
+
+def train(qtbot, win, timeout=RUN_TIMEOUT_MS):
+    button = win.findChild(type(win.run_bar.train_button), "trainButton")
+    assert button.isEnabled(), win.run_bar.hint.text()
+    with qtbot.waitSignal(win.trainingFinished, timeout=timeout) as blocker:
+        button.click()
+    return blocker.args[0]
+
+
+def chat(qtbot, win, text):
+    win.chat_panel.input.setText(text)
+    with qtbot.waitSignal(win.chatFinished, timeout=60_000) as blocker:
+        win.findChild(type(win.run_bar.train_button), "chatSendButton").click()
+    return blocker.args[0]
+
+
+def curve_x(win, plot_name, curve_name):
+    import pyqtgraph as pg
+    plot = win.findChild(pg.PlotWidget, plot_name)
+    item = next(i for i in plot.getPlotItem().listDataItems() if i.name() == curve_name)
+    return item.xData if item.xData is not None else []
+
+
+def test_required_object_names(window):
+    for name in ("deviceCombo", "dModelSpin", "nLayerSpin", "nHeadSpin", "contextLengthSpin",
+                 "learningRateSpin", "pretrainStepsSpin", "tuneStepsSpin", "trainButton",
+                 "pauseButton", "stopButton", "progressBar", "lossPlot", "gradNormPlot",
+                 "samplesView", "chatInput", "chatSendButton", "chatView", "exportButton"):
+        assert window.findChild(QObject, name) is not None, name
+
+
+def test_opens_with_bundled_corpora(window):
+    dp = window.data_panel
+    assert dp.pretrain_path.name == "pretrain.txt" and dp.tune_path.name == "tune.txt"
+    assert dp.pretrain_text and dp.tune_text and dp.n_dialogues > 0
+    assert "documents" in dp.pretrain.stats.text() and "dialogues" in dp.tune.stats.text()
+    assert window.device_panel.spec() is not None
+    assert window.run_bar.train_button.isEnabled()
+    assert not window.run_bar.export_button.isEnabled()  # no model yet
+
+
+def test_invalid_heads_disable_train_with_explanation(window):
+    configure(window, dModelSpin=130, nHeadSpin=4)
+    assert not window.run_bar.train_button.isEnabled()
+    error = window.findChild(QObject, "nHeadError")
+    assert error.isVisible() and "not divisible" in error.text() and "130" in error.text()
+    assert "Fix the setting" in window.run_bar.hint.text()
+    configure(window, dModelSpin=128, nHeadSpin=4)
+    assert window.run_bar.train_button.isEnabled() and not error.isVisible()
+    configure(window, dModelSpin=36, nHeadSpin=4)  # head_dim 9 is odd: RoPE needs pairs
+    assert not window.run_bar.train_button.isEnabled()
+    assert "odd" in window.settings_panel.error_text()
+
+
+def test_live_estimates_follow_settings(window):
+    from engine.config import ModelConfig
+    configure(window)
+    expected = ModelConfig(vocab_size=512, d_model=32, n_layer=1, n_head=2,
+                           context_length=32).param_count()
+    assert f"{expected / 1e3:.1f} K" in window.settings_panel.estimate_label.text()
+    configure(window, nLayerSpin=2)
+    assert f"{expected / 1e3:.1f} K" not in window.settings_panel.estimate_label.text()
+
+
+def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path):
+    configure(window)
+    result = train(qtbot, window)
+    assert not result["failed"] and not result["stopped"] and result["step"] == 30
+    steps = list(curve_x(window, "lossPlot", "train loss"))
+    assert steps == list(range(1, 31))                      # one point per step
+    assert len(curve_x(window, "gradNormPlot", "grad norm")) == 30
+    assert len(curve_x(window, "lossPlot", "validation loss (pretraining text)")) >= 4
+    assert window.plots.ref_line.isVisible()                # ln(vocab) reference
+    samples = window.findChild(QObject, "samplesView").toPlainText()
+    assert "Step 30" in samples and "Step 10" in samples
+    assert samples.index("Step 30") < samples.index("Step 10")  # newest first
+    assert "tokens" in window.data_panel.pretrain.stats.text()  # counted once trained
+
+    answer = chat(qtbot, window, "What is the capital of France?")
+    assert isinstance(answer, str)
+    view = window.findChild(QObject, "chatView").toPlainText()
+    assert "You: What is the capital of France?" in view and "Model:" in view
+    assert window.chat_panel.messages[-1]["role"] == "assistant"
+
+    path = tmp_path / "tiny.gguf"
+    with qtbot.waitSignal(window.exportFinished, timeout=60_000) as blocker:
+        window.export_to(path, "f32")
+    assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
+    gguf_export = pytest.importorskip("engine.gguf_export")
+    bundle = gguf_export.import_gguf(path)
+    assert bundle.config == window.model_config
+    assert window.last_error is None
+
+
+def test_pause_chat_resume_stop(qtbot, window):
+    configure(window, dModelSpin=64, nLayerSpin=2, pretrainStepsSpin=400, tuneStepsSpin=0,
+              sampleIntervalSpin=0, evalIntervalSpin=50)
+    window.run_bar.train_button.click()
+    qtbot.waitUntil(lambda: window.plots.point_count() >= 3, timeout=RUN_TIMEOUT_MS)
+    window.run_bar.pause_button.click()
+    qtbot.waitUntil(lambda: window.state == "paused", timeout=30_000)
+    assert window.run_bar.pause_button.text() == "Resume"
+    assert window.run_bar.export_button.isEnabled() and window.chat_panel.send_button.isEnabled()
+    paused_at = window.plots.point_count()
+    assert isinstance(chat(qtbot, window, "Hello"), str)   # on the paused weights
+    qtbot.wait(200)
+    assert window.plots.point_count() == paused_at         # no step while paused
+    window.run_bar.pause_button.click()                    # resume
+    qtbot.waitUntil(lambda: window.plots.point_count() > paused_at + 2, timeout=60_000)
+    with qtbot.waitSignal(window.trainingFinished, timeout=60_000) as blocker:
+        window.run_bar.stop_button.click()
+    result = blocker.args[0]
+    assert result["stopped"] and result["step"] < 400
+    window.plots.redraw()
+    assert len(curve_x(window, "lossPlot", "train loss")) == result["step"]
+    assert window.run_bar.train_button.isEnabled() and window.run_bar.export_button.isEnabled()
+
+
+def test_event_loop_never_blocks_while_training(qtbot, window):
+    """The largest gap between ticks of a 10 ms timer during a run (default-size model on
+    this machine: ~0.1 s a step, samples ~0.4 s) must stay well below a second."""
+    configure(window, dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=64,
+              batchSizeSpin=16, pretrainStepsSpin=40, tuneStepsSpin=20, evalIntervalSpin=10,
+              sampleIntervalSpin=20, warmupSpin=5)
+    ticks = []
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    result = train(qtbot, window)
+    timer.stop()
+    assert not result["failed"] and result["step"] == 60
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    worst = max(gaps)
+    print(f"\nlargest event-loop gap during training: {worst * 1000:.0f} ms "
+          f"over {len(gaps)} ticks")
+    assert worst < 1.0
+
+
+def test_close_during_training_stops_cleanly(qtbot, settings):
+    win = MainWindow(settings=settings)
+    win.show()
+    configure(win, dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=64,
+              batchSizeSpin=16, pretrainStepsSpin=10_000, tuneStepsSpin=0)
+    win.run_bar.train_button.click()
+    qtbot.waitUntil(lambda: win.plots.point_count() >= 2, timeout=RUN_TIMEOUT_MS)
+    t0 = time.perf_counter()
+    win.close()
+    assert not win.host.thread.isRunning()
+    assert time.perf_counter() - t0 < 10
+    assert win.plots.point_count() < 10_000
+
+
+def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, monkeypatch):
+    blob = tmp_path / "image.bin"
+    blob.write_bytes(bytes(range(256)) * 64)
+    before = window.data_panel.pretrain_text
+    assert not window.data_panel.load("pretrain", blob)
+    assert window.last_error is not None and blob.name in window.last_error[0]
+    assert window.data_panel.pretrain_text == before         # the old text is kept
+
+    from engine import session as session_mod
+    from engine.errors import DeviceError
+
+    def broken(*args, **kwargs):
+        raise DeviceError("The device ran out of memory.", "Choose a smaller model.")
+    monkeypatch.setattr(session_mod.TrainingSession, "create", classmethod(broken))
+    configure(window)
+    result = train(qtbot, window)
+    assert result["failed"]
+    assert "ran out of memory" in window.last_error[1] and "smaller model" in window.last_error[1]
+    assert window.state == "idle" and window.run_bar.train_button.isEnabled()
+
+
+def test_settings_are_remembered(qtbot, settings, tmp_path):
+    tune = tmp_path / "my_tune.txt"
+    tune.write_text("User: Hi\nAssistant: Hello!\n\nUser: Bye\nAssistant: See you.\n",
+                    encoding="utf-8")
+    first = MainWindow(settings=settings)
+    qtbot.addWidget(first)
+    configure(first, dModelSpin=96, nHeadSpin=3, learningRateSpin=0.002)
+    assert first.data_panel.load("tune", tune)
+    first.close()
+    second = MainWindow(settings=settings)
+    qtbot.addWidget(second)
+    spins = second.settings_panel.spins
+    assert spins["dModelSpin"].value() == 96 and spins["nHeadSpin"].value() == 3
+    assert spins["learningRateSpin"].value() == pytest.approx(0.002)
+    assert second.data_panel.tune_path == tune
+
+
+def test_dropped_files_go_to_the_right_slot(window, tmp_path):
+    text = tmp_path / "facts.txt"
+    text.write_text("Rain falls from clouds.\n\nSnow is frozen rain.\n", encoding="utf-8")
+    dialogue = tmp_path / "talk.txt"
+    dialogue.write_text("User: Is snow cold?\nAssistant: Yes, it is frozen water.\n",
+                        encoding="utf-8")
+    assert window.data_panel.load_dropped(str(dialogue))
+    assert window.data_panel.load_dropped(str(text))
+    assert window.data_panel.tune_path == dialogue and window.data_panel.pretrain_path == text
