@@ -1,0 +1,92 @@
+"""The llm-studio command line: a tiny training run end to end, resume, and bad input."""
+
+import json
+import math
+
+import pytest
+
+from studio.cli import main
+
+TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
+        "--vocab-size", "320", "--batch-size", "4", "--checkpoint-every", "10", "--quiet"]
+
+
+def metrics(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert main(["train", "--out", str(out), "--steps", "40", "--tune-steps", "10", *TINY]) == 0
+    return out
+
+
+def test_train_writes_checkpoint_and_metrics(run):
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 51))
+    for key in ("loss", "grad_norm", "lr", "tokens_per_s"):
+        assert all(isinstance(r[key], float) for r in rows), key
+    assert any("val_loss" in r for r in rows)
+    assert rows[-1]["stage"] == "tune" and rows[0]["stage"] == "pretrain"
+    assert abs(rows[0]["loss"] - math.log(320)) < 0.5  # starts near ln(vocab_size)
+    assert rows[39]["loss"] < rows[0]["loss"] - 1.0      # and falls
+    assert (run / "checkpoint.npz").exists()
+
+
+def test_sample_tokenize_chat(run, capsys):
+    assert main(["sample", str(run), "--prompt", "Paris is", "--greedy", "--max-tokens", "8"]) == 0
+    assert capsys.readouterr().out.startswith("Paris is")
+    assert main(["tokenize", str(run), "Paris, héllo\n"]) == 0
+    ids_line, pieces_line, summary = capsys.readouterr().out.splitlines()
+    assert all(i.isdigit() for i in ids_line.split())
+    assert "tokens for 13 characters" in summary
+    assert main(["chat", str(run), "-m", "What is the capital of France?", "--greedy",
+                 "--max-tokens", "8"]) == 0
+    assert capsys.readouterr().out.endswith("\n")  # a tiny model's answer may be blank
+
+
+def test_resume_extends_a_finished_run(run, tmp_path):
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    assert main(["train", "--out", str(copy), "--resume", "--tune-steps", "15", "--quiet"]) == 0
+    rows = metrics(copy)
+    assert [r["step"] for r in rows] == list(range(1, 56))
+    assert rows[:50] == metrics(run)
+
+
+def test_existing_run_is_not_overwritten(run, capsys):
+    before = (run / "checkpoint.npz").read_bytes()
+    assert main(["train", "--out", str(run), *TINY]) == 2
+    assert "already holds a training run" in capsys.readouterr().err
+    assert (run / "checkpoint.npz").read_bytes() == before
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--pretrain", "/nonexistent/file.txt"], "does not exist"),
+    (["--d-model", "30", "--n-head", "4"], "not divisible by n_head"),
+    (["--device", "no-such-device"], "No OpenCL device matches"),
+    (["--context-length", "4000"], "shorter than one training window"),
+])
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
+    argv = ["train", "--out", str(tmp_path / "r"), "--steps", "1", *TINY]
+    assert main(argv + args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_empty_file_exits_2(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n\n")
+    assert main(["train", "--out", str(tmp_path / "r"), "--pretrain", str(empty), *TINY]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_same_seed_same_losses(tmp_path):
+    for name in ("a", "b"):
+        assert main(["train", "--out", str(tmp_path / name), "--steps", "6", "--tune-steps", "2",
+                     *TINY]) == 0
+    la = [r["loss"] for r in metrics(tmp_path / "a")]
+    lb = [r["loss"] for r in metrics(tmp_path / "b")]
+    assert la == lb
