@@ -74,6 +74,7 @@ def run_config(name, args, rt, tc_base, peak):
     total = args.check_steps + args.warmup + args.steps + 10
     lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
     data = Batches(args.data, args.vocab, B, T, args.seed)
+    load0 = os.getloadavg()[0]
     log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
         f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
 
@@ -151,7 +152,8 @@ def run_config(name, args, rt, tc_base, peak):
     res = {"name": name, "cfg": cfg, "B": B, "T": T, "check": check,
            "max_loss_rel": max_loss_rel, "max_norm_rel": max_norm_rel,
            "first": first, "init": {"ours": t_ours_init, "torch": t_torch_init},
-           "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {}}
+           "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {},
+           "load": (load0, os.getloadavg()[0])}
     for side, ts in times.items():
         p25, med, p75 = quartiles(ts)
         tok_s = B * T / med
@@ -192,6 +194,9 @@ def report(results, header_lines, peak_note) -> str:
                         [[r["name"], f"{r['init']['ours']:.2f}", f"{r['first']['ours']:.2f}",
                           f"{r['init']['torch']:.2f}", f"{r['first']['torch']:.2f}"]
                          for r in results]))
+    out += ["", "Machine load (1-minute load average at the start / end of each configuration; "
+            "above the core count means other processes shared the cores): " + ", ".join(
+                f"{r['name']} {r['load'][0]:.1f} / {r['load'][1]:.1f}" for r in results) + "."]
     out += ["", "Same model check (first steps, identical weights and batches):", ""]
     out.append(md_table(["config", "step", "loss ours", "loss torch", "rel diff",
                          "grad norm ours", "grad norm torch", "rel diff"],

@@ -133,3 +133,8 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     rt.launch("adamw_update", (n,), params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
               eps, weight_decay, bc1, bc2)
+
+
+def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int, H: int):
+    """y (C,) for one query at position pos over cache rows 0..pos of (T_max, 3C)."""
+    rt.launch("attention_decode", (H,), y, scores, qkv_row, cache, pos, T_max, C, H)

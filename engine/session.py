@@ -16,10 +16,12 @@ import numpy as np
 from engine import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
+from engine.decode import KVDecoder
 from engine.dialogue import Message, TuneData, encode_prompt
 from engine.errors import CheckpointError, ConfigError
 from engine.metrics import StepMetrics
 from engine.model import Model
+from engine.params import ParamTable
 from engine.runtime import Runtime
 from engine.sampling import SamplingParams, next_token
 from engine.tokenizer import Tokenizer
@@ -47,6 +49,7 @@ class TrainingSession:
         self.step = 0
         self.last_loss: float | None = None
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
+        self._decoder: KVDecoder | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -85,6 +88,21 @@ class TrainingSession:
         s.last_loss = h.get("last_loss")
         s.rng.bit_generator.state = h["rng_state"]
         s.history = h.get("history", [])
+        return s
+
+    @classmethod
+    def from_gguf(cls, path, pretrain_text: str, tune_text: str | None = None,
+                  train_cfg: TrainConfig | None = None, device=None,
+                  runtime: Runtime | None = None) -> "TrainingSession":
+        """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
+        or keep training on the given texts. AdamW state starts fresh. Raises ExportError for a
+        file that is not such a GGUF."""
+        from engine.gguf_export import import_gguf
+        b = import_gguf(path)
+        rt = runtime or Runtime(device)
+        s = cls(rt, b.config, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
+                flat_weights=ParamTable(b.config).flatten(b.weights))
+        s.last_loss = b.metadata.get("final_loss")
         return s
 
     def save(self, path) -> Path:
@@ -227,18 +245,25 @@ class TrainingSession:
     # ------------------------------------------------------------------ generation
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64,
                      sampling: SamplingParams = SamplingParams(), seed: int | None = None,
-                     on_token: Callable[[int], None] | None = None) -> list[int]:
+                     on_token: Callable[[int], None] | None = None,
+                     kv_cache: bool = True) -> list[int]:
         """Continue `prompt_ids` (BOS included by the caller) until `</s>` or max_new_tokens.
-        The model sees the last context_length tokens. Returns the new ids (without `</s>`)."""
+        kv_cache=False recomputes the whole window for every token (the slow reference path).
+        Returns the new ids (without `</s>`)."""
         T = self.model_config.context_length
         rng = np.random.default_rng(seed)
         ids = list(prompt_ids) or [self.tokenizer.bos_id]
         out: list[int] = []
-        window = np.full((1, T), self.tokenizer.eos_id, np.int32)
-        for _ in range(max_new_tokens):
-            ctx = ids[-T:]
-            window[0, :len(ctx)] = ctx
-            logits = self.model.last_logits(window, len(ctx))  # causal: padding never seen
+        if kv_cache:
+            if self._decoder is None:
+                self._decoder = KVDecoder(self.model)
+            logits = self._decoder.reset(ids)
+        window = np.zeros((1, T), np.int32)
+        for i in range(max_new_tokens):
+            if not kv_cache:
+                ctx = ids[-T:]
+                window[0, :len(ctx)] = ctx
+                logits = self.model.last_logits(window, len(ctx))  # causal: padding unseen
             tok = next_token(logits, sampling, rng, out)
             if tok == self.tokenizer.eos_id:
                 break
@@ -246,6 +271,8 @@ class TrainingSession:
             out.append(tok)
             if on_token:
                 on_token(tok)
+            if kv_cache and i + 1 < max_new_tokens:
+                logits = self._decoder.step(tok)
         return out
 
     def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):

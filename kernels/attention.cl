@@ -90,3 +90,40 @@ __kernel void attention_backward_dkv(__global float* dqkv, __global const float*
         }
     }
 }
+
+/* Decoding with a KV cache: one new query at position pos attends to rows 0..pos of the
+ * layer's cached qkv rows (T_max, 3C) (k and v of earlier tokens, already rotated).
+ * q comes from qkv_row (3C); scores (H, T_max) is scratch; one work-item per head. */
+__kernel void attention_decode(__global float* y, __global float* scores,
+                               __global const float* qkv_row, __global const float* cache,
+                               int pos, int T_max, int C, int H) {
+    const int h = get_global_id(0);
+    if (h >= H) return;
+    const int hd = C / H, C3 = 3 * C;
+    const float scale = 1.0f / sqrt((float)hd);
+    const __global float* q = qkv_row + h * hd;
+    __global float* a = scores + (size_t)h * T_max;
+    float mx = -INFINITY;
+    for (int s = 0; s <= pos; s++) {
+        const __global float* k = cache + (size_t)s * C3 + C + h * hd;
+        float dot = 0.0f;
+        for (int d = 0; d < hd; d++) dot = MADD(q[d], k[d], dot);
+        dot *= scale;
+        a[s] = dot;
+        mx = dot > mx ? dot : mx;
+    }
+    float sum = 0.0f;
+    for (int s = 0; s <= pos; s++) {
+        const float e = EXP(a[s] - mx);
+        a[s] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    __global float* out = y + h * hd;
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int s = 0; s <= pos; s++) {
+        const __global float* v = cache + (size_t)s * C3 + 2 * C + h * hd;
+        const float p = a[s] * inv;
+        for (int d = 0; d < hd; d++) out[d] = MADD(p, v[d], out[d]);
+    }
+}

@@ -132,7 +132,12 @@ def cmd_train(args) -> int:
 
 
 def _load(args):
+    """A run folder / checkpoint, or a GGUF this app exported (with the bundled corpora)."""
     from engine.session import TrainingSession
+    if str(args.dir).lower().endswith(".gguf"):
+        from engine.textio import read_text
+        return TrainingSession.from_gguf(args.dir, read_text(_bundled("pretrain.txt")),
+                                         device=args.device)
     return TrainingSession.load(args.dir, device=args.device)
 
 

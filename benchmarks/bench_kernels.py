@@ -1,0 +1,145 @@
+"""Kernel throughput on each configuration's shapes (issue 6).
+
+GEMMs: GFLOP/s of our matmul_nn / matmul_tn on every product one training step does (forward
+X @ W^T through transpose + matmul_nn, backward dX = dY @ W with matmul_nn, dW += dY^T @ X with
+matmul_tn), against numpy's sgemm (OpenBLAS) on a CPU device and torch.mm (fp32, tf32 off) when
+--torch-device names a GPU. Row-wise kernels: GB/s counting each input read once and each output
+written once (the fewest bytes the kernel must move). Timed with rt.finish() around repeated
+launches on one set of buffers, so small shapes sit in cache: the numbers are upper bounds.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_kernels.py --configs S,M
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.common import md_table, model_config  # noqa: E402
+
+
+def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
+    """Mean seconds per call over >= min_reps calls and >= min_s, after one warm-up call."""
+    fn()
+    sync()
+    reps, t0 = 0, time.perf_counter()
+    while reps < min_reps or time.perf_counter() - t0 < min_s:
+        fn()
+        reps += 1
+        if reps >= 1000:
+            break
+    sync()
+    return (time.perf_counter() - t0) / reps
+
+
+def gemm_shapes(cfg, B):
+    """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them."""
+    BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
+    out = []
+    for lname, n, k in (("qkv", 3 * C, C), ("attn_out", C, C), ("gate_up", 2 * F, C),
+                        ("down", C, F), ("logits", V, C)):
+        out.append((f"{lname} fwd", "nn", BT, n, k))
+        out.append((f"{lname} dX", "nn", BT, k, n))
+        out.append((f"{lname} dW", "tn", n, k, BT))
+    return out
+
+
+def bench_gemms(rt, cfg, B, tdev):
+    from engine import ops
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, kind, M, N, K in gemm_shapes(cfg, B):
+        a = rng.standard_normal((K, M) if kind == "tn" else (M, K), np.float32)
+        b = rng.standard_normal((K, N), np.float32)
+        ba, bb, bc = rt.to_device(a), rt.to_device(b), rt.empty(M * N)
+        fn = {"nn": ops.matmul_nn, "tn": ops.matmul_tn}[kind]
+        ours = timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish)
+        got = rt.read(bc, M * N).reshape(M, N)
+        want = (a.T if kind == "tn" else a) @ b
+        err = np.abs(got - want).max() / np.abs(want).max()
+        at = np.ascontiguousarray(a.T) if kind == "tn" else a
+        npy = timeit(lambda: (a.T if kind == "tn" else a) @ b, lambda: None)
+        flops = 2.0 * M * N * K
+        row = [label, f"{kind} {M}x{N}x{K}", f"{flops / ours / 1e9:.1f}",
+               f"{flops / npy / 1e9:.1f}"]
+        if tdev:
+            import torch
+            ta = torch.from_numpy(at).to(tdev)
+            tb = torch.from_numpy(b).to(tdev)
+            tt = timeit(lambda: ta @ tb, torch.cuda.synchronize)
+            row.append(f"{flops / tt / 1e9:.1f}")
+        row.append(f"{err:.1e}")
+        rows.append(row)
+    return rows
+
+
+def bench_rowwise(rt, cfg, B):
+    from engine import ops
+    BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
+    rng = np.random.default_rng(1)
+    dev = lambda n: rt.to_device(rng.standard_normal(n).astype(np.float32))  # noqa: E731
+    x, w, out, rstd, dx, dw = dev(BT * C), dev(C), dev(BT * C), dev(BT), dev(BT * C), dev(C)
+    gu, h, dgu = dev(BT * 2 * F), dev(BT * F), dev(BT * 2 * F)
+    logits = dev(BT * V)
+    targets = rt.to_device(rng.integers(0, V, BT).astype(np.int32))
+    losses = dev(BT)
+    n = cfg.param_count()
+    p, g, m, v = dev(n), dev(n), dev(n), rt.to_device(np.abs(rng.standard_normal(n)).astype(np.float32))
+    stats = rt.to_device(np.array([1.0, 1.0, 0.0], np.float32))
+    cases = [
+        ("rmsnorm_forward", (2 * BT * C + BT + C) * 4,
+         lambda: ops.rmsnorm_forward(rt, out, rstd, x, w, BT, C, 1e-5)),
+        ("rmsnorm_backward (dx + dw)", (4 * BT * C + BT + 2 * C) * 4,
+         lambda: ops.rmsnorm_backward(rt, dx, dw, out, x, w, rstd, BT, C)),
+        ("residual_forward", 3 * BT * C * 4, lambda: ops.residual_forward(rt, out, x, dx, BT * C)),
+        ("swiglu_forward", 3 * BT * F * 4, lambda: ops.swiglu_forward(rt, h, gu, BT, F)),
+        ("swiglu_backward", 5 * BT * F * 4, lambda: ops.swiglu_backward(rt, dgu, h, gu, BT, F)),
+        ("crossentropy_forward (loss only)", (BT * V + 2 * BT) * 4,
+         lambda: ops.crossentropy_forward_backward(rt, logits, losses, targets, BT, V, BT, False)),
+        ("adamw_update", 7 * n * 4,
+         lambda: ops.adamw_update(rt, p, g, m, v, stats, n, n // 2, 1e-9, 0.9, 0.95, 1e-8, 0.0, 1)),
+    ]
+    rows = []
+    for name, nbytes, fn in cases:
+        s = timeit(fn, rt.finish)
+        rows.append([name, f"{nbytes / 2**20:.1f}", f"{s * 1e3:.3f}", f"{nbytes / s / 1e9:.1f}"])
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default="S,M")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--torch-device", default=None, help="cuda[:i] to compare with torch.mm")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    from engine.runtime import Runtime
+    rt = Runtime(args.device)
+    tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
+    if tdev:
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+    lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})."]
+    for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
+        cfg, B = model_config(name)
+        head = ["product", "shape (M x N x K)", "ours GFLOP/s", "numpy GFLOP/s"]
+        head += ["torch.mm GFLOP/s"] if tdev else []
+        lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
+                  md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev))]
+        lines += ["", f"### {name}: row-wise kernels", "",
+                  md_table(["kernel", "MiB moved", "ms", "GB/s"], bench_rowwise(rt, cfg, B))]
+        print(f"{name} done", flush=True)
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

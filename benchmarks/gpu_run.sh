@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU run of issue 6 on a lent NVIDIA machine (Python 3.12, PyTorch CUDA, no pyopencl):
+# install the carried wheels (.whl/), point the OpenCL ICD loader at NVIDIA's driver, run the
+# kernel and model tests on the GPU, then the training and kernel benchmarks against PyTorch CUDA.
+# Usage there, from the repository root: OUT=/some/dir bash benchmarks/gpu_run.sh
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+
+# NVIDIA's OpenCL driver: by soname when the loader can find it, else by its full path.
+lib=libnvidia-opencl.so.1
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-opencl.so.1'; then
+    found=$(find /usr/local/nvidia /usr/lib /usr/lib64 /lib -name 'libnvidia-opencl.so*' \
+            2>/dev/null | head -1)
+    [ -n "$found" ] && lib=$found
+fi
+mkdir -p /tmp/icd && echo "$lib" > /tmp/icd/nvidia.icd
+cp /etc/OpenCL/vendors/*.icd /tmp/icd/ 2>/dev/null
+export OCL_ICD_VENDORS=/tmp/icd
+{
+    date; nvidia-smi; echo "icd: $(cat /tmp/icd/*.icd)"; lscpu | head -15
+    python3 -c 'import torch, numpy, pyopencl; print("torch", torch.__version__, "numpy",
+numpy.__version__, "pyopencl", pyopencl.VERSION_TEXT)'
+    python3 -c 'from engine.device import list_devices
+for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CUs")'
+} > "$OUT/gpu_env.txt" 2>&1
+cat "$OUT/gpu_env.txt"
+
+export LLM_STUDIO_TEST_DEVICE=NVIDIA
+timeout 120 python3 -m pytest tests/test_kernels.py tests/test_model.py -q -p no:cacheprovider \
+    2>&1 | tee "$OUT/gpu_tests.txt"
+timeout "${BENCH_S:-300}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
+    --configs S,M,L --steps 30 --block 5 --budget-s 40 --out "$OUT/gpu_bench.md" \
+    2>&1 | tee "$OUT/gpu_bench_log.txt"
+timeout "${KERNELS_S:-90}" python3 benchmarks/bench_kernels.py --device NVIDIA \
+    --torch-device cuda --configs S,M,L --out "$OUT/gpu_kernels.md" > "$OUT/gpu_kernels_log.txt" 2>&1
+tail -5 "$OUT/gpu_kernels_log.txt"
+exit 0
