@@ -102,6 +102,7 @@ class TrainConfig:
     replay_fraction: float = 0.25  # share of pretraining windows mixed into tuning batches
     val_fraction: float = 0.1     # share of the pretraining stream held out for validation
     tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
+    evaluate_recall: bool = True  # fact recall / answer accuracy at the end of each stage
 
     @property
     def total_steps(self) -> int:

@@ -19,6 +19,7 @@ from engine.corpus import PretrainData
 from engine.decode import KVDecoder
 from engine.dialogue import Message, TuneData, encode_prompt
 from engine.errors import CheckpointError, ConfigError
+from engine.evaluate import answer_accuracy, fact_recall
 from engine.metrics import StepMetrics
 from engine.model import Model
 from engine.params import ParamTable
@@ -224,6 +225,10 @@ class TrainingSession:
                     m.pretrain_val_loss = self.pretrain_val_loss()
             if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
                 m.samples = self.samples(stage)
+            if stage_end and tc.evaluate_recall:
+                m.recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
+                if stage == "tune":
+                    m.recall["answers"] = answer_accuracy(self).to_dict()
             self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
             yield m
 

@@ -43,8 +43,13 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
         #pragma unroll
         for (int i = 0; i < MM_TM; i++) {
             __global float* c = C + (size_t)(m0 + i) * N + n0;
-            #pragma unroll
-            for (int j = 0; j < MM_TN; j++) c[j] = (beta != 0.0f ? beta * c[j] : 0.0f) + acc[i][j];
+            if (beta == 0.0f) {  /* C may be uninitialised: never read it */
+                #pragma unroll
+                for (int j = 0; j < MM_TN; j++) c[j] = acc[i][j];
+            } else {
+                #pragma unroll
+                for (int j = 0; j < MM_TN; j++) c[j] = beta * c[j] + acc[i][j];
+            }
         }
     } else {
         const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
@@ -57,7 +62,7 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
         for (int i = 0; i < mt; i++)
             for (int j = 0; j < nt; j++) {
                 __global float* c = C + (size_t)(m0 + i) * N + n0 + j;
-                *c = (beta != 0.0f ? beta * *c : 0.0f) + acc[i][j];
+                *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
             }
     }
 }
@@ -89,8 +94,13 @@ __kernel void matmul_tn(__global float* C, __global const float* A, __global con
         #pragma unroll
         for (int i = 0; i < MM_TM; i++) {
             __global float* c = C + (size_t)(m0 + i) * N + n0;
-            #pragma unroll
-            for (int j = 0; j < MM_TN; j++) c[j] = (beta != 0.0f ? beta * c[j] : 0.0f) + acc[i][j];
+            if (beta == 0.0f) {  /* C may be uninitialised: never read it */
+                #pragma unroll
+                for (int j = 0; j < MM_TN; j++) c[j] = acc[i][j];
+            } else {
+                #pragma unroll
+                for (int j = 0; j < MM_TN; j++) c[j] = beta * c[j] + acc[i][j];
+            }
         }
     } else {
         const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
@@ -102,7 +112,7 @@ __kernel void matmul_tn(__global float* C, __global const float* A, __global con
         for (int i = 0; i < mt; i++)
             for (int j = 0; j < nt; j++) {
                 __global float* c = C + (size_t)(m0 + i) * N + n0 + j;
-                *c = (beta != 0.0f ? beta * *c : 0.0f) + acc[i][j];
+                *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
             }
     }
 }

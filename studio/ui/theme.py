@@ -39,5 +39,9 @@ QTabWidget::pane {{ border: 1px solid #dcdfe4; border-radius: 4px; background: #
 
 
 def apply_plot_theme() -> None:
-    """Dark-on-light plots matching the window (set before plots are created)."""
-    pg.setConfigOptions(background="w", foreground="#333333", antialias=True)
+    """Dark-on-light plots matching the window (set before plots are created).
+
+    No antialiasing: measured offscreen on the 2-core machine, three plots of 500 points cost
+    ~49 ms a frame with antialiasing and grid lines, ~8 ms with neither, and at 15 Hz the GUI
+    thread's share of the CPU is the training's loss."""
+    pg.setConfigOptions(background="w", foreground="#333333", antialias=False)

@@ -1,0 +1,67 @@
+"""Screenshots of the window before, during and after training (and chatting).
+
+STUDIO_SCREENSHOTS=1 writes them to docs/screenshots/ (the README shows them); otherwise they go
+to a temporary folder, so the test still checks that every stage renders.
+"""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from studio.app import MainWindow  # noqa: E402
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+SIZE = (1440, 900)
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    if os.environ.get("STUDIO_SCREENSHOTS") == "1":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        return DOCS
+    return tmp_path
+
+
+def shoot(qtbot, win, path: Path) -> None:
+    qtbot.wait(150)  # let the 15 Hz plot timer draw the latest points
+    win.plots.redraw()
+    assert win.grab().save(str(path)), path
+    assert path.stat().st_size > 10_000
+
+
+def test_screenshots(qtbot, tmp_path, out_dir):
+    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.resize(*SIZE)
+    win.show()
+    qtbot.waitExposed(win)
+    for name, value in dict(dModelSpin=64, nLayerSpin=2, nHeadSpin=4, contextLengthSpin=64,
+                            vocabSizeSpin=512, batchSizeSpin=16, pretrainStepsSpin=300,
+                            tuneStepsSpin=150, warmupSpin=20, evalIntervalSpin=25,
+                            sampleIntervalSpin=50, learningRateSpin=0.003).items():
+        win.settings_panel.set_value(name, value)
+    shoot(qtbot, win, out_dir / "01-before-training.png")
+
+    win.settings_panel.set_value("nHeadSpin", 3)
+    shoot(qtbot, win, out_dir / "02-invalid-setting.png")
+    win.settings_panel.set_value("nHeadSpin", 4)
+
+    with qtbot.waitSignal(win.trainingFinished, timeout=600_000):
+        win.run_bar.train_button.click()
+        qtbot.waitUntil(lambda: win.plots.point_count() >= 200, timeout=600_000)
+        shoot(qtbot, win, out_dir / "03-during-training.png")
+    shoot(qtbot, win, out_dir / "04-after-training.png")
+
+    for question in ("What is the capital of France?", "Which river flows through Egypt?"):
+        win.chat_panel.input.setText(question)
+        with qtbot.waitSignal(win.chatFinished, timeout=60_000):
+            win.chat_panel.send_button.click()
+    win.tabs.setCurrentWidget(win.chat_panel)
+    shoot(qtbot, win, out_dir / "05-chat.png")
