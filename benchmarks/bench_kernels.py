@@ -76,6 +76,7 @@ def bench_gemms(rt, cfg, B, tdev):
             row.append(f"{flops / tt / 1e9:.1f}")
         row.append(f"{err:.1e}")
         rows.append(row)
+        print("  " + " | ".join(row), flush=True)
     return rows
 
 
@@ -109,6 +110,7 @@ def bench_rowwise(rt, cfg, B):
     for name, nbytes, fn in cases:
         s = timeit(fn, rt.finish)
         rows.append([name, f"{nbytes / 2**20:.1f}", f"{s * 1e3:.3f}", f"{nbytes / s / 1e9:.1f}"])
+        print("  " + " | ".join(rows[-1]), flush=True)
     return rows
 
 
@@ -120,7 +122,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from engine.runtime import Runtime
-    rt = Runtime(args.device)
+    from benchmarks.common import pick_device
+    rt = Runtime(pick_device(args.device))
     tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
     if tdev:
         import torch

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.common import (DESIGN_CPU_PEAK, Batches, flops_per_token, machine_line,  # noqa: E402
                                md_table, model_config, numpy_sgemm_flops, quartiles, si,
-                               torch_mm_flops)
+                               torch_mm_flops, wait_idle)
 from benchmarks.profile_step import profile_engine_step  # noqa: E402
 
 
@@ -50,6 +50,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--no-sdpa", action="store_true",
                    help="PyTorch attention as explicit softmax(QK^T)V instead of SDPA")
+    p.add_argument("--idle-busy", type=float, default=0.0,
+                   help="before each timed round wait until other processes use at most this "
+                        "share of the CPUs (e.g. 0.15; 0: don't wait)")
+    p.add_argument("--idle-wait-s", type=float, default=120.0, help="longest wait per round")
     p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profile")
     p.add_argument("--out", default=None, help="also write the markdown report here")
     return p.parse_args(argv)
@@ -74,6 +78,8 @@ def run_config(name, args, rt, tc_base, peak):
     total = args.check_steps + args.warmup + args.steps + 10
     lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
     data = Batches(args.data, args.vocab, B, T, args.seed)
+    if args.idle_busy > 0:
+        wait_idle(args.idle_busy, args.idle_wait_s, log)
     load0 = os.getloadavg()[0]
     log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
         f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
@@ -118,7 +124,10 @@ def run_config(name, args, rt, tc_base, peak):
     launches = []
     rounds = max(1, math.ceil(args.steps / args.block))
     t_phase = time.perf_counter()
+    busy = []
     for r in range(rounds):
+        if args.idle_busy > 0:
+            busy.append(wait_idle(args.idle_busy, args.idle_wait_s, log))
         sides = ("ours", "torch") if r % 2 == 0 else ("torch", "ours")
         start = data.i
         for side in sides:
@@ -153,7 +162,8 @@ def run_config(name, args, rt, tc_base, peak):
            "max_loss_rel": max_loss_rel, "max_norm_rel": max_norm_rel,
            "first": first, "init": {"ours": t_ours_init, "torch": t_torch_init},
            "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {},
-           "load": (load0, os.getloadavg()[0])}
+           "load": (load0, os.getloadavg()[0]),
+           "busy": max(busy) if busy else None}
     for side, ts in times.items():
         p25, med, p75 = quartiles(ts)
         tok_s = B * T / med
@@ -197,6 +207,10 @@ def report(results, header_lines, peak_note) -> str:
     out += ["", "Machine load (1-minute load average at the start / end of each configuration; "
             "above the core count means other processes shared the cores): " + ", ".join(
                 f"{r['name']} {r['load'][0]:.1f} / {r['load'][1]:.1f}" for r in results) + "."]
+    if any(r.get("busy") is not None for r in results):
+        out += ["", "CPU share used by other processes just before each timed round (worst "
+                "round): " + ", ".join(f"{r['name']} {100 * r['busy']:.0f}%" for r in results
+                                       if r.get("busy") is not None) + "."]
     out += ["", "Same model check (first steps, identical weights and batches):", ""]
     out.append(md_table(["config", "step", "loss ours", "loss torch", "rel diff",
                          "grad norm ours", "grad norm torch", "rel diff"],
@@ -225,7 +239,8 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False   # fp32 on both sides
     torch.backends.cudnn.allow_tf32 = False
     t0 = time.perf_counter()
-    rt = Runtime(args.device)
+    from benchmarks.common import pick_device
+    rt = Runtime(pick_device(args.device))
     t_build = time.perf_counter() - t0
     log(f"OpenCL device: {rt.info.label()} {rt.info.opencl_version}; program build {t_build:.2f} s")
     if args.torch_device.startswith("cuda"):
@@ -235,6 +250,8 @@ def main(argv=None):
     log(f"PyTorch {torch.__version__} on {tdev}")
 
     if rt.is_cpu:
+        if args.idle_busy > 0:
+            wait_idle(args.idle_busy, args.idle_wait_s, log)
         sgemm = numpy_sgemm_flops()
         tmm = torch_mm_flops("cpu")
         peak = max(DESIGN_CPU_PEAK, sgemm, tmm)

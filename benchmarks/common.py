@@ -125,3 +125,49 @@ def si(x: float, unit: str = "") -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g} {p}{unit}"
     return f"{x:.3g} {unit}"
+
+
+def cpu_busy(interval: float = 1.0) -> float:
+    """Share of all CPUs busy over `interval` seconds (from /proc/stat); 0.0 where unreadable.
+    Sampled while this process sleeps, it measures everyone else."""
+    def read():
+        with open("/proc/stat") as f:
+            vals = [int(v) for v in f.readline().split()[1:]]
+        return sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)  # total, idle + iowait
+    try:
+        t0, i0 = read()
+        time.sleep(interval)
+        t1, i1 = read()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def wait_idle(max_busy: float, max_wait_s: float, log=print) -> float:
+    """Wait (up to max_wait_s) until other processes use at most max_busy of the CPUs: a shared
+    2-core machine is otherwise measured together with its neighbours. Returns the last reading."""
+    t0 = time.perf_counter()
+    busy = cpu_busy()
+    warned = False
+    while busy > max_busy and time.perf_counter() - t0 < max_wait_s:
+        if not warned:
+            log(f"  waiting for an idle machine (others use {100 * busy:.0f}% of the CPUs)")
+            warned = True
+        time.sleep(4.0)
+        busy = cpu_busy()
+    return busy
+
+
+def pick_device(spec):
+    """The OpenCL device to benchmark: `spec` as engine.device.select_device takes it, or by
+    default the first real GPU, else the first CPU. Simulators (Oclgrind) are never picked by
+    default: the engine's default takes the first GPU, which Oclgrind claims to be."""
+    from engine.device import list_devices, select_device
+    if spec not in (None, ""):
+        return select_device(spec)
+    devs = [d for d in list_devices() if "oclgrind" not in (d.platform + d.name).lower()]
+    for kind in ("GPU", "CPU"):
+        for d in devs:
+            if d.type == kind:
+                return d
+    return select_device(None)

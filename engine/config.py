@@ -51,11 +51,12 @@ class ModelConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.",
                                   f"Set {name} to a positive whole number.")
         if self.d_model % self.n_head:
-            lo = self.n_head * (self.d_model // self.n_head) or self.n_head
+            step = 2 * self.n_head  # d_model / n_head must also be even (RoPE)
+            lo = step * (self.d_model // step) or step
             raise ConfigError(
                 f"d_model ({self.d_model}) is not divisible by n_head ({self.n_head}).",
                 f"Each head gets d_model / n_head channels: pick d_model {lo} or "
-                f"{lo + self.n_head}, or a head count that divides {self.d_model}.")
+                f"{lo + step}, or a head count that divides {self.d_model}.")
         if self.head_dim % 2:
             raise ConfigError(
                 f"head_dim = d_model / n_head = {self.head_dim} is odd; RoPE rotates channel pairs.",

@@ -37,6 +37,11 @@ class DeviceInfo:
     def is_cpu(self) -> bool:
         return self.type == "CPU"
 
+    @property
+    def is_simulator(self) -> bool:
+        """Oclgrind presents itself as a GPU but runs kernels ~1000x slower: never a default."""
+        return "oclgrind" in (self.platform + self.name).lower()
+
     def label(self) -> str:
         gib = self.global_mem_bytes / 2**30
         return f"[{self.index}] {self.name} ({self.type}, {self.platform}, {gib:.1f} GiB)"
@@ -99,8 +104,9 @@ def select_device(spec: int | str | None = None) -> DeviceInfo:
     if spec is None or spec == "":
         spec = os.environ.get("LLM_STUDIO_DEVICE") or None
     if spec is None:
-        gpus = [d for d in devices if d.type == "GPU"]
-        return (gpus or [d for d in devices if d.type == "CPU"] or devices)[0]
+        real = [d for d in devices if not d.is_simulator] or devices
+        gpus = [d for d in real if d.type == "GPU"]
+        return (gpus or [d for d in real if d.type == "CPU"] or real)[0]
     if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
         i = int(spec)
         if 0 <= i < len(devices):

@@ -37,3 +37,7 @@ class CheckpointError(StudioError):
 
 class ExportError(StudioError):
     """A GGUF export that cannot be written, or a GGUF file that cannot be imported."""
+
+
+class TrainingDiverged(StudioError):
+    """The loss or gradient stayed NaN/Inf; the last good state was restored."""

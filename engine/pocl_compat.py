@@ -14,10 +14,12 @@ Call `apply()` before pyopencl is first asked for platforms.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import platform
 import shutil
+import tempfile
 from pathlib import Path
 
 # pocl_get_llvm_cpu_name in libpocl-21062cec.so (pocl-binary-distribution 3.0, manylinux x86_64):
@@ -124,15 +126,19 @@ def apply() -> str | None:
         tmp.write_bytes(data)
         os.chmod(tmp, 0o755)
         os.replace(tmp, patched)
-    (vendors / "pocl.icd").write_text(str(patched) + "\n")
-    # Keep every other installed driver visible: the loader reads only OCL_ICD_VENDORS when set.
+    # The loader reads only OCL_ICD_VENDORS when it is set, so this process gets its own
+    # folder (not the cache: it must not outlive the drivers installed now): our pocl.icd and
+    # every other installed driver's .icd.
+    icd_dir = Path(tempfile.mkdtemp(prefix="llm-studio-icd-"))
+    atexit.register(shutil.rmtree, icd_dir, True)
+    (icd_dir / "pocl.icd").write_text(str(patched) + "\n")
     for src_dir in {os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"} - {""}:
         src = Path(src_dir)
-        if src.is_dir() and src != vendors:
+        if src.is_dir():
             for f in src.glob("*.icd"):
                 if "pocl" not in f.read_text():
-                    shutil.copy(f, vendors / f.name)
-    os.environ["OCL_ICD_VENDORS"] = str(vendors)
+                    shutil.copy(f, icd_dir / f.name)
+    os.environ["OCL_ICD_VENDORS"] = str(icd_dir)
     global PATCHED_CPU
     PATCHED_CPU = cpu.decode()
     return PATCHED_CPU

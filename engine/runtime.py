@@ -123,6 +123,9 @@ class Runtime:
     def read(self, buf: cl.Buffer, n: int, dtype=np.float32, offset_elems: int = 0) -> np.ndarray:
         out = np.empty(n, dtype)
         if n:
+            # finish() waits with the GIL released; a blocking enqueue_copy would hold it for
+            # the whole queued step and freeze the studio's GUI thread meanwhile.
+            self.queue.finish()
             cl.enqueue_copy(self.queue, out, buf, src_offset=offset_elems * out.itemsize)
         return out
 

@@ -12,20 +12,25 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+import pyopencl as cl
 
 from engine import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
 from engine.decode import KVDecoder
 from engine.dialogue import Message, TuneData, encode_prompt
-from engine.errors import CheckpointError, ConfigError
+from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
 from engine.evaluate import answer_accuracy, fact_recall
+from engine.memory import check_fits
 from engine.metrics import StepMetrics
 from engine.model import Model
 from engine.params import ParamTable
 from engine.runtime import Runtime
 from engine.sampling import SamplingParams, next_token
 from engine.tokenizer import Tokenizer
+
+
+MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
 
 
 def _sha256(text: str | None) -> str:
@@ -45,12 +50,14 @@ class TrainingSession:
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
                                      train_cfg.seed)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed) if tune_text else None
+        check_fits(model_cfg, train_cfg.batch_size, rt.info)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
         self.step = 0
         self.last_loss: float | None = None
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
         self._decoder: KVDecoder | None = None
+        self._good = None  # last finite state, for the NaN guard
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -132,6 +139,10 @@ class TrainingSession:
                 "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
                 "tune_dialogues": len(self.tune.dialogues) if self.tune else 0}
 
+    @property
+    def device_info(self):
+        return self.rt.info
+
     # ------------------------------------------------------------------ training
     def stage_at(self, step: int) -> str:
         return "pretrain" if step < self.train_config.pretrain_steps or not self.tune else "tune"
@@ -205,15 +216,31 @@ class TrainingSession:
         stops iterating; call `save` after a stop to keep the work."""
         tc = self.train_config
         t_start = time.perf_counter()
+        self._snapshot()
+        bad = 0
         while self.step < self.total_steps:
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
             x, y = self._batch(stage)
             t0 = time.perf_counter()
-            loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
+            try:
+                loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
+            except cl.Error as e:
+                raise DeviceError(f"The OpenCL device failed during step {self.step + 1}: {e}",
+                                  "It may have run out of memory: use a smaller batch size, "
+                                  "context length or model, or another device. The last "
+                                  "checkpoint is intact.") from e
             dt = time.perf_counter() - t0
             self.step += 1
-            self.last_loss = loss
+            bad = bad + 1 if skipped or not np.isfinite(loss) else 0
+            if bad >= MAX_BAD_STEPS:
+                self._restore()
+                raise TrainingDiverged(
+                    f"The loss or gradient was NaN/Inf for {bad} steps in a row (learning rate "
+                    f"{lr:.2e}); training stopped and the last good weights (step {self.step}) "
+                    "were restored.", "Lower the learning rate (e.g. by 3x) and train again.")
+            if not skipped and np.isfinite(loss):
+                self.last_loss = loss
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
             stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
@@ -230,7 +257,29 @@ class TrainingSession:
                 if stage == "tune":
                     m.recall["answers"] = answer_accuracy(self).to_dict()
             self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
+            if m.val_loss is not None and bad == 0:
+                self._snapshot()
             yield m
+
+    def _snapshot(self):
+        """Host copy of the last good state (weights, AdamW, step, RNG) for the NaN guard;
+        kept only when the weights are finite."""
+        m = self.model
+        params = m.read_flat("params")
+        if np.all(np.isfinite(params)):
+            self._good = (params, m.read_flat("m"), m.read_flat("v"), m.adam_t, self.step,
+                          self.rng.bit_generator.state, len(self.history))
+
+    def _restore(self):
+        if self._good is None:
+            return
+        p, mm, v, t, step, rng, n_hist = self._good
+        self.model.write_flat("params", p)
+        self.model.write_flat("m", mm)
+        self.model.write_flat("v", v)
+        self.model.adam_t, self.step = t, step
+        self.rng.bit_generator.state = rng
+        del self.history[n_hist:]
 
     def bundle(self):
         """The model as an engine.gguf_export.ModelBundle (weights copied from the device)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -72,6 +73,18 @@ def _write_metrics(path: Path, records: list[dict], keep_until: int | None = Non
     path.write_text("".join(line + "\n" for line in lines))
 
 
+class _StopFlag:
+    """Set by SIGINT / SIGTERM; the training loop stops between two steps, so the saved
+    checkpoint is always a whole step (a signal mid-step could leave weights updated but the
+    step counter not)."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self, signum, frame):
+        self.requested = True
+
+
 def cmd_train(args) -> int:
     from engine import checkpoint
     from engine.session import TrainingSession
@@ -105,6 +118,10 @@ def cmd_train(args) -> int:
               f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
               f"tokens", file=sys.stderr)
     t0 = time.perf_counter()
+    # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
+    # at most --checkpoint-every steps.
+    stop = _StopFlag()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     metrics_file = (out / "metrics.jsonl").open("a")
     try:
         for m in session.train():
@@ -118,13 +135,15 @@ def cmd_train(args) -> int:
                 sys.stderr.write("\n")
             if args.checkpoint_every and m.step % args.checkpoint_every == 0:
                 session.save(out)
-    except KeyboardInterrupt:
-        session.save(out)
-        print(f"\nStopped at step {session.step}; saved to {out}. Continue with --resume.",
-              file=sys.stderr)
-        return 130
+            if stop.requested:
+                session.save(out)
+                print(f"\nStopped at step {session.step}; saved to {out}. Continue with "
+                      "--resume.", file=sys.stderr)
+                return 130
     finally:
         metrics_file.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     session.save(out)
     print(f"\nDone: {session.step} steps, final loss {session.last_loss:.4f}. Checkpoint: "
           f"{checkpoint.checkpoint_path(out)}", file=sys.stderr)

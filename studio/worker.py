@@ -19,9 +19,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine.errors import StudioError
-from studio.qt_compat import make_none_immortal
 
-make_none_immortal()  # see studio/qt_compat.py
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI

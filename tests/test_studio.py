@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
 
 RUN_TIMEOUT_MS = 180_000
+TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def settings(tmp_path):
 
 @pytest.fixture
 def window(qtbot, settings):
-    win = MainWindow(settings=settings)
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)  # closed at teardown: closeEvent stops any run and joins the thread
     win.resize(1400, 880)
     win.show()
@@ -104,7 +105,7 @@ def test_live_estimates_follow_settings(window):
     assert f"{expected / 1e3:.1f} K" not in window.settings_panel.estimate_label.text()
 
 
-def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path):
+def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypatch):
     configure(window)
     result = train(qtbot, window)
     assert not result["failed"] and not result["stopped"] and result["step"] == 30
@@ -125,9 +126,17 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path):
     assert window.chat_panel.messages[-1]["role"] == "assistant"
 
     path = tmp_path / "tiny.gguf"
+    from studio.ui.export_dialog import ExportDialog
+
+    def accept(dialog):  # the person picks a file and F32 in the (modal) export dialog
+        dialog.path_edit.setText(str(path))
+        dialog.dtype_combo.setCurrentIndex(dialog.dtype_combo.findData("f32"))
+        return ExportDialog.Accepted
+    monkeypatch.setattr(ExportDialog, "exec", accept)
     with qtbot.waitSignal(window.exportFinished, timeout=60_000) as blocker:
-        window.export_to(path, "f32")
+        window.findChild(QObject, "exportButton").click()
     assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
+    assert (tmp_path / "Modelfile").is_file()
     gguf_export = pytest.importorskip("engine.gguf_export")
     bundle = gguf_export.import_gguf(path)
     assert bundle.config == window.model_config
@@ -180,7 +189,7 @@ def test_event_loop_never_blocks_while_training(qtbot, window):
 
 
 def test_close_during_training_stops_cleanly(qtbot, settings):
-    win = MainWindow(settings=settings)
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
     win.show()
     configure(win, dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=64,
               batchSizeSpin=16, pretrainStepsSpin=10_000, tuneStepsSpin=0)
@@ -218,12 +227,12 @@ def test_settings_are_remembered(qtbot, settings, tmp_path):
     tune = tmp_path / "my_tune.txt"
     tune.write_text("User: Hi\nAssistant: Hello!\n\nUser: Bye\nAssistant: See you.\n",
                     encoding="utf-8")
-    first = MainWindow(settings=settings)
+    first = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(first)
     configure(first, dModelSpin=96, nHeadSpin=3, learningRateSpin=0.002)
     assert first.data_panel.load("tune", tune)
     first.close()
-    second = MainWindow(settings=settings)
+    second = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(second)
     spins = second.settings_panel.spins
     assert spins["dModelSpin"].value() == 96 and spins["nHeadSpin"].value() == 3

@@ -19,6 +19,7 @@ from studio.app import MainWindow  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 SIZE = (1440, 900)
+TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 
 @pytest.fixture
@@ -37,7 +38,8 @@ def shoot(qtbot, win, path: Path) -> None:
 
 
 def test_screenshots(qtbot, tmp_path, out_dir):
-    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    win = MainWindow(device=TEST_DEVICE,
+                     settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.resize(*SIZE)
     win.show()

@@ -7,7 +7,7 @@ thread (studio.worker), so it never overlaps a training step.
 from __future__ import annotations
 
 from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
@@ -123,6 +123,10 @@ class ChatPanel(QWidget):
 
     def append_token(self, piece: str) -> None:
         """One streamed piece of the answer, inserted at the end without re-rendering."""
+        if not self.answer:
+            piece = piece.lstrip()  # "Assistant:" is followed by a space in the tune format
+            if not piece:
+                return
         self.answer += piece
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.End)
@@ -154,7 +158,9 @@ class ChatPanel(QWidget):
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.End)
         if not self.view.document().isEmpty():
-            cursor.insertBlock()
+            spaced = QTextBlockFormat()
+            spaced.setTopMargin(8 if who == "You" else 2)  # a gap between exchanges
+            cursor.insertBlock(spaced)
         speaker = QTextCharFormat()
         speaker.setFontWeight(700)
         speaker.setForeground(QColor(colour))

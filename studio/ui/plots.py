@@ -50,8 +50,7 @@ class Series:
         return self._y[: self.n]
 
 
-def _plot_widget(name: str, title: str, y_label: str,
-                 legend_at=(-10, 10)) -> pg.PlotWidget:
+def _plot_widget(name: str, title: str, y_label: str) -> pg.PlotWidget:
     w = pg.PlotWidget(title=title)
     w.setObjectName(name)
     item = w.getPlotItem()
@@ -61,11 +60,21 @@ def _plot_widget(name: str, title: str, y_label: str,
     # the dashed reference lines give the eye its bearings instead.
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
-    # Legend offset: positive = from the left/top, negative = from the right/bottom.
-    item.addLegend(offset=legend_at, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 200))
+    # No legend box inside the plot: wherever it sits, some run's curve passes under it. The
+    # loss plot names its curves in the title, in their colours (see LivePlots).
     item.setMenuEnabled(False)
     w.setMinimumHeight(150)
     return w
+
+
+def _loss_title() -> str:
+    def key(color, mark, text):
+        return f"<span style='color:{color}'>{mark} {text}</span>"
+    return ("Loss (cross-entropy) &nbsp; <span style='font-size:9pt'>"
+            + " &nbsp; ".join((key(PALETTE["loss"], "━", "train"),
+                               key(PALETTE["val"], "●", "validation: pretraining text"),
+                               key(PALETTE["tune_val"], "▼", "validation: dialogues")))
+            + "</span>")
 
 
 def _pen(color: str, width: float = 1.6, style=Qt.SolidLine) -> pg.QtGui.QPen:
@@ -77,8 +86,7 @@ class LivePlots(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.loss_plot = _plot_widget("lossPlot", "Loss (cross-entropy)", "loss (nats)",
-                                      legend_at=(10, -10))  # loss falls: bottom-left is free
+        self.loss_plot = _plot_widget("lossPlot", _loss_title(), "loss (nats)")
         self.grad_plot = _plot_widget("gradNormPlot", "Gradient norm before clipping", "grad norm")
         self.lr_plot = _plot_widget("lrPlot", "Learning rate", "lr")
         for p in (self.grad_plot, self.lr_plot):
@@ -103,7 +111,7 @@ class LivePlots(QWidget):
         self._ref_values: dict[pg.InfiniteLine, float] = {}
         self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing",
                                     at=0.35)  # the right end is where the stage label sits
-        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}", at=0.03)
+        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
         self._dirty = False
 
@@ -164,7 +172,9 @@ class LivePlots(QWidget):
 
     # -- runs ------------------------------------------------------------------------------
     def start_run(self, total_steps: int, pretrain_steps: int, tune_steps: int,
-                  vocab_size: int, grad_clip: float) -> None:
+                  vocab_size: int, grad_clip: float, preview: bool = False) -> None:
+        """Clear the curves and frame the run: x from 0 to its last step, the stage boundary,
+        ln(vocab) and the clip threshold. preview: only show the planned run's frame."""
         for s in self.series.values():
             s.clear()
         for plot, line in self._stage_lines:
@@ -177,8 +187,12 @@ class LivePlots(QWidget):
             p.enableAutoRange(axis="y")
         self.set_reference(vocab_size)
         self.set_clip(grad_clip)
-        self.summary.setText(f"Run of {total_steps} steps: {pretrain_steps} pretraining, "
-                             f"{tune_steps} tuning.")
+        if preview and not self.log_check.isChecked():  # frame where the curves will be
+            self.loss_plot.setYRange(0, 1.15 * math.log(max(vocab_size, 2)), padding=0)
+            self.grad_plot.setYRange(0, 2 * grad_clip if grad_clip > 0 else 2, padding=0)
+        verb = "Planned run" if preview else "Run"
+        self.summary.setText(f"{verb}: {total_steps} steps, {pretrain_steps} pretraining + "
+                             f"{tune_steps} tuning." + (" Press Train to start." if preview else ""))
         self._dirty = True
         self.redraw()
 
@@ -188,7 +202,8 @@ class LivePlots(QWidget):
             label = "pretrain ◂ ▸ tune" if p is self.loss_plot else None
             line = pg.InfiniteLine(pos=x, angle=90, movable=False,
                                    pen=_pen("#555555", 1, Qt.DotLine), label=label,
-                                   labelOpts={"position": 0.95, "color": "#555555"})
+                                   labelOpts={"position": 0.55, "color": "#555555",
+                                              "fill": (255, 255, 255, 220)})
             p.addItem(line, ignoreBounds=True)
             self._stage_lines.append((p, line))
 

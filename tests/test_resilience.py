@@ -1,0 +1,178 @@
+"""No lost work: exact resume after SIGKILL, the NaN guard, atomic checkpoints, clear errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from engine import checkpoint
+from engine.config import ModelConfig, TrainConfig
+from engine.errors import CheckpointError, ConfigError, TrainingDiverged
+from engine.session import TrainingSession
+from engine.textio import read_text
+from studio.cli import _bundled
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
+        "--vocab-size", "320", "--batch-size", "4", "--quiet"]
+
+
+def _losses(run):
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _train_cmd(out, *extra):
+    return [sys.executable, "-m", "studio", "train", "--out", str(out), "--steps", "300",
+            "--tune-steps", "20", "--checkpoint-every", "5", *TINY, *extra]
+
+
+def test_sigkill_then_resume_gives_the_same_losses(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    full = tmp_path / "full"
+    subprocess.run(_train_cmd(full), check=True, env=env, cwd=ROOT, timeout=600)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(killed), env=env, cwd=ROOT)
+    deadline = time.time() + 600
+    while time.time() < deadline:  # kill between two checkpoints, after the second one
+        mfile = killed / "metrics.jsonl"
+        if mfile.exists() and len(mfile.read_text().splitlines()) >= 13:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(_losses(killed)) < 320  # killed mid-run
+    assert checkpoint.checkpoint_path(killed).exists()
+    subprocess.run(_train_cmd(killed, "--resume"), check=True, env=env, cwd=ROOT, timeout=600)
+    assert _losses(killed) == _losses(full)
+
+
+@pytest.fixture(scope="module")
+def session(rt):
+    pre, tune = read_text(_bundled("pretrain.txt")), read_text(_bundled("tune.txt"))
+    mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=320)
+    tc = TrainConfig(pretrain_steps=6, tune_steps=2, batch_size=4, eval_interval=2,
+                     sample_interval=0, evaluate_recall=False)
+    return TrainingSession.create(mc, tc, pre, tune, runtime=rt)
+
+
+def test_nan_weights_stop_training_and_restore_the_last_good_state(session, tmp_path):
+    good = None
+    with pytest.raises(TrainingDiverged, match="NaN/Inf"):
+        for m in session.train():
+            if m.step == 2:  # a validation step: the guard's snapshot is this state
+                good = session.model.read_flat()
+                bad = good.copy()
+                bad[5] = np.nan  # as an exploding update would leave it
+                session.model.write_flat("params", bad)
+    np.testing.assert_array_equal(session.model.read_flat(), good)
+    assert session.step == 2
+    session.save(tmp_path)  # the restored state is finite, so it can be saved
+
+
+def test_nan_weights_are_never_checkpointed(session, tmp_path):
+    session.save(tmp_path)
+    before = checkpoint.checkpoint_path(tmp_path).read_bytes()
+    flat = session.model.read_flat()
+    session.model.write_flat("params", np.where(np.arange(flat.size) == 3, np.inf, flat))
+    try:
+        with pytest.raises(CheckpointError, match="NaN or Inf"):
+            session.save(tmp_path)
+    finally:
+        session.model.write_flat("params", flat)
+    assert checkpoint.checkpoint_path(tmp_path).read_bytes() == before
+
+
+def test_full_disk_keeps_the_previous_checkpoint(session, tmp_path, monkeypatch):
+    session.save(tmp_path)
+    before = checkpoint.checkpoint_path(tmp_path).read_bytes()
+
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(np, "savez", no_space)
+    with pytest.raises(CheckpointError, match="No space left"):
+        session.save(tmp_path)
+    assert checkpoint.checkpoint_path(tmp_path).read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temp file left
+
+
+def test_unwritable_checkpoint_folder(session, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(CheckpointError, match="Could not write"):
+        session.save(blocker / "run")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_damaged_checkpoint_is_a_clear_error(session, tmp_path, damage):
+    path = session.save(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "garbage": os.urandom(4096),
+                      "empty": b""}[damage])
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        TrainingSession.load(tmp_path, runtime=session.rt)
+
+
+def test_a_model_larger_than_the_device_is_refused(session):
+    huge = ModelConfig(d_model=4096, n_layer=48, n_head=32, context_length=2048)
+    with pytest.raises(ConfigError, match="needs about"):
+        TrainingSession(session.rt, huge, TrainConfig(batch_size=64), session.tokenizer,
+                        session.pretrain_text, None)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_checkpoint_round_trip_restores_identical_state(session, tmp_path_factory, steps, seed):
+    session.rng = np.random.default_rng(seed)
+    it = session.train()
+    for _ in range(steps):
+        next(it, None)
+    it.close()
+    out = tmp_path_factory.mktemp("ck")
+    session.save(out)
+    back = TrainingSession.load(out, runtime=session.rt)
+    for which in ("params", "m", "v"):
+        np.testing.assert_array_equal(back.model.read_flat(which), session.model.read_flat(which))
+    assert (back.step, back.model.adam_t) == (session.step, session.model.adam_t)
+    assert back.rng.bit_generator.state == session.rng.bit_generator.state
+    assert back.tokenizer.to_bytes() == session.tokenizer.to_bytes()
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(d_head=st.sampled_from([2, 4, 6]), n_head=st.integers(1, 3), n_layer=st.integers(1, 2),
+       tied=st.booleans(), seed=st.integers(0, 1000))
+def test_export_then_import_gives_identical_logits(session, tmp_path_factory, d_head, n_head,
+                                                   n_layer, tied, seed):
+    from engine.gguf_export import ModelBundle, export_gguf
+    from engine.model import Model
+    from engine.session import TrainingSession as S
+    cfg = session.model_config.replace(d_model=d_head * n_head, n_head=n_head, n_layer=n_layer,
+                                       tie_embeddings=tied)
+    model = Model(session.rt, cfg, seed=seed)
+    path = tmp_path_factory.mktemp("gg") / "m.gguf"
+    export_gguf(ModelBundle(cfg, session.tokenizer, model.weights(), {}), path)
+    back = S.from_gguf(path, session.pretrain_text, runtime=session.rt)
+    ids = np.random.default_rng(seed).integers(0, cfg.vocab_size, (2, 9)).astype(np.int32)
+    np.testing.assert_array_equal(back.model.logits(ids), model.logits(ids))
+
+
+def test_sigterm_stops_after_a_whole_step_and_saves(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(out, "--checkpoint-every", "0"), env=env, cwd=ROOT)
+    mfile = out / "metrics.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and not (mfile.exists() and len(mfile.read_text().splitlines()) >= 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+    steps = len(mfile.read_text().splitlines())
+    back = TrainingSession.load(out)
+    assert back.step == steps  # the checkpoint holds exactly the steps the metrics report
