@@ -91,6 +91,26 @@ def _sentences(texts: Iterable[str]) -> list[str]:
     return [line for text in texts for line in text.split("\n") if line]
 
 
+TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
+
+
+def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> list[str]:
+    """Every k-th sentence so that about `budget` characters remain (all of a small text).
+    Deterministic, and it keeps every distinct character: sentences holding a character the
+    sample lacks are added back, so byte fallback is never needed for text seen in training."""
+    total = sum(len(s) for s in sentences)
+    if total <= budget:
+        return sentences
+    k = -(-total // budget)
+    sample = sentences[::k]
+    seen = {c for s in sample for c in s}
+    for s in sentences:
+        if not set(s) <= seen:
+            sample.append(s)
+            seen.update(s)
+    return sample
+
+
 class Tokenizer:
     """A trained SentencePiece model (BPE or character-level) with byte fallback.
 
@@ -145,7 +165,7 @@ class Tokenizer:
         writer = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences), model_writer=writer,
+                sentence_iterator=iter(_training_sample(sentences)), model_writer=writer,
                 model_type=kind, vocab_size=vocab_size, hard_vocab_limit=False,
                 byte_fallback=True, character_coverage=1.0,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
