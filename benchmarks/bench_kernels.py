@@ -114,12 +114,44 @@ def bench_rowwise(rt, cfg, B):
     return rows
 
 
+def local_sweep(rt, cfg, B):
+    """ms of 2-D element-wise kernels under several work-group shapes (the runtime fixes one:
+    (4, 4) on a CPU). On PoCL each work-group has a fixed cost, so tiny groups over millions of
+    elements can cost more than the arithmetic."""
+    import pyopencl as cl
+    BT, C, F = B * cfg.context_length, cfg.d_model, cfg.hidden_dim
+    rng = np.random.default_rng(2)
+    dev = lambda n: rt.to_device(rng.standard_normal(n).astype(np.float32))  # noqa: E731
+    gu, h, dh, dgu, qkv = dev(BT * 2 * F), dev(BT * F), dev(BT * F), dev(BT * 2 * F), dev(BT * 3 * C)
+    hd = cfg.head_dim
+    cos, sin = dev(cfg.context_length * hd // 2), dev(cfg.context_length * hd // 2)
+    i32 = np.int32
+    cases = [("swiglu_forward", (F, BT), (h, gu, i32(BT), i32(F))),
+             ("swiglu_backward", (F, BT), (dgu, dh, gu, i32(BT), i32(F))),
+             ("rope_forward", (C, BT), (qkv, cos, sin, i32(BT), i32(cfg.context_length), i32(C),
+                                        i32(hd), i32(0)))]
+    shapes = [(4, 4), (16, 1), (64, 1), (16, 16), (128, 1), (256, 1)]
+    rows = []
+    for name, gsz, args in cases:
+        k = cl.Kernel(rt.program, name)   # own kernel object: scalars passed typed
+        row = [name, f"{gsz[0]}x{gsz[1]}"]
+        for ls in shapes:
+            gs = tuple(-(-g // l) * l for g, l in zip(gsz, ls))
+            row.append(f"{timeit(lambda: k(rt.queue, gs, ls, *args), rt.finish) * 1e3:.2f}")
+        rows.append(row)
+        print("  " + " | ".join(row), flush=True)
+    return md_table(["kernel", "global"] + [f"ms @ {a}x{b}" for a, b in shapes], rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default="S,M")
     ap.add_argument("--device", default=None)
     ap.add_argument("--torch-device", default=None, help="cuda[:i] to compare with torch.mm")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--local-sweep", action="store_true",
+                    help="also time element-wise kernels under several work-group shapes")
+    ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM and row-wise tables")
     args = ap.parse_args(argv)
     from engine.runtime import Runtime
     from benchmarks.common import pick_device
@@ -133,10 +165,14 @@ def main(argv=None):
         cfg, B = model_config(name)
         head = ["product", "shape (M x N x K)", "ours GFLOP/s", "numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
-        lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
-                  md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev))]
-        lines += ["", f"### {name}: row-wise kernels", "",
-                  md_table(["kernel", "MiB moved", "ms", "GB/s"], bench_rowwise(rt, cfg, B))]
+        if not args.no_gemm:
+            lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
+                      md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev))]
+            lines += ["", f"### {name}: row-wise kernels", "",
+                      md_table(["kernel", "MiB moved", "ms", "GB/s"], bench_rowwise(rt, cfg, B))]
+        if args.local_sweep:
+            lines += ["", f"### {name}: work-group shape sweep (element-wise kernels)", "",
+                      local_sweep(rt, cfg, B)]
         print(f"{name} done", flush=True)
     text = "\n".join(lines) + "\n"
     print("\n" + text)

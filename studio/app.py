@@ -1,6 +1,7 @@
 """The main window: settings on the left, live plots in the middle, samples / chat / data on the
 right. All engine work happens on the worker thread (studio.worker); this module only wires
-signals, keeps the button states honest and shows errors without ever closing the app."""
+signals, keeps the button states honest and shows errors without ever closing the app. Training
+runs are driven by studio.training_actions, model files by studio.window_actions."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import sys
 
 from PySide6.QtCore import QCoreApplication, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QScrollArea, QSplitter,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QScrollArea,
+                               QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
+from studio.training_actions import TrainingActions
 from studio.ui import theme
+from studio.ui.autosave_box import AutosaveBox
 from studio.ui.chat_panel import ChatPanel
 from studio.ui.data_panel import DataPanel
 from studio.ui.device_panel import DevicePanel
@@ -20,13 +23,14 @@ from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
 from studio.window_actions import WindowActions
-from studio.worker import WorkerHost
+from studio.worker_host import WorkerHost
 
 APP_NAME = "OpenCL LLM Studio"
 
 
-class MainWindow(WindowActions, QMainWindow):
+class MainWindow(TrainingActions, WindowActions, QMainWindow):
     trainingFinished = Signal(object)  # the worker's finished dict
+    modelOpened = Signal(object)       # info of an opened checkpoint / GGUF
     chatFinished = Signal(object)      # the answer, or None
     exportFinished = Signal(object)    # ExportResult
     errorShown = Signal(str, str)      # title, message
@@ -37,7 +41,8 @@ class MainWindow(WindowActions, QMainWindow):
         theme.apply_plot_theme()
         self.settings = settings or (QSettings() if QCoreApplication.organizationName()
                                      else QSettings(APP_NAME, "studio"))
-        self.state = "idle"          # idle | preparing | running | pausing | paused
+        self.state = "idle"          # idle | preparing | running | pausing | paused | stopping
+        self.resume_info = None      # an opened model that Train continues (TrainingActions)
         self.has_model = False
         self.model_config = None     # of the current session (real vocab size)
         self.last_error: tuple[str, str] | None = None
@@ -56,12 +61,16 @@ class MainWindow(WindowActions, QMainWindow):
         self.device_panel = DevicePanel()
         self.data_panel = DataPanel()
         self.settings_panel = SettingsPanel()
+        self.autosave_box = AutosaveBox()
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(8, 8, 8, 8)
         ll.setSpacing(10)
-        for w in (self.device_panel, self.settings_panel):
+        for w in (self.device_panel, self.settings_panel, self.autosave_box):
             ll.addWidget(w)
+        # Spare height goes below the last box, not into the settings panel's own stretch.
+        self.settings_panel.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
+        ll.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
@@ -106,6 +115,7 @@ class MainWindow(WindowActions, QMainWindow):
         rb.train_button.clicked.connect(self.start_training)
         rb.pause_button.clicked.connect(self.toggle_pause)
         rb.stop_button.clicked.connect(self.stop_training)
+        rb.new_button.clicked.connect(self.new_model)
         rb.export_button.clicked.connect(self.export_clicked)
         self.settings_panel.changed.connect(self._update_actions)
         self.settings_panel.changed.connect(self._preview_run)
@@ -121,16 +131,20 @@ class MainWindow(WindowActions, QMainWindow):
                              (w.finished, self._on_finished), (w.failed, self.show_error),
                              (w.token, self.chat_panel.append_token),
                              (w.chatDone, self._on_chat_done), (w.exported, self._on_exported),
-                             (w.saved, self._on_saved), (w.loaded, self._on_loaded)):
+                             (w.saved, self._on_saved), (w.loaded, self._on_loaded),
+                             (w.autosaved, self._on_autosaved)):
             signal.connect(slot, Qt.QueuedConnection)
 
     def _menus(self) -> None:
         m = self.menuBar().addMenu("&File")
+        self._open_actions: list[QAction] = []
         for text, slot, key in (
                 ("Open pretraining text…", lambda: self.data_panel._ask("pretrain"), "Ctrl+O"),
                 ("Open tune dialogues…", lambda: self.data_panel._ask("tune"), None),
                 (None, None, None),
                 ("Open checkpoint…", self.open_checkpoint, None),
+                ("Open exported GGUF…", self.open_gguf, None),
+                ("New model (train from scratch)", self.new_model, None),
                 ("Save checkpoint…", self.save_checkpoint, "Ctrl+S"),
                 ("Export GGUF…", self.export_clicked, "Ctrl+E"),
                 (None, None, None),
@@ -145,6 +159,10 @@ class MainWindow(WindowActions, QMainWindow):
             m.addAction(act)
             if text.startswith("Save checkpoint"):
                 self.save_action = act
+            elif text.startswith(("Open checkpoint", "Open exported")):
+                self._open_actions.append(act)
+            elif text.startswith("New model"):
+                self.new_model_action = act
 
     # -- state ---------------------------------------------------------------------------
     def _update_actions(self) -> None:
@@ -155,6 +173,8 @@ class MainWindow(WindowActions, QMainWindow):
             why = "Fix the setting marked in red to train."
         elif self.device_panel.spec() is None:
             why = "No OpenCL device: see the Device box."
+        elif self.resume_info is not None:
+            why = self._continue_problem()
         else:
             why = self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
         rb.train_button.setEnabled(idle and why is None and not self._busy)
@@ -165,11 +185,22 @@ class MainWindow(WindowActions, QMainWindow):
         can_use = self.has_model and self.state in ("idle", "paused") and not self._busy
         rb.export_button.setEnabled(can_use)
         self.save_action.setEnabled(can_use)
-        for panel in (self.settings_panel, self.data_panel, self.device_panel):
-            panel.set_editable(idle)
+        cont = self.resume_info is not None
+        only = None
+        if cont:  # the opened model fixes everything but how far to train it
+            only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if self.resume_info["has_tune"]
+                                             else ())
+        self.settings_panel.set_editable(idle, only)
+        self.data_panel.set_editable(idle and not cont)
+        self.device_panel.set_editable(idle and not cont)
+        self.autosave_box.set_editable(idle)
+        rb.new_button.setEnabled(idle and not self._busy)
+        self.new_model_action.setEnabled(cont and idle and not self._busy)
+        for act in self._open_actions:
+            act.setEnabled(idle and not self._busy)
         if can_use:
             self.chat_panel.set_available(True)
-        elif self.state in ("preparing", "running", "pausing"):
+        elif self.state in ("preparing", "running", "pausing", "stopping"):
             self.chat_panel.set_available(False, "Training is running: pause it to chat with "
                                                  "the current weights.")
         else:
@@ -198,82 +229,6 @@ class MainWindow(WindowActions, QMainWindow):
         box.open()
         self.errorShown.emit(title, message)
 
-    # -- training ------------------------------------------------------------------------
-    def start_training(self) -> None:
-        if not self.run_bar.train_button.isEnabled():
-            return
-        sp = self.settings_panel
-        mcfg, tcfg = sp.model_config(), sp.train_config()
-        self.samples_panel.clear()
-        self.plots.start_run(tcfg.total_steps, tcfg.pretrain_steps, tcfg.tune_steps,
-                             mcfg.vocab_size, tcfg.grad_clip)
-        self.has_model = False
-        self.run_bar.reset_pace()
-        self.tabs.setCurrentWidget(self.samples_panel)
-        self._set_state("preparing")
-        self.host.start({"model_config": mcfg, "train_config": tcfg,
-                         "pretrain_text": self.data_panel.pretrain_text,
-                         "tune_text": self.data_panel.tune_text if tcfg.tune_steps else None,
-                         "device": self.device_panel.spec(),
-                         "tokenizer_kind": sp.tokenizer_kind()})
-
-    def toggle_pause(self) -> None:
-        if self.state == "running":
-            self.host.pause()
-            self.run_bar.pause_button.setEnabled(False)
-            self.state = "pausing"
-            self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
-        elif self.state == "paused":
-            self.run_bar.reset_pace()
-            self._set_state("running")
-            self.host.resume()
-
-    def stop_training(self) -> None:
-        if self.state != "idle":
-            self.run_bar.show_text(self.run_bar.progress.format() + " · stopping…")
-            self.host.stop()
-
-    def _on_preparing(self, text: str) -> None:
-        self.run_bar.show_text(text, reset=True)
-
-    def _on_session(self, info: dict) -> None:
-        self.model_config = info["model_config"]
-        self.has_model = True
-        self.plots.set_reference(self.model_config.vocab_size)
-        self.data_panel.set_token_counts(info.get("pretrain_tokens"), info.get("tune_tokens"))
-        dev = info.get("device")
-        self.statusBar().showMessage(
-            f"Model ready: {self.model_config.param_count():,} parameters, vocabulary "
-            f"{self.model_config.vocab_size} on {getattr(dev, 'name', dev)}", 10000)
-        if self.state == "preparing":
-            self._set_state("running")
-
-    def _on_metrics(self, records: list) -> None:
-        self.plots.add_metrics(records)
-        for m in records:
-            if m.samples:
-                self.samples_panel.add(m.step, m.stage, m.samples)
-        if self.state in ("running", "preparing"):
-            self.run_bar.show_step(records[-1])
-
-    def _on_paused(self, step: int) -> None:
-        self._set_state("paused")
-        self.run_bar.show_text(f"Paused at step {step}: chat or export now, or Resume.")
-
-    def _on_finished(self, result: dict) -> None:
-        self.plots.redraw()
-        if result.get("failed"):
-            text = "Training failed: see the message."
-        elif result.get("stopped"):
-            text = f"Stopped at step {result['step']}. The model is ready to chat and export."
-        else:
-            text = f"Finished {result['step']} steps. Chat with the model or export it."
-        self.run_bar.show_text(text)
-        self._set_state("idle")
-        if self.has_model and not result.get("failed"):
-            self.tabs.setCurrentWidget(self.samples_panel)
-        self.trainingFinished.emit(result)
-
     def showEvent(self, event):
         super().showEvent(event)
         if not getattr(self, "_sized", False):  # splitter sizes need the real width
@@ -288,8 +243,8 @@ class MainWindow(WindowActions, QMainWindow):
         """Closing during training sets the stop flag and waits for the step to end."""
         self._save_settings()
         self.plots.timer.stop()
-        if self.state != "idle":
-            self.statusBar().showMessage("Stopping training…")
+        if self.state != "idle":  # the worker saves the run's checkpoint before its thread ends
+            self.statusBar().showMessage("Stopping training and saving…")
         self.host.shutdown()
         super().closeEvent(event)
 

@@ -20,6 +20,7 @@ class WindowActions:
         s = self.settings
         self.settings_panel.restore(s)
         self.chat_panel.restore(s)
+        self.autosave_box.restore(s)
         if device is not None:
             self.device_panel.refresh(device)
         else:
@@ -39,6 +40,7 @@ class WindowActions:
         s = self.settings
         self.settings_panel.save(s)
         self.chat_panel.save(s)
+        self.autosave_box.save(s)
         s.setValue("device/label", self.device_panel.combo.currentText())
         s.setValue("plots/log", self.plots.log_check.isChecked())
         s.setValue("window/geometry", self.saveGeometry())
@@ -81,6 +83,8 @@ class WindowActions:
     def _on_exported(self, result) -> None:
         self._busy = ""
         self._update_actions()
+        if result is None:  # it failed; the message is shown
+            return
         size = human_bytes(result.size_bytes)
         text = f"Wrote {result.path} ({size})"
         if getattr(result, "modelfile", None):
@@ -104,20 +108,48 @@ class WindowActions:
     def _on_saved(self, path: str) -> None:
         self._busy = ""
         self._update_actions()
+        if not path:  # it failed; the message is shown
+            return
         self.statusBar().showMessage(f"Checkpoint saved to {path}", 10000)
 
     def open_checkpoint(self, path: str | None = None) -> None:
-        if self.state != "idle":
+        """A run folder (or its checkpoint.npz): chat with it, export it, or Continue it."""
+        if self.state != "idle" or self._busy:
             return
-        path = path or QFileDialog.getExistingDirectory(self, "Open checkpoint folder")
+        start = str(self.run_bar.run_dir or self.autosave_box.runs_root())
+        path = path or QFileDialog.getExistingDirectory(self, "Open checkpoint (a run folder)",
+                                                        start)
         if path:
-            self.host.load(path)
+            self._open_model(path)
 
-    def _on_loaded(self, info: dict) -> None:
-        self._on_session(info)
-        self.settings_panel.set_from_configs(info["model_config"], info.get("train_config"))
-        self.run_bar.show_text(f"Checkpoint loaded (step {info.get('step', 0)}).", reset=True)
+    def open_gguf(self, path: str | None = None) -> None:
+        """A GGUF this app exported; Continue trains it further on the texts loaded now."""
+        if self.state != "idle" or self._busy:
+            return
+        if not path:
+            start = str(self.settings.value("export/dir", str(Path.home())))
+            path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF exported by this app",
+                                                  start, "GGUF models (*.gguf)")
+        if path:
+            self._open_model(path)
+
+    def _open_model(self, path) -> None:
+        p = Path(path)
+        job = {"path": str(p), "device": self.device_panel.spec()}
+        if p.suffix.lower() == ".gguf":
+            if not self.data_panel.pretrain_text:
+                self.show_error("Open a pretraining text first",
+                                "A GGUF holds the model but not its training texts: open the "
+                                "pretraining text (and dialogues) to train it further.")
+                return
+            sp = self.settings_panel
+            job.update(pretrain_text=self.data_panel.pretrain_text,
+                       tune_text=self.data_panel.tune_text or None,
+                       train_config=sp.train_config() if sp.is_valid() else None)
+        self._busy = "load"
         self._update_actions()
+        self.statusBar().showMessage(f"Opening {p.name}…")
+        self.host.load(job)
 
     # -- drag and drop, closing --------------------------------------------------------
     def dragEnterEvent(self, event):
@@ -127,8 +159,10 @@ class WindowActions:
     def dropEvent(self, event):
         for url in event.mimeData().urls()[:2]:
             path = Path(url.toLocalFile())
-            if path.is_dir():
+            if path.is_dir() or path.name == "checkpoint.npz":
                 self.open_checkpoint(str(path))
+            elif path.suffix.lower() == ".gguf":
+                self.open_gguf(str(path))
             elif path.is_file():
                 self.data_panel.load_dropped(str(path))
         event.acceptProposedAction()

@@ -38,8 +38,9 @@ def shoot(qtbot, win, path: Path) -> None:
 
 
 def test_screenshots(qtbot, tmp_path, out_dir):
-    win = MainWindow(device=TEST_DEVICE,
-                     settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+    settings.setValue("autosave/runs_dir", str(tmp_path / "runs"))
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
     win.resize(*SIZE)
     win.show()

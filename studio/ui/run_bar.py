@@ -1,13 +1,44 @@
-"""Train / Pause / Stop, the progress bar (step, stage, tokens/s, ETA) and Export."""
+"""Train / Pause / Stop, the progress bar (step, stage, tokens/s, ETA), Export, and the run
+folder the run autosaves into (with buttons to open it and copy its path)."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from pathlib import Path
 
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy,
+                               QVBoxLayout, QWidget)
 
+NEW_TIP = "Train a new model from scratch with these settings"
+
+
+class ElidedLabel(QLabel):
+    """One line that shortens in the middle to the width it gets, never widening the window
+    (a QLabel's minimum width is its whole text: a long path would push the window wider)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self.setMinimumWidth(80)
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+
+    def setText(self, text: str) -> None:
+        self._full = text
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle,
+                                                      max(self.width(), 80)))
 PACE_WINDOW_S = 20.0  # ETA from the steps of the last 20 s: follows speed changes, not noise
 
 
@@ -23,7 +54,12 @@ class RunBar(QWidget):
         super().__init__(parent)
         self.train_button = QPushButton("▶  Train")
         self.train_button.setObjectName("trainButton")
-        self.train_button.setToolTip("Train a new model from scratch with these settings")
+        self.train_button.setToolTip(NEW_TIP)
+        self.new_button = QPushButton("New model")
+        self.new_button.setObjectName("newModelButton")
+        self.new_button.setToolTip("Forget the opened model's run and train a new model from "
+                                   "scratch with the settings on the left")
+        self.new_button.hide()
         self.pause_button = QPushButton("Pause")
         self.pause_button.setObjectName("pauseButton")
         self.pause_button.setToolTip("Pause between steps; chat and export work while paused")
@@ -48,6 +84,7 @@ class RunBar(QWidget):
         row = QHBoxLayout()
         row.setSpacing(8)
         row.addWidget(self.train_button)
+        row.addWidget(self.new_button)
         row.addWidget(self.pause_button)
         row.addWidget(self.stop_button)
         row.addWidget(self.progress, 1)
@@ -60,6 +97,69 @@ class RunBar(QWidget):
         lay.addWidget(self.hint)
         self.hint.hide()
         self._pace: deque[tuple[float, int]] = deque()
+
+        self.run_dir: Path | None = None
+        self.folder_label = ElidedLabel()
+        self.folder_label.setObjectName("runFolderLabel")
+        self.folder_label.setProperty("role", "muted")
+        self.folder_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.open_folder_button = QPushButton("Open folder")
+        self.open_folder_button.setObjectName("openRunFolderButton")
+        self.open_folder_button.setToolTip("Show the run folder (checkpoint.npz, metrics.jsonl) "
+                                           "in the file manager")
+        self.open_folder_button.clicked.connect(self.open_run_folder)
+        self.copy_path_button = QPushButton("Copy path")
+        self.copy_path_button.setObjectName("copyRunPathButton")
+        self.copy_path_button.setToolTip("Copy the run folder's path, e.g. for "
+                                         "`llm-studio chat <folder>`")
+        self.copy_path_button.clicked.connect(self.copy_run_path)
+        folder_row = QHBoxLayout()
+        folder_row.setSpacing(6)
+        folder_row.addWidget(self.folder_label, 1)
+        for b in (self.open_folder_button, self.copy_path_button):
+            b.setProperty("role", "small")
+            folder_row.addWidget(b)
+        self._folder_widgets = (self.folder_label, self.open_folder_button,
+                                self.copy_path_button)
+        lay.addLayout(folder_row)
+        for w in self._folder_widgets:
+            w.hide()
+
+    # -- continue mode, run folder -----------------------------------------------------------
+    def set_continue(self, step: int | None) -> None:
+        """step: the opened model's step (Train continues it); None: Train starts a new model."""
+        if step is None:
+            self.train_button.setText("▶  Train")
+            self.train_button.setToolTip(NEW_TIP)
+        else:
+            self.train_button.setText("▶  Continue")
+            self.train_button.setToolTip(f"Keep training the opened model from step {step} "
+                                         "up to the step counts on the left")
+        self.new_button.setVisible(step is not None)
+
+    def show_run_folder(self, path, saved_step: int | None, saving: bool = True) -> None:
+        """The run folder and the step of its checkpoint (None: none written yet)."""
+        self.run_dir = Path(path)
+        shown = str(self.run_dir)
+        home = str(Path.home())
+        if shown.startswith(home + "/"):
+            shown = "~" + shown[len(home):]
+        if saved_step is not None:
+            state = f"checkpoint at step {saved_step}"
+        else:
+            state = "first checkpoint still to come" if saving else "no checkpoint written"
+        self.folder_label.setText(f"Autosave: {shown} · {state}")
+        self.folder_label.setToolTip(str(self.run_dir))
+        for w in self._folder_widgets:
+            w.show()
+
+    def open_run_folder(self) -> None:
+        if self.run_dir is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.run_dir)))
+
+    def copy_run_path(self) -> None:
+        if self.run_dir is not None:
+            QGuiApplication.clipboard().setText(str(self.run_dir))
 
     def set_hint(self, text: str | None) -> None:
         self.hint.setText(text or "")

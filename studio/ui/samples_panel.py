@@ -1,4 +1,5 @@
-"""Sample generations for fixed prompts every N steps, newest first, each with its step."""
+"""Sample generations for fixed prompts every N steps, newest first, each with its step; and the
+fact recall measured at the end of each stage, in the stream and in a line above it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import html
 
 from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
 
+from studio.run_folder import recall_text
+
 MODEL_COLOUR = "#2d6a3a"  # what the model wrote, apart from the prompt
 MAX_ENTRIES = 60  # older samples are dropped; the point is to watch recent progress
+RECALL_COLOUR = "#6a3d9a"
 
 
 class SamplesPanel(QWidget):
@@ -17,7 +21,18 @@ class SamplesPanel(QWidget):
         self.view.setObjectName("samplesView")
         self.view.setOpenLinks(False)
         self.view.setPlaceholderText("Samples appear here during training, newest first.")
-        self.entries: list[tuple[int, str, list[tuple[str, str]]]] = []
+        # (step, stage, samples, recall line or None), newest first
+        self.entries: list[tuple[int, str, list[tuple[str, str]], str | None]] = []
+        self.recall: dict[str, str] = {}  # stage -> its recall line
+        self.recall_label = QLabel("")
+        self.recall_label.setObjectName("recallLabel")
+        self.recall_label.setWordWrap(True)
+        self.recall_label.setProperty("role", "estimate")
+        self.recall_label.setToolTip("Measured at the end of each stage: a fact counts when the "
+                                     "greedy continuation of its first half reproduces the "
+                                     "rest; an answer when the greedy reply equals the trained "
+                                     "one.")
+        self.recall_label.hide()
         note = QLabel("Generations for fixed prompts every few steps (Training › Samples every). "
                       "The prompt is in bold; the model's continuation is in green.")
         note.setWordWrap(True)
@@ -25,27 +40,50 @@ class SamplesPanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(note)
+        lay.addWidget(self.recall_label)
         lay.addWidget(self.view)
 
     def add(self, step: int, stage: str, samples) -> None:
-        self.entries.insert(0, (step, stage, list(samples)))
+        self.entries.insert(0, (step, stage, list(samples), None))
         del self.entries[MAX_ENTRIES:]
         self._render()
 
+    def add_recall(self, step: int, recall: dict, render: bool = True) -> str:
+        """A stage-end recall record (StepMetrics.recall) -> a line here and above the stream."""
+        line = recall_text(recall)
+        stage = recall.get("stage", "pretrain")
+        self.recall[stage] = line.replace(":", f" (step {step}):", 1)
+        if stage == "pretrain":  # a new pretraining result makes an older tuning one stale
+            self.recall.pop("tune", None)
+        self.recall_label.setText("\n".join(self.recall[k] for k in ("pretrain", "tune")
+                                            if k in self.recall))
+        self.recall_label.show()
+        self.entries.insert(0, (step, stage, [], line))
+        del self.entries[MAX_ENTRIES:]
+        if render:
+            self._render()
+        return line
+
     def clear(self) -> None:
         self.entries.clear()
+        self.recall.clear()
+        self.recall_label.hide()
         self.view.clear()
 
     def text(self) -> str:
         return self.view.toPlainText()
 
     def _render(self) -> None:
-        parts = []
-        for i, (step, stage, samples) in enumerate(self.entries):
+        parts, latest = [], " · latest"
+        for step, stage, samples, recall in self.entries:
+            if recall is not None:
+                parts.append(f"<p style='margin-top:10px; color:{RECALL_COLOUR}'><b>Step {step}"
+                             f"</b> · {html.escape(recall)}</p><hr>")
+                continue
             colour = "#1f5fa8" if stage == "pretrain" else "#a8551f"
-            latest = " · latest" if i == 0 else ""
             parts.append(f"<p style='margin-top:10px; margin-bottom:2px; color:{colour}'>"
                          f"<b>Step {step}</b> · {html.escape(stage)}{latest}</p>")
+            latest = ""
             for prompt, text in samples:
                 cont = text[len(prompt):] if text.startswith(prompt) else text
                 if prompt.rstrip()[-1:] in "?!" and not cont[:1].isspace():

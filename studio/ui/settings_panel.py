@@ -265,9 +265,11 @@ class SettingsPanel(QWidget):
         label.setVisible(True)
 
     # -- state -----------------------------------------------------------------------------
-    def set_editable(self, on: bool) -> None:
-        for w in list(self.spins.values()) + [self.tokenizer_combo, self.tie_check]:
-            w.setEnabled(on)
+    def set_editable(self, on: bool, only: tuple[str, ...] | None = None) -> None:
+        """only: the spins that stay editable (continuing an opened model: the step counts)."""
+        for name, w in list(self.spins.items()) + [("", self.tokenizer_combo),
+                                                   ("", self.tie_check)]:
+            w.setEnabled(on and (only is None or name in only))
 
     def save(self, s: QSettings) -> None:
         for name, spin in self.spins.items():

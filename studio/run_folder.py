@@ -1,0 +1,165 @@
+"""Autosave: every training run writes into its own run folder.
+
+A run folder holds `checkpoint.npz` (TrainingSession.save, atomic) and `metrics.jsonl` (one
+StepMetrics.to_dict() per line, as `llm-studio train` writes it), so `llm-studio sample/chat/
+export <folder>` and File › Open checkpoint both read it. The worker thread owns one RunRecorder
+per run and calls it only between two steps; nothing here imports Qt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+from engine.errors import CheckpointError
+from engine.metrics import StepMetrics
+
+log = logging.getLogger(__name__)
+DEFAULT_EVERY = 100  # steps between automatic checkpoints (0: only on stop, pause, end, close)
+METRICS = "metrics.jsonl"
+
+
+def new_run_dir(root, now: float | None = None) -> Path:
+    """root/<YYYYmmdd-HHMMSS>, with -2, -3, ... when a run already started in that second."""
+    root = Path(root)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path, n = root / stamp, 1
+    while path.exists():
+        n += 1
+        path = root / f"{stamp}-{n}"
+    return path
+
+
+class RunRecorder:
+    """metrics.jsonl and checkpoints of one run. `history` (a continued session's records)
+    starts metrics.jsonl, so the folder is complete on its own."""
+
+    def __init__(self, folder, every: int = DEFAULT_EVERY, history=()):
+        self.folder = Path(folder)
+        self.every = max(int(every), 0)
+        self.saved_step: int | None = None  # step of the checkpoint on disk, None before one
+        self.warned = False                 # an autosave problem is reported once per run
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._file = (self.folder / METRICS).open("w", encoding="utf-8")
+            for record in history:
+                self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as e:
+            raise CheckpointError(
+                f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
+                "Choose another folder under Autosave › Runs folder, or free disk space.") from e
+
+    def record(self, m: StepMetrics) -> None:
+        """One line per step; a write error (full disk) is left to the next checkpoint's save
+        to report, the training goes on."""
+        if self._file is None:
+            return
+        try:
+            self._file.write(json.dumps(m.to_dict()) + "\n")
+        except (OSError, ValueError):
+            log.exception("writing %s", self.folder / METRICS)
+            self._file = None
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step % self.every == 0
+
+    def dirty(self, session) -> bool:
+        return session is not None and self.saved_step != session.step
+
+    def save(self, session) -> Path:
+        """Checkpoint now (flushes metrics.jsonl first). Raises CheckpointError."""
+        self.flush()
+        path = session.save(self.folder)
+        self.saved_step = session.step
+        return path
+
+    def flush(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError:
+                log.exception("flushing %s", self.folder / METRICS)
+
+    def truncate(self, keep_until: int) -> None:
+        """Keep the lines of steps <= keep_until (after the engine restored an earlier state),
+        so metrics.jsonl and the checkpoint describe the same run."""
+        self.flush()
+        path = self.folder / METRICS
+        try:
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                    if _step_of(line) <= keep_until]
+            if self._file is not None:
+                self._file.close()
+            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            self._file = path.open("a", encoding="utf-8")
+        except OSError:
+            log.exception("truncating %s", path)
+            self._file = None
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                log.exception("closing %s", self.folder / METRICS)
+            self._file = None
+
+    def discard(self) -> None:
+        """The run never started (the session could not be built): remove what was written."""
+        self.close()
+        try:
+            (self.folder / METRICS).unlink(missing_ok=True)
+            self.folder.rmdir()
+        except OSError:
+            pass
+
+
+def _step_of(line: str) -> float:
+    try:
+        return json.loads(line).get("step", 0)
+    except (json.JSONDecodeError, AttributeError):
+        return math.inf
+
+
+_FIELDS = {f.name for f in dataclasses.fields(StepMetrics)}
+_FLOATS = ("loss", "grad_norm", "lr", "tokens_per_s", "elapsed_s", "val_loss",
+           "pretrain_val_loss")
+
+
+def metrics_from_dict(d: dict) -> StepMetrics:
+    """A history record (StepMetrics.to_dict() without samples) back to a StepMetrics, for the
+    plots after a reload. to_dict() wrote NaN/Inf as strings."""
+    kw = {k: v for k, v in d.items() if k in _FIELDS}
+    for k in _FLOATS:
+        if isinstance(kw.get(k), str):
+            try:
+                kw[k] = float(kw[k])
+            except ValueError:
+                kw[k] = math.nan
+    kw.setdefault("total_steps", kw.get("step", 0))
+    kw.setdefault("stage", "pretrain")
+    for k in ("loss", "grad_norm", "lr", "tokens_per_s", "elapsed_s"):
+        kw.setdefault(k, math.nan)
+    return StepMetrics(**kw)
+
+
+def _score(d: dict | None) -> str:
+    d = d or {}
+    correct, total = d.get("correct", 0), d.get("total", 0)
+    return f"{correct}/{total} ({correct / total:.0%})" if total else "none to test"
+
+
+def recall_text(recall: dict) -> str:
+    """'Fact recall after pretraining: 31/32 (97%)' or, after tuning,
+    'Recall after tuning: facts 32/32 (100%), answers 24/24 (100%)'."""
+    if recall.get("stage") == "tune":
+        text = f"Recall after tuning: facts {_score(recall.get('facts'))}"
+        if "answers" in recall:
+            text += f", answers {_score(recall.get('answers'))}"
+        return text
+    return f"Fact recall after pretraining: {_score(recall.get('facts'))}"

@@ -1,0 +1,83 @@
+"""The GUI thread's handle on the training worker: starts its QThread and forwards requests as
+queued signals, so every slot of studio.worker.TrainingWorker runs on the worker's thread."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, QThread, Signal
+
+from studio.worker import TrainingWorker
+
+log = logging.getLogger(__name__)
+
+
+class WorkerHost(QObject):
+    """Lives in the GUI thread: starts the worker thread and forwards requests as queued calls."""
+
+    _start = Signal(object)
+    _proceed = Signal(object)
+    _resume = Signal()
+    _finish = Signal()
+    _shutdown = Signal()
+    _chat = Signal(object, object)
+    _export = Signal(str, str)
+    _save = Signal(str)
+    _load = Signal(object)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("trainingThread")
+        self.worker = TrainingWorker()
+        self.worker.moveToThread(self.thread)
+        w = self.worker
+        for sig, slot in ((self._start, w.start), (self._proceed, w.proceed),
+                          (self._resume, w.resume), (self._finish, w.finish),
+                          (self._shutdown, w.shutdown), (self._chat, w.chat),
+                          (self._export, w.export), (self._save, w.save), (self._load, w.load)):
+            sig.connect(slot)
+        self.thread.start()
+
+    def start(self, job: dict) -> None:
+        self.worker.reset_flags()
+        self._start.emit(job)
+
+    def proceed(self, job: dict) -> None:
+        """Continue the worker's session (session.extend to the job's step counts)."""
+        self.worker.reset_flags()
+        self._proceed.emit(job)
+
+    def pause(self) -> None:
+        self.worker.request_pause()
+
+    def resume(self) -> None:
+        self._resume.emit()
+
+    def stop(self) -> None:
+        self.worker.request_stop()
+        self._finish.emit()
+
+    def chat(self, messages, knobs) -> None:
+        self._chat.emit(messages, knobs)
+
+    def export(self, path: str, dtype: str) -> None:
+        self._export.emit(path, dtype)
+
+    def save(self, directory: str) -> None:
+        self._save.emit(directory)
+
+    def load(self, job: dict) -> None:
+        self._load.emit(job)
+
+    def shutdown(self, timeout_ms: int = 60_000) -> bool:
+        """Stop after the current step (or token); the worker then saves the run's checkpoint
+        on its own thread and ends the thread; wait for that."""
+        if not self.thread.isRunning():
+            return True
+        self.worker.request_stop()
+        self._shutdown.emit()
+        ended = self.thread.wait(timeout_ms)
+        if not ended:
+            log.error("the training thread did not end within %d ms", timeout_ms)
+        return ended

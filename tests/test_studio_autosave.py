@@ -1,0 +1,199 @@
+"""The studio's run folders (pytest-qt, offscreen): autosave every N steps and at the end,
+metrics.jsonl, stage-end recall in the samples pane, Continue after opening a checkpoint or an
+exported GGUF, and training errors shown without closing the app or losing the checkpoint."""
+
+import json
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+from PySide6.QtGui import QGuiApplication  # noqa: E402
+
+from test_studio import configure, curve_x, settings, train, window  # noqa: E402,F401
+
+from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
+from engine.session import TrainingSession  # noqa: E402
+
+
+def run_folders(win) -> list[Path]:
+    root = win.autosave_box.runs_root()
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def metrics_steps(folder: Path) -> list[int]:
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines]
+
+
+def open_model(qtbot, win, path):
+    opener = win.open_gguf if str(path).endswith(".gguf") else win.open_checkpoint
+    with qtbot.waitSignal(win.modelOpened, timeout=60_000) as blocker:
+        opener(str(path))
+    return blocker.args[0]
+
+
+def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
+    configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=10)
+    window.autosave_box.every_spin.setValue(7)
+    saves = []
+    window.host.worker.autosaved.connect(lambda folder, step: saves.append(step))
+    result = train(qtbot, window)
+    assert not result["failed"] and result["step"] == 30 and result["saved_step"] == 30
+    assert saves == [7, 14, 21, 28, 30]
+    [folder] = run_folders(window)
+    assert Path(result["run_dir"]) == folder and folder.parent == window.autosave_box.runs_root()
+    assert metrics_steps(folder) == list(range(1, 31))     # one line per step, like the CLI
+    assert not list(folder.glob("*.tmp"))
+    session = TrainingSession.load(folder, runtime=rt)
+    assert session.step == 30 and len(session.history) == 30
+
+    label = window.findChild(type(window.run_bar.folder_label), "runFolderLabel")
+    assert label.isVisible() and str(folder) in label.toolTip()
+    assert folder.name in label.full_text() and "step 30" in label.full_text()
+    window.run_bar.copy_path_button.click()
+    assert QGuiApplication.clipboard().text() == str(folder)
+
+    # Stage-end recall: in the samples stream and in the line above it.
+    recall = window.samples_panel.recall_label.text()
+    assert "Fact recall after pretraining (step 20): " in recall and "/32 (" in recall
+    assert "Recall after tuning (step 30): facts" in recall and "answers" in recall
+    assert "Fact recall after pretraining:" in window.samples_panel.text()
+
+    # A second run gets a folder of its own.
+    result = train(qtbot, window)
+    assert len(run_folders(window)) == 2 and Path(result["run_dir"]) != folder
+
+
+def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
+    configure(window, pretrainStepsSpin=20, tuneStepsSpin=0, sampleIntervalSpin=0)
+    first = train(qtbot, window)
+    window.new_model()  # no-op: a run trained here is not in continue mode
+    window.plots.start_run(1, 1, 0, 512, 1.0)  # forget the curves: they must come back
+    info = open_model(qtbot, window, first["run_dir"])
+    assert info["step"] == 20 and window.run_bar.train_button.text().endswith("Continue")
+    assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 21))
+    assert "Fact recall after pretraining" in window.samples_panel.recall_label.text()
+    assert not window.run_bar.train_button.isEnabled()       # 20 of 20 steps done
+    assert "raise Pretraining steps" in window.run_bar.hint.text()
+    assert not window.settings_panel.spins["dModelSpin"].isEnabled()  # the model is fixed
+    window.settings_panel.set_value("pretrainStepsSpin", 32)
+    result = train(qtbot, window)
+    assert not result["failed"] and result["step"] == 32
+    window.plots.redraw()
+    assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 33))
+    folder = Path(result["run_dir"])
+    assert folder != Path(first["run_dir"]) and metrics_steps(folder) == list(range(1, 33))
+    assert TrainingSession.load(folder, runtime=rt).step == 32
+    assert TrainingSession.load(first["run_dir"], runtime=rt).step == 20  # left as it was
+    window.run_bar.new_button.click()
+    assert window.run_bar.train_button.text().endswith("Train")
+    assert window.settings_panel.spins["dModelSpin"].isEnabled()
+
+
+def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
+    configure(window, pretrainStepsSpin=10, tuneStepsSpin=0, sampleIntervalSpin=0)
+    train(qtbot, window)
+    path = tmp_path / "tiny.gguf"
+    with qtbot.waitSignal(window.exportFinished, timeout=60_000):
+        window.export_to(path, "f32")
+    info = open_model(qtbot, window, path)
+    assert info["source"] == "gguf" and info["step"] == 0
+    window.settings_panel.set_value("pretrainStepsSpin", 6)
+    result = train(qtbot, window)
+    assert not result["failed"] and result["step"] == 6
+    assert TrainingSession.load(result["run_dir"], runtime=rt).step == 6
+
+
+def failing_at(step, exc, restore=False):
+    """A TrainingSession.train that raises `exc` once `step` is reached (TrainingDiverged:
+    after restoring the last good state, as the engine does)."""
+    original = TrainingSession.train
+
+    def train_(self):
+        for m in original(self):
+            if m.step == step:
+                if restore:
+                    self._restore()
+                raise exc
+            yield m
+    return train_
+
+
+@pytest.mark.parametrize("kind", ["diverged", "device"])
+def test_training_errors_are_shown_and_the_checkpoint_stays(qtbot, window, monkeypatch, rt,
+                                                            kind):
+    if kind == "diverged":
+        exc = TrainingDiverged("The loss was NaN for 3 steps in a row.",
+                               "Lower the learning rate (e.g. by 3x) and train again.")
+    else:
+        exc = DeviceError("The OpenCL device failed during step 9.", "Use a smaller batch.")
+    monkeypatch.setattr(TrainingSession, "train", failing_at(9, exc, kind == "diverged"))
+    configure(window, pretrainStepsSpin=30, tuneStepsSpin=0, sampleIntervalSpin=0,
+              evalIntervalSpin=5)
+    window.autosave_box.every_spin.setValue(4)
+    result = train(qtbot, window)
+    assert result["failed"] and window.state == "idle"
+    title, message = window.last_error
+    assert exc.hint in message and str(exc) in message and result["run_dir"] in message
+    assert title == ("Training diverged" if kind == "diverged" else "The OpenCL device failed")
+    # Diverged: the restored state (step 5, the last validation) is saved; device failure: the
+    # checkpoint of step 8 is kept, not overwritten with what the failed device holds.
+    expected = 5 if kind == "diverged" else 8
+    assert result["saved_step"] == expected
+    session = TrainingSession.load(result["run_dir"], runtime=rt)
+    assert session.step == expected
+    if kind == "diverged":
+        assert metrics_steps(Path(result["run_dir"])) == list(range(1, 6))
+    monkeypatch.undo()
+    configure(window, pretrainStepsSpin=5)
+    assert not train(qtbot, window)["failed"]  # the app keeps working
+
+
+def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, monkeypatch):
+    def broken(self, path):
+        raise CheckpointError(f"Could not write the checkpoint {path}: No space left on device.",
+                              "Free disk space.")
+    monkeypatch.setattr(TrainingSession, "save", broken)
+    shown = []
+    window.errorShown.connect(lambda title, message: shown.append(title))
+    configure(window, pretrainStepsSpin=12, tuneStepsSpin=0, sampleIntervalSpin=0)
+    window.autosave_box.every_spin.setValue(3)
+    result = train(qtbot, window)
+    assert not result["failed"] and result["step"] == 12 and result["saved_step"] is None
+    assert shown == ["Autosave failed"]
+    assert "No space left" in window.last_error[1] and "Training goes on" in window.last_error[1]
+
+
+def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
+    from test_studio import MainWindow, TEST_DEVICE
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
+    qtbot.addWidget(win)
+    win.show()
+    configure(win, pretrainStepsSpin=5000, tuneStepsSpin=0, sampleIntervalSpin=0)
+    win.autosave_box.every_spin.setValue(0)  # only pause / stop / end / close save
+    win.run_bar.train_button.click()
+    qtbot.waitUntil(lambda: win.plots.point_count() >= 3, timeout=60_000)
+    win.run_bar.pause_button.click()
+    qtbot.waitUntil(lambda: win.state == "paused", timeout=30_000)
+    win.run_bar.pause_button.click()  # resume, train a little more, then close
+    qtbot.waitUntil(lambda: win.plots.point_count() >= 8, timeout=60_000)
+    win.close()
+    assert not win.host.thread.isRunning()
+    [folder] = run_folders(win)
+    session = TrainingSession.load(folder, runtime=rt)
+    assert session.step >= 8 and metrics_steps(folder) == list(range(1, session.step + 1))
+
+
+def test_stop_just_after_the_run_ended_does_not_cancel_the_next_chat(qtbot, window):
+    from test_studio import chat
+    configure(window, pretrainStepsSpin=4, tuneStepsSpin=0, sampleIntervalSpin=0)
+    train(qtbot, window)
+    window.host.stop()  # what a Stop click racing the end of the run sends
+    qtbot.wait(100)
+    assert window.state == "idle"
+    assert isinstance(chat(qtbot, window, "Hello"), str)
