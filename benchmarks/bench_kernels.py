@@ -151,6 +151,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--local-sweep", action="store_true",
                     help="also time element-wise kernels under several work-group shapes")
+    ap.add_argument("--idle-busy", type=float, default=0.0,
+                    help="wait until other processes use at most this share of the CPUs")
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM and row-wise tables")
     args = ap.parse_args(argv)
     from engine.runtime import Runtime
@@ -163,6 +165,9 @@ def main(argv=None):
     lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})."]
     for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
         cfg, B = model_config(name)
+        if args.idle_busy > 0:
+            from benchmarks.common import wait_idle
+            wait_idle(args.idle_busy, 300.0)
         head = ["product", "shape (M x N x K)", "ours GFLOP/s", "numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
         if not args.no_gemm:

@@ -19,6 +19,7 @@ import numpy as np
 from engine.errors import CheckpointError
 
 FILENAME = "checkpoint.npz"
+PREVIOUS = "checkpoint.prev.npz"  # the one before, kept in case the newest is damaged
 FORMAT = "opencl-llm-studio-checkpoint/1"
 
 
@@ -57,6 +58,8 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
+            if target.exists():  # each rename is atomic; between them load() finds PREVIOUS
+                os.replace(target, target.with_name(PREVIOUS))
             os.replace(tmp, target)
         except BaseException:
             if os.path.exists(tmp):
@@ -71,12 +74,31 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
 
 def load(path) -> dict:
     """Read a checkpoint: dict with header (dict), params, adam_m, adam_v (float32 arrays),
-    tokenizer (bytes), pretrain_text, tune_text (str). Raises CheckpointError for a missing,
-    truncated, corrupted or foreign file."""
+    tokenizer (bytes), pretrain_text, tune_text (str), and from_previous (bool: the newest file
+    was missing or damaged and the one before it was read). Raises CheckpointError for a
+    missing, truncated, corrupted or foreign file when no readable previous one exists."""
     target = checkpoint_path(path)
+    previous = target.with_name(PREVIOUS)
+    try:
+        return dict(_load_file(target), from_previous=False)
+    except CheckpointError:
+        if target.name == FILENAME and previous.exists():
+            try:
+                return dict(_load_file(previous), from_previous=True)
+            except CheckpointError:
+                pass
+        raise
+
+
+def _load_file(target: Path) -> dict:
     if not target.exists():
         raise CheckpointError(f"No checkpoint at {target}.",
                               "Give the folder a training run wrote (it holds checkpoint.npz).")
+    if not zipfile.is_zipfile(target):
+        raise CheckpointError(f"{target} is not a readable checkpoint (not an .npz archive; "
+                              "truncated, damaged, or another kind of file).",
+                              "Give a run folder or its checkpoint.npz; a GGUF works with "
+                              "chat, sample, tokenize and the studio.")
     try:
         with np.load(target, allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode())

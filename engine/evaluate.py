@@ -31,16 +31,25 @@ class Score:
         return {"correct": self.correct, "total": self.total, "rate": round(self.rate, 4)}
 
 
-def training_documents(session) -> list[str]:
-    """The pretraining documents the model trained on (the held-out ones are excluded)."""
+MAX_FACTS = 64      # stage-end checks stay a few seconds however large the corpus
+MAX_QUESTIONS = 64
+
+
+def training_documents(session, limit: int | None = None) -> list[str]:
+    """The pretraining documents the model trained on (the held-out ones are excluded),
+    at most `limit` of them, evenly spaced through the text."""
     docs = session.pretrain.documents
     n_val = session.pretrain.n_val_documents
-    return docs[: len(docs) - n_val] if n_val else docs
+    docs = docs[: len(docs) - n_val] if n_val else docs
+    if limit and len(docs) > limit:
+        docs = [docs[i * len(docs) // limit] for i in range(limit)]
+    return docs
 
 
-def fact_recall(session, max_facts: int | None = None) -> Score:
+def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
+    """Recall over (at most max_facts, evenly spaced) training documents."""
     tok = session.tokenizer
-    correct, failures, docs = 0, [], training_documents(session)[:max_facts]
+    correct, failures, docs = 0, [], training_documents(session, max_facts)
     for doc in docs:
         words = doc.split()
         if len(words) < 2:
@@ -58,10 +67,13 @@ def fact_recall(session, max_facts: int | None = None) -> Score:
     return Score(correct, len(docs), failures)
 
 
-def answer_accuracy(session) -> Score:
+def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score:
+    """Share of (at most max_questions, evenly spaced) tune questions answered as trained."""
     if not session.tune:
         return Score(0, 0)
     qs = session.tune.questions()
+    if max_questions and len(qs) > max_questions:
+        qs = [qs[i * len(qs) // max_questions] for i in range(max_questions)]
     correct, failures = 0, []
     for messages, expected in qs:
         n = len(session.tokenizer.encode(" " + expected)) + 2

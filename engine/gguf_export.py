@@ -101,11 +101,12 @@ def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32",
-                force: bool = False, modelfile: str | None = "Modelfile") -> ExportResult:
+                force: bool = False, modelfile: str | None = "") -> ExportResult:
     """Write `bundle` to `path` as a llama GGUF, and an Ollama Modelfile `modelfile` beside it.
 
     dtype: "f32" (exact), "f16" or "q8_0" for the 2-D weights; norm weights stay F32.
-    modelfile: file name in the GGUF's folder, or None for no Modelfile.
+    modelfile: file name in the GGUF's folder; "" (default) = "<gguf stem>.Modelfile", so
+    several exports can share a folder (`ollama create NAME -f model.Modelfile`); None = none.
     Raises ExportError: unknown dtype; a target file exists and force is False; the folder is
     missing or not writable; weights missing, misshapen or not finite; Q8_0 with a row length
     that is not a multiple of 32 (names the tensor and a fix). On error earlier files are intact.
@@ -115,6 +116,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
         raise ExportError(f"Unknown export type {dtype!r}.", "Choose f32, f16 or q8_0.")
     qtype, file_type = DTYPES[name]
     path = Path(path)
+    if modelfile == "":
+        modelfile = Path(path).stem + ".Modelfile"
     targets = [path] + ([path.parent / modelfile] if modelfile else [])
     for target in targets:
         _check_target(target, force)
@@ -150,7 +153,7 @@ def _check_target(target: Path, force: bool) -> None:
                           "Choose an existing folder.")
     if target.exists() and not force:
         raise ExportError(f"{target} already exists.",
-                          "Choose another file name, or confirm overwriting it (force=True).")
+                          "Choose another file name, or allow overwriting (--force on the command line).")
 
 
 def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, Any]]:

@@ -58,6 +58,7 @@ class TrainingSession:
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
         self._decoder: KVDecoder | None = None
         self._good = None  # last finite state, for the NaN guard
+        self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -96,6 +97,7 @@ class TrainingSession:
         s.last_loss = h.get("last_loss")
         s.rng.bit_generator.state = h["rng_state"]
         s.history = h.get("history", [])
+        s.loaded_from_previous = ck["from_previous"]
         return s
 
     @classmethod
@@ -127,11 +129,25 @@ class TrainingSession:
                                self.tune_text)
 
     def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None):
-        """Change the step counts (e.g. to keep training a finished run)."""
+        """Set new step totals per stage (e.g. to keep training a finished run).
+
+        Both are totals, not additions. Steps already done cannot be undone, and pretraining
+        cannot grow once tuning has begun (the stages run in order). Raises ConfigError."""
         tc = self.train_config
-        self.train_config = tc.replace(
-            pretrain_steps=tc.pretrain_steps if pretrain_steps is None else pretrain_steps,
-            tune_steps=tc.tune_steps if tune_steps is None else tune_steps).validate()
+        pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
+        tune = tc.tune_steps if tune_steps is None else tune_steps
+        tuning_started = self.tune is not None and self.step > tc.pretrain_steps
+        if tuning_started and pre != tc.pretrain_steps:
+            raise ConfigError(
+                f"This run is already tuning (step {self.step}); its pretraining stage "
+                f"({tc.pretrain_steps} steps) is over.",
+                f"Raise the tuning steps instead (now {tc.tune_steps}).")
+        if pre < min(self.step, tc.pretrain_steps) or pre + (tune if self.tune else 0) < self.step:
+            raise ConfigError(
+                f"This run has already done {self.step} steps; the new totals "
+                f"({pre} pretraining + {tune} tuning) are fewer.",
+                "Step counts are totals per stage: give larger numbers.")
+        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
 
     def data_summary(self) -> dict:
         return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
@@ -330,6 +346,12 @@ class TrainingSession:
         return out
 
     def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):
+        if temperature < 0 or top_k < 0 or not (0 < top_p <= 1) or repetition_penalty <= 0:
+            raise ConfigError(
+                f"Invalid sampling settings (temperature {temperature}, top-k {top_k}, top-p "
+                f"{top_p}, repetition penalty {repetition_penalty}).",
+                "Use temperature >= 0 (0 = greedy), top-k >= 0 (0 = off), 0 < top-p <= 1 and "
+                "a repetition penalty > 0 (1 = off).")
         return SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
 
     def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
@@ -346,14 +368,44 @@ class TrainingSession:
              seed: int | None = None, greedy: bool = False,
              on_token: Callable[[str], None] | None = None) -> str:
         """The assistant's answer to `messages` (last one from the user), rendered with the
-        tune format / GGUF chat template; stops at `</s>`. Leading space stripped."""
+        tune format / GGUF chat template; stops at `</s>`. Leading space stripped. When the
+        conversation and the answer do not fit context_length, the oldest whole turns are
+        dropped (see `fit_messages`)."""
         if not messages or messages[-1].role != "user":
             raise ConfigError("A chat needs the user's message last.")
+        messages = self.fit_messages(messages, max_new_tokens)
         ids = encode_prompt(self.tokenizer, messages)
+        started = False
+
+        def stream(piece: str):  # the answer follows "Assistant:" with a space: drop it
+            nonlocal started
+            if not started:
+                piece = piece.lstrip()
+                started = bool(piece)
+            if piece and on_token:
+                on_token(piece)
+
         return self._decode_stream(ids, max_new_tokens, self._sampling(
-            temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token).strip()
+            temperature, top_k, top_p, repetition_penalty, greedy), seed, stream).strip()
+
+    def fit_messages(self, messages: list[Message], max_new_tokens: int) -> list[Message]:
+        """The newest turns that leave room for an answer in the context window: whole
+        user/assistant pairs are dropped from the front (never half a turn), so the prompt
+        always starts at BOS with "User:" as in training. The last user message is kept even
+        when alone it is too long (the decoder then sees its end)."""
+        T = self.model_config.context_length
+        budget = max(T - min(max_new_tokens, T // 2), 1)
+        msgs = list(messages)
+        while len(msgs) > 1 and len(encode_prompt(self.tokenizer, msgs)) > budget:
+            cut = 1
+            while cut < len(msgs) - 1 and msgs[cut].role != "user":
+                cut += 1
+            msgs = msgs[cut:]
+        return msgs
 
     def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token) -> str:
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
         new: list[int] = []
         shown = ""
 

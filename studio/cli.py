@@ -28,9 +28,15 @@ def _progress(m, t0: float, out) -> None:
     elapsed = time.perf_counter() - t0
     eta = elapsed / max(frac, 1e-9) * (1 - frac)
     bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
-    val = f" val {m.val_loss:.3f}" if m.val_loss is not None else ""
-    out.write(f"\r[{bar}] {done}/{total} {m.stage:8s} loss {m.loss:.3f}{val} "
-              f"{m.tokens_per_s:,.0f} tok/s ETA {eta:4.0f}s   ")
+    val = ""
+    if m.val_loss is not None:  # tuning: loss on the tune dialogues (they are the training set)
+        val = f" val {m.val_loss:.3f}" if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
+    line = (f"[{bar}] {done}/{total} {m.stage:8s} loss {m.loss:.3f}{val} "
+            f"{m.tokens_per_s:,.0f} tok/s ETA {eta:4.0f}s")
+    if out.isatty():
+        out.write("\r" + line + "   ")
+    elif done == total or done % max(total // 20, 1) == 0:
+        out.write(line + "\n")  # a log file gets a line every 5%, not a redraw per step
     out.flush()
 
 
@@ -49,14 +55,39 @@ def cmd_devices(args) -> int:
     return 0
 
 
+# Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
+MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
+                 "vocab_size", "lr", "batch_size", "seed", "replay")
+TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
+                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25)
+
+
+def _opt(args, name):
+    value = getattr(args, name)
+    return TRAIN_DEFAULTS[name] if value is None else value
+
+
 def _configs(args):
     from engine.config import ModelConfig, TrainConfig
-    mc = ModelConfig(d_model=args.d_model, n_layer=args.n_layer, n_head=args.n_head,
-                     context_length=args.context_length, vocab_size=args.vocab_size)
-    tc = TrainConfig(pretrain_steps=args.steps, tune_steps=args.tune_steps,
-                     batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
-                     replay_fraction=args.replay)
+    o = lambda name: _opt(args, name)  # noqa: E731
+    mc = ModelConfig(d_model=o("d_model"), n_layer=o("n_layer"), n_head=o("n_head"),
+                     context_length=o("context_length"), vocab_size=o("vocab_size"))
+    tc = TrainConfig(pretrain_steps=o("steps"), tune_steps=o("tune_steps"),
+                     batch_size=o("batch_size"), learning_rate=o("lr"), seed=o("seed"),
+                     replay_fraction=o("replay"))
     return mc.validate(), tc.validate()
+
+
+def _make_run_folder(out: Path):
+    """Create the run folder before any work, so an unwritable place fails at once."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise StudioError(f"Cannot write the run folder {out}: {e.strerror or e}.",
+                          "Choose a folder you can write to with --out.") from None
 
 
 def _write_metrics(path: Path, records: list[dict], keep_until: int | None = None):
@@ -90,12 +121,20 @@ def cmd_train(args) -> int:
     from engine.session import TrainingSession
     from engine.textio import read_text
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise StudioError(f"--out {out} is a file, not a folder.",
+                          "Give a folder for the run (it is created if missing).")
     ck = checkpoint.checkpoint_path(out)
     if args.resume:
         session = TrainingSession.load(out, device=args.device)
-        if args.steps_given or args.tune_steps_given:
-            session.extend(args.steps if args.steps_given else None,
-                           args.tune_steps if args.tune_steps_given else None)
+        _note_fallback(session)
+        ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
+                   if getattr(args, k) is not None]
+        if ignored:
+            print(f"note: {', '.join(ignored)} ignored: a resumed run keeps its model, data "
+                  "and settings", file=sys.stderr)
+        if args.steps is not None or args.tune_steps is not None:
+            session.extend(args.steps, args.tune_steps)
         _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
         print(f"Resuming {out} at step {session.step}/{session.total_steps} on "
               f"{session.rt.info.name}", file=sys.stderr)
@@ -103,6 +142,7 @@ def cmd_train(args) -> int:
         if ck.exists():
             raise StudioError(f"{out} already holds a training run.",
                               "Add --resume to continue it, or choose another --out folder.")
+        _make_run_folder(out)
         mc, tc = _configs(args)
         pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
         tune = None
@@ -110,7 +150,6 @@ def cmd_train(args) -> int:
             tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
         session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                          tokenizer_kind=args.tokenizer)
-        out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.jsonl").write_text("")
         c = session.model_config
         print(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
@@ -150,6 +189,12 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _note_fallback(session):
+    if session.loaded_from_previous:
+        print("note: the newest checkpoint was damaged; continuing from the one before it "
+              f"(step {session.step}).", file=sys.stderr)
+
+
 def _load(args):
     """A run folder / checkpoint, or a GGUF this app exported (with the bundled corpora)."""
     from engine.session import TrainingSession
@@ -157,7 +202,9 @@ def _load(args):
         from engine.textio import read_text
         return TrainingSession.from_gguf(args.dir, read_text(_bundled("pretrain.txt")),
                                          device=args.device)
-    return TrainingSession.load(args.dir, device=args.device)
+    s = TrainingSession.load(args.dir, device=args.device)
+    _note_fallback(s)
+    return s
 
 
 def _sampling_kwargs(args):
@@ -178,7 +225,11 @@ def cmd_sample(args) -> int:
 def cmd_tokenize(args) -> int:
     from engine import checkpoint
     from engine.tokenizer import Tokenizer
-    tok = Tokenizer.from_bytes(checkpoint.load(args.dir)["tokenizer"])
+    if str(args.dir).lower().endswith(".gguf"):
+        from engine.gguf_export import import_gguf
+        tok = import_gguf(args.dir).tokenizer
+    else:
+        tok = Tokenizer.from_bytes(checkpoint.load(args.dir)["tokenizer"])
     ids = tok.encode(args.text)
     print(" ".join(str(i) for i in ids))
     print(" ".join(repr(tok.id_to_piece(i)) for i in ids))
@@ -204,7 +255,10 @@ def cmd_chat(args) -> int:
         print()
         return 0
     history: list = []
-    print("Chat with the model; an empty line or Ctrl-D ends.")
+    if s.tune is None:
+        print("note: this model was not tuned on dialogues; answers may just continue text.")
+    print("Chat with the model. /reset starts over, /help lists commands; an empty line or "
+          "Ctrl-D ends.")
     while True:
         try:
             line = input("User: ").strip()
@@ -212,7 +266,18 @@ def cmd_chat(args) -> int:
             break
         if not line:
             break
+        if line in ("/reset", "/clear"):
+            history.clear()
+            print("(conversation cleared)")
+            continue
+        if line in ("/help", "/?"):
+            print("/reset  forget the conversation\n/help   this list\nempty line  quit")
+            continue
         history.append(Message("user", line))
+        kept = s.fit_messages(history, args.max_tokens)
+        if len(kept) < len(history):
+            print(f"(older turns dropped to fit the {s.model_config.context_length}-token "
+                  "context)")
         print("Assistant: ", end="", flush=True)
         answer = s.chat(history, on_token=lambda t: print(t, end="", flush=True), **kw)
         print()
@@ -221,73 +286,89 @@ def cmd_chat(args) -> int:
 
 
 def cmd_studio(args) -> int:
+    import os
+    if (sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
+            and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM")):
+        raise StudioError("No display found, so the studio window cannot open.",
+                          "Run it on a desktop session, or use the headless commands: "
+                          "`llm-studio train --out runs/first` (see `llm-studio --help`).")
     from studio.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    S = argparse.SUPPRESS  # subcommand options fall back to the same top-level option
     p = argparse.ArgumentParser(prog="llm-studio", description=(
         "Train a small Llama-style language model from scratch on any OpenCL device. "
         "Without a command, opens the studio window."))
     p.add_argument("--pretrain", help="pretraining text file (default: the bundled corpus)")
     p.add_argument("--tune", help="dialogue file, 'User: ... Assistant: ...' or JSONL")
     p.add_argument("--device", help="OpenCL device index or name part (see `llm-studio devices`)")
-    sub = p.add_subparsers(dest="command")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("devices", help="list the OpenCL devices").set_defaults(func=cmd_devices)
 
-    t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl")
-    t.add_argument("--pretrain", default=None, help="pretraining text (default: bundled)")
-    t.add_argument("--tune", default=None, help="dialogue text (default: bundled)")
-    t.add_argument("--no-tune", action="store_true", help="pretraining only")
-    t.add_argument("--device", default=None)
-    t.add_argument("--d-model", type=int, default=128, help="embedding size (default 128)")
-    t.add_argument("--n-layer", type=int, default=4, help="transformer blocks (default 4)")
-    t.add_argument("--n-head", type=int, default=4, help="attention heads (default 4)")
-    t.add_argument("--context-length", type=int, default=64, help="tokens per window (64)")
-    t.add_argument("--vocab-size", type=int, default=512, help="requested vocabulary (512)")
-    t.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe")
-    t.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (3e-3)")
-    t.add_argument("--steps", type=int, default=600, help="pretraining steps (600)")
-    t.add_argument("--tune-steps", type=int, default=200, help="tuning steps (200)")
-    t.add_argument("--batch-size", type=int, default=16, help="windows per step (16)")
-    t.add_argument("--replay", type=float, default=0.25,
-                   help="share of pretraining windows in tuning batches (0.25)")
-    t.add_argument("--seed", type=int, default=1337)
-    t.add_argument("--checkpoint-every", type=int, default=100, help="steps (0 = only at end)")
+    d = TRAIN_DEFAULTS
+    t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl",
+                       description="Train a model headless. Step counts are totals per stage; "
+                       "with --resume, larger totals continue a run.")
     t.add_argument("--out", required=True, help="run folder for checkpoint and metrics.jsonl")
     t.add_argument("--resume", action="store_true", help="continue the run in --out")
+    t.add_argument("--pretrain", default=S, help="pretraining text (default: bundled)")
+    t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")
+    t.add_argument("--no-tune", action="store_true", help="pretraining only")
+    t.add_argument("--device", default=S, help="OpenCL device index or name part")
+    t.add_argument("--d-model", type=int, help=f"embedding size ({d['d_model']})")
+    t.add_argument("--n-layer", type=int, help=f"transformer blocks ({d['n_layer']})")
+    t.add_argument("--n-head", type=int, help=f"attention heads ({d['n_head']})")
+    t.add_argument("--context-length", type=int, help=f"tokens per window ({d['context_length']})")
+    t.add_argument("--vocab-size", type=int, help=f"requested vocabulary ({d['vocab_size']})")
+    t.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe",
+                   help="SentencePiece BPE or one token per character (bpe)")
+    t.add_argument("--lr", type=float, help=f"peak learning rate ({d['lr']})")
+    t.add_argument("--steps", type=int, help=f"pretraining steps, total ({d['steps']})")
+    t.add_argument("--tune-steps", type=int, help=f"tuning steps, total ({d['tune_steps']})")
+    t.add_argument("--batch-size", type=int, help=f"windows per step ({d['batch_size']})")
+    t.add_argument("--replay", type=float,
+                   help=f"share of pretraining windows in tuning batches ({d['replay']})")
+    t.add_argument("--seed", type=int, help=f"weights, batches and sampling ({d['seed']})")
+    t.add_argument("--checkpoint-every", type=int, default=100,
+                   help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
     def gen_args(q):
-        q.add_argument("dir", help="run folder (or checkpoint file)")
-        q.add_argument("--device", default=None)
-        q.add_argument("--max-tokens", type=int, default=64)
-        q.add_argument("--temperature", type=float, default=0.8)
-        q.add_argument("--top-k", type=int, default=40)
-        q.add_argument("--top-p", type=float, default=0.95)
-        q.add_argument("--repeat-penalty", type=float, default=1.0)
-        q.add_argument("--seed", type=int, default=None)
+        q.add_argument("dir", help="run folder, checkpoint file, or a GGUF this app exported")
+        q.add_argument("--device", default=S, help="OpenCL device index or name part")
+        q.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (64)")
+        q.add_argument("--temperature", type=float, default=0.8,
+                       help="randomness; 0 = always the most likely token (0.8)")
+        q.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest (40)")
+        q.add_argument("--top-p", type=float, default=0.95,
+                       help="nucleus sampling: smallest set with this probability (0.95)")
+        q.add_argument("--repeat-penalty", type=float, default=1.0,
+                       help="divide the logits of tokens already generated (1.0 = off)")
+        q.add_argument("--seed", type=int, default=None, help="sampling seed (random)")
         q.add_argument("--greedy", action="store_true", help="always the most likely token")
 
     s = sub.add_parser("sample", help="continue a prompt")
     gen_args(s)
-    s.add_argument("--prompt", required=True)
+    s.add_argument("--prompt", default="", help="text to continue (default: from scratch)")
     s.set_defaults(func=cmd_sample)
     c = sub.add_parser("chat", help="chat in the tune format (interactive, or -m for one answer)")
     gen_args(c)
     c.add_argument("-m", "--message", default=None, help="one question; prints the answer")
     c.set_defaults(func=cmd_chat)
     k = sub.add_parser("tokenize", help="show how a text is cut into tokens")
-    k.add_argument("dir")
-    k.add_argument("text")
+    k.add_argument("dir", help="run folder, checkpoint file, or exported GGUF")
+    k.add_argument("text", help="the text to cut")
     k.set_defaults(func=cmd_tokenize)
-    e = sub.add_parser("export", help="write a GGUF (and an Ollama Modelfile)")
-    e.add_argument("dir")
+    e = sub.add_parser("export", help="write a GGUF (and an Ollama Modelfile beside it)")
+    e.add_argument("dir", help="run folder or checkpoint file")
     e.add_argument("output", help="the .gguf file to write")
-    e.add_argument("--dtype", choices=["f32", "f16", "q8_0"], default="f32")
-    e.add_argument("--force", action="store_true", help="overwrite an existing file")
-    e.add_argument("--device", default=None)
+    e.add_argument("--dtype", choices=["f32", "f16", "q8_0"], default="f32",
+                   help="weight type: f32 exact, f16 half size, q8_0 quarter size (f32)")
+    e.add_argument("--force", action="store_true", help="overwrite existing files")
+    e.add_argument("--device", default=S, help="OpenCL device index or name part")
     e.set_defaults(func=cmd_export)
     return p
 
@@ -295,9 +376,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.command == "train":
-        args.steps_given = "--steps" in argv
-        args.tune_steps_given = "--tune-steps" in argv
     try:
         return (args.func if args.command else cmd_studio)(args)
     except StudioError as e:

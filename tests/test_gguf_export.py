@@ -180,10 +180,14 @@ def test_existing_file_needs_force(bundle, tmp_path):
     assert path.read_bytes() == b"previous model"
     r = export_gguf(bundle, path, force=True)
     assert r.size_bytes == path.stat().st_size and import_gguf(path).config == bundle.config
-    with pytest.raises(ExportError, match="Modelfile already exists"):
-        export_gguf(bundle, tmp_path / "other.gguf")        # the Modelfile beside it exists
+    (tmp_path / "other.Modelfile").write_text("someone's Modelfile")
+    with pytest.raises(ExportError, match="other.Modelfile already exists"):
+        export_gguf(bundle, tmp_path / "other.gguf")        # its Modelfile would be replaced
     assert not (tmp_path / "other.gguf").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["Modelfile", "m.gguf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.Modelfile", "m.gguf",
+                                                          "other.Modelfile"]
+    export_gguf(bundle, tmp_path / "q.gguf", "q8_0" if bundle.config.d_model % 32 == 0 else "f16")
+    assert "FROM ./q.gguf\n" in (tmp_path / "q.Modelfile").read_text()  # side by side
 
 
 def test_bad_dtype_and_missing_folder(bundle, tmp_path):
@@ -352,7 +356,7 @@ def go_render(template, messages):
 
 
 def test_modelfile(bundle, exported):
-    text = (exported["f32"].parent / "Modelfile").read_text()
+    text = (exported["f32"].parent / "tiny-f32.Modelfile").read_text()
     assert "FROM ./tiny-f32.gguf\n" in text
     assert 'PARAMETER stop "</s>"\n' in text and 'PARAMETER stop "User:"\n' in text
     assert "PARAMETER num_ctx 64\n" in text

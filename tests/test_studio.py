@@ -138,7 +138,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     with qtbot.waitSignal(window.exportFinished, timeout=60_000) as blocker:
         window.findChild(QObject, "exportButton").click()
     assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
-    assert (tmp_path / "Modelfile").is_file()
+    assert path.with_suffix(".Modelfile").is_file()
     gguf_export = pytest.importorskip("engine.gguf_export")
     bundle = gguf_export.import_gguf(path)
     assert bundle.config == window.model_config
