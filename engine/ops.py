@@ -13,16 +13,22 @@ from engine.runtime import Runtime
 f32, i32 = np.float32, np.int32
 
 
+def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
+    if rt.gemm == "blocked":  # register-blocked, one work-item per 6x16 tile (matmul.cl)
+        rt.launch("matmul_" + form, (-(-N // 16), -(-M // 6)), C, A, B, M, N, K, beta)
+    else:  # local-memory tiled, 16x16 work-items per 64x64 tile (matmul_tiled.cl)
+        rt.launch_local("matmul_" + form + "_tiled", (16 * -(-N // 64), 16 * -(-M // 64)),
+                        (16, 16), C, A, B, M, N, K, beta)
+
+
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
-    """C (M, N) = beta * C + A (M, K) @ B (K, N)."""
-    tm, tn = 6, 16
-    rt.launch("matmul_nn", (-(-N // tn), -(-M // tm)), C, A, B, M, N, K, beta)
+    """C (M, N) = beta * C + A (M, K) @ B (K, N). CPU and GPU variants by device type."""
+    _gemm(rt, "nn", C, A, B, M, N, K, beta)
 
 
 def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
     """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N)."""
-    tm, tn = 6, 16
-    rt.launch("matmul_tn", (-(-N // tn), -(-M // tm)), C, A, B, M, N, K, beta)
+    _gemm(rt, "tn", C, A, B, M, N, K, beta)
 
 
 def transpose(rt: Runtime, out, inp, R: int, C: int):

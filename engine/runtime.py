@@ -18,7 +18,7 @@ from engine.device import DeviceInfo, select_device
 from engine.errors import DeviceError
 
 KERNEL_DIR = Path(_kernels_pkg.__file__).parent
-_SIG = re.compile(r"__kernel\s+void\s+(\w+)\s*\(([^)]*)\)", re.S)
+_SIG = re.compile(r"__kernel\s+(?:__attribute__\(\(.*?\)\)\s*)?void\s+(\w+)\s*\(([^)]*)\)", re.S)
 _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.int64}
 
 
@@ -77,6 +77,9 @@ class Runtime:
         self.local_1d = (16,) if self.is_cpu else (64,)
         self.local_2d = (4, 4) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
+        # GEMM variant (engine/ops.py): "blocked" suits CPUs (no local memory, DESIGN.md),
+        # "tiled" GPUs. Tests set it to run both variants on one device.
+        self.gemm = "blocked" if self.is_cpu else "tiled"
 
     def kernel(self, name: str) -> cl.Kernel:
         k = self._kernels.get(name)
@@ -92,6 +95,11 @@ class Runtime:
         gs = tuple(-(-g // l) * l for g, l in zip(global_size, local))
         self.launches += 1
         return self.kernel(name)(self.queue, gs, local, *args)
+
+    def launch_local(self, name: str, global_size: tuple, local_size: tuple, *args):
+        """Enqueue with an explicit local size (kernels with reqd_work_group_size)."""
+        self.launches += 1
+        return self.kernel(name)(self.queue, global_size, local_size, *args)
 
     # -- buffers ---------------------------------------------------------------------------
     def empty(self, n: int, dtype=np.float32) -> cl.Buffer:

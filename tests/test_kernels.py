@@ -28,9 +28,17 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
+@pytest.fixture(params=["blocked", "tiled"])
+def gemm(rt, request):
+    """Run a test with each GEMM variant (CPU register-blocked, GPU local-memory tiled)."""
+    before, rt.gemm = rt.gemm, request.param
+    yield request.param
+    rt.gemm = before
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
-                                   (5, 33, 300)])
-def test_matmul_forward_backward(rt, M, N, K):
+                                   (5, 33, 300), (130, 70, 33)])
+def test_matmul_forward_backward(rt, gemm, M, N, K):
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
     dw0 = rng.normal(size=(N, K))  # dw accumulates into existing contents
