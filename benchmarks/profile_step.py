@@ -16,7 +16,7 @@ import pyopencl as cl
 from benchmarks.common import md_table
 
 # kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
-_MATMUL = ("matmul_nn", "matmul_tn")
+_MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled")
 
 
 def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:

@@ -30,12 +30,21 @@ __kernel void attention_forward(__global float* y, __global float* att,
     for (int s = 0; s <= t; s++) a[s] *= inv;
     for (int s = t + 1; s < T; s++) a[s] = 0.0f;
     __global float* out = y + (size_t)(b * T + t) * C + h * hd;
+#ifdef CPU_DEVICE  /* rows of v stream through the cache; out stays in L1 */
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int s = 0; s <= t; s++) {
         const __global float* v = qkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
         const float p = a[s];
         for (int d = 0; d < hd; d++) out[d] = MADD(p, v[d], out[d]);
     }
+#else  /* GPU: accumulate in a register, one global write per channel (no read-modify-write) */
+    const __global float* v0 = qkv + (size_t)(b * T) * C3 + 2 * C + h * hd;
+    for (int d = 0; d < hd; d++) {
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++) acc = MADD(a[s], v0[(size_t)s * C3 + d], acc);
+        out[d] = acc;
+    }
+#endif
 }
 
 /* Per query row: dP = dy . v, dS = P * (dP - sum(dP * P)) * scale (softmax backward), stored in
@@ -61,12 +70,21 @@ __kernel void attention_backward_dq(__global float* dqkv, __global float* datt,
     for (int s = 0; s <= t; s++) ds[s] = p[s] * (ds[s] - dot_pp) * scale;
     for (int s = t + 1; s < T; s++) ds[s] = 0.0f;
     __global float* dq = dqkv + (size_t)(b * T + t) * C3 + h * hd;
+#ifdef CPU_DEVICE
     for (int d = 0; d < hd; d++) dq[d] = 0.0f;
     for (int s = 0; s <= t; s++) {
         const __global float* k = qkv + (size_t)(b * T + s) * C3 + C + h * hd;
         const float w = ds[s];
         for (int d = 0; d < hd; d++) dq[d] = MADD(w, k[d], dq[d]);
     }
+#else
+    const __global float* k0 = qkv + (size_t)(b * T) * C3 + C + h * hd;
+    for (int d = 0; d < hd; d++) {
+        float acc = 0.0f;
+        for (int s = 0; s <= t; s++) acc = MADD(ds[s], k0[(size_t)s * C3 + d], acc);
+        dq[d] = acc;
+    }
+#endif
 }
 
 /* Per key row s: dk = sum_{t>=s} dS[t,s] q_t, dv = sum_{t>=s} P[t,s] dy_t, into dqkv. */
@@ -78,8 +96,9 @@ __kernel void attention_backward_dkv(__global float* dqkv, __global const float*
     const int hd = C / H, C3 = 3 * C;
     __global float* dk = dqkv + (size_t)(b * T + s) * C3 + C + h * hd;
     __global float* dv = dqkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
-    for (int d = 0; d < hd; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
     const size_t base = (size_t)(b * H + h) * T * T;
+#ifdef CPU_DEVICE
+    for (int d = 0; d < hd; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
     for (int t = s; t < T; t++) {
         const float w = datt[base + (size_t)t * T + s], p = att[base + (size_t)t * T + s];
         const __global float* q = qkv + (size_t)(b * T + t) * C3 + h * hd;
@@ -89,6 +108,21 @@ __kernel void attention_backward_dkv(__global float* dqkv, __global const float*
             dv[d] = MADD(p, g[d], dv[d]);
         }
     }
+#else  /* GPU: neighbouring work-items (keys s, s+1) read neighbouring att / datt words and
+        * the same q / dy row (a broadcast); sums stay in registers */
+    const __global float* q0 = qkv + (size_t)(b * T) * C3 + h * hd;
+    const __global float* g0 = dy + (size_t)(b * T) * C + h * hd;
+    for (int d = 0; d < hd; d++) {
+        float ak = 0.0f, av = 0.0f;
+        for (int t = s; t < T; t++) {
+            const size_t e = base + (size_t)t * T + s;
+            ak = MADD(datt[e], q0[(size_t)t * C3 + d], ak);
+            av = MADD(att[e], g0[(size_t)t * C + d], av);
+        }
+        dk[d] = ak;
+        dv[d] = av;
+    }
+#endif
 }
 
 /* Decoding with a KV cache: one new query at position pos attends to rows 0..pos of the
