@@ -25,22 +25,29 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
     queue0 = rt.queue
     rt.queue = cl.CommandQueue(rt.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     events = []
-    launch0 = rt.launch
+    launch0, launch_local0 = rt.launch, rt.launch_local
 
-    def launch(name, global_size, *args):
-        ev = launch0(name, global_size, *args)
+    def record(name, ev, args):
         flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL else 0.0
+        if name == "matmul_tn" and len(args) > 8:  # a K slice (k0, k1) of a CPU matmul_tn
+            flops = 2.0 * args[3] * args[4] * (args[8] - args[7])
         events.append((name, ev, flops))
         return ev
 
-    rt.launch = launch
+    def launch(name, global_size, *args):
+        return record(name, launch0(name, global_size, *args), args)
+
+    def launch_local(name, global_size, local_size, *args):
+        return record(name, launch_local0(name, global_size, local_size, *args), args)
+
+    rt.launch, rt.launch_local = launch, launch_local
     try:
         t0 = time.perf_counter()
         model.train_step(inputs, targets, lr, tc)
         rt.finish()
         wall = time.perf_counter() - t0
     finally:
-        del rt.launch   # back to the class method
+        del rt.launch, rt.launch_local   # back to the class methods
         rt.queue.finish()
         rt.queue = queue0
     per = defaultdict(lambda: [0, 0.0, 0.0])   # name -> calls, seconds, flops

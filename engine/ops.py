@@ -13,12 +13,25 @@ from engine.runtime import Runtime
 f32, i32 = np.float32, np.int32
 
 
+TN_SLICE = 256  # rows of K per matmul_tn launch on CPUs (cache blocking, see matmul.cl)
+
+
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     if rt.gemm == "blocked":  # register-blocked, one work-item per 6x16 tile (matmul.cl)
-        rt.launch("matmul_" + form, (-(-N // 16), -(-M // 6)), C, A, B, M, N, K, beta)
+        grid, local = (-(-N // 16), -(-M // 6)), (4, 4)
+        if form == "nn":
+            rt.launch_local("matmul_nn", _round(grid, local), local, C, A, B, M, N, K, beta)
+        else:
+            for k0 in range(0, max(K, 1), TN_SLICE):
+                rt.launch_local("matmul_tn", _round(grid, local), local, C, A, B, M, N, K,
+                                beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
     else:  # local-memory tiled, 16x16 work-items per 64x64 tile (matmul_tiled.cl)
         rt.launch_local("matmul_" + form + "_tiled", (16 * -(-N // 64), 16 * -(-M // 64)),
                         (16, 16), C, A, B, M, N, K, beta)
+
+
+def _round(grid, local):
+    return tuple(-(-g // l) * l for g, l in zip(grid, local))
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
@@ -113,7 +126,7 @@ def swiglu_backward(rt: Runtime, dgu, dh, gu, BT: int, F: int):
 
 def residual_forward(rt: Runtime, out, a, b, n: int):
     """out = a + b over n floats."""
-    rt.launch("residual_forward", (n,), out, a, b, n)
+    rt.launch_long("residual_forward", n, out, a, b, n)
 
 
 def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, V: int,
@@ -137,8 +150,8 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
                  beta1: float, beta2: float, eps: float, weight_decay: float, t: int):
     """One AdamW step t (from 1) over the flat buffers, gradient scaled by stats[1]."""
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
-    rt.launch("adamw_update", (n,), params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
-              eps, weight_decay, bc1, bc2)
+    rt.launch_long("adamw_update", n, params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
+                   eps, weight_decay, bc1, bc2)
 
 
 def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int, H: int):

@@ -9,8 +9,8 @@ import sys
 
 from PySide6.QtCore import QCoreApplication, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QScrollArea,
-                               QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
+                               QTabWidget, QVBoxLayout, QWidget)
 
 from studio.training_actions import TrainingActions
 from studio.ui import theme
@@ -22,6 +22,7 @@ from studio.ui.plots import LivePlots
 from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
+from studio.ui.widgets import ColumnScrollArea
 from studio.window_actions import WindowActions
 from studio.worker_host import WorkerHost
 
@@ -68,15 +69,13 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         ll.setSpacing(10)
         for w in (self.device_panel, self.settings_panel, self.autosave_box):
             ll.addWidget(w)
-        # Spare height goes below the last box, not into the settings panel's own stretch.
-        self.settings_panel.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
+        # Spare height goes below the last box (the stretch outranks the boxes' Preferred
+        # policy). No Maximum height on the settings panel: in a narrow column its wrapped
+        # labels (estimate, errors) need more height than its size hint, and were overdrawn.
         ll.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidget(left)
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(left.minimumSizeHint().width()
-                               + scroll.verticalScrollBar().sizeHint().width() + 4)
+        # As narrow as its content allows (fields shrink to FIELD_MIN_WIDTH, paths are elided);
+        # it opens at its preferred width, at most 30% of the window (showEvent).
+        scroll = ColumnScrollArea(left)
 
         self.run_bar = RunBar()
         self.plots = LivePlots()
@@ -234,10 +233,12 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         if not getattr(self, "_sized", False):  # splitter sizes need the real width
             self._sized = True
             main, work = self._splitters
-            left = main.widget(0).minimumWidth()
-            main.setSizes([left, max(self.width() - left, 600)])
-            rest = max(self.width() - left, 600)
-            work.setSizes([int(rest * 0.6), rest - int(rest * 0.6)])
+            column = main.widget(0)
+            left = max(min(column.sizeHint().width(), int(self.width() * 0.3)),
+                       column.minimumSizeHint().width())
+            rest = max(self.width() - left, 1)
+            main.setSizes([left, rest])
+            work.setSizes([int(rest * 0.62), rest - int(rest * 0.62)])
 
     def closeEvent(self, event):
         """Closing during training sets the stop flag and waits for the step to end."""

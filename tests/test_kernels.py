@@ -37,7 +37,7 @@ def gemm(rt, request):
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
-                                   (5, 33, 300), (130, 70, 33)])
+                                   (5, 33, 300), (130, 70, 33), (600, 20, 7)])
 def test_matmul_forward_backward(rt, gemm, M, N, K):
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))

@@ -18,7 +18,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-SIZE = (1440, 900)
+SIZE = (1280, 800)  # a common laptop screen: the window must fit it
 TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 

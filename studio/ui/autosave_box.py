@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton,
+                               QSpinBox, QWidget)
 
 from studio.run_folder import DEFAULT_EVERY
+from studio.ui.widgets import ElidedLabel
 
 
 def default_runs_root() -> Path:
@@ -31,14 +32,14 @@ class AutosaveBox(QGroupBox):
         self.every_spin.setValue(DEFAULT_EVERY)
         self.every_spin.setSuffix(" steps")
         self.every_spin.setSpecialValueText("only on stop / end")
+        self.every_spin.setMinimumWidth(96)  # not its special text's width: a narrow column
         self.every_spin.setToolTip("Write a checkpoint into the run folder every N steps. "
                                    "One is also written on Pause, Stop, at the end and when "
                                    "the window closes during training.")
-        self.root_label = QLabel()
+        self.root_label = ElidedLabel(min_width=60)  # a long path never widens the column
         self.root_label.setObjectName("runsRootLabel")
         self.root_label.setProperty("role", "muted")
         self.root_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.root_label.setMinimumWidth(60)
         self.change_button = QPushButton("Change…")
         self.change_button.setObjectName("changeRunsRootButton")
         self.change_button.clicked.connect(self._ask_root)
@@ -52,6 +53,7 @@ class AutosaveBox(QGroupBox):
         form = QFormLayout(self)
         form.setLabelAlignment(Qt.AlignRight | Qt.AlignVCenter)
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setContentsMargins(6, 6, 6, 6)
         form.addRow("Checkpoint every", self.every_spin)
         form.addRow("Runs folder", root_row)
         self._show_root()
@@ -67,10 +69,7 @@ class AutosaveBox(QGroupBox):
         self._show_root()
 
     def _show_root(self) -> None:
-        text = str(self._root)
-        self.root_label.setToolTip(text)
-        metrics = self.root_label.fontMetrics()
-        self.root_label.setText(metrics.elidedText(text, Qt.ElideMiddle, 220))
+        self.root_label.setText(str(self._root))  # elided to its width, whole in the tooltip
 
     def _ask_root(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Folder for training runs", str(self._root))

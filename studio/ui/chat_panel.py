@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
-                               QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QPushButton, QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
 USER_COLOUR, MODEL_COLOUR = "#1f5fa8", "#2d7a3a"
 
@@ -27,11 +27,13 @@ class ChatPanel(QWidget):
 
         self.view = QTextBrowser()
         self.view.setObjectName("chatView")
-        self.view.setPlaceholderText("Train a model (or pause training), then talk to it here. "
-                                     "It answers in the tune format: User: … Assistant: …")
+        # One short line: Qt draws the placeholder unwrapped, cut at the pane's edge.
+        self.view.setPlaceholderText("The conversation appears here.")
         self.input = QLineEdit()
         self.input.setObjectName("chatInput")
         self.input.setPlaceholderText("Type a message and press Enter")
+        self.input.setToolTip("The model answers in the tune format it learned: "
+                              "User: … Assistant: …")
         self.input.returnPressed.connect(self.send)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("chatSendButton")
@@ -50,16 +52,22 @@ class ChatPanel(QWidget):
         knobs = QGridLayout()
         knobs.setHorizontalSpacing(6)
         for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-k", self.top_k),
-                                        ("Top-p", self.top_p), ("Max tokens", self.max_tokens))):
+                                        ("Max tokens", self.max_tokens), ("Top-p", self.top_p))):
             knobs.addWidget(QLabel(label), i // 2, 3 * (i % 2), Qt.AlignRight)
             knobs.addWidget(w, i // 2, 3 * (i % 2) + 1)
-        knobs.setColumnMinimumWidth(2, 12)
-        knobs.setColumnStretch(6, 1)
-        knobs.addWidget(self.clear_button, 0, 7, 2, 1, Qt.AlignRight | Qt.AlignVCenter)
+        for w in (self.temperature, self.top_k, self.top_p, self.max_tokens):
+            w.setMinimumWidth(60)  # not the widest value's width: the side pane can be narrow
+        knobs.setColumnMinimumWidth(2, 10)
+        knobs.setColumnStretch(1, 1)
+        knobs.setColumnStretch(4, 1)
 
         self.status = QLabel("")
         self.status.setObjectName("chatStatus")
         self.status.setProperty("role", "muted")
+        self.status.setWordWrap(True)  # a long reason wraps instead of widening the window
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.clear_button)
         row = QHBoxLayout()
         row.addWidget(self.input, 1)
         row.addWidget(self.send_button)
@@ -67,7 +75,7 @@ class ChatPanel(QWidget):
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addLayout(knobs)
         lay.addWidget(self.view, 1)
-        lay.addWidget(self.status)
+        lay.addLayout(status_row)
         lay.addLayout(row)
         self.set_available(False, "No model yet: train one or open a checkpoint.")
 

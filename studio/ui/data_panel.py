@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLab
                                QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout)
 
 from engine.errors import DataError, StudioError
+from studio.ui.widgets import ElidedLabel
 
 PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
 TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
@@ -49,8 +50,13 @@ class FileSlot(QFrame):
         self.setAcceptDrops(True)
         self.setObjectName(button_name.replace("Button", "Slot"))
         self.setProperty("role", "fileSlot")
-        self.title = QLabel(f"<b>{title}</b>")
-        self.name = QLabel("none")
+        bold, _, rest = title.partition(" (")
+        if rest:  # the format hint, muted, kept on one line
+            rest = f" <span style='color:#5f6b7a'>({rest.replace(' ', '&nbsp;')}</span>"
+        self.title = QLabel(f"<b>{bold}</b>{rest}")
+        self.title.setWordWrap(True)  # narrow side pane: the format hint goes to a second line
+        self.name = ElidedLabel(min_width=60)  # a long file name never widens the window
+        self.name.setText("none")
         self.name.setObjectName(button_name.replace("Button", "Name"))
         self.name.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.stats = QLabel("")

@@ -47,7 +47,9 @@ class DevicePanel(QGroupBox):
         self.combo = QComboBox()
         self.combo.setObjectName("deviceCombo")
         self.combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.setMinimumContentsLength(16)
+        # A long device name is cut short in the closed box (the list and the item's tooltip
+        # show it whole) rather than widening the settings column.
+        self.combo.setMinimumContentsLength(12)
         self.combo.currentIndexChanged.connect(lambda _: self._show_details())
         self.combo.currentIndexChanged.connect(lambda _: self.deviceChanged.emit())
         self.details = QLabel()

@@ -12,7 +12,10 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
+                               QWhatsThis, QWidget)
+
+from studio.ui.widgets import ElidedLabel
 
 REDRAW_MS = 66  # ~15 Hz
 
@@ -20,6 +23,41 @@ PALETTE = {
     "loss": "#1f77b4", "val": "#d62728", "tune_val": "#ff7f0e",
     "grad": "#2ca02c", "clip": "#7f7f7f", "lr": "#9467bd", "ref": "#8c8c8c",
 }
+# What each loss curve measures, for the legend, the summary line and the help note. "val" is
+# measured on held-out facts of the pretraining text (never trained on); "tune_val" on the tune
+# dialogues themselves (the tuning stage has no held-out set).
+CURVE_NAMES = {"loss": "train", "val": "held-out text (unseen facts)",
+               "tune_val": "tune dialogues (training set)"}
+LOSS_HELP = (
+    "<b>What the loss curves show</b><br>"
+    f"<span style='color:{PALETTE['loss']}'>━ train</span>: the loss on the batch the model "
+    "has just trained on.<br>"
+    f"<span style='color:{PALETTE['tune_val']}'>▼ tune dialogues</span>: the loss on the "
+    "dialogues the model is tuned on (there is no held-out set of dialogues), so it falls "
+    "with the training loss.<br>"
+    f"<span style='color:{PALETTE['val']}'>● held-out text</span>: the loss on facts from the "
+    "pretraining text that the model never trains on. A fact cannot be guessed from other "
+    "facts, so on a small text the model learns its training text by heart and grows "
+    "confidently wrong about the unseen facts: this curve <b>rises</b>, even above the dashed "
+    "line. That is memorisation, expected on a tiny corpus, not a bug; much more text is what "
+    "brings it down.<br>"
+    "<span style='color:#8c8c8c'>- - ln(vocab)</span>: the loss of guessing uniformly among "
+    "all tokens, where training starts.")
+TITLE_STYLE = "font-size:11pt; color:#333333"
+
+
+def _key(key: str, mark: str) -> str:
+    """One legend entry, kept on one line when the legend wraps."""
+    text = f"{mark} {CURVE_NAMES[key]}".replace(" ", "&nbsp;").replace("-", "&#8209;")
+    return f"<span style='color:{PALETTE[key]}'>{text}</span>"
+
+
+def _loss_title() -> str:
+    return (f"<span style='{TITLE_STYLE}'>Loss (cross-entropy)</span> &nbsp; "
+            "<a href='help' style='font-size:9pt; color:#5f6b7a'>Why&nbsp;does&nbsp;the&nbsp;"
+            "held&#8209;out&nbsp;loss&nbsp;rise?</a><br><span style='font-size:9pt'>"
+            + " &nbsp; ".join((_key("loss", "━"), _key("val", "●"), _key("tune_val", "▼")))
+            + "</span>")
 
 
 class Series:
@@ -50,8 +88,8 @@ class Series:
         return self._y[: self.n]
 
 
-def _plot_widget(name: str, title: str, y_label: str) -> pg.PlotWidget:
-    w = pg.PlotWidget(title=title)
+def _plot_widget(name: str, y_label: str, min_height: int) -> pg.PlotWidget:
+    w = pg.PlotWidget()
     w.setObjectName(name)
     item = w.getPlotItem()
     item.setLabel("bottom", "step")
@@ -61,20 +99,32 @@ def _plot_widget(name: str, title: str, y_label: str) -> pg.PlotWidget:
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     # No legend box inside the plot: wherever it sits, some run's curve passes under it. The
-    # loss plot names its curves in the title, in their colours (see LivePlots).
+    # loss plot names its curves in its title, in their colours (see LivePlots).
     item.setMenuEnabled(False)
-    w.setMinimumHeight(150)
+    item.setContentsMargins(0, 10, 12, 0)  # room for the top tick label and the last step
+    w.setMinimumSize(120, min_height)
+    # Sized by the stretch factors (LivePlots) down to this minimum, not by a QGraphicsView's
+    # large size hint, which left the loss plot no taller than the others.
+    w.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
     return w
 
 
-def _loss_title() -> str:
-    def key(color, mark, text):
-        return f"<span style='color:{color}'>{mark} {text}</span>"
-    return ("Loss (cross-entropy) &nbsp; <span style='font-size:9pt'>"
-            + " &nbsp; ".join((key(PALETTE["loss"], "━", "train"),
-                               key(PALETTE["val"], "●", "validation: pretraining text"),
-                               key(PALETTE["tune_val"], "▼", "validation: dialogues")))
-            + "</span>")
+def _titled(plot: pg.PlotWidget, title: str) -> tuple[QFrame, QLabel]:
+    """The plot under a title that wraps when the plot is narrow (pyqtgraph's own title is one
+    line that is clipped, and the loss plot's legend is long)."""
+    frame = QFrame()
+    frame.setProperty("role", "plot")
+    label = QLabel(title)
+    label.setObjectName(plot.objectName() + "Title")
+    label.setAlignment(Qt.AlignCenter)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.RichText)
+    lay = QVBoxLayout(frame)
+    lay.setContentsMargins(4, 4, 0, 0)
+    lay.setSpacing(0)
+    lay.addWidget(label)
+    lay.addWidget(plot, 1)
+    return frame, label
 
 
 def _pen(color: str, width: float = 1.6, style=Qt.SolidLine) -> pg.QtGui.QPen:
@@ -86,22 +136,28 @@ class LivePlots(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.loss_plot = _plot_widget("lossPlot", _loss_title(), "loss (nats)")
-        self.grad_plot = _plot_widget("gradNormPlot", "Gradient norm before clipping", "grad norm")
-        self.lr_plot = _plot_widget("lrPlot", "Learning rate", "lr")
+        self.loss_plot = _plot_widget("lossPlot", "loss (nats)", 140)
+        self.grad_plot = _plot_widget("gradNormPlot", "grad norm", 100)
+        self.lr_plot = _plot_widget("lrPlot", "lr", 80)
         for p in (self.grad_plot, self.lr_plot):
             p.setXLink(self.loss_plot)
+        loss_frame, self.loss_title = _titled(self.loss_plot, _loss_title())
+        grad_frame, _ = _titled(self.grad_plot, f"<span style='{TITLE_STYLE}'>Gradient norm "
+                                                "before clipping</span>")
+        lr_frame, _ = _titled(self.lr_plot, f"<span style='{TITLE_STYLE}'>Learning rate</span>")
+        self.loss_title.setToolTip(LOSS_HELP)
+        self.loss_title.linkActivated.connect(self.show_loss_help)
 
-        # "val" is the pretraining validation loss over the whole run (during tuning it shows
-        # forgetting); "tune_val" the loss on the dialogues while tuning.
+        # "val" is the loss on held-out pretraining text over the whole run (during tuning it
+        # shows forgetting); "tune_val" the loss on the tune dialogues while tuning.
         self.series = {k: Series() for k in ("loss", "val", "tune_val", "grad", "lr")}
         lp, gp = self.loss_plot, self.grad_plot
         self.curves = {
             "loss": lp.plot(name="train loss", pen=_pen(PALETTE["loss"], 1.3)),
-            "val": lp.plot(name="validation loss (pretraining text)", pen=_pen(PALETTE["val"], 2),
+            "val": lp.plot(name="held-out loss (unseen facts)", pen=_pen(PALETTE["val"], 2),
                            symbol="o", symbolSize=5, symbolBrush=PALETTE["val"],
                            symbolPen=None),
-            "tune_val": lp.plot(name="validation loss (dialogues)",
+            "tune_val": lp.plot(name="tune loss (training dialogues)",
                                 pen=_pen(PALETTE["tune_val"], 2, Qt.DashLine), symbol="t",
                                 symbolSize=6, symbolBrush=PALETTE["tune_val"], symbolPen=None),
             "grad": gp.plot(name="grad norm", pen=_pen(PALETTE["grad"], 1.3)),
@@ -109,18 +165,23 @@ class LivePlots(QWidget):
         }
         # Reference lines: y values kept so the log-scale toggle can re-place them.
         self._ref_values: dict[pg.InfiniteLine, float] = {}
+        # Below its line at the right end: at the start of a run the train loss falls from this
+        # line and the held-out loss often rises through it; at the end the curves are lower.
         self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing",
-                                    at=0.35)  # the right end is where the stage label sits
+                                    below=True)
         self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
         self._dirty = False
 
-        self.log_check = QCheckBox("Log scale (loss and grad norm)")
+        self.log_check = QCheckBox("Log scale")
         self.log_check.setObjectName("logScaleCheck")
+        self.log_check.setToolTip("Logarithmic y axis for the loss and gradient-norm plots")
         self.log_check.toggled.connect(self.set_log_scale)
-        self.summary = QLabel("No run yet. Press Train to start.")
+        # Elided, never wrapped: a line that changes every step must not resize the plots.
+        self.summary = ElidedLabel(mode=Qt.ElideRight, min_width=60)
         self.summary.setObjectName("plotSummary")
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.summary.setText("No run yet. Press Train to start.")
 
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
@@ -129,23 +190,34 @@ class LivePlots(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
         lay.addLayout(top)
-        lay.addWidget(self.loss_plot, 5)
-        lay.addWidget(self.grad_plot, 3)
-        lay.addWidget(self.lr_plot, 2)
+        lay.addWidget(loss_frame, 5)
+        lay.addWidget(grad_frame, 3)
+        lay.addWidget(lr_frame, 2)
+
+        self.setMinimumWidth(300)  # narrower, the axes leave no room for the curves
 
         self.timer = QTimer(self)
         self.timer.setInterval(REDRAW_MS)
         self.timer.timeout.connect(self.redraw)
         self.timer.start()
 
+    def show_loss_help(self, *_) -> None:
+        """The "Why does the held-out loss rise?" link: the help note, until the next click."""
+        QWhatsThis.showText(self.loss_title.mapToGlobal(self.loss_title.rect().bottomLeft()),
+                            LOSS_HELP, self.loss_title)
+
     # -- reference lines -----------------------------------------------------------------
     def _hline(self, plot: pg.PlotWidget, color: str, fmt: str,
-               at: float = 0.98) -> pg.InfiniteLine:
-        anchor = (1, 1) if at > 0.9 else (0, 1)  # text above the line, inside the plot
+               below: bool = False) -> pg.InfiniteLine:
+        """A dashed reference line labelled at its right end, above it or below it; the label
+        on a faint white ground stays legible where a curve crosses it."""
+        anchor = (1, 0) if below else (1, 1)
         line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine),
-                               label="", labelOpts={"position": at, "color": color,
-                                                    "anchors": [anchor, anchor]})
+                               label="", labelOpts={"position": 0.98, "color": color,
+                                                    "anchors": [anchor, anchor],
+                                                    "fill": (255, 255, 255, 170)})
         line.template = fmt  # the label shows the true value, also in log mode
+        line.setZValue(5)  # line and label over the curves: the label stays legible
         line.setVisible(False)
         plot.addItem(line)  # in the bounds: the y range always shows the reference
         return line
@@ -154,8 +226,10 @@ class LivePlots(QWidget):
         self._ref_values[line] = value
         log = self.log_check.isChecked()
         line.setPos(math.log10(value) if log and value > 0 else value)
-        line.label.setFormat(line.template.format(value=value))
         line.setVisible(value > 0)
+        # After setVisible: a hidden label ignores setFormat, and showing the line later does not
+        # refresh it (the reference line had no label until something moved it).
+        line.label.setFormat(line.template.format(value=value))
 
     def set_reference(self, vocab_size: int) -> None:
         """Loss of a uniform guess over the vocabulary: where training starts."""
@@ -197,13 +271,17 @@ class LivePlots(QWidget):
         self.redraw()
 
     def mark_stage(self, x: float) -> None:
-        """Vertical line where tuning starts, on every plot; labelled on the loss plot."""
+        """Vertical line where tuning starts, on every plot; on the loss plot labelled on both
+        sides, beside the line rather than on it: "◂ pretrain | tune ▸"."""
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
-            label = "pretrain ◂ ▸ tune" if p is self.loss_plot else None
             line = pg.InfiniteLine(pos=x, angle=90, movable=False,
-                                   pen=_pen("#555555", 1, Qt.DotLine), label=label,
-                                   labelOpts={"position": 0.55, "color": "#555555",
-                                              "fill": (255, 255, 255, 220)})
+                                   pen=_pen("#555555", 1, Qt.DotLine))
+            if p is self.loss_plot:  # anchors past 1 and below 0: a small gap to the line
+                line.stage_labels = [
+                    pg.InfLineLabel(line, text, position=0.42, anchors=[anchor, anchor],
+                                    color="#555555", fill=(255, 255, 255, 200))
+                    for text, anchor in (("◂ pretrain", (1.08, 0.5)),
+                                         ("tune ▸", (-0.08, 0.5)))]
             p.addItem(line, ignoreBounds=True)
             self._stage_lines.append((p, line))
 
@@ -223,13 +301,14 @@ class LivePlots(QWidget):
                     s["tune_val"].append(m.step, m.val_loss)
         if records:
             last = records[-1]
-            text = f"step {last.step}: loss {last.loss:.3f}"
+            text = f"step {last.step} · loss {last.loss:.3f}"
             if s["val"].n:
-                text += f" · validation {s['val'].y[-1]:.3f}"
+                text += f" · held-out {s['val'].y[-1]:.3f}"
             if s["tune_val"].n:
-                text += f" · dialogues {s['tune_val'].y[-1]:.3f}"
-            text += f" · grad norm {last.grad_norm:.3g} · lr {last.lr:.2e}"
-            self.summary.setText(text)
+                text += f" · tune {s['tune_val'].y[-1]:.3f}"
+            text += f" · grad norm {last.grad_norm:.3g}"
+            self.summary.setText(text)  # the lr has its own plot; the tooltip has it too
+            self.summary.setToolTip(f"{text} · learning rate {last.lr:.2e}")
         self._dirty = True
 
     def redraw(self) -> None:

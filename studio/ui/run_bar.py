@@ -9,36 +9,11 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
-
-
-class ElidedLabel(QLabel):
-    """One line that shortens in the middle to the width it gets, never widening the window
-    (a QLabel's minimum width is its whole text: a long path would push the window wider)."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self._full = ""
-        self.setMinimumWidth(80)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-
-    def setText(self, text: str) -> None:
-        self._full = text
-        self._elide()
-
-    def full_text(self) -> str:
-        return self._full
-
-    def resizeEvent(self, event):
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        super().setText(self.fontMetrics().elidedText(self._full, Qt.ElideMiddle,
-                                                      max(self.width(), 80)))
 PACE_WINDOW_S = 20.0  # ETA from the steps of the last 20 s: follows speed changes, not noise
 
 
@@ -70,12 +45,12 @@ class RunBar(QWidget):
         self.export_button.setObjectName("exportButton")
         self.export_button.setToolTip("Write the model as a GGUF file (llama.cpp, Ollama, "
                                       "LM Studio) plus an Ollama Modelfile")
-        self.progress = QProgressBar()
+        self.progress = ElidedProgressBar()
         self.progress.setObjectName("progressBar")
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
         self.progress.setFormat("Ready")
-        self.progress.setMinimumWidth(260)
+        self.progress.setMinimumWidth(140)  # its text shortens with "…" below its length
         self.hint = QLabel("")
         self.hint.setObjectName("trainHint")
         self.hint.setWordWrap(True)

@@ -20,7 +20,7 @@ class SamplesPanel(QWidget):
         self.view = QTextBrowser()
         self.view.setObjectName("samplesView")
         self.view.setOpenLinks(False)
-        self.view.setPlaceholderText("Samples appear here during training, newest first.")
+        self.view.setPlaceholderText("Samples appear here, newest first.")  # one line: unwrapped
         # (step, stage, samples, recall line or None), newest first
         self.entries: list[tuple[int, str, list[tuple[str, str]], str | None]] = []
         self.recall: dict[str, str] = {}  # stage -> its recall line
@@ -33,8 +33,9 @@ class SamplesPanel(QWidget):
                                      "rest; an answer when the greedy reply equals the trained "
                                      "one.")
         self.recall_label.hide()
-        note = QLabel("Generations for fixed prompts every few steps (Training › Samples every). "
-                      "The prompt is in bold; the model's continuation is in green.")
+        note = QLabel("Every few steps the model continues the same prompts, so you can watch "
+                      "it learn. “Samples every” in the Training settings sets how often. "
+                      "Prompts are in bold, the model's text in green.")
         note.setWordWrap(True)
         note.setProperty("role", "muted")
         lay = QVBoxLayout(self)

@@ -51,6 +51,7 @@ FLOAT_FIELDS = [
      "AdamW decoupled weight decay on matrices."),
 ]
 
+FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
 INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
 
 
@@ -113,12 +114,17 @@ class SettingsPanel(QWidget):
                                         "fallback: any text encodes). Characters: one token "
                                         "per character.")
         self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
+        # Wide enough for its longest item where there is room, but it may be cut short: the
+        # settings column can be made narrow on small screens.
+        self.tokenizer_combo.setMinimumWidth(FIELD_MIN_WIDTH)
         mform.addRow("Tokenizer", self.tokenizer_combo)
         self.tie_check = QCheckBox("Tie output to embedding")
         self.tie_check.setObjectName("tieEmbeddingsCheck")
         self.tie_check.setChecked(True)
+        self.tie_check.setToolTip("Use the embedding matrix as the output layer too (fewer "
+                                  "parameters)")
         self.tie_check.toggled.connect(self._on_change)
-        mform.addRow("", self.tie_check)
+        mform.addRow(self.tie_check)
         self.estimate_label = QLabel()
         self.estimate_label.setObjectName("estimateLabel")
         self.estimate_label.setWordWrap(True)
@@ -151,6 +157,7 @@ class SettingsPanel(QWidget):
         form = QFormLayout(box)
         form.setLabelAlignment(Qt.AlignRight | Qt.AlignVCenter)
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setContentsMargins(6, 6, 6, 6)
         form.setHorizontalSpacing(10)
         form.setVerticalSpacing(6)
         return form
@@ -163,6 +170,9 @@ class SettingsPanel(QWidget):
         spin.setToolTip(tip)
         spin.setProperty("field", field)
         spin.setKeyboardTracking(True)
+        # Not the width of the range's longest value (2147483647 for the seed): the column may
+        # be narrowed on a small screen; the fields share the column's width anyway.
+        spin.setMinimumWidth(FIELD_MIN_WIDTH)
         spin.valueChanged.connect(self._on_change)
         form.addRow(label, spin)
         err = QLabel()

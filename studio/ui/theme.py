@@ -22,6 +22,7 @@ QLabel[role="estimate"] {{ color: #24292f; background: #eef3fb; border-radius: 4
 QFrame[role="fileSlot"] {{ background: #f8f9fb; border: 1px dashed #c5cbd3;
                            border-radius: 5px; }}
 QFrame[role="fileSlot"] QLabel {{ background: transparent; border: none; }}
+QFrame[role="plot"] {{ background: #ffffff; }}
 QPushButton {{ padding: 5px 12px; }}
 QPushButton#trainButton {{
     background: {ACCENT}; color: white; font-weight: 600; border: none;
