@@ -152,6 +152,10 @@ def cmd_train(args) -> int:
                                          tokenizer_kind=args.tokenizer)
         (out / "metrics.jsonl").write_text("")
         c = session.model_config
+        if c.vocab_size < mc.vocab_size:
+            print(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
+                  "asked for (no more merges to learn); the model uses "
+                  f"{c.vocab_size}.", file=sys.stderr)
         print(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
               f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
               f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "

@@ -192,3 +192,27 @@ def test_sigterm_stops_after_a_whole_step_and_saves(tmp_path):
     steps = len(mfile.read_text().splitlines())
     back = TrainingSession.load(out)
     assert back.step == steps  # the checkpoint holds exactly the steps the metrics report
+
+
+def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp_path, monkeypatch):
+    import pyopencl as cl
+    from engine.errors import DeviceError
+    path = session.save(tmp_path)
+    before = path.read_bytes()
+
+    def out_of_memory(*a, **k):
+        raise cl.MemoryError("clEnqueueNDRangeKernel", cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                             "out of memory")
+    monkeypatch.setattr(session.model, "train_step", out_of_memory)
+    session.extend(pretrain_steps=session.step + 5)
+    with pytest.raises(DeviceError, match="device failed") as err:
+        next(session.train())
+    assert "smaller batch size" in err.value.hint
+    assert path.read_bytes() == before
+
+
+def test_vocabulary_larger_than_the_text_supports_is_reported(tmp_path, capsys):
+    from studio.cli import main
+    assert main(["train", "--out", str(tmp_path / "r"), "--steps", "2", "--tune-steps", "0",
+                 *TINY[:-1], "--vocab-size", "5000"]) == 0
+    assert "the text supports" in capsys.readouterr().err
