@@ -3,17 +3,13 @@
  * Scores scaled by 1/sqrt(hd). The probabilities att (B, H, T, T) are kept for backward
  * (zero above the diagonal). One work-item per (query row t, head h, batch b). */
 
-__kernel void attention_forward(__global float* y, __global float* att,
-                                __global const float* qkv, int B, int T, int C, int H) {
-    const int t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
-    if (t >= T || h >= H || b >= B) return;
-    const int hd = C / H, C3 = 3 * C;
+/* a[s] = softmax over s < n of scale * q . k_s, with k_s = k0 + s * C3 (one query's causal row). */
+inline void causal_softmax_row(__global float* a, const __global float* q,
+                               const __global float* k0, int n, int C3, int hd) {
     const float scale = 1.0f / sqrt((float)hd);
-    const __global float* q = qkv + (size_t)(b * T + t) * C3 + h * hd;
-    __global float* a = att + ((size_t)(b * H + h) * T + t) * T;
     float mx = -INFINITY;
-    for (int s = 0; s <= t; s++) {
-        const __global float* k = qkv + (size_t)(b * T + s) * C3 + C + h * hd;
+    for (int s = 0; s < n; s++) {
+        const __global float* k = k0 + (size_t)s * C3;
         float dot = 0.0f;
         for (int d = 0; d < hd; d++) dot = MADD(q[d], k[d], dot);
         dot *= scale;
@@ -21,30 +17,44 @@ __kernel void attention_forward(__global float* y, __global float* att,
         mx = dot > mx ? dot : mx;
     }
     float sum = 0.0f;
-    for (int s = 0; s <= t; s++) {
+    for (int s = 0; s < n; s++) {
         const float e = EXP(a[s] - mx);
         a[s] = e;
         sum += e;
     }
     const float inv = 1.0f / sum;
-    for (int s = 0; s <= t; s++) a[s] *= inv;
-    for (int s = t + 1; s < T; s++) a[s] = 0.0f;
-    __global float* out = y + (size_t)(b * T + t) * C + h * hd;
+    for (int s = 0; s < n; s++) a[s] *= inv;
+}
+
+/* out[d] = sum over s < n of a[s] * v_s[d], with v_s = v0 + s * C3. */
+inline void weighted_rows(__global float* out, const __global float* a,
+                          const __global float* v0, int n, int C3, int hd) {
 #ifdef CPU_DEVICE  /* rows of v stream through the cache; out stays in L1 */
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
-    for (int s = 0; s <= t; s++) {
-        const __global float* v = qkv + (size_t)(b * T + s) * C3 + 2 * C + h * hd;
+    for (int s = 0; s < n; s++) {
+        const __global float* v = v0 + (size_t)s * C3;
         const float p = a[s];
         for (int d = 0; d < hd; d++) out[d] = MADD(p, v[d], out[d]);
     }
 #else  /* GPU: accumulate in a register, one global write per channel (no read-modify-write) */
-    const __global float* v0 = qkv + (size_t)(b * T) * C3 + 2 * C + h * hd;
     for (int d = 0; d < hd; d++) {
         float acc = 0.0f;
-        for (int s = 0; s <= t; s++) acc = MADD(a[s], v0[(size_t)s * C3 + d], acc);
+        for (int s = 0; s < n; s++) acc = MADD(a[s], v0[(size_t)s * C3 + d], acc);
         out[d] = acc;
     }
 #endif
+}
+
+__kernel void attention_forward(__global float* y, __global float* att,
+                                __global const float* qkv, int B, int T, int C, int H) {
+    const int t = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
+    if (t >= T || h >= H || b >= B) return;
+    const int hd = C / H, C3 = 3 * C;
+    const __global float* rows = qkv + (size_t)(b * T) * C3 + h * hd;  /* q of row 0, head h */
+    __global float* a = att + ((size_t)(b * H + h) * T + t) * T;
+    causal_softmax_row(a, rows + (size_t)t * C3, rows + C, t + 1, C3, hd);
+    for (int s = t + 1; s < T; s++) a[s] = 0.0f;
+    weighted_rows(y + (size_t)(b * T + t) * C + h * hd, a, rows + 2 * C, t + 1, C3, hd);
 }
 
 /* Per query row: dP = dy . v, dS = P * (dP - sum(dP * P)) * scale (softmax backward), stored in
@@ -134,30 +144,7 @@ __kernel void attention_decode(__global float* y, __global float* scores,
     const int h = get_global_id(0);
     if (h >= H) return;
     const int hd = C / H, C3 = 3 * C;
-    const float scale = 1.0f / sqrt((float)hd);
-    const __global float* q = qkv_row + h * hd;
     __global float* a = scores + (size_t)h * T_max;
-    float mx = -INFINITY;
-    for (int s = 0; s <= pos; s++) {
-        const __global float* k = cache + (size_t)s * C3 + C + h * hd;
-        float dot = 0.0f;
-        for (int d = 0; d < hd; d++) dot = MADD(q[d], k[d], dot);
-        dot *= scale;
-        a[s] = dot;
-        mx = dot > mx ? dot : mx;
-    }
-    float sum = 0.0f;
-    for (int s = 0; s <= pos; s++) {
-        const float e = EXP(a[s] - mx);
-        a[s] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / sum;
-    __global float* out = y + h * hd;
-    for (int d = 0; d < hd; d++) out[d] = 0.0f;
-    for (int s = 0; s <= pos; s++) {
-        const __global float* v = cache + (size_t)s * C3 + 2 * C + h * hd;
-        const float p = a[s] * inv;
-        for (int d = 0; d < hd; d++) out[d] = MADD(p, v[d], out[d]);
-    }
+    causal_softmax_row(a, qkv_row + h * hd, cache + C + h * hd, pos + 1, C3, hd);
+    weighted_rows(y + h * hd, a, cache + 2 * C + h * hd, pos + 1, C3, hd);
 }

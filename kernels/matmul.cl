@@ -17,6 +17,32 @@
 #define MM_TN 16
 #endif
 
+/* C tile = beta * C + acc; with beta 0, C is never read (it may be uninitialised). */
+inline void store_full_tile(__global float* C, float acc[MM_TM][MM_TN], int m0, int n0, int N,
+                            float beta) {
+    #pragma unroll
+    for (int i = 0; i < MM_TM; i++) {
+        __global float* c = C + (size_t)(m0 + i) * N + n0;
+        if (beta == 0.0f) {
+            #pragma unroll
+            for (int j = 0; j < MM_TN; j++) c[j] = acc[i][j];
+        } else {
+            #pragma unroll
+            for (int j = 0; j < MM_TN; j++) c[j] = beta * c[j] + acc[i][j];
+        }
+    }
+}
+
+/* The same for an edge tile of mt x nt valid elements. */
+inline void store_edge_tile(__global float* C, float acc[MM_TM][MM_TN], int m0, int n0, int mt,
+                            int nt, int N, float beta) {
+    for (int i = 0; i < mt; i++)
+        for (int j = 0; j < nt; j++) {
+            __global float* c = C + (size_t)(m0 + i) * N + n0 + j;
+            *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
+        }
+}
+
 __kernel void matmul_nn(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta) {
     const int n0 = get_global_id(0) * MM_TN;
@@ -40,17 +66,7 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
                 for (int j = 0; j < MM_TN; j++) acc[i][j] = a * bv[j] + acc[i][j];
             }
         }
-        #pragma unroll
-        for (int i = 0; i < MM_TM; i++) {
-            __global float* c = C + (size_t)(m0 + i) * N + n0;
-            if (beta == 0.0f) {  /* C may be uninitialised: never read it */
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) c[j] = acc[i][j];
-            } else {
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) c[j] = beta * c[j] + acc[i][j];
-            }
-        }
+        store_full_tile(C, acc, m0, n0, N, beta);
     } else {
         const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
         for (int k = 0; k < K; k++) {
@@ -59,11 +75,7 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
                 for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * N + n0 + j];
             }
         }
-        for (int i = 0; i < mt; i++)
-            for (int j = 0; j < nt; j++) {
-                __global float* c = C + (size_t)(m0 + i) * N + n0 + j;
-                *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
-            }
+        store_edge_tile(C, acc, m0, n0, mt, nt, N, beta);
     }
 }
 
@@ -94,17 +106,7 @@ __kernel void matmul_tn(__global float* C, __global const float* A, __global con
                 #pragma unroll
                 for (int j = 0; j < MM_TN; j++) acc[i][j] = av[i] * bv[j] + acc[i][j];
         }
-        #pragma unroll
-        for (int i = 0; i < MM_TM; i++) {
-            __global float* c = C + (size_t)(m0 + i) * N + n0;
-            if (beta == 0.0f) {  /* C may be uninitialised: never read it */
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) c[j] = acc[i][j];
-            } else {
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) c[j] = beta * c[j] + acc[i][j];
-            }
-        }
+        store_full_tile(C, acc, m0, n0, N, beta);
     } else {
         const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
         for (int k = k0; k < k1; k++)
@@ -112,11 +114,7 @@ __kernel void matmul_tn(__global float* C, __global const float* A, __global con
                 const float a = A[(size_t)k * M + m0 + i];
                 for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * N + n0 + j];
             }
-        for (int i = 0; i < mt; i++)
-            for (int j = 0; j < nt; j++) {
-                __global float* c = C + (size_t)(m0 + i) * N + n0 + j;
-                *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
-            }
+        store_edge_tile(C, acc, m0, n0, mt, nt, N, beta);
     }
 }
 
