@@ -104,8 +104,14 @@ def rope_backward(rt: Runtime, dqkv, cos_t, sin_t, BT: int, T: int, C: int, head
     rt.launch("rope_backward", (C, BT), dqkv, cos_t, sin_t, BT, T, C, head_dim, pos0)
 
 
+def att_key_major(rt: Runtime) -> bool:
+    """True where att / datt hold (B, H, T_key, T_query) instead of (B, H, T_query, T_key):
+    on GPUs, so neighbouring work-items read neighbouring words (kernels/attention.cl)."""
+    return not rt.is_cpu
+
+
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
-    """y (B*T, C), att (B, H, T, T) from qkv (B*T, 3C), causal."""
+    """y (B*T, C), att (B, H, T, T) from qkv (B*T, 3C), causal; att layout: att_key_major."""
     rt.launch("attention_forward", (T, H, B), y, att, qkv, B, T, C, H)
 
 
