@@ -14,6 +14,7 @@ f32, i32 = np.float32, np.int32
 
 
 TN_SLICE = 256  # rows of K per matmul_tn launch on CPUs (cache blocking, see matmul.cl)
+GPU_GROUPS = 264  # work-groups a split-K weight gradient aims for (2 per SM of a big GPU)
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
@@ -25,9 +26,22 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
             for k0 in range(0, max(K, 1), TN_SLICE):
                 rt.launch_local("matmul_tn", _round(grid, local), local, C, A, B, M, N, K,
                                 beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
-    else:  # local-memory tiled, 16x16 work-items per 64x64 tile (matmul_tiled.cl)
-        rt.launch_local("matmul_" + form + "_tiled", (16 * -(-N // 64), 16 * -(-M // 64)),
-                        (16, 16), C, A, B, M, N, K, beta)
+    elif form == "nn":  # local-memory tiled, 16x16 work-items per 64x64 tile (matmul_tiled.cl)
+        rt.launch_local("matmul_nn_tiled", (16 * -(-N // 64), 16 * -(-M // 64)), (16, 16),
+                        C, A, B, M, N, K, beta)
+    else:  # tn: split K over enough work-groups to fill the GPU, then add the slices
+        tiles = -(-N // 64) * -(-M // 64)
+        slices = max(1, min(-(-GPU_GROUPS // tiles), -(-K // 256)))
+        kslice = -(-K // slices)
+        slices = -(-K // kslice) if K else 1
+        grid = (16 * -(-N // 64), 16 * -(-M // 64), slices)
+        if slices == 1:
+            rt.launch_local("matmul_tn_tiled", grid, (16, 16, 1), C, A, B, M, N, K, beta,
+                            max(K, 1))
+            return
+        parts = rt.scratch(slices * M * N)
+        rt.launch_local("matmul_tn_tiled", grid, (16, 16, 1), parts, A, B, M, N, K, 0.0, kslice)
+        rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
 
 
 def _round(grid, local):

@@ -111,6 +111,14 @@ class Runtime:
         self.launches += 1
         return self.kernel(name)(self.queue, global_size, local_size, *args)
 
+    def scratch(self, n: int) -> cl.Buffer:
+        """A shared float scratch buffer of at least n elements (grown on demand; valid until
+        the next call, the queue is in order)."""
+        if getattr(self, "_scratch_n", 0) < n:
+            self._scratch = self.empty(n)
+            self._scratch_n = n
+        return self._scratch
+
     # -- buffers ---------------------------------------------------------------------------
     def empty(self, n: int, dtype=np.float32) -> cl.Buffer:
         """Device buffer of n elements (at least one, OpenCL forbids size 0)."""

@@ -62,25 +62,40 @@ void matmul_nn_tiled(__global float* C, __global const float* A, __global const 
     tile_store(C, acc, m0, n0, tx, ty, M, N, beta);
 }
 
+/* Split-K: group z of the third grid dimension sums rows [z * kslice, (z+1) * kslice) of K
+ * into C + z * M * N (with beta when there is one slice; scratch slices are then added up by
+ * sum_slices). A weight gradient has a small M x N and a long K = B*T: without the split, a
+ * 256 x 256 gradient is 16 work-groups on a GPU with 132 compute units. */
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void matmul_tn_tiled(__global float* C, __global const float* A, __global const float* B,
-                     int M, int N, int K, float beta) {
+                     int M, int N, int K, float beta, int kslice) {
     __local float As[TK * TL];  /* As[k][m] = A[k0 + k][m0 + m]  (A stored K x M) */
     __local float Bs[TK * TL];
-    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int tx = get_local_id(0), ty = get_local_id(1), z = get_group_id(2);
     const int n0 = get_group_id(0) * TL, m0 = get_group_id(1) * TL;
     const int tid = ty * 16 + tx;
+    const int kb = z * kslice, ke = min(K, kb + kslice);
     float acc[4][4] = {{0}};
-    for (int k0 = 0; k0 < K; k0 += TK) {
+    for (int k0 = kb; k0 < ke; k0 += TK) {
         for (int e = tid; e < TK * TL; e += 256) {
             const int r = e / TL, c = e % TL;  /* both tiles are 16 rows of 64, coalesced */
             const int gk = k0 + r, gm = m0 + c, gn = n0 + c;
-            As[r * TL + c] = (gk < K && gm < M) ? A[(size_t)gk * M + gm] : 0.0f;
-            Bs[r * TL + c] = (gk < K && gn < N) ? B[(size_t)gk * N + gn] : 0.0f;
+            As[r * TL + c] = (gk < ke && gm < M) ? A[(size_t)gk * M + gm] : 0.0f;
+            Bs[r * TL + c] = (gk < ke && gn < N) ? B[(size_t)gk * N + gn] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         tile_fma(As, Bs, acc, tx, ty);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    tile_store(C, acc, m0, n0, tx, ty, M, N, beta);
+    tile_store(C + (size_t)z * M * N, acc, m0, n0, tx, ty, M, N, beta);
+}
+
+/* C[i] = beta * C[i] + sum over z < n_slices of parts[z * n + i] (the split-K partial sums). */
+__kernel void sum_slices(__global float* C, __global const float* parts, int n_slices, int n,
+                         float beta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    float acc = 0.0f;
+    for (int z = 0; z < n_slices; z++) acc += parts[(size_t)z * n + i];
+    C[i] = beta == 0.0f ? acc : beta * C[i] + acc;
 }
