@@ -204,7 +204,7 @@ def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp
         raise cl.MemoryError("clEnqueueNDRangeKernel", cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
                              "out of memory")
     monkeypatch.setattr(session.model, "train_step", out_of_memory)
-    session.extend(pretrain_steps=session.step + 5)
+    session.extend(tune_steps=session.train_config.tune_steps + session.step + 5)
     with pytest.raises(DeviceError, match="device failed") as err:
         next(session.train())
     assert "smaller batch size" in err.value.hint
