@@ -29,6 +29,22 @@ from studio.worker_host import WorkerHost
 APP_NAME = "OpenCL LLM Studio"
 
 
+_gc = None
+
+
+def _collect_garbage_in_gui_thread():
+    """Python's cyclic garbage collector runs in whichever thread allocates when a threshold is
+    crossed. When that is the training worker and the garbage holds Qt objects, their C++
+    destructors take Qt's connection lock and then wait for the GIL, while the GUI thread holds
+    the GIL and waits for that lock: a deadlock (seen here in the stop/close stress test). So
+    automatic collection is switched off and the GUI thread collects on a timer instead
+    (pyqtgraph's GarbageCollector, made for exactly this)."""
+    global _gc
+    if _gc is None:
+        from pyqtgraph.util.garbage_collector import GarbageCollector
+        _gc = GarbageCollector(interval=0.5)
+
+
 class MainWindow(TrainingActions, WindowActions, QMainWindow):
     trainingFinished = Signal(object)  # the worker's finished dict
     modelOpened = Signal(object)       # info of an opened checkpoint / GGUF
@@ -39,6 +55,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
     def __init__(self, pretrain_path=None, tune_path=None, device=None,
                  settings: QSettings | None = None):
         super().__init__()
+        _collect_garbage_in_gui_thread()
         theme.apply_plot_theme()
         self.settings = settings or (QSettings() if QCoreApplication.organizationName()
                                      else QSettings(APP_NAME, "studio"))
