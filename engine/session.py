@@ -193,16 +193,8 @@ class TrainingSession:
 
     def tune_val_loss(self) -> float:
         """Mean loss over all tune dialogues (assistant tokens only), in batches of batch_size."""
-        ids, mask = self.tune._ids, self.tune._mask
-        B = self.train_config.batch_size
         total = count = 0.0
-        for i in range(0, len(ids), B):
-            x = ids[i:i + B, :-1]
-            y = np.where(mask[i:i + B, 1:], ids[i:i + B, 1:], -1).astype(np.int32)
-            if len(x) < B:  # keep one activation shape: pad with fully masked rows
-                pad = B - len(x)
-                x = np.concatenate([x, np.full((pad, x.shape[1]), self.tokenizer.eos_id, np.int32)])
-                y = np.concatenate([y, np.full((pad, y.shape[1]), -1, np.int32)])
+        for x, y in self.tune.eval_batches(self.train_config.batch_size):
             n = int((y >= 0).sum())
             total += self.model.loss(x, y) * n
             count += n
