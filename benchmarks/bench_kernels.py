@@ -156,8 +156,7 @@ def main(argv=None):
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM and row-wise tables")
     args = ap.parse_args(argv)
     from engine.runtime import Runtime
-    from benchmarks.common import pick_device
-    rt = Runtime(pick_device(args.device))
+    rt = Runtime(args.device)  # select_device: never a simulator by default
     tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
     if tdev:
         import torch

@@ -239,8 +239,7 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False   # fp32 on both sides
     torch.backends.cudnn.allow_tf32 = False
     t0 = time.perf_counter()
-    from benchmarks.common import pick_device
-    rt = Runtime(pick_device(args.device))
+    rt = Runtime(args.device)  # select_device: never a simulator by default
     t_build = time.perf_counter() - t0
     log(f"OpenCL device: {rt.info.label()} {rt.info.opencl_version}; program build {t_build:.2f} s")
     if args.torch_device.startswith("cuda"):

@@ -156,18 +156,3 @@ def wait_idle(max_busy: float, max_wait_s: float, log=print) -> float:
         time.sleep(4.0)
         busy = cpu_busy()
     return busy
-
-
-def pick_device(spec):
-    """The OpenCL device to benchmark: `spec` as engine.device.select_device takes it, or by
-    default the first real GPU, else the first CPU. Simulators (Oclgrind) are never picked by
-    default: the engine's default takes the first GPU, which Oclgrind claims to be."""
-    from engine.device import list_devices, select_device
-    if spec not in (None, ""):
-        return select_device(spec)
-    devs = [d for d in list_devices() if "oclgrind" not in (d.platform + d.name).lower()]
-    for kind in ("GPU", "CPU"):
-        for d in devs:
-            if d.type == kind:
-                return d
-    return select_device(None)
