@@ -13,6 +13,7 @@ launches on one set of buffers, so small shapes sit in cache: the numbers are up
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
     return (time.perf_counter() - t0) / reps
 
 
+TILE_EDGES = (64, 128)  # tile edges of the GPU GEMM (kernels/matmul_tiled.cl)
+
+
 def gemm_shapes(cfg, B):
     """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them."""
     BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
@@ -61,13 +65,18 @@ def bench_gemms(rt, cfg, B, tdev):
         fn = {"nn": ops.matmul_nn, "tn": ops.matmul_tn}[kind]
         ours = timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish)
         got = rt.read(bc, M * N).reshape(M, N)
+        per_tile = []  # tiled GEMM: each tile edge forced, beside the automatic choice
+        for tile in (TILE_EDGES if rt.gemm == "tiled" else ()):
+            rt.gemm_tile = tile
+            per_tile.append(timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish))
+            rt.gemm_tile = None
         want = (a.T if kind == "tn" else a) @ b
         err = np.abs(got - want).max() / np.abs(want).max()
         at = np.ascontiguousarray(a.T) if kind == "tn" else a
         npy = timeit(lambda: (a.T if kind == "tn" else a) @ b, lambda: None)
         flops = 2.0 * M * N * K
-        row = [label, f"{kind} {M}x{N}x{K}", f"{flops / ours / 1e9:.1f}",
-               f"{flops / npy / 1e9:.1f}"]
+        row = [label, f"{kind} {M}x{N}x{K}", f"{flops / ours / 1e9:.1f}"]
+        row += [f"{flops / t / 1e9:.1f}" for t in per_tile] + [f"{flops / npy / 1e9:.1f}"]
         if tdev:
             import torch
             ta = torch.from_numpy(at).to(tdev)
@@ -154,26 +163,35 @@ def main(argv=None):
     ap.add_argument("--idle-busy", type=float, default=0.0,
                     help="wait until other processes use at most this share of the CPUs")
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM and row-wise tables")
+    ap.add_argument("--no-rowwise", action="store_true", help="skip the row-wise table")
+    ap.add_argument("--build-options", default="",
+                    help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
     from engine.runtime import Runtime
-    rt = Runtime(args.device)  # select_device: never a simulator by default
+    # select_device: never a simulator by default
+    rt = Runtime(args.device, build_options=tuple(shlex.split(args.build_options)))
     tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
     if tdev:
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
-    lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})."]
+    lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})"
+             + (f", extra build options `{args.build_options}`." if args.build_options else ".")]
     for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
         cfg, B = model_config(name)
         if args.idle_busy > 0:
             from benchmarks.common import wait_idle
             wait_idle(args.idle_busy, 300.0)
-        head = ["product", "shape (M x N x K)", "ours GFLOP/s", "numpy GFLOP/s"]
+        head = ["product", "shape (M x N x K)", "ours GFLOP/s"]
+        head += [f"ours {t}x{t} tiles" for t in TILE_EDGES] if rt.gemm == "tiled" else []
+        head += ["numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
         if not args.no_gemm:
             lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
                       md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev))]
-            lines += ["", f"### {name}: row-wise kernels", "",
-                      md_table(["kernel", "MiB moved", "ms", "GB/s"], bench_rowwise(rt, cfg, B))]
+            if not args.no_rowwise:
+                lines += ["", f"### {name}: row-wise kernels", "",
+                          md_table(["kernel", "MiB moved", "ms", "GB/s"],
+                                   bench_rowwise(rt, cfg, B))]
         if args.local_sweep:
             lines += ["", f"### {name}: work-group shape sweep (element-wise kernels)", "",
                       local_sweep(rt, cfg, B)]

@@ -29,8 +29,24 @@ for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CU
 } > "$OUT/gpu_env.txt" 2>&1
 cat "$OUT/gpu_env.txt"
 
+# Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
+timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
+import pyopencl as cl
+from engine.device import select_device
+from engine.runtime import KERNEL_DIR
+dev = select_device("NVIDIA").cl_device()
+ctx = cl.Context([dev])
+common = (KERNEL_DIR / "common.h").read_text()
+for f in sorted(KERNEL_DIR.glob("*.cl")):  # one file at a time: the driver's log is short
+    prg = cl.Program(ctx, common + f.read_text()).build(
+        options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"])
+    print(f.name, prg.get_build_info(dev, cl.program_build_info.LOG))
+PY
+grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled)" "$OUT/gpu_build_log.txt" \
+    | grep -E "entry|Used|spill"
+
 export LLM_STUDIO_TEST_DEVICE=NVIDIA
-timeout 120 python3 -m pytest tests/test_kernels.py tests/test_model.py -q -p no:cacheprovider \
+timeout "${TESTS_S:-150}" python3 -m pytest tests/test_kernels.py tests/test_model.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
 timeout "${BENCH_S:-300}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
     --configs S,M,L --steps 30 --block 5 --budget-s 40 --out "$OUT/gpu_bench.md" \

@@ -16,7 +16,10 @@ import pyopencl as cl
 from benchmarks.common import md_table
 
 # kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
-_MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled")
+_MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled",
+           "matmul_nn_tiled128", "matmul_tn_tiled128")
+# batched attention products: 2 M N K per (b, h), half of it under a causal mask
+_BMM = ("bmm_blocked", "bmm_tiled")
 
 
 def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
@@ -27,8 +30,10 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
     events = []
     launch0, launch_local0 = rt.launch, rt.launch_local
 
-    def record(name, ev, args):
-        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL else 0.0
+    def record(name, ev, args, global_size=None):
+        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL + _BMM else 0.0
+        if name in _BMM:
+            flops *= global_size[2] * (0.5 if args[-1] else 1.0)
         if name == "matmul_tn" and len(args) > 8:  # a K slice (k0, k1) of a CPU matmul_tn
             flops = 2.0 * args[3] * args[4] * (args[8] - args[7])
         events.append((name, ev, flops))
@@ -38,7 +43,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
         return record(name, launch0(name, global_size, *args), args)
 
     def launch_local(name, global_size, local_size, *args):
-        return record(name, launch_local0(name, global_size, local_size, *args), args)
+        return record(name, launch_local0(name, global_size, local_size, *args), args,
+                      global_size)
 
     rt.launch, rt.launch_local = launch, launch_local
     try:

@@ -60,7 +60,7 @@ class Model:
             flat_weights = self.table.init_weights(np.random.default_rng(seed))
         self.params = rt.to_device(np.asarray(flat_weights, np.float32))
         self.grads, self.m, self.v = rt.zeros(n), rt.zeros(n), rt.zeros(n)
-        self.stats, self.partial = rt.zeros(3), rt.zeros(ops.GRAD_NORM_PARTIALS)
+        self.stats, self.partial = rt.zeros(3), rt.zeros(ops.grad_norm_partials(rt))
         self.p = self._views(self.params)
         self.g = self._views(self.grads)
         biggest = max(g.size for g in self.table.groups.values())
@@ -151,8 +151,12 @@ class Model:
         self.rt.write(a.ids, ids.reshape(-1))
         if targets is not None:
             self.rt.write(a.targets, np.ascontiguousarray(targets, np.int32).reshape(-1))
+
+    def upload_groups(self, a: Activations, inputs: np.ndarray):
+        """The CSR grouping of positions by token that embedding_backward reads (host sort).
+        train_step calls it after enqueueing the forward pass, so the device works meanwhile."""
         if a.with_grad:
-            uniq, starts, order = ops.group_positions(ids)
+            uniq, starts, order = ops.group_positions(np.ascontiguousarray(inputs, np.int32))
             self.rt.write(a.uniq, uniq)
             self.rt.write(a.starts, starts)
             self.rt.write(a.order, order)
@@ -181,6 +185,7 @@ class Model:
         n_counted = int((targets >= 0).sum())
         ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
                                           self.cfg.vocab_size, n_counted, want_grad=True)
+        self.upload_groups(a, inputs)
         self.backward(a, B, T)
         ops.grad_norm(rt, self.stats, self.partial, self.grads, n, tc.grad_clip)
         self.adam_t += 1

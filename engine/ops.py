@@ -14,7 +14,10 @@ f32, i32 = np.float32, np.int32
 
 
 TN_SLICE = 256  # rows of K per matmul_tn launch on CPUs (cache blocking, see matmul.cl)
-GPU_GROUPS = 264  # work-groups a split-K weight gradient aims for (2 per SM of a big GPU)
+# Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
+# 2 groups fit); split-K and the tile choice aim for whole waves of these.
+GROUPS_PER_CU = 2
+TK = 16  # K slice of the tiled GEMM (kernels/matmul_tiled.cl); split-K slices are multiples
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
@@ -26,22 +29,48 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
             for k0 in range(0, max(K, 1), TN_SLICE):
                 rt.launch_local("matmul_tn", _round(grid, local), local, C, A, B, M, N, K,
                                 beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
-    elif form == "nn":  # local-memory tiled, 16x16 work-items per 64x64 tile (matmul_tiled.cl)
-        rt.launch_local("matmul_nn_tiled", (16 * -(-N // 64), 16 * -(-M // 64)), (16, 16),
-                        C, A, B, M, N, K, beta)
-    else:  # tn: split K over enough work-groups to fill the GPU, then add the slices
-        tiles = -(-N // 64) * -(-M // 64)
-        slices = max(1, min(-(-GPU_GROUPS // tiles), -(-K // 256)))
+    else:
+        tl = _tile_edge(rt, form, M, N)
+        suffix = "" if tl == 64 else "128"
+        grid = (16 * -(-N // tl), 16 * -(-M // tl))
+        tiles = rt.gemm_tiles(tl)
+        if form == "nn":  # local-memory tiled, 16x16 work-items per tile
+            rt.launch_local("matmul_nn_tiled" + suffix, grid, (16, 16), C, A, B, M, N, K, beta,
+                            *tiles)
+            return
+        # tn: split K so the groups fill one wave (more would start a second, nearly empty
+        # wave: 270 groups where 264 fit ran at 2/3 of the speed of 264), then add the slices
+        wave = GROUPS_PER_CU * rt.info.compute_units
+        n_tiles = grid[0] * grid[1] // 256
+        slices = max(1, min(wave // n_tiles, -(-K // 256)))
         kslice = -(-K // slices)
+        kslice = max(TK, -(-kslice // TK) * TK)
         slices = -(-K // kslice) if K else 1
-        grid = (16 * -(-N // 64), 16 * -(-M // 64), slices)
+        name = "matmul_tn_tiled" + suffix
         if slices == 1:
-            rt.launch_local("matmul_tn_tiled", grid, (16, 16, 1), C, A, B, M, N, K, beta,
-                            max(K, 1))
+            rt.launch_local(name, grid + (1,), (16, 16, 1), C, A, B, M, N, K, beta, max(K, 1),
+                            *tiles)
             return
         parts = rt.scratch(slices * M * N)
-        rt.launch_local("matmul_tn_tiled", grid, (16, 16, 1), parts, A, B, M, N, K, 0.0, kslice)
+        rt.launch_local(name, grid + (slices,), (16, 16, 1), parts, A, B, M, N, K, 0.0, kslice,
+                        *tiles)
         rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
+
+
+def _tile_edge(rt: Runtime, form: str, M: int, N: int) -> int:
+    """64 or 128: 128x128 tiles (8x8 per work-item, twice the arithmetic per local-memory
+    read) once the product has a full wave of them; for tn (split over K,
+    which makes its own parallelism) once C has 2^17 elements (measured on an H200, M and L
+    shapes: bench_kernels.py); 64 where the device's local memory is too small for 128. Tests
+    force one."""
+    if rt.gemm_tile:
+        return rt.gemm_tile
+    if rt.gemm_tiles(128) is None:
+        return 64
+    if form == "tn":
+        return 128 if M * N >= 1 << 17 and min(M, N) >= 128 else 64
+    wave = GROUPS_PER_CU * rt.info.compute_units
+    return 128 if -(-M // 128) * -(-N // 128) >= wave else 64
 
 
 def _round(grid, local):
@@ -64,7 +93,9 @@ def transpose(rt: Runtime, out, inp, R: int, C: int):
 
 
 def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int):
-    """out (M, N) = inp (M, K) @ w (N, K)^T, via w^T in scratch (K, N) and the NN micro-kernel."""
+    """out (M, N) = inp (M, K) @ w (N, K)^T, via w^T in scratch (K, N) and the NN kernel (on an
+    H200 the transpose + nn ran ~8% faster than a tiled kernel reading w in place: its fetches
+    of w are 64-byte row pieces instead of 128-byte runs)."""
     transpose(rt, w_t_scratch, w, N, K)
     matmul_nn(rt, out, inp, w_t_scratch, M, N, K)
 
@@ -79,13 +110,20 @@ def matmul_backward(rt: Runtime, dinp, dw, dout, inp, w, M: int, N: int, K: int)
 
 def rmsnorm_forward(rt: Runtime, out, rstd, inp, w, R: int, C: int, eps: float):
     """out (R, C) = inp / sqrt(mean(inp^2) + eps) * w; rstd (R,)."""
-    rt.launch("rmsnorm_forward", (R,), out, rstd, inp, w, R, C, eps)
+    _rows_launch(rt, "rmsnorm_forward", R, out, rstd, inp, w, R, C, eps)
 
 
 def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
     """dinp (R, C) += ...; dw (C,) += ... (both accumulate)."""
-    rt.launch("rmsnorm_backward", (R,), dinp, dout, inp, w, rstd, R, C)
-    rt.launch("rmsnorm_backward_dweight", (C,), dw, dout, inp, rstd, R, C)
+    _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)
+    slices = 1 if rt.is_cpu else max(1, min(256, R // 64))
+    if slices == 1:
+        rt.launch("rmsnorm_backward_dweight", (C, 1), dw, dout, inp, rstd, R, C, max(R, 1), 1)
+        return
+    rows = -(-R // slices)
+    parts = rt.scratch(slices * C)
+    rt.launch("rmsnorm_backward_dweight", (C, slices), parts, dout, inp, rstd, R, C, rows, 0)
+    rt.launch_long("sum_slices", C, dw, parts, slices, C, 1.0)
 
 
 def embedding_forward(rt: Runtime, out, ids, wte, BT: int, C: int):
@@ -120,19 +158,88 @@ def rope_backward(rt: Runtime, dqkv, cos_t, sin_t, BT: int, T: int, C: int, head
 
 def att_key_major(rt: Runtime) -> bool:
     """True where att / datt hold (B, H, T_key, T_query) instead of (B, H, T_query, T_key):
-    on GPUs, so neighbouring work-items read neighbouring words (kernels/attention.cl)."""
-    return not rt.is_cpu
+    the "rows" attention on GPUs, so neighbouring work-items read neighbouring words
+    (kernels/attention.cl). The "gemm" attention is query-major everywhere."""
+    return rt.attention == "rows" and not rt.is_cpu
+
+
+def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nz: int, a, b, c,
+         alpha: float = 1.0, beta: float = 0.0, causal: int = 0):
+    """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h < nz.
+    a, b = (offset, row stride, column stride, batch stride, head stride) in floats; c = the same
+    without the column stride (it is 1). causal: 0 none, 1 skip tiles above the diagonal,
+    2 only k <= m, 3 only k >= m (kernels/matmul_tiled.cl, bmm_tiled)."""
+    if rt.gemm == "blocked":
+        if b[2] != 1:
+            raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
+        grid = _round((-(-N // 16), -(-M // 6), nz), (4, 4, 1))
+        rt.launch_local("bmm_blocked", grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
+                        b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
+    else:
+        rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
+                        C, A, B, M, N, K, H, *a, *b, *c, alpha, beta, causal,
+                        *rt.gemm_tiles(64))
+
+
+def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
+    """The transpose of q, k or v (part 0, 1, 2) of every head, (B*H, head_dim, T), in
+    rt.scratch, for bmm_blocked: returns its bmm stride tuple."""
+    hd, C3 = C // H, 3 * C
+    out = rt.scratch(B * T * C)
+    grid = _round((-(-hd // 4), -(-T // 4), B * H), (4, 4, 1))
+    rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, H, part * C, C3,
+                    T * C3, hd)
+    return out, (0, T, 1, H * hd * T, hd * T)
+
+
+def _rows_launch(rt: Runtime, name: str, rows: int, *args):
+    """A row kernel: rt.row_lanes work-items per row (kernels/common.h, lanes_reduce)."""
+    lanes, per = rt.row_lanes, rt.row_group_rows
+    rt.launch_local(name, (lanes, -(-rows // per) * per), (lanes, per), *args)
 
 
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
-    """y (B*T, C), att (B, H, T, T) from qkv (B*T, 3C), causal; att layout: att_key_major."""
-    rt.launch("attention_forward", (T, H, B), y, att, qkv, B, T, C, H)
+    """Causal attention (Vaswani et al. 2017): y (B*T, C) and the probabilities att (B, H, T, T)
+    from qkv (B*T, 3C); att layout: att_key_major. "gemm": S = Q K^T / sqrt(head_dim) and
+    Y = P V as batched products, softmax in between; "rows": one work-item per query row."""
+    if rt.attention == "rows":
+        rt.launch("attention_forward", (T, H, B), y, att, qkv, B, T, C, H)
+        return
+    hd, C3, nz = C // H, 3 * C, B * H
+    q = (0, C3, 1, T * C3, hd)
+    p = (0, T, 1, H * T * T, T * T)
+    if rt.gemm == "blocked":
+        kt, kt_s = _heads_transposed(rt, qkv, 1, B, T, C, H)
+    else:
+        kt, kt_s = qkv, (C, 1, C3, T * C3, hd)
+    _bmm(rt, att, qkv, kt, T, T, hd, H, nz, q, kt_s, p[:2] + p[3:], 1.0 / np.sqrt(hd), causal=1)
+    _rows_launch(rt, "attention_softmax", nz * T, att, nz * T, T, 1.0)
+    _bmm(rt, y, att, qkv, T, hd, T, H, nz, p, (2 * C, C3, 1, T * C3, hd), (0, C, T * C, hd),
+         causal=2)
 
 
 def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, att, B: int, T: int, C: int, H: int):
-    """dqkv (B*T, 3C) from dy (B*T, C); datt (B, H, T, T) is scratch."""
-    rt.launch("attention_backward_dq", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
-    rt.launch("attention_backward_dkv", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
+    """dqkv (B*T, 3C) from dy (B*T, C), fully overwritten; datt (B, H, T, T) is scratch.
+    "gemm": dP = dY V^T, dS = softmax backward, dQ = dS K, dK = dS^T Q, dV = P^T dY."""
+    if rt.attention == "rows":
+        rt.launch("attention_backward_dq", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
+        rt.launch("attention_backward_dkv", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
+        return
+    hd, C3, nz = C // H, 3 * C, B * H
+    g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
+    p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)
+    pt = (0, 1, T, H * T * T, T * T)           # their transpose
+    if rt.gemm == "blocked":
+        vt, vt_s = _heads_transposed(rt, qkv, 2, B, T, C, H)
+    else:
+        vt, vt_s = qkv, (2 * C, 1, C3, T * C3, hd)
+    _bmm(rt, datt, dy, vt, T, T, hd, H, nz, g, vt_s, p[:2] + p[3:], causal=1)
+    _rows_launch(rt, "attention_softmax_backward", nz * T, datt, att, nz * T, T,
+                    1.0 / np.sqrt(hd))
+    dq, dk, dv = ((part * C, C3, T * C3, hd) for part in range(3))  # inside dqkv
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, nz, p, (C, C3, 1, T * C3, hd), dq, causal=2)
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, nz, pt, (0, C3, 1, T * C3, hd), dk, causal=3)
+    _bmm(rt, dqkv, att, dy, T, hd, T, H, nz, pt, g, dv, causal=3)
 
 
 def swiglu_forward(rt: Runtime, h, gu, BT: int, F: int):
@@ -157,13 +264,18 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
               1 if want_grad else 0)
 
 
-GRAD_NORM_PARTIALS = 1024  # fixed, so the reduction order (and the result) never changes
+def grad_norm_partials(rt: Runtime) -> int:
+    """Work-items of grad_norm_partial: fixed per device kind, so the reduction order (and the
+    result) never changes between steps. 1024 keep 2 CPU cores busy; a GPU needs more (1024
+    threads walking 10.8 M gradients took 1.2 ms on an H200)."""
+    return 1024 if rt.is_cpu else 8192
 
 
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
     """stats[0] = ||grads||, stats[1] = clip scale, stats[2] = non-finite flag (device only)."""
-    rt.launch("grad_norm_partial", (GRAD_NORM_PARTIALS,), partial, grads, n)
-    rt.launch("grad_norm_finalize", (1,), stats, partial, GRAD_NORM_PARTIALS, max_norm)
+    parts = grad_norm_partials(rt)
+    rt.launch("grad_norm_partial", (parts,), partial, grads, n)
+    rt.launch("grad_norm_finalize", (1,), stats, partial, parts, max_norm)
 
 
 def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, lr: float,

@@ -53,7 +53,11 @@ class Runtime:
     PoCL every new local size costs a separate compile.
     """
 
-    def __init__(self, device: DeviceInfo | int | str | None = None):
+    def __init__(self, device: DeviceInfo | int | str | None = None,
+                 row_lanes: tuple[int, int] | None = None, build_options: tuple[str, ...] = ()):
+        """row_lanes: (lanes per row, rows per work-group) of the row kernels, overriding the
+        device-type default (tests run the GPU layout on a CPU); lanes a power of two.
+        build_options: extra OpenCL compiler options (benchmarks compare them)."""
         self.info = device if isinstance(device, DeviceInfo) else select_device(device)
         try:
             self.device = self.info.cl_device()
@@ -64,7 +68,13 @@ class Runtime:
                               "Pick another device, or check its driver.") from e
         self.is_cpu = self.info.is_cpu
         src = kernel_source()
-        opts = ["-cl-std=CL1.2"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
+        # Row kernels (softmax, RMSNorm; kernels/common.h): work-items per row and rows per
+        # work-group. CPU: one work-item per contiguous row; GPU: 64 lanes share a row.
+        default_rows = (1, 16) if self.is_cpu else (64, 4)
+        self.row_lanes, self.row_group_rows = row_lanes or default_rows
+        opts = ["-cl-std=CL1.2", f"-DSM_LANES={self.row_lanes}",
+                f"-DSM_ROWS={self.row_group_rows}"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
+        opts += list(build_options)
         try:
             self.program = cl.Program(self.ctx, src).build(options=opts)
         except cl.Error as e:
@@ -85,6 +95,10 @@ class Runtime:
         # GEMM variant (engine/ops.py): "blocked" suits CPUs (no local memory, DESIGN.md),
         # "tiled" GPUs. Tests set it to run both variants on one device.
         self.gemm = "blocked" if self.is_cpu else "tiled"
+        self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
+        # Attention variant (engine/ops.py): "gemm" = batched products with the GEMM kernels
+        # above and a row softmax; "rows" = one work-item per query row. Tests run both.
+        self.attention = "gemm"
 
     def kernel(self, name: str) -> cl.Kernel:
         k = self._kernels.get(name)
@@ -93,6 +107,16 @@ class Runtime:
             k.set_scalar_arg_dtypes(self._sigs[name])
             self._kernels[name] = k
         return k
+
+    def gemm_tiles(self, tl: int) -> tuple | None:
+        """The __local tile arguments of the tiled GEMM kernels for tile edge tl (64 or 128):
+        2 buffers x 16 rows x (tl + 4) floats for A and as many for B (kernels/matmul_tiled.cl),
+        or None where the device's local memory is too small (OpenCL guarantees 32 KiB; the
+        128 tiles take 33 KiB)."""
+        nbytes = 2 * 16 * (tl + 4) * 4
+        if 2 * nbytes > self.device.local_mem_size:
+            return None
+        return (cl.LocalMemory(nbytes), cl.LocalMemory(nbytes))
 
     def launch(self, name: str, global_size: tuple, *args):
         """Enqueue kernel `name` over `global_size` (rounded up to the fixed local size)."""

@@ -33,3 +33,26 @@ inline float fast_exp(float x) {
 
 /* Scaled sum of squares helpers use plain a*b+c: mad()/fma() are calls on PoCL. */
 #define MADD(a, b, c) ((a) * (b) + (c))
+
+/* Row kernels share a row among SM_LANES work-items (1 on CPUs: one work-item per contiguous
+ * row, which PoCL runs fastest; 64 on GPUs, so a row is read coalesced), SM_ROWS rows per
+ * work-group; both come from the build options (engine/runtime.py). lanes_reduce returns the
+ * max (is_max) or sum of v over the SM_LANES lanes of one row; red holds SM_LANES floats of
+ * __local scratch for the row. Every lane must call it (it has barriers). */
+inline float lanes_reduce(__local float* red, float v, int lane, int is_max) {
+#if SM_LANES > 1
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = SM_LANES / 2; w > 0; w >>= 1) {
+        if (lane < w) {
+            const float a = red[lane], o = red[lane + w];
+            red[lane] = is_max ? (a > o ? a : o) : a + o;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    v = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);  /* everyone has read red[0] before it is reused */
+#endif
+    return v;
+}
+

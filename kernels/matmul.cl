@@ -127,3 +127,78 @@ __kernel void transpose(__global float* out, __global const float* in, int R, in
         for (int j = 0; j < ct; j++)
             out[(size_t)(c0 + j) * R + r0 + i] = in[(size_t)(r0 + i) * C + c0 + j];
 }
+
+/* Batched strided product for attention (CPU), one MM_TM x MM_TN tile per work-item and one
+ * (b, h) per index z = b * H + h of the third dimension:
+ *   C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z],
+ *   A[z](m, k) = A[a_off + b * a_bs + h * a_hs + m * a_rs + k * a_cs], B[z](k, n) likewise with
+ *   unit column stride: B[b_off + b * b_bs + h * b_hs + k * b_rs + n]
+ * (rows of B and C contiguous, so the MM_TN-wide row vectorises; the launcher transposes K or
+ * V first where a product needs their transpose). causal as in bmm_tiled (matmul_tiled.cl):
+ * 1 skip tiles wholly above the diagonal, 2 only k <= m, 3 only k >= m (tile-granular).
+ * The loop repeats matmul_nn's instead of sharing one inline helper with strides: PoCL ran
+ * matmul_nn / matmul_tn 15-20% slower through such a helper (measured here). */
+__kernel void bmm_blocked(__global float* C, __global const float* A, __global const float* B,
+                          int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs,
+                          int a_hs, int b_off, int b_rs, int b_bs, int b_hs, int c_off, int c_rs,
+                          int c_bs, int c_hs, float alpha, float beta, int causal) {
+    const int n0 = get_global_id(0) * MM_TN;
+    const int m0 = get_global_id(1) * MM_TM;
+    const int z = get_global_id(2);
+    if (n0 >= N || m0 >= M) return;
+    if (causal == 1 && n0 > m0 + MM_TM - 1) return;
+    const int b = z / H, h = z % H;
+    A += a_off + (size_t)b * a_bs + (size_t)h * a_hs;
+    B += b_off + (size_t)b * b_bs + (size_t)h * b_hs;
+    C += c_off + (size_t)b * c_bs + (size_t)h * c_hs;
+    const int kb = causal == 3 ? m0 : 0;
+    const int ke = causal == 2 ? min(K, m0 + MM_TM) : K;
+    float acc[MM_TM][MM_TN];
+    #pragma unroll
+    for (int i = 0; i < MM_TM; i++)
+        #pragma unroll
+        for (int j = 0; j < MM_TN; j++) acc[i][j] = 0.0f;
+    const bool full = m0 + MM_TM <= M && n0 + MM_TN <= N;
+    if (full) {
+        for (int k = kb; k < ke; k++) {
+            const __global float* bp = B + (size_t)k * b_rs + n0;
+            float bv[MM_TN];
+            #pragma unroll
+            for (int j = 0; j < MM_TN; j++) bv[j] = bp[j];
+            #pragma unroll
+            for (int i = 0; i < MM_TM; i++) {
+                const float a = A[(size_t)(m0 + i) * a_rs + (size_t)k * a_cs];
+                #pragma unroll
+                for (int j = 0; j < MM_TN; j++) acc[i][j] = a * bv[j] + acc[i][j];
+            }
+        }
+    } else {
+        const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
+        for (int k = kb; k < ke; k++)
+            for (int i = 0; i < mt; i++) {
+                const float a = A[(size_t)(m0 + i) * a_rs + (size_t)k * a_cs];
+                for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * b_rs + n0 + j];
+            }
+    }
+    #pragma unroll
+    for (int i = 0; i < MM_TM; i++)
+        #pragma unroll
+        for (int j = 0; j < MM_TN; j++) acc[i][j] *= alpha;
+    if (full) store_full_tile(C, acc, m0, n0, c_rs, beta);
+    else store_edge_tile(C, acc, m0, n0, min(MM_TM, M - m0), min(MM_TN, N - n0), c_rs, beta);
+}
+
+/* out[z](cols, rows) = in[z](rows, cols)^T for z = b * H + h, with in[z](r, c) at
+ * in[i_off + b * i_bs + h * i_hs + r * i_rs + c]; out is dense (B*H, cols, rows). Lays K or V
+ * of each head out as (head_dim, T) for bmm_blocked. One work-item per 4x4 block. */
+__kernel void transpose_heads(__global float* out, __global const float* in, int rows, int cols,
+                              int H, int i_off, int i_rs, int i_bs, int i_hs) {
+    const int c0 = get_global_id(0) * 4, r0 = get_global_id(1) * 4, z = get_global_id(2);
+    if (c0 >= cols || r0 >= rows) return;
+    const __global float* src = in + i_off + (size_t)(z / H) * i_bs + (size_t)(z % H) * i_hs;
+    __global float* dst = out + (size_t)z * rows * cols;
+    const int rt = min(4, rows - r0), ct = min(4, cols - c0);
+    for (int i = 0; i < rt; i++)
+        for (int j = 0; j < ct; j++)
+            dst[(size_t)(c0 + j) * rows + r0 + i] = src[(size_t)(r0 + i) * i_rs + c0 + j];
+}

@@ -1,93 +1,168 @@
-/* Matrix products for GPUs: local-memory tiled, 16x16 work-items per group, each computing a
- * 4x4 register block of a 64x64 output tile; K advances in slices of 16 staged in __local
- * memory with coalesced loads (CLBlast / Volkov-style SGEMM). Same contracts as matmul.cl:
- *   matmul_nn_tiled:  C(M,N) = beta*C + A(M,K)   @ B(K,N)
- *   matmul_tn_tiled:  C(M,N) = beta*C + A(K,M)^T @ B(K,N)
- * Work-item (tx, ty) owns rows ty + 16 i and columns tx + 16 j (i, j < 4): neighbours read
- * neighbouring local words, so there are no bank conflicts. Edges are zero-filled on load and
- * guarded on store. Launch: global (16 * ceil(N/64), 16 * ceil(M/64)), local (16, 16). */
+/* Matrix products for GPUs: local-memory tiled, 16x16 work-items per group, each computing an
+ * RB x RB register block of a TL x TL output tile (TL = 64, RB = 4, or TL = 128, RB = 8 for
+ * big products); K advances in slices of 16 staged in __local memory with coalesced loads,
+ * double-buffered: the next slice is fetched into registers while the current one is
+ * multiplied (CLBlast / Volkov-style SGEMM). Same contracts as matmul.cl:
+ *   matmul_nn_tiled[128]:  C(M,N) = beta*C + A(M,K)   @ B(K,N)
+ *   matmul_tn_tiled[128]:  C(M,N) = beta*C + A(K,M)^T @ B(K,N)
+ * Work-item (tx, ty) owns rows own(i, ty) and columns own(j, tx) (i, j < RB, see own()).
+ * Edges are zero-filled on load and guarded on store.
+ * Launch: global (16 * ceil(N/TL), 16 * ceil(M/TL)), local (16, 16).
+ * The tile edge is a literal at every call of the inline helpers below, so after inlining every
+ * loop has a constant trip count, is unrolled, and the accumulators stay in registers (no
+ * unroll pragmas: compilers check those before inlining and warn). */
 
-#define TL 64  /* output tile edge */
 #define TK 16  /* K slice */
+#define RB_MAX 8
+#define LD_MAX 8  /* elements of each tile a work-item fetches per slice: TK * tl / 256 */
+/* Row stride of the __local tiles: 4 floats of padding keep float4 reads aligned and turn the
+ * 16-way bank conflicts of the transposing A store (nn) into 2-way ones. */
+#define LDS_STRIDE(tl) ((tl) + 4)
 
-inline void tile_store(__global float* C, float acc[4][4], int m0, int n0, int tx, int ty,
-                       int M, int N, float beta) {
-    for (int i = 0; i < 4; i++) {
-        const int m = m0 + ty + 16 * i;
+/* Register i of a work-item holds tile row (or column) own(i, t) for t = ty (or tx): blocks of
+ * 4 consecutive rows at t * 4 and, for RB = 8, t * 4 + 64, so the RB values a work-item needs
+ * at each k are 1 or 2 aligned float4 reads from __local memory (4x fewer reads than strided
+ * scalars; the rows of a warp's 16 neighbours are contiguous, so the reads do not conflict). */
+inline int own(int i, int t) { return (i / 4) * 64 + t * 4 + (i % 4); }
+
+/* acc (RB x RB, row-major) += As[k][own(i, ty)] * Bs[k][own(j, tx)] over the K slice. */
+inline void tile_fma(__local const float* As, __local const float* Bs, float* acc,
+                     int tx, int ty, const int tl) {
+    const int rb = tl / 16, ld = LDS_STRIDE(tl);
+    /* Not unrolled on purpose: unrolled, nn took 157 registers on an H200, one group fit per
+     * SM and it ran 20% slower (tn: 4% faster); -cl-nv-maxrregcount=128 changed nothing. */
+    for (int kk = 0; kk < TK; kk++) {
+        float a[RB_MAX], b[RB_MAX];
+        for (int q = 0; q < rb / 4; q++) {
+            const float4 va = *(__local const float4*)(As + kk * ld + q * 64 + ty * 4);
+            const float4 vb = *(__local const float4*)(Bs + kk * ld + q * 64 + tx * 4);
+            a[q * 4] = va.x; a[q * 4 + 1] = va.y; a[q * 4 + 2] = va.z; a[q * 4 + 3] = va.w;
+            b[q * 4] = vb.x; b[q * 4 + 1] = vb.y; b[q * 4 + 2] = vb.z; b[q * 4 + 3] = vb.w;
+        }
+        for (int i = 0; i < rb; i++)
+            for (int j = 0; j < rb; j++) acc[i * rb + j] = MADD(a[i], b[j], acc[i * rb + j]);
+    }
+}
+
+/* C[m * ldc + n] = alpha * acc + beta * C (C not read when beta is 0) for the tile at m0, n0. */
+inline void tile_store(__global float* C, const float* acc, int m0, int n0, int tx, int ty,
+                       int M, int N, int ldc, float alpha, float beta, const int tl) {
+    const int rb = tl / 16;
+    for (int i = 0; i < rb; i++) {
+        const int m = m0 + own(i, ty);
         if (m >= M) continue;
-        for (int j = 0; j < 4; j++) {
-            const int n = n0 + tx + 16 * j;
+        for (int j = 0; j < rb; j++) {
+            const int n = n0 + own(j, tx);
             if (n >= N) continue;
-            __global float* c = C + (size_t)m * N + n;
-            *c = beta == 0.0f ? acc[i][j] : beta * *c + acc[i][j];
+            __global float* c = C + (size_t)m * ldc + n;
+            const float v = alpha * acc[i * rb + j];
+            *c = beta == 0.0f ? v : beta * *c + v;
         }
     }
 }
 
-inline void tile_fma(__local const float* As, __local const float* Bs, float acc[4][4],
-                     int tx, int ty) {
-    for (int kk = 0; kk < TK; kk++) {
-        float a[4], b[4];
-        for (int i = 0; i < 4; i++) a[i] = As[kk * TL + ty + 16 * i];
-        for (int j = 0; j < 4; j++) b[j] = Bs[kk * TL + tx + 16 * j];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) acc[i][j] = MADD(a[i], b[j], acc[i][j]);
+/* One output tile of a strided product, the core of every kernel below:
+ *   C[m * ldc + n] = alpha * sum over kb <= k < ke of A(m, k) B(k, n) + beta * C[m * ldc + n]
+ * with A(m, k) = A[m * a_rs + k * a_cs], B(k, n) = B[k * b_rs + n * b_cs], for the tile at
+ * (m0, n0). Fetches walk the unit-stride side of each operand (a_cs == 1: along k, else along
+ * m; b_cs == 1: along n, else along k) so neighbouring work-items read neighbouring words;
+ * with literal strides of 1 the branches fold away. As / Bs: 2 buffers of TK rows each. */
+inline void gemm_tile(__global float* C, int ldc, __global const float* A, int a_rs, int a_cs,
+                      __global const float* B, int b_rs, int b_cs, int M, int N, int kb, int ke,
+                      float alpha, float beta, int m0, int n0, __local float* As,
+                      __local float* Bs, const int tl) {
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * 16 + tx;
+    const int ld = LDS_STRIDE(tl), per = TK * tl / 256;
+    float acc[RB_MAX * RB_MAX], ra[LD_MAX], rb[LD_MAX];
+    for (int i = 0; i < (tl / 16) * (tl / 16); i++) acc[i] = 0.0f;
+    /* Tile coordinates of fetch r (element e = tid + 256 r of the TK x tl slice): affine in r,
+     * since 256 is a multiple of both TK and tl. */
+#define AM(r) (a_cs == 1 ? tid / TK + (r) * (256 / TK) : tid % tl)
+#define AK(r) (a_cs == 1 ? tid % TK : tid / tl + (r) * (256 / tl))
+#define BN(r) (b_cs == 1 ? tid % tl : tid / TK + (r) * (256 / TK))
+#define BK(r) (b_cs == 1 ? tid / tl + (r) * (256 / tl) : tid % TK)
+    for (int r = 0; r < per; r++) {  /* first slice */
+        const int gm = m0 + AM(r), gk = kb + AK(r), gn = n0 + BN(r), gk2 = kb + BK(r);
+        ra[r] = (gm < M && gk < ke) ? A[(size_t)gm * a_rs + (size_t)gk * a_cs] : 0.0f;
+        rb[r] = (gk2 < ke && gn < N) ? B[(size_t)gk2 * b_rs + (size_t)gn * b_cs] : 0.0f;
     }
+    for (int k0 = kb, buf = 0; k0 < ke; k0 += TK, buf ^= 1) {
+        __local float* as = As + buf * TK * ld;
+        __local float* bs = Bs + buf * TK * ld;
+        for (int r = 0; r < per; r++) {
+            as[AK(r) * ld + AM(r)] = ra[r];
+            bs[BK(r) * ld + BN(r)] = rb[r];
+        }
+        /* One barrier per slice: the buffer written next was last read two slices ago, and
+         * every work-item has passed this barrier since. */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int k1 = k0 + TK;
+        if (k1 < ke) {
+            for (int r = 0; r < per; r++) {  /* next slice, in flight during the FMAs */
+                const int gm = m0 + AM(r), gk = k1 + AK(r), gn = n0 + BN(r), gk2 = k1 + BK(r);
+                ra[r] = (gm < M && gk < ke) ? A[(size_t)gm * a_rs + (size_t)gk * a_cs] : 0.0f;
+                rb[r] = (gk2 < ke && gn < N) ? B[(size_t)gk2 * b_rs + (size_t)gn * b_cs] : 0.0f;
+            }
+        }
+        tile_fma(as, bs, acc, tx, ty, tl);
+    }
+    tile_store(C, acc, m0, n0, tx, ty, M, N, ldc, alpha, beta, tl);
+#undef AM
+#undef AK
+#undef BN
+#undef BK
 }
 
+/* The kernels: 64x64 tiles (4x4 per work-item) and 128x128 tiles (8x8) for products with
+ * enough tiles to fill the GPU (engine/ops.py picks). The __local tiles As4, Bs4 (2 buffers x
+ * TK rows x LDS_STRIDE(tl) floats each) are launch arguments, not arrays in the kernels: a
+ * program's static __local arrays are counted together by some implementations (Oclgrind
+ * refused every kernel once the 128 tiles existed), and the launcher checks the size against
+ * the device (the 128 tiles need 33 KiB; OpenCL guarantees 32). */
+#define TILES __local float* As = (__local float*)As4; __local float* Bs = (__local float*)Bs4
+
+/* nn: C(M,N) = beta*C + A(M,K) @ B(K,N). */
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void matmul_nn_tiled(__global float* C, __global const float* A, __global const float* B,
-                     int M, int N, int K, float beta) {
-    __local float As[TK * TL];  /* As[k][m] = A[m0 + m][k0 + k] */
-    __local float Bs[TK * TL];  /* Bs[k][n] = B[k0 + k][n0 + n] */
-    const int tx = get_local_id(0), ty = get_local_id(1);
-    const int n0 = get_group_id(0) * TL, m0 = get_group_id(1) * TL;
-    const int tid = ty * 16 + tx;
-    float acc[4][4] = {{0}};
-    for (int k0 = 0; k0 < K; k0 += TK) {
-        for (int e = tid; e < TK * TL; e += 256) {
-            /* A: 64 rows x 16 columns; consecutive tids walk along k (the row) */
-            const int am = e / TK, ak = e % TK;
-            const int gm = m0 + am, gk = k0 + ak;
-            As[ak * TL + am] = (gm < M && gk < K) ? A[(size_t)gm * K + gk] : 0.0f;
-            /* B: 16 rows x 64 columns; consecutive tids walk along n */
-            const int bk = e / TL, bn = e % TL;
-            const int gk2 = k0 + bk, gn = n0 + bn;
-            Bs[bk * TL + bn] = (gk2 < K && gn < N) ? B[(size_t)gk2 * N + gn] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tile_fma(As, Bs, acc, tx, ty);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    tile_store(C, acc, m0, n0, tx, ty, M, N, beta);
+                     int M, int N, int K, float beta, __local float4* As4,
+                     __local float4* Bs4) {
+    TILES;
+    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * 64,
+              get_group_id(0) * 64, As, Bs, 64);
 }
 
-/* Split-K: group z of the third grid dimension sums rows [z * kslice, (z+1) * kslice) of K
- * into C + z * M * N (with beta when there is one slice; scratch slices are then added up by
- * sum_slices). A weight gradient has a small M x N and a long K = B*T: without the split, a
- * 256 x 256 gradient is 16 work-groups on a GPU with 132 compute units. */
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_nn_tiled128(__global float* C, __global const float* A, __global const float* B,
+                        int M, int N, int K, float beta, __local float4* As4,
+                        __local float4* Bs4) {
+    TILES;
+    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * 128,
+              get_group_id(0) * 128, As, Bs, 128);
+}
+
+/* tn: C(M,N) = beta*C + A(K,M)^T @ B(K,N), split over K: group z of the third grid dimension
+ * sums rows [z * kslice, (z+1) * kslice) into C + z * M * N (with beta when there is one
+ * slice; scratch slices are then added up by sum_slices). A weight gradient has a small M x N
+ * and a long K = B*T: unsplit, a 256 x 256 gradient is 16 work-groups on a GPU with 132
+ * compute units. */
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void matmul_tn_tiled(__global float* C, __global const float* A, __global const float* B,
-                     int M, int N, int K, float beta, int kslice) {
-    __local float As[TK * TL];  /* As[k][m] = A[k0 + k][m0 + m]  (A stored K x M) */
-    __local float Bs[TK * TL];
-    const int tx = get_local_id(0), ty = get_local_id(1), z = get_group_id(2);
-    const int n0 = get_group_id(0) * TL, m0 = get_group_id(1) * TL;
-    const int tid = ty * 16 + tx;
-    const int kb = z * kslice, ke = min(K, kb + kslice);
-    float acc[4][4] = {{0}};
-    for (int k0 = kb; k0 < ke; k0 += TK) {
-        for (int e = tid; e < TK * TL; e += 256) {
-            const int r = e / TL, c = e % TL;  /* both tiles are 16 rows of 64, coalesced */
-            const int gk = k0 + r, gm = m0 + c, gn = n0 + c;
-            As[r * TL + c] = (gk < ke && gm < M) ? A[(size_t)gk * M + gm] : 0.0f;
-            Bs[r * TL + c] = (gk < ke && gn < N) ? B[(size_t)gk * N + gn] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        tile_fma(As, Bs, acc, tx, ty);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    tile_store(C + (size_t)z * M * N, acc, m0, n0, tx, ty, M, N, beta);
+                     int M, int N, int K, float beta, int kslice,
+                     __local float4* As4, __local float4* Bs4) {
+    TILES;
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile(C + (size_t)z * M * N, N, A, 1, M, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
+              beta, get_group_id(1) * 64, get_group_id(0) * 64, As, Bs, 64);
+}
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_tn_tiled128(__global float* C, __global const float* A, __global const float* B,
+                        int M, int N, int K, float beta, int kslice,
+                        __local float4* As4, __local float4* Bs4) {
+    TILES;
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile(C + (size_t)z * M * N, N, A, 1, M, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
+              beta, get_group_id(1) * 128, get_group_id(0) * 128, As, Bs, 128);
 }
 
 /* C[i] = beta * C[i] + sum over z < n_slices of parts[z * n + i] (the split-K partial sums). */
@@ -98,4 +173,30 @@ __kernel void sum_slices(__global float* C, __global const float* parts, int n_s
     float acc = 0.0f;
     for (int z = 0; z < n_slices; z++) acc += parts[(size_t)z * n + i];
     C[i] = beta == 0.0f ? acc : beta * C[i] + acc;
+}
+
+#define BMM_TL 64  /* output tile edge of bmm_tiled */
+
+/* Batched strided product for attention (GPU), one (b, h) per group of the third grid
+ * dimension z = b * H + h:  C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z], with
+ *   A[z](m, k) = A[a_off + b * a_bs + h * a_hs + m * a_rs + k * a_cs]   (likewise B; C has unit
+ *   column stride). The offsets pick q, k or v out of the fused qkv rows.
+ * causal: 0 plain; 1 skip output tiles wholly above the diagonal (n > m everywhere: masked
+ * scores, never read); 2 only k <= m (the product with causal probabilities P, whose entries
+ * above the diagonal are zero), bounded per tile; 3 only k >= m (P^T @ X: rows are keys). */
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void bmm_tiled(__global float* C, __global const float* A, __global const float* B,
+               int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs, int a_hs,
+               int b_off, int b_rs, int b_cs, int b_bs, int b_hs, int c_off, int c_rs, int c_bs,
+               int c_hs, float alpha, float beta, int causal, __local float4* As4,
+               __local float4* Bs4) {
+    TILES;
+    const int z = get_group_id(2), b = z / H, h = z % H;
+    const int n0 = get_group_id(0) * BMM_TL, m0 = get_group_id(1) * BMM_TL;
+    if (causal == 1 && n0 > m0 + BMM_TL - 1) return;
+    gemm_tile(C + c_off + (size_t)b * c_bs + (size_t)h * c_hs, c_rs,
+              A + a_off + (size_t)b * a_bs + (size_t)h * a_hs, a_rs, a_cs,
+              B + b_off + (size_t)b * b_bs + (size_t)h * b_hs, b_rs, b_cs, M, N,
+              causal == 3 ? m0 : 0, causal == 2 ? min(K, m0 + BMM_TL) : K, alpha, beta, m0, n0,
+              As, Bs, BMM_TL);
 }

@@ -2,11 +2,18 @@
  * The clip scale never leaves the device: grad_norm_finalize writes stats, adamw_update reads
  * them (DESIGN.md: no host round trip inside a step). */
 
-/* partial[i] = sum of g[j]^2 for j = i, i + P, i + 2P, ... (P = global size) */
+/* partial[i] = sum of g[j]^2 over work-item i's share of j < n (P = global size work-items).
+ * GPU: j = i, i + P, ... (neighbours read neighbouring words); CPU: one contiguous chunk per
+ * work-item (the strided walk ran at ~1.3 GB/s under PoCL, measured here). */
 __kernel void grad_norm_partial(__global float* partial, __global const float* g, int n) {
     const int i = get_global_id(0), P = get_global_size(0);
     float acc = 0.0f;
+#ifdef CPU_DEVICE
+    const int chunk = (n + P - 1) / P, j1 = min(n, (i + 1) * chunk);
+    for (int j = i * chunk; j < j1; j++) acc = MADD(g[j], g[j], acc);
+#else
     for (int j = i; j < n; j += P) acc = MADD(g[j], g[j], acc);
+#endif
     partial[i] = acc;
 }
 

@@ -1,44 +1,55 @@
 /* RMSNorm (Zhang & Sennrich 2019), as Llama and llama.cpp: out = x / sqrt(mean(x^2) + eps) * w.
- * Row kernels: one work-item per row; on a CPU this beats local-memory reductions (DESIGN.md). */
+ * Row kernels: one work-item per row on a CPU (beats local-memory reductions there, DESIGN.md),
+ * 64 lanes per row on a GPU (coalesced; one work-item per row read at ~380 GB/s on an H200). */
 
-/* out, rstd <- inp (R, C), w (C) */
+/* out, rstd <- inp (R, C), w (C). Row r = global id 1, shared by SM_LANES lanes (common.h). */
 __kernel void rmsnorm_forward(__global float* out, __global float* rstd,
                               __global const float* inp, __global const float* w,
                               int R, int C, float eps) {
-    const int r = get_global_id(0);
-    if (r >= R) return;
-    const __global float* x = inp + (size_t)r * C;
+    __local float red[SM_ROWS * SM_LANES];
+    const int lane = get_local_id(0), r = get_global_id(1);
+    const int n = r < R ? C : 0;  /* no early return: lanes_reduce has barriers */
+    const __global float* x = inp + (size_t)(r < R ? r : 0) * C;
     float ss = 0.0f;
-    for (int c = 0; c < C; c++) ss = MADD(x[c], x[c], ss);
+    for (int c = lane; c < n; c += SM_LANES) ss = MADD(x[c], x[c], ss);
+    ss = lanes_reduce(red + get_local_id(1) * SM_LANES, ss, lane, 0);
     const float s = 1.0f / sqrt(ss / C + eps);
-    rstd[r] = s;
-    __global float* o = out + (size_t)r * C;
-    for (int c = 0; c < C; c++) o[c] = x[c] * s * w[c];
+    if (r < R && lane == 0) rstd[r] = s;
+    __global float* o = out + (size_t)(r < R ? r : 0) * C;
+    for (int c = lane; c < n; c += SM_LANES) o[c] = x[c] * s * w[c];
 }
 
-/* dinp += d(out)/d(inp) . dout  (accumulates: the residual stream's gradient) */
+/* dinp += d(out)/d(inp) . dout  (accumulates: the residual stream's gradient); rows as above */
 __kernel void rmsnorm_backward(__global float* dinp, __global const float* dout,
                                __global const float* inp, __global const float* w,
                                __global const float* rstd, int R, int C) {
-    const int r = get_global_id(0);
-    if (r >= R) return;
-    const __global float* x = inp + (size_t)r * C;
-    const __global float* dy = dout + (size_t)r * C;
-    const float s = rstd[r];
+    __local float red[SM_ROWS * SM_LANES];
+    const int lane = get_local_id(0), r = get_global_id(1);
+    const int n = r < R ? C : 0;
+    const size_t row = (size_t)(r < R ? r : 0) * C;
+    const __global float* x = inp + row;
+    const __global float* dy = dout + row;
+    const float s = r < R ? rstd[r] : 0.0f;
     float dot = 0.0f;  /* sum_c dy*w*xhat */
-    for (int c = 0; c < C; c++) dot = MADD(dy[c] * w[c], x[c] * s, dot);
-    dot /= C;
-    __global float* dx = dinp + (size_t)r * C;
-    for (int c = 0; c < C; c++) dx[c] += s * (dy[c] * w[c] - x[c] * s * dot);
+    for (int c = lane; c < n; c += SM_LANES) dot = MADD(dy[c] * w[c], x[c] * s, dot);
+    dot = lanes_reduce(red + get_local_id(1) * SM_LANES, dot, lane, 0) / C;
+    __global float* dx = dinp + row;
+    for (int c = lane; c < n; c += SM_LANES) dx[c] += s * (dy[c] * w[c] - x[c] * s * dot);
 }
 
-/* dw (C) += sum_r dout[r,c] * inp[r,c] * rstd[r]; one work-item per column. */
+/* dw (C) += sum_r dout[r,c] * inp[r,c] * rstd[r], one work-item per column c and row slice z
+ * (rows [z * slice_rows, (z+1) * slice_rows)): with one slice it adds into dw; with several
+ * (GPUs: a column walk of R = B*T rows was 9% of a step) each writes its partial sum to
+ * dw + z * C, and sum_slices (matmul_tiled.cl) adds them up. */
 __kernel void rmsnorm_backward_dweight(__global float* dw, __global const float* dout,
                                        __global const float* inp, __global const float* rstd,
-                                       int R, int C) {
-    const int c = get_global_id(0);
-    if (c >= C) return;
+                                       int R, int C, int slice_rows, int accumulate) {
+    const int c = get_global_id(0), z = get_global_id(1);
+    const int r0 = z * slice_rows, r1 = min(R, r0 + slice_rows);
+    if (c >= C || r0 >= R) return;
     float acc = 0.0f;
-    for (int r = 0; r < R; r++) acc = MADD(dout[(size_t)r * C + c], inp[(size_t)r * C + c] * rstd[r], acc);
-    dw[c] += acc;
+    for (int r = r0; r < r1; r++)
+        acc = MADD(dout[(size_t)r * C + c], inp[(size_t)r * C + c] * rstd[r], acc);
+    __global float* out = dw + (size_t)z * C + c;
+    *out = accumulate ? *out + acc : acc;
 }

@@ -12,3 +12,11 @@ def rt():
     """The test device: LLM_STUDIO_TEST_DEVICE, else the default device (PoCL CPU here)."""
     from engine.runtime import Runtime
     return Runtime(os.environ.get("LLM_STUDIO_TEST_DEVICE") or None)
+
+
+@pytest.fixture(scope="session")
+def rt_lanes(rt):
+    """A second runtime on the test device whose row kernels share each row among 64 lanes
+    (the GPU layout, whatever the device), so CI on a CPU checks that path too."""
+    from engine.runtime import Runtime
+    return Runtime(rt.info, row_lanes=(64, 4))

@@ -28,16 +28,23 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "tiled"])
+@pytest.fixture(params=["blocked", "tiled64", "tiled128"])
 def gemm(rt, request):
-    """Run a test with each GEMM variant (CPU register-blocked, GPU local-memory tiled)."""
-    before, rt.gemm = rt.gemm, request.param
+    """Run a test with each GEMM variant (CPU register-blocked, GPU local-memory tiled with
+    64x64 or 128x128 tiles)."""
+    before = rt.gemm, rt.gemm_tile
+    rt.gemm = request.param.rstrip("0123456789")
+    rt.gemm_tile = int(request.param[5:]) if rt.gemm == "tiled" else None
+    if rt.gemm_tile == 128 and rt.gemm_tiles(128) is None:
+        rt.gemm, rt.gemm_tile = before
+        pytest.skip(f"{rt.info.name} has too little local memory for 128x128 tiles "
+                    "(the engine uses 64x64 there)")
     yield request.param
-    rt.gemm = before
+    rt.gemm, rt.gemm_tile = before
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
-                                   (5, 33, 300), (130, 70, 33), (600, 20, 7)])
+                                   (5, 33, 300), (130, 70, 33), (600, 20, 7), (257, 129, 600)])
 def test_matmul_forward_backward(rt, gemm, M, N, K):
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
@@ -53,8 +60,19 @@ def test_matmul_forward_backward(rt, gemm, M, N, K):
     close(down(rt, dw, (N, K)), rdw + dw0)
 
 
-@pytest.mark.parametrize("R,C", [(1, 1), (1, 7), (13, 31), (64, 128)])
-def test_rmsnorm(rt, R, C):
+@pytest.fixture(params=["cpu", "gpu"])
+def rows_rt(request, rt, rt_lanes):
+    """A runtime with the launch choices of either device kind: one work-item per row and
+    unsplit reductions ("cpu"), or 64 lanes per row and split reductions ("gpu")."""
+    r = rt if request.param == "cpu" else rt_lanes
+    before, r.is_cpu = r.is_cpu, request.param == "cpu"
+    yield r
+    r.is_cpu = before
+
+
+@pytest.mark.parametrize("R,C", [(1, 1), (1, 7), (13, 31), (64, 128), (1000, 33)])
+def test_rmsnorm(rows_rt, R, C):
+    rt = rows_rt
     rng = np.random.default_rng(R + C)
     x, w, dout = rng.normal(size=(R, C)), rng.normal(size=C), rng.normal(size=(R, C))
     dx0, dw0 = rng.normal(size=(R, C)), rng.normal(size=C)
@@ -107,19 +125,35 @@ def test_rope(rt, B, T, H, hd):
     close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
 
 
-@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 32, 4, 16)])
-def test_attention(rt, B, T, H, hd):
+@pytest.fixture(params=["gemm-blocked", "gemm-tiled", "gemm-tiled-lanes", "rows"])
+def attention(rt, rt_lanes, request):
+    """A runtime set to each attention variant: batched products on either GEMM kernel
+    (tile-granular causal skipping differs: 6x16 vs 64x64 tiles; "lanes": the softmax with 64
+    work-items per row), or one work-item per query row."""
+    variant, _, kind = request.param.partition("-")
+    r = rt_lanes if kind.endswith("lanes") else rt
+    before = r.attention, r.gemm
+    r.attention, r.gemm = variant, (kind.split("-")[0] or r.gemm)
+    yield r
+    r.attention, r.gemm = before
+
+
+@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 32, 4, 16),
+                                      (1, 70, 3, 8), (2, 130, 2, 32)])
+def test_attention(attention, B, T, H, hd):
+    rt = attention
     rng = np.random.default_rng(B * T + H)
     C = H * hd
     qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
     q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
-    y, att, bqkv = rt.empty(B * T * C), rt.empty(B * H * T * T), up(rt, qkv)
+    nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
+    y, att, bqkv = nan(B * T * C), nan(B * H * T * T), up(rt, qkv)
     ops.attention_forward(rt, y, att, bqkv, B, T, C, H)
     ry, ratt = ref.attention_forward(q, k, v, H)
     close(down(rt, y, (B, T, C)), ry)
     got_att = down(rt, att, (B, H, T, T))
     close(got_att.swapaxes(-1, -2) if ops.att_key_major(rt) else got_att, ratt)
-    dqkv, datt = rt.empty(B * T * 3 * C), rt.empty(B * H * T * T)
+    dqkv, datt = nan(B * T * 3 * C), nan(B * H * T * T)
     ops.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, att, B, T, C, H)
     got = down(rt, dqkv, (B, T, 3 * C))
     rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
@@ -170,7 +204,7 @@ def test_grad_norm_and_adamw(rt, n, clip):
     rng = np.random.default_rng(n)
     p, g = rng.normal(size=n), rng.normal(size=n)
     m, v = rng.normal(size=n) * 0.1, np.abs(rng.normal(size=n)) * 0.01
-    stats, partial = rt.empty(3), rt.empty(ops.GRAD_NORM_PARTIALS)
+    stats, partial = rt.empty(3), rt.empty(ops.grad_norm_partials(rt))
     bp, bg, bm, bv = up(rt, p), up(rt, g), up(rt, m), up(rt, v)
     ops.grad_norm(rt, stats, partial, bg, n, clip)
     norm = np.sqrt((g * g).sum())
@@ -192,7 +226,7 @@ def test_nonfinite_gradient_skips_update(rt):
     g = np.ones(n)
     g[7] = np.nan
     p = np.arange(n, dtype=np.float64)
-    stats, partial = rt.empty(3), rt.empty(ops.GRAD_NORM_PARTIALS)
+    stats, partial = rt.empty(3), rt.empty(ops.grad_norm_partials(rt))
     bp, bg = up(rt, p), up(rt, g)
     ops.grad_norm(rt, stats, partial, bg, n, 1.0)
     assert down(rt, stats, (3,))[2] == 1
