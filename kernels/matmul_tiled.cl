@@ -29,8 +29,10 @@ inline int own(int i, int t) { return (i / 4) * 64 + t * 4 + (i % 4); }
 inline void tile_fma(__local const float* As, __local const float* Bs, float* acc,
                      int tx, int ty, const int tl) {
     const int rb = tl / 16, ld = LDS_STRIDE(tl);
-    /* Not unrolled on purpose: unrolled, nn took 157 registers on an H200, one group fit per
-     * SM and it ran 20% slower (tn: 4% faster); -cl-nv-maxrregcount=128 changed nothing. */
+    /* Unrolled by 2, measured on an H200 (bench_kernels.py --build-options): by 2, 2-4% faster
+     * than not unrolled; by 4, 3-10% slower; fully, nn took 157 registers, only one group fit
+     * per SM and it ran 20% slower (-cl-nv-maxrregcount=128 changed nothing). */
+    #pragma unroll 2
     for (int kk = 0; kk < TK; kk++) {
         float a[RB_MAX], b[RB_MAX];
         for (int q = 0; q < rb / 4; q++) {
