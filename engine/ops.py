@@ -260,8 +260,8 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
                                   n_counted: int, want_grad: bool):
     """losses (R,); with want_grad, logits are replaced by dlogits of the mean over counted rows."""
     inv = 1.0 / max(n_counted, 1)
-    rt.launch("crossentropy_forward_backward", (R,), logits, losses, targets, R, V, inv,
-              1 if want_grad else 0)
+    _rows_launch(rt, "crossentropy_forward_backward", R, logits, losses, targets, R, V, inv,
+                 1 if want_grad else 0)
 
 
 def grad_norm_partials(rt: Runtime) -> int:
@@ -275,7 +275,8 @@ def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
     """stats[0] = ||grads||, stats[1] = clip scale, stats[2] = non-finite flag (device only)."""
     parts = grad_norm_partials(rt)
     rt.launch("grad_norm_partial", (parts,), partial, grads, n)
-    rt.launch("grad_norm_finalize", (1,), stats, partial, parts, max_norm)
+    rt.launch_local("grad_norm_finalize", (rt.row_lanes,), (rt.row_lanes,), stats, partial,
+                    parts, max_norm)
 
 
 def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, lr: float,

@@ -17,13 +17,18 @@ __kernel void grad_norm_partial(__global float* partial, __global const float* g
     partial[i] = acc;
 }
 
-/* One work-item: stats[0] = grad norm, stats[1] = clip scale min(1, max_norm / norm) (1 when
- * max_norm <= 0), stats[2] = 1 when the norm is NaN or Inf (the update is then skipped). */
+/* One work-group of SM_LANES work-items (kernels/common.h): stats[0] = grad norm, stats[1] =
+ * clip scale min(1, max_norm / norm) (1 when max_norm <= 0), stats[2] = 1 when the norm is
+ * NaN or Inf (the update is then skipped). Lane l sums partial[l], partial[l + SM_LANES], ...
+ * (a fixed order, so the same gradients give the same norm). */
 __kernel void grad_norm_finalize(__global float* stats, __global const float* partial, int P,
                                  float max_norm) {
-    if (get_global_id(0) != 0) return;
+    __local float red[SM_LANES];
+    const int lane = get_local_id(0);
     float acc = 0.0f;
-    for (int i = 0; i < P; i++) acc += partial[i];
+    for (int i = lane; i < P; i += SM_LANES) acc += partial[i];
+    acc = lanes_reduce(red, acc, lane, 0);
+    if (lane != 0) return;
     const float norm = sqrt(acc);
     const int bad = isnan(norm) || isinf(norm);
     stats[0] = norm;
