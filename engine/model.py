@@ -119,6 +119,8 @@ class Model:
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT, L = B * T, cfg.n_layer
         out = self.table.output_group
+        # Weight gradients run on the side queue (GPUs): before_write holds the main queue
+        # until those reading a buffer are done with it (Runtime.side).
         ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf (B, T, C)
         rt.fill_zero(a.dres, BT * C)
         ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
@@ -127,19 +129,24 @@ class Model:
             b = f"blk.{l}."
             ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], a.dres, a.h[l], p[b + "ffn_down"],
                                 BT, C, F)                                          # (B, T, F)
+            rt.before_write(a.dgu)
             ops.swiglu_backward(rt, a.dgu, a.dh, a.gu[l], BT, F)                   # (B, T, 2F)
             ops.matmul_backward(rt, a.dtmp, g[b + "ffn_gate_up"], a.dgu, a.xn2[l],
                                 p[b + "ffn_gate_up"], BT, 2 * F, C)                # (B, T, C)
+            rt.before_write(a.dres)
             ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
                                  p[b + "ffn_norm"], a.rstd2[l], BT, C)
             ops.matmul_backward(rt, a.dy, g[b + "attn_output"], a.dres, a.y[l],
                                 p[b + "attn_output"], BT, C, C)
+            rt.before_write(a.dqkv)
             ops.attention_backward(rt, a.dqkv, a.datt, a.dy, a.qkv[l], a.att[l], B, T, C, H)
             ops.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
             ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
                                 p[b + "attn_qkv"], BT, 3 * C, C)
+            rt.before_write(a.dres)
             ops.rmsnorm_backward(rt, a.dres, g[b + "attn_norm"], a.dtmp, a.x[l],
                                  p[b + "attn_norm"], a.rstd1[l], BT, C)
+        rt.join()  # every weight gradient done (token_embd may be tied to the output)
         ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
                                a.n_unique, C)
 

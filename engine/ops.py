@@ -102,10 +102,12 @@ def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int
 
 def matmul_backward(rt: Runtime, dinp, dw, dout, inp, w, M: int, N: int, K: int):
     """dinp (M, K) = dout (M, N) @ w (N, K); dw (N, K) += dout^T @ inp (M, K).
-    dinp may be None (no gradient needed for the input)."""
+    dinp may be None (no gradient needed for the input). dw goes on the runtime's side queue
+    (GPUs): the caller keeps dout and inp unchanged until rt.before_write / rt.join."""
+    with rt.side(reads=(dout, inp)):
+        matmul_tn(rt, dw, dout, inp, N, K, M, 1.0)
     if dinp is not None:
         matmul_nn(rt, dinp, dout, w, M, K, N)
-    matmul_tn(rt, dw, dout, inp, N, K, M, 1.0)
 
 
 def rmsnorm_forward(rt: Runtime, out, rstd, inp, w, R: int, C: int, eps: float):

@@ -8,6 +8,7 @@ dtypes are read from the kernel signatures, so launches skip pyopencl's per-call
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,12 @@ class Runtime:
         # "tiled" GPUs. Tests set it to run both variants on one device.
         self.gemm = "blocked" if self.is_cpu else "tiled"
         self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
+        # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
+        # input gradients (filling the partly empty last wave of each product); see side().
+        # None on CPUs (PoCL's two cores are busy with one kernel at a time).
+        self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
+        self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
+        self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
         # Attention variant (engine/ops.py): "gemm" = batched products with the GEMM kernels
         # above and a row softmax; "rows" = one work-item per query row. Tests run both.
         self.attention = "gemm"
@@ -137,11 +144,47 @@ class Runtime:
 
     def scratch(self, n: int) -> cl.Buffer:
         """A shared float scratch buffer of at least n elements (grown on demand; valid until
-        the next call, the queue is in order)."""
-        if getattr(self, "_scratch_n", 0) < n:
-            self._scratch = self.empty(n)
-            self._scratch_n = n
-        return self._scratch
+        the next call: the queue is in order). Work inside side() has its own."""
+        slot = "side" if self.side_queue is not None and self.queue is self.side_queue else "main"
+        buf, size = self._scratch_slots[slot]
+        if size < n:
+            buf = self.empty(n)
+            self._scratch_slots[slot] = (buf, n)
+        return buf
+
+    # -- the side queue ------------------------------------------------------------------
+    @contextmanager
+    def side(self, reads: tuple = ()):
+        """Launches inside run on the side queue (where there is one), after everything enqueued
+        on the main queue so far, and may overlap the main queue's later work. `reads`: the
+        buffers they read, which the main queue must not overwrite before they finish (the
+        caller says when with before_write, or waits for all with join). Without a side queue
+        this is a no-op: the launches go to the main queue in order."""
+        if self.side_queue is None:
+            yield
+            return
+        ready = cl.enqueue_marker(self.queue)
+        main = self.queue
+        self.queue = self.side_queue
+        try:
+            cl.enqueue_barrier(self.queue, wait_for=[ready])
+            yield
+        finally:
+            self._pending.append((cl.enqueue_marker(self.queue), tuple(reads)))
+            self.queue = main
+
+    def before_write(self, *bufs):
+        """Make the main queue wait for side work that reads any of bufs (before it writes)."""
+        waits = [ev for ev, reads in self._pending if any(b == r for b in bufs for r in reads)]
+        if waits:
+            cl.enqueue_barrier(self.queue, wait_for=waits)
+            self._pending = [(ev, r) for ev, r in self._pending if ev not in waits]
+
+    def join(self):
+        """Make the main queue wait for all side work enqueued so far."""
+        if self._pending:
+            cl.enqueue_barrier(self.queue, wait_for=[ev for ev, _ in self._pending])
+            self._pending = []
 
     # -- buffers ---------------------------------------------------------------------------
     def empty(self, n: int, dtype=np.float32) -> cl.Buffer:
@@ -175,7 +218,7 @@ class Runtime:
         if n:
             # finish() waits with the GIL released; a blocking enqueue_copy would hold it for
             # the whole queued step and freeze the studio's GUI thread meanwhile.
-            self.queue.finish()
+            self.finish()
             cl.enqueue_copy(self.queue, out, buf, src_offset=offset_elems * out.itemsize)
         return out
 
@@ -185,4 +228,8 @@ class Runtime:
             cl.enqueue_fill_buffer(self.queue, buf, np.zeros(1, dtype), offset_elems * item, n * item)
 
     def finish(self):
+        """Wait for every queue (side work included)."""
+        self.join()
         self.queue.finish()
+        if self.side_queue is not None:
+            self.side_queue.finish()
