@@ -52,24 +52,27 @@ class KVDecoder:
         rt.write(self.tok, np.array([token], np.int32))
         ops.embedding_forward(rt, self.x, self.tok, p["token_embd"], 1, C)
         x = self.x
+        ops.rmsnorm_forward(rt, self.xn, self.rstd, x, p["blk.0.attn_norm"], 1, C, cfg.rms_eps)
         for l in range(cfg.n_layer):
             b, cache = f"blk.{l}.", self.cache.qkv[l]
-            ops.rmsnorm_forward(rt, self.xn, self.rstd, x, p[b + "attn_norm"], 1, C, cfg.rms_eps)
             ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, 3 * C, C)
             ops.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos)
             cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=3 * C * 4,
                             dst_offset=pos * 3 * C * 4)
             ops.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H)
             ops.matmul_forward(rt, self.proj, self.y, p[b + "attn_output"], m.w_t, 1, C, C)
-            ops.residual_forward(rt, self.xmid, x, self.proj, C)
-            ops.rmsnorm_forward(rt, self.xn2, self.rstd2, self.xmid, p[b + "ffn_norm"], 1, C,
-                                cfg.rms_eps)
+            ops.residual_rmsnorm_forward(rt, self.xmid, self.xn2, self.rstd2, x, self.proj,
+                                         p[b + "ffn_norm"], 1, C, cfg.rms_eps)
             ops.matmul_forward(rt, self.gu, self.xn2, p[b + "ffn_gate_up"], m.w_t, 1, 2 * F, C)
             ops.swiglu_forward(rt, self.h, self.gu, 1, F)
             ops.matmul_forward(rt, self.proj, self.h, p[b + "ffn_down"], m.w_t, 1, C, F)
-            ops.residual_forward(rt, self.xnext, self.xmid, self.proj, C)
+            # the residual, then the next block's attn_norm (or the final norm) on it
+            last = l + 1 == cfg.n_layer
+            out, rstd = (self.xf, self.rstdf) if last else (self.xn, self.rstd)
+            w = p["output_norm"] if last else p[f"blk.{l + 1}.attn_norm"]
+            ops.residual_rmsnorm_forward(rt, self.xnext, out, rstd, self.xmid, self.proj, w, 1,
+                                         C, cfg.rms_eps)
             x, self.xnext = self.xnext, x  # ping-pong the residual rows
         self.x = x
-        ops.rmsnorm_forward(rt, self.xf, self.rstdf, x, p["output_norm"], 1, C, cfg.rms_eps)
         ops.matmul_forward(rt, self.logits, self.xf, p[m.table.output_group], m.w_t, 1, V, C)
         return rt.read(self.logits, V)

@@ -93,23 +93,28 @@ class Model:
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT = B * T
         ops.embedding_forward(rt, a.x[0], a.ids, p["token_embd"], BT, C)         # (B, T, C)
-        for l in range(cfg.n_layer):
+        L = cfg.n_layer
+        ops.rmsnorm_forward(rt, a.xn[0], a.rstd1[0], a.x[0], p["blk.0.attn_norm"], BT, C,
+                            cfg.rms_eps)
+        for l in range(L):
             b = f"blk.{l}."
-            ops.rmsnorm_forward(rt, a.xn[l], a.rstd1[l], a.x[l], p[b + "attn_norm"], BT, C,
-                                cfg.rms_eps)
             ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
             ops.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
             ops.attention_forward(rt, a.y[l], a.att[l], a.qkv[l], B, T, C, H)     # (B, T, C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
-            ops.residual_forward(rt, a.xmid[l], a.x[l], a.proj, BT * C)
-            ops.rmsnorm_forward(rt, a.xn2[l], a.rstd2[l], a.xmid[l], p[b + "ffn_norm"], BT, C,
-                                cfg.rms_eps)
+            # xmid = x + attention, and its ffn_norm, in one pass
+            ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
+                                         p[b + "ffn_norm"], BT, C, cfg.rms_eps)
             ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
             ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
             ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
-            ops.residual_forward(rt, a.x[l + 1], a.xmid[l], a.proj, BT * C)
-        L = cfg.n_layer
-        ops.rmsnorm_forward(rt, a.xf, a.rstdf, a.x[L], p["output_norm"], BT, C, cfg.rms_eps)
+            # x[l+1] = xmid + feed-forward, and the next norm (the next block's, or the final)
+            if l + 1 < L:
+                nxt = (a.xn[l + 1], a.rstd1[l + 1], p[f"blk.{l + 1}.attn_norm"])
+            else:
+                nxt = (a.xf, a.rstdf, p["output_norm"])
+            ops.residual_rmsnorm_forward(rt, a.x[l + 1], nxt[0], nxt[1], a.xmid[l], a.proj,
+                                         nxt[2], BT, C, cfg.rms_eps)
         ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V, C)
 
     # -------------------------------------------------------------------------- backward

@@ -115,6 +115,11 @@ def rmsnorm_forward(rt: Runtime, out, rstd, inp, w, R: int, C: int, eps: float):
     _rows_launch(rt, "rmsnorm_forward", R, out, rstd, inp, w, R, C, eps)
 
 
+def residual_rmsnorm_forward(rt: Runtime, xsum, out, rstd, a, b, w, R: int, C: int, eps: float):
+    """xsum (R, C) = a + b, then out, rstd = rmsnorm_forward(xsum, w), in one pass."""
+    _rows_launch(rt, "residual_rmsnorm_forward", R, xsum, out, rstd, a, b, w, R, C, eps)
+
+
 def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
     """dinp (R, C) += ...; dw (C,) += ... (both accumulate)."""
     _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)

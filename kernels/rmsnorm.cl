@@ -2,21 +2,48 @@
  * Row kernels: one work-item per row on a CPU (beats local-memory reductions there, DESIGN.md),
  * 64 lanes per row on a GPU (coalesced; one work-item per row read at ~380 GB/s on an H200). */
 
-/* out, rstd <- inp (R, C), w (C). Row r = global id 1, shared by SM_LANES lanes (common.h). */
+/* Row r (= global id 1, shared by SM_LANES lanes, common.h) of x = inp (+ res when res is not
+ * 0, then also stored to sum): out = x / sqrt(mean(x^2) + eps) * w, rstd[r] = 1 / sqrt(...).
+ * The kernels pass literal 0 pointers where they have no residual, so those branches fold. */
+inline void rmsnorm_row(__global float* out, __global float* rstd, __global float* sum,
+                        __global const float* inp, __global const float* res,
+                        __global const float* w, int R, int C, float eps, __local float* red) {
+    const int lane = get_local_id(0), r = get_global_id(1);
+    const int n = r < R ? C : 0;  /* no early return: lanes_reduce has barriers */
+    const size_t row = (size_t)(r < R ? r : 0) * C;
+    float ss = 0.0f;
+    for (int c = lane; c < n; c += SM_LANES) {
+        float x = inp[row + c];
+        if (res) {
+            x += res[row + c];
+            sum[row + c] = x;
+        }
+        ss = MADD(x, x, ss);
+    }
+    ss = lanes_reduce(red + get_local_id(1) * SM_LANES, ss, lane, 0);
+    const float s = 1.0f / sqrt(ss / C + eps);
+    if (r < R && lane == 0) rstd[r] = s;
+    const __global float* x = res ? sum : inp;  /* this lane's own elements: no race */
+    for (int c = lane; c < n; c += SM_LANES) out[row + c] = x[row + c] * s * w[c];
+}
+
+/* out, rstd <- inp (R, C), w (C) */
 __kernel void rmsnorm_forward(__global float* out, __global float* rstd,
                               __global const float* inp, __global const float* w,
                               int R, int C, float eps) {
     __local float red[SM_ROWS * SM_LANES];
-    const int lane = get_local_id(0), r = get_global_id(1);
-    const int n = r < R ? C : 0;  /* no early return: lanes_reduce has barriers */
-    const __global float* x = inp + (size_t)(r < R ? r : 0) * C;
-    float ss = 0.0f;
-    for (int c = lane; c < n; c += SM_LANES) ss = MADD(x[c], x[c], ss);
-    ss = lanes_reduce(red + get_local_id(1) * SM_LANES, ss, lane, 0);
-    const float s = 1.0f / sqrt(ss / C + eps);
-    if (r < R && lane == 0) rstd[r] = s;
-    __global float* o = out + (size_t)(r < R ? r : 0) * C;
-    for (int c = lane; c < n; c += SM_LANES) o[c] = x[c] * s * w[c];
+    rmsnorm_row(out, rstd, 0, inp, 0, w, R, C, eps, red);
+}
+
+/* A residual connection and the RMSNorm after it in one pass over the rows (Llama: x + f(x),
+ * then the next block's norm): sum = a + b (R, C), kept for the backward pass and the next
+ * residual; out, rstd as rmsnorm_forward of sum. Saves residual_forward's extra pass. */
+__kernel void residual_rmsnorm_forward(__global float* sum, __global float* out,
+                                       __global float* rstd, __global const float* a,
+                                       __global const float* b, __global const float* w,
+                                       int R, int C, float eps) {
+    __local float red[SM_ROWS * SM_LANES];
+    rmsnorm_row(out, rstd, sum, a, b, w, R, C, eps, red);
 }
 
 /* dinp += d(out)/d(inp) . dout  (accumulates: the residual stream's gradient); rows as above */

@@ -89,6 +89,19 @@ def test_rmsnorm(rows_rt, R, C):
     close(down(rt, dw, (C,)), rdw + dw0, 5e-5)
 
 
+@pytest.mark.parametrize("R,C", [(1, 1), (13, 31), (1000, 33)])
+def test_residual_rmsnorm(rows_rt, R, C):
+    rt = rows_rt
+    rng = np.random.default_rng(R * C + 1)
+    a, b, w = rng.normal(size=(R, C)), rng.normal(size=(R, C)), rng.normal(size=C)
+    xsum, out, rstd = rt.empty(R * C), rt.empty(R * C), rt.empty(R)
+    ops.residual_rmsnorm_forward(rt, xsum, out, rstd, up(rt, a), up(rt, b), up(rt, w), R, C, 1e-5)
+    rout, rrstd = ref.rmsnorm_forward(a + b, w, 1e-5)
+    close(down(rt, xsum, (R, C)), a + b)
+    close(down(rt, out, (R, C)), rout)
+    close(down(rt, rstd, (R,)), rrstd)
+
+
 @pytest.mark.parametrize("B,T,V,C", [(1, 1, 5, 3), (2, 7, 11, 9), (3, 16, 300, 32)])
 def test_embedding(rt, B, T, V, C):
     rng = np.random.default_rng(V)
