@@ -76,6 +76,24 @@ def numpy_sgemm_flops(n: int = 2048, reps: int = 5) -> float:
     return best
 
 
+def engine_gemm_flops(rt, n: int = 2048, reps: int = 5) -> float:
+    """Best fp32 FLOP/s of the engine's own matmul_nn on n x n x n (on a CPU with 16-float
+    SIMD it beats numpy's OpenBLAS, whose DYNAMIC_ARCH build runs 8-float kernels here)."""
+    from engine import ops
+    rng = np.random.default_rng(0)
+    a, b = (rt.to_device(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
+    c = rt.empty(n * n)
+    ops.matmul_nn(rt, c, a, b, n, n, n)
+    rt.finish()
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        ops.matmul_nn(rt, c, a, b, n, n, n)
+        rt.finish()
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t))
+    return best
+
+
 def torch_mm_flops(device: str, n: int = 2048, reps: int = 5) -> float:
     """Best fp32 FLOP/s of torch.mm (tf32 off) on n x n x n."""
     import torch

@@ -17,9 +17,9 @@ from benchmarks.common import md_table
 
 # kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
 _MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled",
-           "matmul_nn_tiled128", "matmul_tn_tiled128")
+           "matmul_nn_tiled128", "matmul_tn_tiled128", "matmul_nn_vec", "matmul_tn_vec")
 # batched attention products: 2 M N K per (b, h), half of it under a causal mask
-_BMM = ("bmm_blocked", "bmm_tiled")
+_BMM = ("bmm_blocked", "bmm_tiled", "bmm_vec")
 
 
 def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
@@ -37,7 +37,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
         flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL + _BMM else 0.0
         if name in _BMM:
             flops *= global_size[2] * (0.5 if args[-1] else 1.0)
-        if name == "matmul_tn" and len(args) > 8:  # a K slice (k0, k1) of a CPU matmul_tn
+        if name in ("matmul_tn", "matmul_tn_vec", "matmul_nn_vec") and len(args) > 8:
+            # a K slice (k0, k1) of a CPU product
             flops = 2.0 * args[3] * args[4] * (args[8] - args[7])
         events.append((name, ev, flops))
         return ev

@@ -13,7 +13,7 @@ from engine.runtime import Runtime
 f32, i32 = np.float32, np.int32
 
 
-TN_SLICE = 256  # rows of K per matmul_tn launch on CPUs (cache blocking, see matmul.cl)
+TN_SLICE = 256  # rows of K per CPU matmul_tn (and vector matmul_nn) launch: cache blocking
 # Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
 GROUPS_PER_CU = 2
@@ -21,14 +21,19 @@ TK = 16  # K slice of the tiled GEMM (kernels/matmul_tiled.cl); split-K slices a
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
-    if rt.gemm == "blocked":  # register-blocked, one work-item per 6x16 tile (matmul.cl)
-        grid, local = (-(-N // 16), -(-M // 6)), (4, 4)
-        if form == "nn":
+    if rt.gemm in ("blocked", "vector"):
+        # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl) or 8x32 in float16
+        # vectors for 16-float SIMD (matmul_vec.cl)
+        vec = rt.gemm == "vector"
+        tm, tn, suffix = (8, 32, "_vec") if vec else (6, 16, "")
+        grid, local = (-(-N // tn), -(-M // tm)), (4, 4)
+        if form == "nn" and not vec:
             rt.launch_local("matmul_nn", _round(grid, local), local, C, A, B, M, N, K, beta)
-        else:
-            for k0 in range(0, max(K, 1), TN_SLICE):
-                rt.launch_local("matmul_tn", _round(grid, local), local, C, A, B, M, N, K,
-                                beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
+            return
+        # K in slices (beta 1 after the first), so the slice of A and B stays in cache
+        for k0 in range(0, max(K, 1), TN_SLICE):
+            rt.launch_local(f"matmul_{form}{suffix}", _round(grid, local), local, C, A, B, M, N,
+                            K, beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
     else:
         tl = _tile_edge(rt, form, M, N)
         suffix = "" if tl == 64 else "128"
@@ -176,11 +181,12 @@ def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nz: int, a, b, c,
     a, b = (offset, row stride, column stride, batch stride, head stride) in floats; c = the same
     without the column stride (it is 1). causal: 0 none, 1 skip tiles above the diagonal,
     2 only k <= m, 3 only k >= m (kernels/matmul_tiled.cl, bmm_tiled)."""
-    if rt.gemm == "blocked":
+    if rt.gemm in ("blocked", "vector"):
         if b[2] != 1:
             raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
-        grid = _round((-(-N // 16), -(-M // 6), nz), (4, 4, 1))
-        rt.launch_local("bmm_blocked", grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
+        tm, tn, name = (8, 32, "bmm_vec") if rt.gemm == "vector" else (6, 16, "bmm_blocked")
+        grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
+        rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
                         b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
     else:
         rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
@@ -215,7 +221,7 @@ def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
     hd, C3, nz = C // H, 3 * C, B * H
     q = (0, C3, 1, T * C3, hd)
     p = (0, T, 1, H * T * T, T * T)
-    if rt.gemm == "blocked":
+    if rt.gemm in ("blocked", "vector"):
         kt, kt_s = _heads_transposed(rt, qkv, 1, B, T, C, H)
     else:
         kt, kt_s = qkv, (C, 1, C3, T * C3, hd)
@@ -236,7 +242,7 @@ def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, att, B: int, T: int, C:
     g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
     p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)
     pt = (0, 1, T, H * T * T, T * T)           # their transpose
-    if rt.gemm == "blocked":
+    if rt.gemm in ("blocked", "vector"):
         vt, vt_s = _heads_transposed(rt, qkv, 2, B, T, C, H)
     else:
         vt, vt_s = qkv, (2 * C, 1, C3, T * C3, hd)

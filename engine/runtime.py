@@ -94,8 +94,10 @@ class Runtime:
         self.local_2d = (64, 1) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
         # GEMM variant (engine/ops.py): "blocked" suits CPUs (no local memory, DESIGN.md),
-        # "tiled" GPUs. Tests set it to run both variants on one device.
-        self.gemm = "blocked" if self.is_cpu else "tiled"
+        # "vector" CPUs with 16-float SIMD (AVX-512; matmul_vec.cl), "tiled" GPUs. Tests set
+        # it to run every variant on one device.
+        wide = self.device.native_vector_width_float >= 16
+        self.gemm = ("vector" if wide else "blocked") if self.is_cpu else "tiled"
         self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
         # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
         # input gradients (filling the partly empty last wave of each product); see side().

@@ -28,10 +28,10 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "tiled64", "tiled128"])
+@pytest.fixture(params=["blocked", "vector", "tiled64", "tiled128"])
 def gemm(rt, request):
-    """Run a test with each GEMM variant (CPU register-blocked, GPU local-memory tiled with
-    64x64 or 128x128 tiles)."""
+    """Run a test with each GEMM variant (CPU register-blocked in scalars or float16 vectors,
+    GPU local-memory tiled with 64x64 or 128x128 tiles)."""
     before = rt.gemm, rt.gemm_tile
     rt.gemm = request.param.rstrip("0123456789")
     rt.gemm_tile = int(request.param[5:]) if rt.gemm == "tiled" else None
@@ -44,7 +44,8 @@ def gemm(rt, request):
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
-                                   (5, 33, 300), (130, 70, 33), (600, 20, 7), (257, 129, 600)])
+                                   (5, 33, 300), (130, 70, 33), (600, 20, 7), (257, 129, 600),
+                                   (16, 64, 3), (41, 97, 260)])
 def test_matmul_forward_backward(rt, gemm, M, N, K):
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
@@ -138,10 +139,10 @@ def test_rope(rt, B, T, H, hd):
     close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
 
 
-@pytest.fixture(params=["gemm-blocked", "gemm-tiled", "gemm-tiled-lanes", "rows"])
+@pytest.fixture(params=["gemm-blocked", "gemm-vector", "gemm-tiled", "gemm-tiled-lanes", "rows"])
 def attention(rt, rt_lanes, request):
     """A runtime set to each attention variant: batched products on either GEMM kernel
-    (tile-granular causal skipping differs: 6x16 vs 64x64 tiles; "lanes": the softmax with 64
+    (tile-granular causal skipping differs: 6x16, 8x32, 64x64 tiles; "lanes": the softmax with 64
     work-items per row), or one work-item per query row."""
     variant, _, kind = request.param.partition("-")
     r = rt_lanes if kind.endswith("lanes") else rt
