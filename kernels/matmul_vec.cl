@@ -5,7 +5,11 @@
  * registers only; written with float16 the same products ran ~2x faster on the 2-core AMD EPYC
  * (Zen 5) here (~480 vs ~240 GFLOP/s; measured FMA peak 540). With 8-float SIMD (AVX2) the 16
  * accumulators would not fit the 16 registers, so the engine uses matmul.cl there.
- * Same contracts as matmul.cl; full tiles take the vector path, edge tiles the scalar one. */
+ * Same contracts as matmul.cl; full tiles take the vector path, edge tiles the scalar one.
+ * Compiled for CPU devices only: GPUs never use them, and a GPU compiler that rejected the
+ * unaligned float16 type would otherwise fail the whole program. */
+
+#ifdef CPU_DEVICE
 
 #define VM_TM 8
 #define VM_TN 32
@@ -92,3 +96,5 @@ __kernel void bmm_vec(__global float* C, __global const float* A, __global const
     const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + VM_TM) : K;
     VEC_TILE(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, M, N, kb, ke, alpha, beta, m0, n0)
 }
+
+#endif  /* CPU_DEVICE */
