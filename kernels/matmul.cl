@@ -43,40 +43,48 @@ inline void store_edge_tile(__global float* C, float acc[MM_TM][MM_TN], int m0, 
         }
 }
 
+/* The body of every product kernel below, a macro rather than an inline function (through an
+ * inline helper with strides PoCL ran matmul_nn / matmul_tn 15-20% slower, measured here;
+ * the macro expands to the same code as writing the loop out). For the tile at (m0, n0):
+ * C[m * ldc + n] = alpha * sum over kb <= k < ke of A(m, k) B(k, n) + beta * C[m * ldc + n],
+ * with A(m, k) = A[m * a_rs + k * a_cs] and B's rows b_rs apart; the kernels pass literal
+ * strides where they have them. Full tiles keep MM_TM x MM_TN accumulators in registers;
+ * edge tiles take a guarded loop. */
+#define BLOCKED_TILE(C, ldc, A, a_rs, a_cs, B, b_rs, M, N, kb, ke, alpha, beta, m0, n0)       \
+    float acc[MM_TM][MM_TN];                                                                   \
+    _Pragma("unroll") for (int i = 0; i < MM_TM; i++)                                          \
+        _Pragma("unroll") for (int j = 0; j < MM_TN; j++) acc[i][j] = 0.0f;                     \
+    const bool full = m0 + MM_TM <= M && n0 + MM_TN <= N;                                      \
+    if (full) {                                                                                \
+        for (int k = kb; k < ke; k++) {                                                        \
+            const __global float* bp = B + (size_t)k * (b_rs) + n0;                            \
+            float av[MM_TM], bv[MM_TN];                                                        \
+            _Pragma("unroll") for (int i = 0; i < MM_TM; i++)                                  \
+                av[i] = A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)];                     \
+            _Pragma("unroll") for (int j = 0; j < MM_TN; j++) bv[j] = bp[j];                   \
+            _Pragma("unroll") for (int i = 0; i < MM_TM; i++)                                  \
+                _Pragma("unroll") for (int j = 0; j < MM_TN; j++)                              \
+                    acc[i][j] = av[i] * bv[j] + acc[i][j];                                     \
+        }                                                                                      \
+    } else {                                                                                   \
+        for (int k = kb; k < ke; k++)                                                          \
+            for (int i = 0; i < min(MM_TM, M - m0); i++) {                                     \
+                const float a = A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)];             \
+                for (int j = 0; j < min(MM_TN, N - n0); j++)                                   \
+                    acc[i][j] += a * B[(size_t)k * (b_rs) + n0 + j];                           \
+            }                                                                                  \
+    }                                                                                          \
+    if ((alpha) != 1.0f)                                                                       \
+        _Pragma("unroll") for (int i = 0; i < MM_TM; i++)                                      \
+            _Pragma("unroll") for (int j = 0; j < MM_TN; j++) acc[i][j] *= (alpha);            \
+    if (full) store_full_tile(C, acc, m0, n0, ldc, beta);                                      \
+    else store_edge_tile(C, acc, m0, n0, min(MM_TM, M - m0), min(MM_TN, N - n0), ldc, beta);
+
 __kernel void matmul_nn(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta) {
-    const int n0 = get_global_id(0) * MM_TN;
-    const int m0 = get_global_id(1) * MM_TM;
+    const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;
     if (n0 >= N || m0 >= M) return;
-    float acc[MM_TM][MM_TN];
-    #pragma unroll
-    for (int i = 0; i < MM_TM; i++)
-        #pragma unroll
-        for (int j = 0; j < MM_TN; j++) acc[i][j] = 0.0f;
-    if (m0 + MM_TM <= M && n0 + MM_TN <= N) {
-        for (int k = 0; k < K; k++) {
-            const __global float* b = B + (size_t)k * N + n0;
-            float bv[MM_TN];
-            #pragma unroll
-            for (int j = 0; j < MM_TN; j++) bv[j] = b[j];
-            #pragma unroll
-            for (int i = 0; i < MM_TM; i++) {
-                const float a = A[(size_t)(m0 + i) * K + k];
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) acc[i][j] = a * bv[j] + acc[i][j];
-            }
-        }
-        store_full_tile(C, acc, m0, n0, N, beta);
-    } else {
-        const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
-        for (int k = 0; k < K; k++) {
-            for (int i = 0; i < mt; i++) {
-                const float a = A[(size_t)(m0 + i) * K + k];
-                for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * N + n0 + j];
-            }
-        }
-        store_edge_tile(C, acc, m0, n0, mt, nt, N, beta);
-    }
+    BLOCKED_TILE(C, N, A, K, 1, B, N, M, N, 0, K, 1.0f, beta, m0, n0)
 }
 
 /* Only rows k0 <= k < k1 of A and B are summed: the launcher walks a long K (= B*T for a
@@ -84,38 +92,9 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
  * every tile passes over it (1.7x faster on M shapes, ~5x on L, measured here). */
 __kernel void matmul_tn(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, int k0, int k1) {
-    const int n0 = get_global_id(0) * MM_TN;
-    const int m0 = get_global_id(1) * MM_TM;
+    const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;
     if (n0 >= N || m0 >= M) return;
-    float acc[MM_TM][MM_TN];
-    #pragma unroll
-    for (int i = 0; i < MM_TM; i++)
-        #pragma unroll
-        for (int j = 0; j < MM_TN; j++) acc[i][j] = 0.0f;
-    if (m0 + MM_TM <= M && n0 + MM_TN <= N) {
-        for (int k = k0; k < k1; k++) {
-            const __global float* a = A + (size_t)k * M + m0;
-            const __global float* b = B + (size_t)k * N + n0;
-            float av[MM_TM], bv[MM_TN];
-            #pragma unroll
-            for (int i = 0; i < MM_TM; i++) av[i] = a[i];
-            #pragma unroll
-            for (int j = 0; j < MM_TN; j++) bv[j] = b[j];
-            #pragma unroll
-            for (int i = 0; i < MM_TM; i++)
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) acc[i][j] = av[i] * bv[j] + acc[i][j];
-        }
-        store_full_tile(C, acc, m0, n0, N, beta);
-    } else {
-        const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
-        for (int k = k0; k < k1; k++)
-            for (int i = 0; i < mt; i++) {
-                const float a = A[(size_t)k * M + m0 + i];
-                for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * N + n0 + j];
-            }
-        store_edge_tile(C, acc, m0, n0, mt, nt, N, beta);
-    }
+    BLOCKED_TILE(C, N, A, 1, M, B, N, M, N, k0, k1, 1.0f, beta, m0, n0)
 }
 
 /* out(C, R) = in(R, C)^T, one work-item per 4x4 block. */
@@ -135,57 +114,20 @@ __kernel void transpose(__global float* out, __global const float* in, int R, in
  *   unit column stride: B[b_off + b * b_bs + h * b_hs + k * b_rs + n]
  * (rows of B and C contiguous, so the MM_TN-wide row vectorises; the launcher transposes K or
  * V first where a product needs their transpose). causal as in bmm_tiled (matmul_tiled.cl):
- * 1 skip tiles wholly above the diagonal, 2 only k <= m, 3 only k >= m (tile-granular).
- * The loop repeats matmul_nn's instead of sharing one inline helper with strides: PoCL ran
- * matmul_nn / matmul_tn 15-20% slower through such a helper (measured here). */
+ * 1 skip tiles wholly above the diagonal, 2 only k <= m, 3 only k >= m (tile-granular). */
 __kernel void bmm_blocked(__global float* C, __global const float* A, __global const float* B,
                           int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs,
                           int a_hs, int b_off, int b_rs, int b_bs, int b_hs, int c_off, int c_rs,
                           int c_bs, int c_hs, float alpha, float beta, int causal) {
-    const int n0 = get_global_id(0) * MM_TN;
-    const int m0 = get_global_id(1) * MM_TM;
-    const int z = get_global_id(2);
+    const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;
     if (n0 >= N || m0 >= M) return;
     if (causal == 1 && n0 > m0 + MM_TM - 1) return;
-    const int b = z / H, h = z % H;
-    A += a_off + (size_t)b * a_bs + (size_t)h * a_hs;
-    B += b_off + (size_t)b * b_bs + (size_t)h * b_hs;
-    C += c_off + (size_t)b * c_bs + (size_t)h * c_hs;
-    const int kb = causal == 3 ? m0 : 0;
-    const int ke = causal == 2 ? min(K, m0 + MM_TM) : K;
-    float acc[MM_TM][MM_TN];
-    #pragma unroll
-    for (int i = 0; i < MM_TM; i++)
-        #pragma unroll
-        for (int j = 0; j < MM_TN; j++) acc[i][j] = 0.0f;
-    const bool full = m0 + MM_TM <= M && n0 + MM_TN <= N;
-    if (full) {
-        for (int k = kb; k < ke; k++) {
-            const __global float* bp = B + (size_t)k * b_rs + n0;
-            float bv[MM_TN];
-            #pragma unroll
-            for (int j = 0; j < MM_TN; j++) bv[j] = bp[j];
-            #pragma unroll
-            for (int i = 0; i < MM_TM; i++) {
-                const float a = A[(size_t)(m0 + i) * a_rs + (size_t)k * a_cs];
-                #pragma unroll
-                for (int j = 0; j < MM_TN; j++) acc[i][j] = a * bv[j] + acc[i][j];
-            }
-        }
-    } else {
-        const int mt = min(MM_TM, M - m0), nt = min(MM_TN, N - n0);
-        for (int k = kb; k < ke; k++)
-            for (int i = 0; i < mt; i++) {
-                const float a = A[(size_t)(m0 + i) * a_rs + (size_t)k * a_cs];
-                for (int j = 0; j < nt; j++) acc[i][j] += a * B[(size_t)k * b_rs + n0 + j];
-            }
-    }
-    #pragma unroll
-    for (int i = 0; i < MM_TM; i++)
-        #pragma unroll
-        for (int j = 0; j < MM_TN; j++) acc[i][j] *= alpha;
-    if (full) store_full_tile(C, acc, m0, n0, c_rs, beta);
-    else store_edge_tile(C, acc, m0, n0, min(MM_TM, M - m0), min(MM_TN, N - n0), c_rs, beta);
+    const int z = get_global_id(2), b = z / H, h = z % H;
+    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;
+    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;
+    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;
+    const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + MM_TM) : K;
+    BLOCKED_TILE(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, M, N, kb, ke, alpha, beta, m0, n0)
 }
 
 /* out[z](cols, rows) = in[z](rows, cols)^T for z = b * H + h, with in[z](r, c) at
