@@ -45,9 +45,8 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
             return
         # tn: split K so the groups fill one wave (more would start a second, nearly empty
         # wave: 270 groups where 264 fit ran at 2/3 of the speed of 264), then add the slices
-        wave = GROUPS_PER_CU * rt.info.compute_units
         n_tiles = grid[0] * grid[1] // 256
-        slices = max(1, min(wave // n_tiles, -(-K // 256)))
+        slices = max(1, min(_wave(rt) // n_tiles, -(-K // 256)))
         kslice = -(-K // slices)
         kslice = max(TK, -(-kslice // TK) * TK)
         slices = -(-K // kslice) if K else 1
@@ -74,8 +73,12 @@ def _tile_edge(rt: Runtime, form: str, M: int, N: int) -> int:
         return 64
     if form == "tn":
         return 128 if M * N >= 1 << 17 and min(M, N) >= 128 else 64
-    wave = GROUPS_PER_CU * rt.info.compute_units
-    return 128 if -(-M // 128) * -(-N // 128) >= wave else 64
+    return 128 if -(-M // 128) * -(-N // 128) >= _wave(rt) else 64
+
+
+def _wave(rt: Runtime) -> int:
+    """Tiled-GEMM work-groups the device runs at once (GROUPS_PER_CU per compute unit)."""
+    return GROUPS_PER_CU * rt.info.compute_units
 
 
 def _round(grid, local):
@@ -113,6 +116,12 @@ def matmul_backward(rt: Runtime, dinp, dw, dout, inp, w, M: int, N: int, K: int)
         matmul_tn(rt, dw, dout, inp, N, K, M, 1.0)
     if dinp is not None:
         matmul_nn(rt, dinp, dout, w, M, K, N)
+
+
+def _rows_launch(rt: Runtime, name: str, rows: int, *args):
+    """A row kernel: rt.row_lanes work-items per row (kernels/common.h, lanes_reduce)."""
+    lanes, per = rt.row_lanes, rt.row_group_rows
+    rt.launch_local(name, (lanes, -(-rows // per) * per), (lanes, per), *args)
 
 
 def rmsnorm_forward(rt: Runtime, out, rstd, inp, w, R: int, C: int, eps: float):
@@ -205,12 +214,6 @@ def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: in
     return out, (0, T, 1, H * hd * T, hd * T)
 
 
-def _rows_launch(rt: Runtime, name: str, rows: int, *args):
-    """A row kernel: rt.row_lanes work-items per row (kernels/common.h, lanes_reduce)."""
-    lanes, per = rt.row_lanes, rt.row_group_rows
-    rt.launch_local(name, (lanes, -(-rows // per) * per), (lanes, per), *args)
-
-
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
     """Causal attention (Vaswani et al. 2017): y (B*T, C) and the probabilities att (B, H, T, T)
     from qkv (B*T, 3C); att layout: att_key_major. "gemm": S = Q K^T / sqrt(head_dim) and
@@ -262,11 +265,6 @@ def swiglu_forward(rt: Runtime, h, gu, BT: int, F: int):
 
 def swiglu_backward(rt: Runtime, dgu, dh, gu, BT: int, F: int):
     rt.launch("swiglu_backward", (F, BT), dgu, dh, gu, BT, F)
-
-
-def residual_forward(rt: Runtime, out, a, b, n: int):
-    """out = a + b over n floats."""
-    rt.launch_long("residual_forward", n, out, a, b, n)
 
 
 def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, V: int,

@@ -83,10 +83,11 @@ class Runtime:
                               f"Pick another device. Compiler said:\n{e}") from e
         self._sigs = kernel_signatures(src)
         self._kernels: dict[str, cl.Kernel] = {}
+        self._gemm_tiles: dict[int, tuple | None] = {}  # tile edge -> __local args (gemm_tiles)
         self.launches = 0  # kernel enqueues since creation (reported by benchmarks)
         # Fixed local sizes (see class docstring). CPU: small groups keep both cores busy.
         self.local_1d = (16,) if self.is_cpu else (64,)
-        # Long element-wise 1-D kernels (AdamW, residual): PoCL pays per work-group, so on a
+        # Long element-wise 1-D kernels (AdamW, split-K sums): PoCL pays per work-group, so on a
         # CPU they take big groups (adamw_update spent 2.7 ms of a 48 ms step with 16).
         self.local_1d_long = (1024,) if self.is_cpu else (256,)
         # CPU: PoCL pays per work-group, so 2-D element-wise kernels take long rows
@@ -121,11 +122,13 @@ class Runtime:
         """The __local tile arguments of the tiled GEMM kernels for tile edge tl (64 or 128):
         2 buffers x 16 rows x (tl + 4) floats for A and as many for B (kernels/matmul_tiled.cl),
         or None where the device's local memory is too small (OpenCL guarantees 32 KiB; the
-        128 tiles take 33 KiB)."""
-        nbytes = 2 * 16 * (tl + 4) * 4
-        if 2 * nbytes > self.device.local_mem_size:
-            return None
-        return (cl.LocalMemory(nbytes), cl.LocalMemory(nbytes))
+        128 tiles take 33 KiB). Made once per tile edge: every tiled launch asks."""
+        if tl not in self._gemm_tiles:
+            nbytes = 2 * 16 * (tl + 4) * 4
+            fits = 2 * nbytes <= self.device.local_mem_size
+            self._gemm_tiles[tl] = (cl.LocalMemory(nbytes), cl.LocalMemory(nbytes)) if fits \
+                else None
+        return self._gemm_tiles[tl]
 
     def launch(self, name: str, global_size: tuple, *args):
         """Enqueue kernel `name` over `global_size` (rounded up to the fixed local size)."""

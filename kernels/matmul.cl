@@ -107,6 +107,18 @@ __kernel void transpose(__global float* out, __global const float* in, int R, in
             out[(size_t)(c0 + j) * R + r0 + i] = in[(size_t)(r0 + i) * C + c0 + j];
 }
 
+/* The part every batched attention product (bmm_blocked, bmm_tiled, bmm_vec: same arguments)
+ * shares, for the tile of tm rows at (m0, n0): return when causal == 1 and the tile lies wholly
+ * above the diagonal; Az, Bz, Cz = A, B, C of this (b, h), z = b * H + h the third grid index;
+ * [kb, ke) = the K range the causal mode leaves (2: k < m0 + tm, 3: k >= m0). */
+#define BMM_SLICE(tm)                                                                          \
+    if (causal == 1 && n0 > m0 + (tm) - 1) return;                                            \
+    const int z = get_global_id(2), b = z / H, h = z % H;                                      \
+    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;                \
+    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;                \
+    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;                      \
+    const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + (tm)) : K;
+
 /* Batched strided product for attention (CPU), one MM_TM x MM_TN tile per work-item and one
  * (b, h) per index z = b * H + h of the third dimension:
  *   C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z],
@@ -121,12 +133,7 @@ __kernel void bmm_blocked(__global float* C, __global const float* A, __global c
                           int c_bs, int c_hs, float alpha, float beta, int causal) {
     const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;
     if (n0 >= N || m0 >= M) return;
-    if (causal == 1 && n0 > m0 + MM_TM - 1) return;
-    const int z = get_global_id(2), b = z / H, h = z % H;
-    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;
-    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;
-    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;
-    const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + MM_TM) : K;
+    BMM_SLICE(MM_TM)
     BLOCKED_TILE(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, M, N, kb, ke, alpha, beta, m0, n0)
 }
 

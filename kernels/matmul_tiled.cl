@@ -193,12 +193,8 @@ void bmm_tiled(__global float* C, __global const float* A, __global const float*
                int c_hs, float alpha, float beta, int causal, __local float4* As4,
                __local float4* Bs4) {
     TILES;
-    const int z = get_group_id(2), b = z / H, h = z % H;
     const int n0 = get_group_id(0) * BMM_TL, m0 = get_group_id(1) * BMM_TL;
-    if (causal == 1 && n0 > m0 + BMM_TL - 1) return;
-    gemm_tile(C + c_off + (size_t)b * c_bs + (size_t)h * c_hs, c_rs,
-              A + a_off + (size_t)b * a_bs + (size_t)h * a_hs, a_rs, a_cs,
-              B + b_off + (size_t)b * b_bs + (size_t)h * b_hs, b_rs, b_cs, M, N,
-              causal == 3 ? m0 : 0, causal == 2 ? min(K, m0 + BMM_TL) : K, alpha, beta, m0, n0,
-              As, Bs, BMM_TL);
+    BMM_SLICE(BMM_TL)  /* (matmul.cl) a whole work-group returns or none: before any barrier */
+    gemm_tile(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, b_cs, M, N, kb, ke, alpha, beta, m0, n0, As,
+              Bs, BMM_TL);
 }

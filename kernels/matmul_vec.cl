@@ -88,12 +88,7 @@ __kernel void bmm_vec(__global float* C, __global const float* A, __global const
                       int a_hs, int b_off, int b_rs, int b_bs, int b_hs, int c_off, int c_rs,
                       int c_bs, int c_hs, float alpha, float beta, int causal) {
     VEC_START
-    if (causal == 1 && n0 > m0 + VM_TM - 1) return;
-    const int z = get_global_id(2), b = z / H, h = z % H;
-    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;
-    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;
-    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;
-    const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + VM_TM) : K;
+    BMM_SLICE(VM_TM)
     VEC_TILE(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, M, N, kb, ke, alpha, beta, m0, n0)
 }
 

@@ -37,7 +37,8 @@ __kernel void rmsnorm_forward(__global float* out, __global float* rstd,
 
 /* A residual connection and the RMSNorm after it in one pass over the rows (Llama: x + f(x),
  * then the next block's norm): sum = a + b (R, C), kept for the backward pass and the next
- * residual; out, rstd as rmsnorm_forward of sum. Saves residual_forward's extra pass. */
+ * residual; out, rstd as rmsnorm_forward of sum. One pass where a separate residual kernel
+ * took another over (R, C). */
 __kernel void residual_rmsnorm_forward(__global float* sum, __global float* out,
                                        __global float* rstd, __global const float* a,
                                        __global const float* b, __global const float* w,

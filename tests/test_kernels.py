@@ -194,14 +194,6 @@ def test_swiglu(rt, BT, F):
     close(down(rt, dgu, (BT, 2 * F)), np.concatenate([rdg, rdu], -1))
 
 
-def test_residual(rt):
-    rng = np.random.default_rng(3)
-    a, b = rng.normal(size=37), rng.normal(size=37)
-    out = rt.empty(37)
-    ops.residual_forward(rt, out, up(rt, a), up(rt, b), 37)
-    close(down(rt, out, (37,)), a + b)
-
-
 @pytest.mark.parametrize("R,V", [(1, 1), (1, 7), (9, 300), (33, 1000)])
 def test_crossentropy(rows_rt, R, V):
     rt = rows_rt
