@@ -177,13 +177,6 @@ def rope_backward(rt: Runtime, dqkv, cos_t, sin_t, BT: int, T: int, C: int, head
     rt.launch("rope_backward", (C, BT), dqkv, cos_t, sin_t, BT, T, C, head_dim, pos0)
 
 
-def att_key_major(rt: Runtime) -> bool:
-    """True where att / datt hold (B, H, T_key, T_query) instead of (B, H, T_query, T_key):
-    the "rows" attention on GPUs, so neighbouring work-items read neighbouring words
-    (kernels/attention.cl). The "gemm" attention is query-major everywhere."""
-    return rt.attention == "rows" and not rt.is_cpu
-
-
 def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nz: int, a, b, c,
          alpha: float = 1.0, beta: float = 0.0, causal: int = 0):
     """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h < nz.
@@ -215,12 +208,9 @@ def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: in
 
 
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
-    """Causal attention (Vaswani et al. 2017): y (B*T, C) and the probabilities att (B, H, T, T)
-    from qkv (B*T, 3C); att layout: att_key_major. "gemm": S = Q K^T / sqrt(head_dim) and
-    Y = P V as batched products, softmax in between; "rows": one work-item per query row."""
-    if rt.attention == "rows":
-        rt.launch("attention_forward", (T, H, B), y, att, qkv, B, T, C, H)
-        return
+    """Causal attention (Vaswani et al. 2017): y (B*T, C) and the probabilities att (B, H, T, T),
+    query-major, from qkv (B*T, 3C): S = Q K^T / sqrt(head_dim) and Y = P V as batched
+    products, the causal row softmax in between."""
     hd, C3, nz = C // H, 3 * C, B * H
     q = (0, C3, 1, T * C3, hd)
     p = (0, T, 1, H * T * T, T * T)
@@ -235,12 +225,8 @@ def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
 
 
 def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, att, B: int, T: int, C: int, H: int):
-    """dqkv (B*T, 3C) from dy (B*T, C), fully overwritten; datt (B, H, T, T) is scratch.
-    "gemm": dP = dY V^T, dS = softmax backward, dQ = dS K, dK = dS^T Q, dV = P^T dY."""
-    if rt.attention == "rows":
-        rt.launch("attention_backward_dq", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
-        rt.launch("attention_backward_dkv", (T, H, B), dqkv, datt, dy, qkv, att, B, T, C, H)
-        return
+    """dqkv (B*T, 3C) from dy (B*T, C), fully overwritten; datt (B, H, T, T) is scratch:
+    dP = dY V^T, dS = softmax backward, dQ = dS K, dK = dS^T Q, dV = P^T dY."""
     hd, C3, nz = C // H, 3 * C, B * H
     g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
     p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)

@@ -106,9 +106,6 @@ class Runtime:
         self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
-        # Attention variant (engine/ops.py): "gemm" = batched products with the GEMM kernels
-        # above and a row softmax; "rows" = one work-item per query row. Tests run both.
-        self.attention = "gemm"
 
     def kernel(self, name: str) -> cl.Kernel:
         k = self._kernels.get(name)

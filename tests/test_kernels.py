@@ -141,19 +141,18 @@ def test_rope(rt, B, T, H, hd):
     close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
 
 
-@pytest.fixture(params=["gemm-blocked", "gemm-vector", "gemm-tiled", "gemm-tiled-lanes", "rows"])
+@pytest.fixture(params=["blocked", "vector", "tiled", "tiled-lanes"])
 def attention(rt, rt_lanes, request):
-    """A runtime set to each attention variant: batched products on either GEMM kernel
-    (tile-granular causal skipping differs: 6x16, 8x32, 64x64 tiles; "lanes": the softmax with 64
-    work-items per row), or one work-item per query row."""
-    variant, _, kind = request.param.partition("-")
-    r = rt_lanes if kind.endswith("lanes") else rt
+    """A runtime whose attention products run on each GEMM kernel (tile-granular causal
+    skipping differs: 6x16, 8x32, 64x64 tiles; "lanes": the softmax with 64 work-items per
+    row)."""
+    kind, _, lanes = request.param.partition("-")
+    r = rt_lanes if lanes else rt
     if kind == "vector" and not r.is_cpu:
         pytest.skip("the float16 CPU kernels are compiled for CPU devices only")
-    before = r.attention, r.gemm
-    r.attention, r.gemm = variant, (kind.split("-")[0] or r.gemm)
+    before, r.gemm = r.gemm, kind
     yield r
-    r.attention, r.gemm = before
+    r.gemm = before
 
 
 @pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 32, 4, 16),
@@ -170,7 +169,7 @@ def test_attention(attention, B, T, H, hd):
     ry, ratt = ref.attention_forward(q, k, v, H)
     close(down(rt, y, (B, T, C)), ry)
     got_att = down(rt, att, (B, H, T, T))
-    close(got_att.swapaxes(-1, -2) if ops.att_key_major(rt) else got_att, ratt)
+    close(got_att, ratt)
     dqkv, datt = nan(B * T * 3 * C), nan(B * H * T * T)
     ops.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, att, B, T, C, H)
     got = down(rt, dqkv, (B, T, 3 * C))
