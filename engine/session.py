@@ -17,8 +17,11 @@ import pyopencl as cl
 from engine import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
+from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
+from engine.chat import fit_messages as _fit_messages
 from engine.decode import KVDecoder
-from engine.dialogue import Message, TuneData, encode_prompt
+from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
+                             encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
 from engine.evaluate import answer_accuracy, fact_recall
 from engine.memory import check_fits
@@ -42,14 +45,16 @@ class TrainingSession:
 
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
-                 flat_weights: np.ndarray | None = None):
+                 flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT):
         self.rt, self.tokenizer = rt, tokenizer
+        self.chat_format = check_chat_format(chat_format)  # engine.dialogue: how turns render
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
                                      train_cfg.seed)
-        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed) if tune_text else None
+        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
+                             chat_format) if tune_text else None
         check_fits(model_cfg, train_cfg.batch_size, rt.info)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
@@ -57,6 +62,8 @@ class TrainingSession:
         self.last_loss: float | None = None
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
         self._decoder: KVDecoder | None = None
+        self.last_finish = "stop"      # why the last generate_ids ended: stop, length, context
+        self._last_n_tokens = 0
         self._good = None  # last finite state, for the NaN guard
         self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
 
@@ -86,7 +93,8 @@ class TrainingSession:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
         tok = Tokenizer.from_bytes(ck["tokenizer"])
         rt = runtime or Runtime(device)
-        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"])
+        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
+                chat_format=h.get("chat_format", 1))                      # key: format 1
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -111,7 +119,8 @@ class TrainingSession:
         b = import_gguf(path)
         rt = runtime or Runtime(device)
         s = cls(rt, b.config, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
-                flat_weights=ParamTable(b.config).flatten(b.weights))
+                flat_weights=ParamTable(b.config).flatten(b.weights),
+                chat_format=b.metadata.get("chat_format", 1))   # exported before the key: 1
         s.last_loss = b.metadata.get("final_loss")
         return s
 
@@ -122,6 +131,7 @@ class TrainingSession:
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
             "rng_state": self.rng.bit_generator.state, "history": self.history,
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
+            "chat_format": self.chat_format,
         }
         m = self.model
         return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
@@ -295,7 +305,8 @@ class TrainingSession:
         tc = self.train_config
         meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
                 "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
-                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary()}
+                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
+                "chat_format": self.chat_format}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
 
@@ -308,34 +319,56 @@ class TrainingSession:
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64,
                      sampling: SamplingParams = SamplingParams(), seed: int | None = None,
                      on_token: Callable[[int], None] | None = None,
-                     kv_cache: bool = True) -> list[int]:
+                     kv_cache: bool = True,
+                     slide: Callable[[list[int], list[int]], list[int] | None] | None = None
+                     ) -> list[int]:
         """Continue `prompt_ids` (BOS included by the caller) until `</s>` or max_new_tokens.
-        kv_cache=False recomputes the whole window for every token (the slow reference path).
-        Returns the new ids (without `</s>`)."""
+
+        The model sees a window of at most context_length (T) tokens: a longer prompt is seen by
+        its last T. When the window is full and another token is wanted, `slide(window, new)`
+        gives the next window (its last token the newest) or None to stop (self.last_finish is
+        then "context"); the default keeps the newest T//2 + 1 tokens (RoPE positions restart
+        at 0, as in a pretraining window that starts mid-text). kv_cache=False recomputes the
+        whole window for every token (the slow reference path); both paths see the same windows.
+        Returns the new ids (without `</s>`); self.last_finish is "stop", "length" or "context".
+        """
         T = self.model_config.context_length
         rng = np.random.default_rng(seed)
-        ids = list(prompt_ids) or [self.tokenizer.bos_id]
+        ctx = (list(prompt_ids) or [self.tokenizer.bos_id])[-T:]
+        slide = slide or (lambda window, new: window[-(T // 2 + 1):])
         out: list[int] = []
-        if kv_cache:
-            if self._decoder is None:
-                self._decoder = KVDecoder(self.model)
-            logits = self._decoder.reset(ids)
-        window = np.zeros((1, T), np.int32)
+        if kv_cache and self._decoder is None:
+            self._decoder = KVDecoder(self.model)
+        logits = self._prefill(ctx, kv_cache)
+        self.last_finish = "length"
         for i in range(max_new_tokens):
-            if not kv_cache:
-                ctx = ids[-T:]
-                window[0, :len(ctx)] = ctx
-                logits = self.model.last_logits(window, len(ctx))  # causal: padding unseen
             tok = next_token(logits, sampling, rng, out)
             if tok == self.tokenizer.eos_id:
+                self.last_finish = "stop"
                 break
-            ids.append(tok)
             out.append(tok)
             if on_token:
                 on_token(tok)
-            if kv_cache and i + 1 < max_new_tokens:
-                logits = self._decoder.step(tok)
+            if i + 1 == max_new_tokens:
+                break
+            ctx.append(tok)
+            if len(ctx) <= T:
+                logits = self._decoder.step(tok) if kv_cache else self._prefill(ctx, False)
+                continue
+            ctx = slide(ctx, out)
+            if ctx is None:
+                self.last_finish = "context"
+                break
+            logits = self._prefill(ctx, kv_cache)
         return out
+
+    def _prefill(self, ctx: list[int], kv_cache: bool) -> np.ndarray:
+        """Logits (V,) after the window `ctx` (at most T ids), through the KV cache or not."""
+        if kv_cache:
+            return self._decoder.reset(ctx)
+        window = np.zeros((1, self.model_config.context_length), np.int32)
+        window[0, :len(ctx)] = ctx
+        return self.model.last_logits(window, len(ctx))  # causal: the padding is unseen
 
     def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):
         if temperature < 0 or top_k < 0 or not (0 < top_p <= 1) or repetition_penalty <= 0:
@@ -358,44 +391,53 @@ class TrainingSession:
     def chat(self, messages: list[Message], max_new_tokens: int = 64, temperature: float = 0.8,
              top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
              seed: int | None = None, greedy: bool = False,
-             on_token: Callable[[str], None] | None = None) -> str:
-        """The assistant's answer to `messages` (last one from the user), rendered with the
-        tune format / GGUF chat template; stops at `</s>`. Leading space stripped. When the
-        conversation and the answer do not fit context_length, the oldest whole turns are
-        dropped (see `fit_messages`)."""
+             on_token: Callable[[str], None] | None = None) -> ChatReply:
+        """Answer `messages` (last one from the user), rendered with the tune format / GGUF chat
+        template (engine.dialogue); stops at `</s>`. The text is the model's own, not stripped:
+        llama.cpp's chat completion on the exported GGUF returns the same characters. History is
+        kept while the prompt leaves answer_reserve tokens free; when the answer fills the
+        window, the oldest exchanges make way (engine.chat). on_token gets each new piece of
+        text. Returns a ChatReply: the answer (a str) with dropped_turns and finish_reason.
+        Raises ConfigError for bad settings or when the last message is not the user's."""
         if not messages or messages[-1].role != "user":
             raise ConfigError("A chat needs the user's message last.")
-        messages = self.fit_messages(messages, max_new_tokens)
-        ids = encode_prompt(self.tokenizer, messages)
-        started = False
+        kept = self.fit_messages(messages, max_new_tokens)
+        T, fmt = self.model_config.context_length, self.chat_format
 
-        def stream(piece: str):  # the answer follows "Assistant:" with a space: drop it
-            nonlocal started
-            if not started:
-                piece = piece.lstrip()
-                started = bool(piece)
-            if piece and on_token:
-                on_token(piece)
+        def slide(window, new):   # the answer fills the window: the oldest exchange makes way
+            nonlocal kept
+            while (shorter := drop_oldest_exchange(kept)) is not None:
+                kept = shorter
+                ids = encode_prompt(self.tokenizer, kept, fmt) + new
+                if len(ids) <= T:
+                    return ids
+            return None
 
-        return self._decode_stream(ids, max_new_tokens, self._sampling(
-            temperature, top_k, top_p, repetition_penalty, greedy), seed, stream).strip()
+        shown = ""
+
+        def stream(piece: str):   # format 1: hold back the separator space before the answer
+            nonlocal shown
+            text = answer_text(shown + piece, fmt)
+            if on_token and len(text) > len(answer_text(shown, fmt)):
+                on_token(text[len(answer_text(shown, fmt)):])
+            shown += piece
+
+        ids = encode_prompt(self.tokenizer, kept, fmt)
+        text = self._decode_stream(ids, max_new_tokens, self._sampling(
+            temperature, top_k, top_p, repetition_penalty, greedy), seed, stream, slide)
+        return ChatReply(answer_text(text, fmt), len(messages) - len(kept), self.last_finish,
+                         self._last_n_tokens, T)
 
     def fit_messages(self, messages: list[Message], max_new_tokens: int) -> list[Message]:
-        """The newest turns that leave room for an answer in the context window: whole
-        user/assistant pairs are dropped from the front (never half a turn), so the prompt
-        always starts at BOS with "User:" as in training. The last user message is kept even
-        when alone it is too long (the decoder then sees its end)."""
+        """The newest turns whose prompt leaves room for the start of an answer
+        (engine.chat.answer_reserve): whole user/assistant exchanges are dropped from the front,
+        so the prompt starts at BOS with "User:" as in training. The last user message is kept
+        even when alone it is too long (the decoder then sees its end)."""
         T = self.model_config.context_length
-        budget = max(T - min(max_new_tokens, T // 2), 1)
-        msgs = list(messages)
-        while len(msgs) > 1 and len(encode_prompt(self.tokenizer, msgs)) > budget:
-            cut = 1
-            while cut < len(msgs) - 1 and msgs[cut].role != "user":
-                cut += 1
-            msgs = msgs[cut:]
-        return msgs
+        return _fit_messages(self.tokenizer, messages, T, answer_reserve(T, max_new_tokens),
+                             self.chat_format)
 
-    def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token) -> str:
+    def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token, slide=None) -> str:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
         new: list[int] = []
@@ -409,5 +451,6 @@ class TrainingSession:
                 on_token(text[len(shown):])
                 shown = text
 
-        self.generate_ids(ids, max_new_tokens, sampling, seed, emit)
+        self.generate_ids(ids, max_new_tokens, sampling, seed, emit, slide=slide)
+        self._last_n_tokens = len(new)
         return self.tokenizer.decode(new)

@@ -254,9 +254,11 @@ def cmd_chat(args) -> int:
     s = _load(args)
     kw = _sampling_kwargs(args)
     if args.message is not None:
-        s.chat([Message("user", args.message)], on_token=lambda t: print(t, end="", flush=True),
-               **kw)
+        reply = s.chat([Message("user", args.message)],
+                       on_token=lambda t: print(t, end="", flush=True), **kw)
         print()
+        for note in reply.notes():
+            print(f"({note})")
         return 0
     history: list = []
     if s.tune is None:
@@ -278,14 +280,12 @@ def cmd_chat(args) -> int:
             print("/reset  forget the conversation\n/help   this list\nempty line  quit")
             continue
         history.append(Message("user", line))
-        kept = s.fit_messages(history, args.max_tokens)
-        if len(kept) < len(history):
-            print(f"(older turns dropped to fit the {s.model_config.context_length}-token "
-                  "context)")
         print("Assistant: ", end="", flush=True)
-        answer = s.chat(history, on_token=lambda t: print(t, end="", flush=True), **kw)
+        reply = s.chat(history, on_token=lambda t: print(t, end="", flush=True), **kw)
         print()
-        history.append(Message("assistant", answer))
+        for note in reply.notes():   # turns left out of the prompt, an answer cut by the window
+            print(f"({note})")
+        history.append(Message("assistant", reply.strip()))   # as tune turns are: stripped
     return 0
 
 
