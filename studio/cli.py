@@ -290,12 +290,8 @@ def cmd_chat(args) -> int:
 
 
 def cmd_studio(args) -> int:
-    import os
-    if (sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-            and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM")):
-        raise StudioError("No display found, so the studio window cannot open.",
-                          "Run it on a desktop session, or use the headless commands: "
-                          "`llm-studio train --out runs/first` (see `llm-studio --help`).")
+    from studio.preflight import check_display
+    check_display()  # a missing xcb library or a wrong DISPLAY: a message and exit 2, not Qt's abort
     from studio.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 
