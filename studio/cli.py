@@ -160,6 +160,9 @@ def cmd_train(args) -> int:
               f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
               f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
               f"tokens", file=sys.stderr)
+    warmup = session.train_config.warmup_note(session.tune is not None)
+    if warmup:
+        print(f"note: {warmup}", file=sys.stderr)
     t0 = time.perf_counter()
     # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
     # at most --checkpoint-every steps.
