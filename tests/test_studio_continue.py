@@ -64,8 +64,8 @@ def test_the_rule_messages_say_what_to_do():
 
 
 def test_extend_uses_the_rule(rt):
-    s = TrainingSession(rt, ModelConfig(d_model=16, n_layer=1, n_head=2, context_length=32,
-                                        vocab_size=259), TrainConfig(pretrain_steps=6, tune_steps=3),
+    mc = ModelConfig(d_model=16, n_layer=1, n_head=2, context_length=32, vocab_size=259)
+    s = TrainingSession(rt, mc, TrainConfig(pretrain_steps=6, tune_steps=3),
                         _tiny_tokenizer(), "Cats sleep a lot.\n\nDogs bark at night.\n" * 20,
                         "User: Hi?\nAssistant: Hello.\n\nUser: Cats?\nAssistant: Sleep.\n")
     s.step = 9
