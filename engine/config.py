@@ -112,12 +112,28 @@ class TrainConfig:
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
         """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""
         s = step - stage_start
-        warm = min(self.warmup_steps, max(stage_steps // 5, 1))
+        warm = self.warmup_for(stage_steps)
         if s < warm:
             return peak * (s + 1) / warm
         frac = (s - warm) / max(stage_steps - warm, 1)
         cos = 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
         return peak * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cos)
+
+    def warmup_for(self, stage_steps: int) -> int:
+        """Warmup steps a stage of `stage_steps` gets: warmup_steps, at most a fifth of the
+        stage (so a short stage still spends most of its steps at a useful learning rate)."""
+        return min(self.warmup_steps, max(stage_steps // 5, 1))
+
+    def warmup_note(self, tune: bool = True) -> str | None:
+        """What the person should know when warmup_steps is shortened in a stage, or None."""
+        stages = [("pretraining", self.pretrain_steps)] + ([("tuning", self.tune_steps)]
+                                                           if tune and self.tune_steps else [])
+        capped = [f"{self.warmup_for(n)} steps in {name}" for name, n in stages
+                  if n and self.warmup_for(n) < self.warmup_steps]
+        if not capped:
+            return None
+        return (f"Warmup: {' and '.join(capped)} (at most 1/5 of a stage), not "
+                f"{self.warmup_steps}.")
 
     def validate(self) -> "TrainConfig":
         if self.batch_size < 1:

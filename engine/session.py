@@ -40,6 +40,37 @@ def _sha256(text: str | None) -> str:
     return hashlib.sha256((text or "").encode()).hexdigest()
 
 
+def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
+                       new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
+    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` + `tune_steps`,
+    with dialogues to tune on or not) can be continued to the new totals; the one rule for
+    TrainingSession.extend, `llm-studio train --resume` and the studio's Continue.
+
+    Steps done cannot be undone; pretraining cannot grow once tuning has begun (the stages run
+    in order), but tuning can, before or after; a run without dialogues has no tuning stage.
+    require_more: also refuse totals that leave nothing to train. Raises ConfigError."""
+    if new_pretrain < 0 or new_tune < 0:
+        raise ConfigError("Step counts cannot be negative.", "Give totals of 0 or more.")
+    if not has_tune and new_tune != tune_steps:
+        raise ConfigError("This run has no dialogues, so it has no tuning stage.",
+                          "Change the pretraining steps only (a new run can tune).")
+    if has_tune and step > pretrain_steps and new_pretrain != pretrain_steps:
+        raise ConfigError(
+            f"This run is already tuning (step {step}); its pretraining stage "
+            f"({pretrain_steps} steps) is over: keep pretraining steps at {pretrain_steps}.",
+            f"Raise the tuning steps instead (now {tune_steps}).")
+    total = new_pretrain + (new_tune if has_tune else 0)
+    if new_pretrain < min(step, pretrain_steps) or total < step:
+        raise ConfigError(
+            f"This run has already done {step} steps; the new totals ({new_pretrain} "
+            f"pretraining + {new_tune if has_tune else 0} tuning) are fewer.",
+            "Step counts are totals per stage: give larger numbers.")
+    if require_more and total == step:
+        what = "pretraining or tuning steps" if has_tune else "pretraining steps"
+        raise ConfigError(f"This run has done all of its {step} steps.",
+                          f"Raise the {what} above that to train further.")
+
+
 class TrainingSession:
     """Everything one training run needs. Build with `create` or `load`."""
 
@@ -141,22 +172,12 @@ class TrainingSession:
     def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None):
         """Set new step totals per stage (e.g. to keep training a finished run).
 
-        Both are totals, not additions. Steps already done cannot be undone, and pretraining
-        cannot grow once tuning has begun (the stages run in order). Raises ConfigError."""
+        Both are totals, not additions; the rule is `check_continuation`. Raises ConfigError."""
         tc = self.train_config
         pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
         tune = tc.tune_steps if tune_steps is None else tune_steps
-        tuning_started = self.tune is not None and self.step > tc.pretrain_steps
-        if tuning_started and pre != tc.pretrain_steps:
-            raise ConfigError(
-                f"This run is already tuning (step {self.step}); its pretraining stage "
-                f"({tc.pretrain_steps} steps) is over.",
-                f"Raise the tuning steps instead (now {tc.tune_steps}).")
-        if pre < min(self.step, tc.pretrain_steps) or pre + (tune if self.tune else 0) < self.step:
-            raise ConfigError(
-                f"This run has already done {self.step} steps; the new totals "
-                f"({pre} pretraining + {tune} tuning) are fewer.",
-                "Step counts are totals per stage: give larger numbers.")
+        check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.tune is not None,
+                           pre, tune)
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
 
     def data_summary(self) -> dict:

@@ -160,6 +160,9 @@ def cmd_train(args) -> int:
               f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
               f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
               f"tokens", file=sys.stderr)
+    warmup = session.train_config.warmup_note(session.tune is not None)
+    if warmup:
+        print(f"note: {warmup}", file=sys.stderr)
     t0 = time.perf_counter()
     # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
     # at most --checkpoint-every steps.
@@ -290,12 +293,8 @@ def cmd_chat(args) -> int:
 
 
 def cmd_studio(args) -> int:
-    import os
-    if (sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-            and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM")):
-        raise StudioError("No display found, so the studio window cannot open.",
-                          "Run it on a desktop session, or use the headless commands: "
-                          "`llm-studio train --out runs/first` (see `llm-studio --help`).")
+    from studio.preflight import check_display
+    check_display()  # missing xcb libraries or a wrong DISPLAY: a message and exit 2, not abort
     from studio.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 

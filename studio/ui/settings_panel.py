@@ -34,7 +34,8 @@ TRAIN_FIELDS = [
      "Optimizer updates on the User/Assistant dialogues after pretraining."),
     ("batchSizeSpin", "batch_size", "Batch size", 1, 1024, 1, "Windows per optimizer step."),
     ("warmupSpin", "warmup_steps", "Warmup steps", 0, 100_000, 10,
-     "Linear warmup of the learning rate at the start of each stage."),
+     "Linear warmup of the learning rate at the start of each stage (at most a fifth of "
+     "the stage's steps)."),
     ("seedSpin", "seed", "Seed", 0, 2**31 - 1, 1, "Same seed, same weights, batches and samples."),
     ("sampleIntervalSpin", "sample_interval", "Samples every", 0, 100_000, 10,
      "Generate sample texts every N steps (0 = never)."),
@@ -140,12 +141,20 @@ class SettingsPanel(QWidget):
                       getattr(defaults_t, field))
         for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[1:]:
             self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
+        # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
+        self.warmup_note = QLabel()
+        self.warmup_note.setObjectName("warmupNote")
+        self.warmup_note.setProperty("role", "muted")
+        self.warmup_note.setWordWrap(True)
+        row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
+        tform.insertRow(row + 1, self.warmup_note)
+        self.warmup_note.setVisible(False)
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
         self.spins["evalIntervalSpin"].setSuffix(" steps")
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(10)
+        lay.setSpacing(6)
         lay.addWidget(model_box)
         lay.addWidget(train_box)
         lay.addStretch(1)
@@ -159,7 +168,7 @@ class SettingsPanel(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
         form.setContentsMargins(6, 6, 6, 6)
         form.setHorizontalSpacing(10)
-        form.setVerticalSpacing(6)
+        form.setVerticalSpacing(3)  # 6 made the column scroll at 1280 x 800 and 1366 x 768
         return form
 
     def _add(self, form, spin, name, field, label, lo, hi, step, tip, value):
@@ -251,6 +260,9 @@ class SettingsPanel(QWidget):
                 f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
+        note = tcfg.warmup_note() if tcfg is not None else None
+        self.warmup_note.setText(note or "")
+        self.warmup_note.setVisible(bool(note))
         valid = cfg is not None and tcfg is not None
         if valid != self._valid:
             self._valid = valid
