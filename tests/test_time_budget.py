@@ -66,3 +66,14 @@ def test_elapsed_s_continues_across_resume(tmp_path):
     r.extend(pretrain_steps=6)
     second = [m.elapsed_s for m in r.train()]
     assert second[0] > first[-1] and second == sorted(second)
+
+
+def test_studio_train_for_minutes(qtbot):
+    from studio.ui.settings_panel import SettingsPanel
+    w = SettingsPanel()
+    qtbot.addWidget(w)
+    assert w.train_config().time_budget_s == 0
+    w.set_value("trainMinutesSpin", 3)
+    assert w.train_config().time_budget_s == 180.0
+    w.set_from_configs(ModelConfig(), TrainConfig(time_budget_s=120.0))
+    assert w.spins["trainMinutesSpin"].value() == 2
