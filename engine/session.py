@@ -6,7 +6,9 @@ optimizer step, pretraining then tuning; the caller stops by not asking for the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -23,9 +25,10 @@ from engine.decode import KVDecoder
 from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
                              encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
-from engine.evaluate import answer_accuracy, fact_recall
+from engine.budget import TimeBudget
+from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
 from engine.memory import check_fits
-from engine.metrics import StepMetrics
+from engine.metrics import StepMetrics, ValScore, score_validation
 from engine.model import Model
 from engine.params import ParamTable
 from engine.runtime import Runtime
@@ -34,6 +37,15 @@ from engine.tokenizer import Tokenizer
 
 
 MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
+
+
+def _timed(budget: TimeBudget | None, kind: str, fn, *args):
+    """fn(*args), its wall time reported to the budget (if any) as `kind`."""
+    t0 = time.perf_counter()
+    result = fn(*args)
+    if budget:
+        budget.measured(kind, time.perf_counter() - t0)
+    return result
 
 
 def _sha256(text: str | None) -> str:
@@ -83,7 +95,7 @@ class TrainingSession:
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
-                                     train_cfg.seed)
+                                     train_cfg.seed, train_cfg.val_split)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
         check_fits(model_cfg, train_cfg.batch_size, rt.info)
@@ -118,8 +130,10 @@ class TrainingSession:
         """Resume from a run folder's checkpoint (weights, AdamW state, step, RNG)."""
         ck = checkpoint.load(path)
         h = ck["header"]
+        known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
         try:
-            mc, tc = ModelConfig(**h["model_config"]), TrainConfig(**h["train_config"])
+            mc = ModelConfig(**h["model_config"])
+            tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
         except TypeError as e:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
         tok = Tokenizer.from_bytes(ck["tokenizer"])
@@ -184,7 +198,19 @@ class TrainingSession:
         return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
                 "pretrain_tokens": self.pretrain.n_tokens, "pretrain_documents": len(self.pretrain.documents),
                 "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
-                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0}
+                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0,
+                "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
+                "val_source": self.pretrain.val_source,
+                "val_tokens": int(self.pretrain.val_stream.size)}
+
+    def last_validation(self) -> dict:
+        """The newest pretraining-text validation numbers: {"val_loss" (nats per token),
+        "val_bpb", "val_source"} from history ({} before the first evaluation)."""
+        for r in reversed(self.history):
+            loss = r.get("val_loss") if r.get("stage") == "pretrain" else r.get("pretrain_val_loss")
+            if loss is not None and "val_bpb" in r:
+                return {"val_loss": loss, "val_bpb": r["val_bpb"], "val_source": r["val_source"]}
+        return {}
 
     @property
     def device_info(self):
@@ -217,10 +243,18 @@ class TrainingSession:
             x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
         return x, y
 
-    def pretrain_val_loss(self) -> float:
+    def pretrain_val(self) -> ValScore:
+        """The pretraining validation text scored: loss (nats per token), bits per byte and
+        how much text. The windows are PretrainData.val_batches: the val stream in
+        consecutive windows, at most train_config.eval_tokens targets, the same every call.
+        The text is held out unless pretrain.val_source says "training text"."""
         tc = self.train_config
-        batches = self.pretrain.val_batches(tc.batch_size, tc.eval_batches)
-        return float(np.mean([self.model.loss(x, y) for x, y in batches]))
+        return score_validation(self.pretrain.val_batches(tc.batch_size, tc.eval_tokens),
+                                self.model.loss, self.pretrain.token_bytes)
+
+    def pretrain_val_loss(self) -> float:
+        """pretrain_val().loss: mean cross-entropy in nats per token."""
+        return self.pretrain_val().loss
 
     def tune_val_loss(self) -> float:
         """Mean loss over all tune dialogues (assistant tokens only), in batches of batch_size."""
@@ -252,11 +286,15 @@ class TrainingSession:
 
     def train(self) -> Iterator[StepMetrics]:
         """Run from self.step to total_steps, one StepMetrics per step. Stops when the caller
-        stops iterating; call `save` after a stop to keep the work."""
+        stops iterating; call `save` after a stop to keep the work. With
+        train_config.time_budget_s the step counts are re-planned after every step to end
+        when elapsed_s reaches the budget (engine.budget)."""
         tc = self.train_config
-        t_start = time.perf_counter()
+        t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues on resume
+        budget = self._time_budget()
         self._snapshot()
         bad = 0
+        t_mark = time.perf_counter()
         while self.step < self.total_steps:
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
@@ -280,25 +318,83 @@ class TrainingSession:
                     "were restored.", "Lower the learning rate (e.g. by 3x) and train again.")
             if not skipped and np.isfinite(loss):
                 self.last_loss = loss
+            if budget:
+                budget.step_done(time.perf_counter() - t_mark)
+                self._plan(budget, stage, time.perf_counter() - t_start)
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
             stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
             if self.step % tc.eval_interval == 0 or stage_end:
-                if stage == "pretrain":
-                    m.val_loss = self.pretrain_val_loss()
-                else:
-                    m.val_loss = self.tune_val_loss()
-                    m.pretrain_val_loss = self.pretrain_val_loss()
+                _timed(budget, "eval", self._evaluate, m, stage)
             if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
-                m.samples = self.samples(stage)
+                m.samples = _timed(budget, "samples", self.samples, stage)
             if stage_end and tc.evaluate_recall:
-                m.recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
-                if stage == "tune":
-                    m.recall["answers"] = answer_accuracy(self).to_dict()
+                m.recall = _timed(budget, "recall", self._recall, stage)
+            m.elapsed_s = time.perf_counter() - t_start   # evaluations of this step included
             self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
             if m.val_loss is not None and bad == 0:
                 self._snapshot()
+            t_mark = time.perf_counter()
             yield m
+
+    def _evaluate(self, m: StepMetrics, stage: str) -> None:
+        """Validation numbers into m: the pretraining text (val_loss while pretraining,
+        pretrain_val_loss while tuning; val_bpb and val_source with it) and, while tuning,
+        val_loss on the tune dialogues."""
+        score = self.pretrain_val()
+        m.val_bpb, m.val_source = score.bpb, self.pretrain.val_source
+        if stage == "pretrain":
+            m.val_loss = score.loss
+        else:
+            m.val_loss = self.tune_val_loss()
+            m.pretrain_val_loss = score.loss
+
+    def _recall(self, stage: str) -> dict:
+        recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
+        if stage == "tune":
+            recall["answers"] = answer_accuracy(self).to_dict()
+        return recall
+
+    def elapsed_s(self) -> float:
+        """Wall seconds of training this run has had (the last record's elapsed_s; 0 new)."""
+        for record in reversed(self.history):
+            value = record.get("elapsed_s")
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                return float(value)
+        return 0.0
+
+    def _time_budget(self) -> TimeBudget | None:
+        """A TimeBudget for train_config.time_budget_s (None when 0), told how much text the
+        samples and the recall check generate and how fast this model decodes (16 tokens)."""
+        tc = self.train_config
+        if tc.time_budget_s <= 0:
+            return None
+        stamps: list[float] = []
+        self.generate_ids([self.tokenizer.bos_id], 24, SamplingParams(greedy=True),
+                          on_token=lambda _: stamps.append(time.perf_counter()))
+        per_token = float(np.median(np.diff(stamps[4:]))) if len(stamps) > 5 else 0.0
+        recall = 0
+        if tc.evaluate_recall:   # fact_recall reads each document's first half, writes the rest
+            recall = sum(len(self.tokenizer.encode(d)) + 3
+                         for d in training_documents(self, MAX_FACTS))
+        self._tune_share = tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+        return TimeBudget(tc.time_budget_s, len(self.pretrain.val_batches(tc.batch_size,
+                                                                          tc.eval_tokens)),
+                          tc.eval_interval, tc.sample_interval,
+                          len(self.sample_prompts("pretrain")) * tc.sample_tokens, recall,
+                          per_token)
+
+    def _plan(self, budget: TimeBudget, stage: str, elapsed: float) -> None:
+        """Set the step counts to what fits in the budget after the step just done."""
+        tc, done = self.train_config, self.step
+        if stage == "tune":
+            left = budget.remaining_steps(elapsed, 1)
+            self.train_config = tc.replace(tune_steps=done - tc.pretrain_steps + left)
+            return
+        left = budget.remaining_steps(elapsed, 2 if self.tune else 1)
+        pre = done + (round(left * (1 - self._tune_share)) if self.tune else left)
+        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=done + left - pre
+                                       if self.tune else tc.tune_steps)
 
     def _snapshot(self):
         """Host copy of the last good state (weights, AdamW, step, RNG) for the NaN guard;
@@ -327,7 +423,7 @@ class TrainingSession:
         meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
                 "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
                 "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
-                "chat_format": self.chat_format}
+                "chat_format": self.chat_format, **self.last_validation()}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
 

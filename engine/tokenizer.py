@@ -168,11 +168,14 @@ class Tokenizer:
 
         vocab_size: the requested number of tokens including the 259 fixed ones; a small text
         yields fewer (hard_vocab_limit=False). kind: "bpe" (merges learned from the text) or
-        "char" (one piece per character, the most frequent `vocab_size - 259` characters).
+        "char": one piece per distinct character of the texts, whatever vocab_size asks, so
+        every character of the text is one token and loss per token is loss per character
+        ("\\n" is the byte token <0x0A>, one token too; a character not in the texts falls
+        back to its UTF-8 bytes). Vocabulary: 259 fixed + the characters.
         Either kind always holds the space piece "▁", whether or not the text has a space.
-        Raises ConfigError for an unknown kind or a vocab_size too small (below 259; for "char"
-        below 260; for BPE below 259 + the number of distinct characters and the space, which
-        BPE must all keep as pieces).
+        Raises ConfigError for an unknown kind or a vocab_size too small (below 259; for BPE
+        below 259 + the number of distinct characters and the space, which BPE must all keep
+        as pieces).
         Raises DataError when the texts hold no characters besides newlines.
         """
         if kind not in KINDS:
@@ -188,8 +191,10 @@ class Tokenizer:
                 f"vocab_size {vocab_size} is below {MIN_VOCAB} "
                 f"(3 control tokens + 256 byte tokens).",
                 f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
+        n_chars = len(_chars(sentences))
+        if kind == "char":   # every character present is a piece: one token per character
+            vocab_size = MIN_VOCAB + n_chars
         if kind == "bpe":
-            n_chars = len(_chars(sentences))
             if vocab_size < MIN_VOCAB + n_chars:
                 raise ConfigError(
                     f"vocab_size {vocab_size} is too small for BPE on this text: it has {n_chars} "

@@ -30,7 +30,7 @@ def _progress(m, t0: float, out) -> None:
     bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
     val = ""
     if m.val_loss is not None:  # tuning: loss on the tune dialogues (they are the training set)
-        val = f" val {m.val_loss:.3f}" if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
+        val = _val_text(m) if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
     line = (f"[{bar}] {done}/{total} {m.stage:8s} loss {m.loss:.3f}{val} "
             f"{m.tokens_per_s:,.0f} tok/s ETA {eta:4.0f}s")
     if out.isatty():
@@ -38,6 +38,14 @@ def _progress(m, t0: float, out) -> None:
     elif done == total or done % max(total // 20, 1) == 0:
         out.write(line + "\n")  # a log file gets a line every 5%, not a redraw per step
     out.flush()
+
+
+def _val_text(m) -> str:
+    """' val 1.234 (1.780 bpb)', or ' val on training text 1.234 (...)' when nothing could be
+    held out (engine.corpus): a number measured on the training text is never called val."""
+    name = "val" if m.val_source != "training text" else "val on training text"
+    bpb = f" ({m.val_bpb:.3f} bpb)" if m.val_bpb is not None else ""
+    return f" {name} {m.val_loss:.3f}{bpb}"
 
 
 def cmd_devices(args) -> int:
@@ -57,9 +65,10 @@ def cmd_devices(args) -> int:
 
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
-                 "vocab_size", "lr", "batch_size", "seed", "replay")
+                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split")
 TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
-                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25)
+                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25,
+                      val_split="docs:0.1", time_budget=0.0)
 
 
 def _opt(args, name):
@@ -68,13 +77,15 @@ def _opt(args, name):
 
 
 def _configs(args):
-    from engine.config import ModelConfig, TrainConfig
+    from engine.config import ModelConfig, TrainConfig, parse_val_split
     o = lambda name: _opt(args, name)  # noqa: E731
+    val_split, val_fraction = parse_val_split(o("val_split"))
     mc = ModelConfig(d_model=o("d_model"), n_layer=o("n_layer"), n_head=o("n_head"),
                      context_length=o("context_length"), vocab_size=o("vocab_size"))
     tc = TrainConfig(pretrain_steps=o("steps"), tune_steps=o("tune_steps"),
                      batch_size=o("batch_size"), learning_rate=o("lr"), seed=o("seed"),
-                     replay_fraction=o("replay"))
+                     replay_fraction=o("replay"), val_split=val_split, val_fraction=val_fraction,
+                     time_budget_s=o("time_budget"))
     return mc.validate(), tc.validate()
 
 
@@ -135,6 +146,9 @@ def cmd_train(args) -> int:
                   "and settings", file=sys.stderr)
         if args.steps is not None or args.tune_steps is not None:
             session.extend(args.steps, args.tune_steps)
+        if args.time_budget is not None:   # this many seconds more
+            session.train_config = session.train_config.replace(
+                time_budget_s=session.elapsed_s() + args.time_budget).validate()
         _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
         print(f"Resuming {out} at step {session.step}/{session.total_steps} on "
               f"{session.rt.info.name}", file=sys.stderr)
@@ -163,6 +177,11 @@ def cmd_train(args) -> int:
     warmup = session.train_config.warmup_note(session.tune is not None)
     if warmup:
         print(f"note: {warmup}", file=sys.stderr)
+    print(f"Validation: {session.pretrain.val_note}.", file=sys.stderr)
+    if session.train_config.time_budget_s:
+        print(f"Time budget: training ends {session.train_config.time_budget_s:.0f} s into the "
+              "run (evaluations included); the step count follows the measured speed.",
+              file=sys.stderr)
     t0 = time.perf_counter()
     # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
     # at most --checkpoint-every steps.
@@ -334,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--replay", type=float,
                    help=f"share of pretraining windows in tuning batches ({d['replay']})")
     t.add_argument("--seed", type=int, help=f"weights, batches and sampling ({d['seed']})")
+    t.add_argument("--val-split", metavar="KIND:SHARE",
+                   help="held-out text: docs:F = the last share F of the documents (their "
+                   "last tokens when one document), tail:F = the last share F of the tokens, "
+                   f"nanoGPT's split ({d['val_split']})")
+    t.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="train for this many seconds (evaluations included) and fit the step "
+                   "count and lr schedule to it; --steps is then only the first plan. With "
+                   "--resume: seconds more (off)")
     t.add_argument("--checkpoint-every", type=int, default=100,
                    help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")

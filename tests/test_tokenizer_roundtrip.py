@@ -99,15 +99,14 @@ def test_literal_ws_is_bytes_and_space_is_the_piece():
     assert tok.decode(tok.encode(f"a{WS}b c")) == f"a{WS}b c"
 
 
-def test_char_vocab_of_260_holds_the_space():
-    tok = Tokenizer.train(["".join(chr(0x4E00 + i) for i in range(50)) * 3], 260, "char")
-    assert tok.pieces()[259:] == [WS]
-
-
-def test_char_vocab_of_259_is_refused():
-    with pytest.raises(ConfigError, match="no token for the space") as info:
-        Tokenizer.train(["abc"], 259, "char")
-    assert "260" in info.value.hint
+@pytest.mark.parametrize("asked", [259, 260, 1000])
+def test_char_vocab_holds_the_space_and_every_character(asked):
+    """A char vocabulary is every character of the text plus the space, whatever size is asked
+    (tests/test_char_tokenizer.py), so a later space never decodes as U+2581."""
+    cjk = "".join(chr(0x4E00 + i) for i in range(50))
+    tok = Tokenizer.train([cjk * 3], asked, "char")
+    assert set(tok.pieces()[259:]) == set(cjk) | {WS} and tok.vocab_size == 259 + 51
+    assert tok.decode(tok.encode(cjk[:3] + " " + cjk[3:6])) == cjk[:3] + " " + cjk[3:6]
 
 
 # ---------------------------------------------------------------- llama.cpp on the exported GGUF

@@ -149,6 +149,12 @@ class SettingsPanel(QWidget):
         row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
         tform.insertRow(row + 1, self.warmup_note)
         self.warmup_note.setVisible(False)
+        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for", 0, 10_000,
+                  1, "Minutes of training (evaluations included); the step counts and the "
+                  "learning-rate schedule are fitted to end on time. Off: use the step counts.",
+                  round(defaults_t.time_budget_s / 60))
+        self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
+        self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
         self.spins["evalIntervalSpin"].setSuffix(" steps")
 
@@ -207,7 +213,8 @@ class SettingsPanel(QWidget):
         return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
+        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS),
+                           time_budget_s=60.0 * self.spins["trainMinutesSpin"].value())
 
     def tokenizer_kind(self) -> str:
         return self.tokenizer_combo.currentData()
@@ -223,6 +230,7 @@ class SettingsPanel(QWidget):
         if train_cfg is not None:
             for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
                 self.spins[name].setValue(getattr(train_cfg, field))
+            self.spins["trainMinutesSpin"].setValue(round(train_cfg.time_budget_s / 60))
 
     def is_valid(self) -> bool:
         return self._valid
