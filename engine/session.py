@@ -21,6 +21,7 @@ from engine.decode import KVDecoder
 from engine.dialogue import Message, TuneData, encode_prompt
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
 from engine.evaluate import answer_accuracy, fact_recall
+from engine.health import HealthMonitor
 from engine.memory import check_fits
 from engine.metrics import StepMetrics
 from engine.model import Model
@@ -122,6 +123,7 @@ class TrainingSession:
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
             "rng_state": self.rng.bit_generator.state, "history": self.history,
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
+            "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
         }
         m = self.model
         return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
@@ -226,10 +228,12 @@ class TrainingSession:
         t_start = time.perf_counter()
         self._snapshot()
         bad = 0
+        health = HealthMonitor(self.model, tc, self.pretrain.train_stream)  # engine/health.py
         while self.step < self.total_steps:
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
             x, y = self._batch(stage)
+            health.before_step(self.step + 1)
             t0 = time.perf_counter()
             try:
                 loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
@@ -251,6 +255,7 @@ class TrainingSession:
                 self.last_loss = loss
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
+            health.after_step(m)
             stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
             if self.step % tc.eval_interval == 0 or stage_end:
                 if stage == "pretrain":
