@@ -80,13 +80,16 @@ def cmd_plot(args) -> int:
 def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: int = 800) -> None:
     """Render the comparison plots offscreen (no window) and save them as a PNG."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
+    qInstallMessageHandler(_quiet_offscreen)
     app = QApplication.instance() or QApplication(["llm-studio"])  # noqa: F841 (kept alive)
     from studio.ui import theme
     from studio.ui.compare_plot import ComparePlots
     theme.apply_plot_theme()
     w = ComparePlots()
     w.setStyleSheet("background: white")
+    w.setContentsMargins(8, 8, 8, 8)
     w.resize(width, height)
     w.set_axis(axis)
     w.set_runs(runs)
@@ -103,6 +106,12 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
                           "Choose a folder you can write to with -o.") from e
     finally:
         w.close()
+
+
+def _quiet_offscreen(mode, context, message) -> None:
+    """Qt's messages on stderr, less the offscreen platform's notes that mean nothing here."""
+    if "propagateSizeHints" not in message:
+        sys.stderr.write(message + "\n")
 
 
 class TrainWatch:

@@ -9,7 +9,7 @@ non-blocking message: training goes on, the person decides.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMessageBox
 
@@ -26,8 +26,11 @@ def install_runs(window) -> None:
     act.triggered.connect(lambda: show_runs(window))
     window.menuBar().addMenu("&View").addAction(act)
     window.runs_action = act
-    window.host.worker.metrics.connect(lambda recs: _warn(window, recs), Qt.QueuedConnection)
-    window.trainingFinished.connect(lambda _r: _refresh(window))
+    # A QObject of the GUI thread receives the worker's signal: connected to a plain callable,
+    # a queued signal would run it in the worker's thread.
+    window.runs_hooks = _Hooks(window)
+    window.host.worker.metrics.connect(window.runs_hooks.warn, Qt.QueuedConnection)
+    window.trainingFinished.connect(window.runs_hooks.refresh)
 
 
 def show_runs(window) -> RunsPanel:
@@ -52,9 +55,21 @@ def show_runs(window) -> RunsPanel:
     return panel
 
 
-def _refresh(window) -> None:
-    if window.runs_panel is not None and window.runs_panel.isVisible():
-        window.runs_panel.refresh()
+class _Hooks(QObject):
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+
+    @Slot(object)
+    def warn(self, records) -> None:
+        _warn(self.window, records)
+
+    @Slot(object)
+    def refresh(self, _result=None) -> None:
+        panel = self.window.runs_panel
+        if panel is not None and panel.isVisible():
+            panel.set_busy(False)
+            panel.refresh()
 
 
 def _open(window, path: str, then: str | None = None) -> None:

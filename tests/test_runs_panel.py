@@ -113,3 +113,44 @@ def test_added_folder_is_listed(qtbot, tmp_path):
     assert p.table.rowCount() == 0
     p.add_folder(other / "20261001-000000")
     assert names(p) == ["outside"]
+
+
+def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from engine.metrics import StepMetrics
+    from studio.app import MainWindow
+    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.autosave_box.set_runs_root(runs_root)
+    win.runs_action.trigger()
+    assert win.runs_panel.isVisible() and win.runs_panel.table.rowCount() == 3
+    m = StepMetrics(100, 600, "pretrain", 4.4, 1.0, 0.5, 1.0, 1.0,
+                    warnings=["the learning rate 5.00e-01 is far too high"])
+    win.host.worker.metrics.emit([m])
+    qtbot.waitUntil(lambda: "far too high" in win.statusBar().currentMessage(), timeout=3000)
+    win.close()
+
+
+def test_runs_screenshot(qtbot, tmp_path):
+    """STUDIO_SCREENSHOTS=1 writes docs/screenshots/06-runs.png, of the runs in
+    RUNS_SCREENSHOT_ROOT when set (real runs), else of made-up ones."""
+    import os
+    root = os.environ.get("RUNS_SCREENSHOT_ROOT")
+    if not root:
+        root = tmp_path / "runs"
+        make_run(root, "lr 3e-3", lr=3e-3, stamp="20261128-101500")
+        make_run(root, "lr 3e-2", lr=3e-2, d_model=64, stamp="20261128-103000")
+    docs = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+    out = (docs if os.environ.get("STUDIO_SCREENSHOTS") == "1" else tmp_path) / "06-runs.png"
+    p = rp.RunsPanel(root)
+    qtbot.addWidget(p)
+    p.setWindowTitle("Runs")
+    p.resize(1280, 800)
+    p.show()
+    for r in range(p.table.rowCount()):
+        p.set_ticked(p.table.item(r, 0).data(Qt.UserRole))
+    p.table.selectRow(0)
+    qtbot.wait(200)
+    assert p.grab().save(str(out))
+    assert out.stat().st_size > 10_000

@@ -41,6 +41,8 @@ def _plot(name: str, y_label: str, log_y: bool = False) -> pg.PlotWidget:
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     item.setLogMode(x=False, y=log_y)
+    if log_y:  # decades read as 0.01, 0.1, 1; not as "x0.001" multiples
+        item.getAxis("left").enableAutoSIPrefix(False)
     item.setContentsMargins(0, 6, 10, 0)
     w.setMinimumSize(160, 110)
     w.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
