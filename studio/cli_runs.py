@@ -84,9 +84,7 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
     from PySide6.QtWidgets import QApplication
     qInstallMessageHandler(_quiet_offscreen)
     app = QApplication.instance() or QApplication(["llm-studio"])  # noqa: F841 (kept alive)
-    from studio.ui import theme
     from studio.ui.compare_plot import ComparePlots
-    theme.apply_plot_theme()
     w = ComparePlots()
     w.setStyleSheet("background: white")
     w.setContentsMargins(8, 8, 8, 8)

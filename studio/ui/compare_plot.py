@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSiz
                                QVBoxLayout, QWidget)
 
 from studio.runs import HEALTH_GROUPS, X_AXES, RunInfo, curves
+from studio.ui import theme
 
 # Tableau 10 (matplotlib's default cycle): distinct on white, readable by most colour-blind eyes.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -67,6 +68,7 @@ class ComparePlots(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        theme.apply_plot_theme()  # white plots, also when shown without the main window
         self.axis_combo = QComboBox()
         self.axis_combo.setObjectName("compareAxisCombo")
         for key, text in X_AXES.items():
@@ -81,7 +83,7 @@ class ComparePlots(QWidget):
         self.legend.setTextFormat(Qt.RichText)
         self.loss_plot = _plot("compareLossPlot", "loss (nats)")
         self.grad_plot = _plot("compareGradPlot", "grad norm", log_y=True)
-        self.lr_plot = _plot("compareLrPlot", "lr")
+        self.lr_plot = _plot("compareLrPlot", "lr", log_y=True)  # runs' lr differ by decades
         self.health_plot = _plot("compareHealthPlot", "ratio", log_y=True)
         for p in (self.grad_plot, self.lr_plot, self.health_plot):
             p.setXLink(self.loss_plot)
@@ -147,7 +149,7 @@ class ComparePlots(QWidget):
             shown.add(key)
             items, data, colour = self._curves_of(key), curves(run, axis), run_colour(i)
             for k in ("loss", "grad", "lr"):
-                self._feed(items[k], *data[k], pg.mkPen(colour, width=1.5), log=k == "grad")
+                self._feed(items[k], *data[k], pg.mkPen(colour, width=1.5), log=k != "loss")
             self._feed(items["val"], *data["val"], pg.mkPen(colour, width=2, style=Qt.DashLine),
                        brush=colour)
             for g in HEALTH_GROUPS:

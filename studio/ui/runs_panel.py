@@ -19,7 +19,7 @@ from studio.runs import RunInfo, config_diff, rename, scan
 from studio.ui.compare_plot import ComparePlots
 
 COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Parameters", "Tokenizer", "Steps",
-           "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clipped / skipped")
+           "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clip / skip")
 NAME_COL, STATUS_COL = 1, 3
 STATUS_TIPS = {
     "finished": "Trained all its steps.",
@@ -92,8 +92,10 @@ class RunsPanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         h = self.table.horizontalHeader()
-        h.setSectionResizeMode(QHeaderView.ResizeToContents)
-        h.setSectionResizeMode(NAME_COL, QHeaderView.Stretch)
+        h.setSectionResizeMode(QHeaderView.Interactive)  # fitted to the content in refresh()
+        h.setStretchLastSection(True)
+        self.table.setTextElideMode(Qt.ElideMiddle)
+        self.table.setWordWrap(False)  # one line per run; long names and devices are elided
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
 
@@ -145,6 +147,7 @@ class RunsPanel(QWidget):
         self._filling = False
         self._busy = False
         self.refresh()
+        self.table.sortItems(COLUMNS.index("Date"), Qt.DescendingOrder)  # newest first
 
     # -- listing -----------------------------------------------------------------------------
     def set_root(self, root) -> None:
@@ -184,6 +187,9 @@ class RunsPanel(QWidget):
                             ("\n\n" + "\n".join(r.warnings) if r.warnings else ""))
             self.table.item(row, STATUS_COL).setToolTip(STATUS_TIPS.get(r.status, ""))
         self.table.setSortingEnabled(True)
+        self.table.resizeColumnsToContents()
+        for col, (least, most) in {NAME_COL: (160, 320), COLUMNS.index("Device"): (80, 160)}.items():
+            self.table.setColumnWidth(col, min(max(self.table.columnWidth(col), least), most))
         self._filling = False
         if selected:
             self.select(selected)
