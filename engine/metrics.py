@@ -68,6 +68,8 @@ class StepMetrics:
     samples: list | None = None             # [(prompt, continuation)] when generated
     skipped: bool = False                   # NaN/Inf gradient: no update this step
     recall: dict | None = None              # fact recall at the end of a stage
+    health: dict | None = None              # engine.health: per-group norms every N steps
+    warnings: list | None = None            # engine.health: divergence / lr far too high
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

@@ -27,6 +27,7 @@ from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
 from engine.budget import TimeBudget
 from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
+from engine.health import HealthMonitor
 from engine.memory import check_fits
 from engine.metrics import StepMetrics, ValScore, score_validation
 from engine.model import Model
@@ -177,6 +178,7 @@ class TrainingSession:
             "rng_state": self.rng.bit_generator.state, "history": self.history,
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
             "chat_format": self.chat_format,
+            "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
         }
         m = self.model
         return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
@@ -295,10 +297,12 @@ class TrainingSession:
         self._snapshot()
         bad = 0
         t_mark = time.perf_counter()
+        health = HealthMonitor(self.model, tc, self.pretrain.train_stream)  # engine/health.py
         while self.step < self.total_steps:
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
             x, y = self._batch(stage)
+            health.before_step(self.step + 1)
             t0 = time.perf_counter()
             try:
                 loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
@@ -323,6 +327,7 @@ class TrainingSession:
                 self._plan(budget, stage, time.perf_counter() - t_start)
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
+            health.after_step(m)
             stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
             if self.step % tc.eval_interval == 0 or stage_end:
                 _timed(budget, "eval", self._evaluate, m, stage)

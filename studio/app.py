@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from studio.runs_actions import install_runs
 from studio.training_actions import TrainingActions
 from studio.ui import theme
 from studio.ui.autosave_box import AutosaveBox
@@ -70,6 +71,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         self.setStyleSheet(theme.STYLESHEET)
         self._build()
         self._menus()
+        install_runs(self)  # View › Runs…, training-health warnings
         self._restore(pretrain_path, tune_path, device)
         self._update_actions()
         self._preview_run()

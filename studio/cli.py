@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from engine.errors import StudioError
+from studio.cli_runs import TrainWatch
+from studio.cli_runs import register as register_runs
 
 EXIT_USER_ERROR = 2
 
@@ -188,10 +190,12 @@ def cmd_train(args) -> int:
     stop = _StopFlag()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     metrics_file = (out / "metrics.jsonl").open("a")
+    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
         for m in session.train():
             metrics_file.write(json.dumps(m.to_dict()) + "\n")
             metrics_file.flush()
+            watch(m)
             if not args.quiet:
                 _progress(m, t0, sys.stderr)
             if m.samples and not args.quiet:
@@ -207,6 +211,7 @@ def cmd_train(args) -> int:
                 return 130
     finally:
         metrics_file.close()
+        watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     session.save(out)
@@ -364,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint-every", type=int, default=100,
                    help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--tensorboard", action="store_true",
+                   help="also write TensorBoard event files into OUT/tensorboard (tensorboardX)")
     t.set_defaults(func=cmd_train)
 
     def gen_args(q):
@@ -400,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true", help="overwrite existing files")
     e.add_argument("--device", default=S, help="OpenCL device index or name part")
     e.set_defaults(func=cmd_export)
+    register_runs(sub, S)
     return p
 
 
