@@ -21,15 +21,38 @@
 /* The head-h channels of row t of batch b in the fused qkv rows (part 0 q, 1 k, 2 v). */
 #define QKV_ROW(qkv, b, t, part, C, h) ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
 
+/* dst = xr . P over ATT_HD floats, xr private, P global (DOT_G) or any (DOT): on CPUs with
+ * ATT_HD a multiple of 8 in float8 vectors (unaligned loads as in matmul_vec.cl: LLVM does not
+ * vectorise a scalar sum without reassociating it, and PoCL ran the scalar loop at ~4 GFLOP/s). */
+#define DOT(dst, xr, P)                                                                         \
+    {                                                                                          \
+        dst = 0.0f;                                                                            \
+        for (int d = 0; d < ATT_HD; d++) dst = MADD((xr)[d], (P)[d], dst);                      \
+    }
+#if defined(CPU_DEVICE) && ATT_HD % 8 == 0
+typedef float8 __attribute__((aligned(4))) att_float8_u;
+#define DOT_G(dst, xr, P)                                                                       \
+    {                                                                                          \
+        float8 acc8 = (float8)(0.0f);                                                          \
+        for (int d = 0; d < ATT_HD; d += 8)                                                    \
+            acc8 = *(const att_float8_u*)((xr) + d) * *(const __global att_float8_u*)((P) + d)  \
+                   + acc8;                                                                     \
+        const float4 a4 = acc8.lo + acc8.hi;                                                   \
+        dst = (a4.x + a4.y) + (a4.z + a4.w);                                                   \
+    }
+#else
+#define DOT_G DOT
+#endif
+
 /* Online-softmax update of (m, l, o[]) with keys j in [j0, j1) of a block: key j at
  * KP + j * KS, value j at VP + j * VS; qr = q * scale, so a dot product is the scaled score.
  * The block is rescaled once (FlashAttention-2), not once per key. */
-#define FWD_BLOCK(KP, KS, VP, VS, j0, j1)                                                      \
+#define FWD_BLOCK(DOTF, KP, KS, VP, VS, j0, j1)                                                      \
     {                                                                                          \
         float sc[ATT_BK], mx = m;                                                              \
         for (int j = (j0); j < (j1); j++) {                                                    \
-            float dot = 0.0f;                                                                  \
-            for (int d = 0; d < ATT_HD; d++) dot = MADD(qr[d], (KP)[j * (KS) + d], dot);       \
+            float dot;                                                                         \
+            DOTF(dot, qr, (KP) + j * (KS))                                                     \
             sc[j] = dot;                                                                       \
             mx = dot > mx ? dot : mx;                                                          \
         }                                                                                      \
@@ -46,13 +69,11 @@
 
 /* dq[] += sum over keys j in [j0, j1) of dS_j k_j, dS_j = P_j (dy . v_j - D), P_j =
  * exp(qr . k_j - lse) (the 1/sqrt(HD) of dS is applied once at the end). */
-#define DQ_BLOCK(KP, KS, VP, VS, j0, j1)                                                       \
+#define DQ_BLOCK(DOTF, KP, KS, VP, VS, j0, j1)                                                 \
     for (int j = (j0); j < (j1); j++) {                                                        \
-        float dot = 0.0f, dp = 0.0f;                                                           \
-        for (int d = 0; d < ATT_HD; d++) {                                                     \
-            dot = MADD(qr[d], (KP)[j * (KS) + d], dot);                                        \
-            dp = MADD(gr[d], (VP)[j * (VS) + d], dp);                                          \
-        }                                                                                      \
+        float dot, dp;                                                                         \
+        DOTF(dot, qr, (KP) + j * (KS))                                                         \
+        DOTF(dp, gr, (VP) + j * (VS))                                                          \
         const float ds = EXP(dot - lse_t) * (dp - dsum_t);                                     \
         for (int d = 0; d < ATT_HD; d++) dq[d] = MADD(ds, (KP)[j * (KS) + d], dq[d]);          \
     }
@@ -60,13 +81,11 @@
 /* For one key row (kr = k * scale, vr = v): dv[] += P_i dy_i and dk[] += dS_i q_i over
  * queries i in [i0, i1) of a block: q_i at QP + i * QS, dy_i at GP + i * GS, their logsumexp
  * and D at LP[i], DP[i]. */
-#define DKV_BLOCK(QP, QS, GP, GS, LP, DP, i0, i1)                                              \
+#define DKV_BLOCK(DOTF, QP, QS, GP, GS, LP, DP, i0, i1)                                        \
     for (int i = (i0); i < (i1); i++) {                                                        \
-        float dot = 0.0f, dp = 0.0f;                                                           \
-        for (int d = 0; d < ATT_HD; d++) {                                                     \
-            dot = MADD((QP)[i * (QS) + d], kr[d], dot);                                        \
-            dp = MADD((GP)[i * (GS) + d], vr[d], dp);                                          \
-        }                                                                                      \
+        float dot, dp;                                                                         \
+        DOTF(dot, kr, (QP) + i * (QS))                                                         \
+        DOTF(dp, vr, (GP) + i * (GS))                                                          \
         const float p = EXP(dot - (LP)[i]), ds = p * (dp - (DP)[i]);                           \
         for (int d = 0; d < ATT_HD; d++) {                                                     \
             dv[d] = MADD(p, (GP)[i * (GS) + d], dv[d]);                                        \
@@ -87,7 +106,7 @@
     }
 
 /* dq prologue: q (scaled), dy rows; D = dy . y stored for the dk/dv pass. */
-#define DQ_START                                                                               \
+#define DQ_START(DOTF)                                                                              \
     const int b = z / H, h = z % H;                                                            \
     const float scale = 1.0f / sqrt((float)ATT_HD);                                            \
     float qr[ATT_HD], gr[ATT_HD], dq[ATT_HD];                                                   \
@@ -97,7 +116,8 @@
         const __global float* yo = y + ((size_t)b * T + t) * C + h * ATT_HD;                   \
         ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), scale);                                        \
         ROW_IN(gr, g, 1.0f);                                                                   \
-        for (int d = 0; d < ATT_HD; d++) { dsum_t = MADD(gr[d], yo[d], dsum_t); dq[d] = 0.0f; } \
+        for (int d = 0; d < ATT_HD; d++) dq[d] = 0.0f;                                         \
+        DOTF(dsum_t, gr, yo)  /* summed as dy . v is: exactly equal where y = v (T = 1) */     \
         lse_t = lse[(size_t)z * T + t];                                                        \
         dsum[(size_t)z * T + t] = dsum_t;                                                      \
     }
@@ -139,7 +159,7 @@ __kernel void attention_forward(__global float* y, __global float* lse,
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
         const int n = min(ATT_BK, t + 1 - s0);
-        FWD_BLOCK(k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
+        FWD_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
     }
     FWD_STORE
 }
@@ -151,11 +171,11 @@ __kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
                                     int T, int C, int H, int z0, int z_end) {
     const int t = get_global_id(0), z = z0 + get_global_id(1);
     if (t >= T || z >= z_end) return;
-    DQ_START
+    DQ_START(DOT_G)
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
         const int n = min(ATT_BK, t + 1 - s0);
-        DQ_BLOCK(k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
+        DQ_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
     }
     DQ_STORE
 }
@@ -175,7 +195,7 @@ __kernel void attention_backward_dkv(__global float* dqkv, __global const float*
     const __global float* D0 = dsum + (size_t)z * T;
     for (int i0 = j; i0 < T; i0 += ATT_BK) {
         const int n = min(ATT_BK, T - i0);
-        DKV_BLOCK(q0 + (size_t)i0 * 3 * C, 3 * C, g0 + (size_t)i0 * C, C, L0 + i0, D0 + i0, 0, n)
+        DKV_BLOCK(DOT_G, q0 + (size_t)i0 * 3 * C, 3 * C, g0 + (size_t)i0 * C, C, L0 + i0, D0 + i0, 0, n)
     }
     DKV_STORE
 }
@@ -209,7 +229,7 @@ void attention_forward_tiled(__global float* y, __global float* lse, __global co
         STAGE(Vs, k0 + C, 3 * C, s0)
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
-        if (n > 0) FWD_BLOCK(Ks, ATT_HD, Vs, ATT_HD, 0, n)
+        if (n > 0) FWD_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (t < T) FWD_STORE
@@ -224,14 +244,14 @@ void attention_backward_dq_tiled(__global float* dqkv, __global float* dsum,
     __local float Ks[ATT_BK * ATT_HD], Vs[ATT_BK * ATT_HD];
     const int t = get_global_id(0), z = z0 + get_group_id(1);
     const int q_end = min(T, (int)get_group_id(0) * ATT_BQ + ATT_BQ);
-    DQ_START
+    DQ_START(DOT)
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     for (int s0 = 0; s0 < q_end; s0 += ATT_BK) {
         STAGE(Ks, k0, 3 * C, s0)
         STAGE(Vs, k0 + C, 3 * C, s0)
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
-        DQ_BLOCK(Ks, ATT_HD, Vs, ATT_HD, 0, n)
+        DQ_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     DQ_STORE
@@ -258,7 +278,7 @@ void attention_backward_dkv_tiled(__global float* dqkv, __global const float* dy
         barrier(CLK_LOCAL_MEM_FENCE);
         /* queries i0 + i with j <= i0 + i < T */
         const int lo = j < T ? max(0, j - i0) : ATT_BK, hi = min(ATT_BK, T - i0);
-        DKV_BLOCK(Qs, ATT_HD, Gs, ATT_HD, Ls, Ds, lo, hi)
+        DKV_BLOCK(DOT, Qs, ATT_HD, Gs, ATT_HD, Ls, Ds, lo, hi)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     DKV_STORE
