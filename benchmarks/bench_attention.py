@@ -4,7 +4,8 @@
     PYTHONPATH=. python benchmarks/bench_attention.py memory --d-model 384 --contexts 256,512,1024,2048
 
 `steps`: median ms/step and tokens/s of Model.train_step (engine only, no PyTorch) for the
-benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512).
+benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512) and
+T2048 (d384 L6 H6 T2048 B8 V512).
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8)}
+EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8),
+         "T2048": dict(d_model=384, n_layer=6, n_head=6, context_length=2048, batch=8)}
 
 
 def config(name: str, vocab: int = 512):
