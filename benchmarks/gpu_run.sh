@@ -4,7 +4,9 @@
 # run the kernel, attention, device-limit, model and decode tests on the GPU, then the device
 # memory per layer at T = 256..2048 (d384), the training benchmark S/M/L/XL against PyTorch
 # eager and torch.compile, and the kernel benchmark.
-# Usage there, from the repository root: OUT=/some/dir bash benchmarks/gpu_run.sh
+# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench] bash benchmarks/gpu_run.sh
+# (PART=tests: build log, tests, memory table, T2048 steps; PART=bench: the benchmarks; default
+# both: two calls fit the 10-minute limit of one lent-machine command.)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -31,6 +33,8 @@ for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CU
 } > "$OUT/gpu_env.txt" 2>&1
 cat "$OUT/gpu_env.txt"
 
+PART=${PART:-all}
+if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
@@ -58,6 +62,8 @@ timeout "${MEM_S:-240}" python3 benchmarks/bench_attention.py memory --device NV
     --d-model 384 --batch 8 --contexts 256,512,1024,2048 2>&1 | tee "$OUT/gpu_memory.md"
 timeout "${LONG_S:-120}" python3 benchmarks/bench_attention.py steps --device NVIDIA \
     --configs T2048 --steps 5 2>&1 | tee -a "$OUT/gpu_memory.md"
+fi
+if [ "$PART" != tests ]; then
 for mode in eager compile; do
     flag=$([ $mode = compile ] && echo --compile)
     timeout "${BENCH_S:-420}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
@@ -67,4 +73,5 @@ done
 timeout "${KERNELS_S:-90}" python3 benchmarks/bench_kernels.py --device NVIDIA \
     --torch-device cuda --configs S,M,L --out "$OUT/gpu_kernels.md" > "$OUT/gpu_kernels_log.txt" 2>&1
 tail -5 "$OUT/gpu_kernels_log.txt"
+fi
 exit 0
