@@ -138,8 +138,8 @@ def local_sweep(rt, cfg, B):
     i32 = np.int32
     cases = [("swiglu_forward", (F, BT), (h, gu, i32(BT), i32(F))),
              ("swiglu_backward", (F, BT), (dgu, dh, gu, i32(BT), i32(F))),
-             ("rope_forward", (C, BT), (qkv, cos, sin, i32(BT), i32(cfg.context_length), i32(C),
-                                        i32(hd), i32(0)))]
+             ("rope", (C, BT), (qkv, cos, sin, i32(BT), i32(cfg.context_length), i32(C),
+                                i32(hd), i32(0), np.float32(1.0)))]
     shapes = [(4, 4), (16, 1), (64, 1), (16, 16), (128, 1), (256, 1)]
     rows = []
     for name, gsz, args in cases:

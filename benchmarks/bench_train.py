@@ -34,7 +34,9 @@ from benchmarks.profile_step import profile_engine_step  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default="S,M", help="comma-separated subset of S,M,L")
+    p.add_argument("--configs", default="S,M", help="comma-separated subset of S,M,L,XL")
+    p.add_argument("--compile", action="store_true",
+                   help="PyTorch side through torch.compile (else eager)")
     p.add_argument("--device", default=None, help="OpenCL device: index or part of its name")
     p.add_argument("--torch-device", default="cpu", help="cpu or cuda[:i]")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -57,6 +59,10 @@ def parse_args(argv=None):
     p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profile")
     p.add_argument("--out", default=None, help="also write the markdown report here")
     return p.parse_args(argv)
+
+
+def torch_mode(args) -> str:
+    return "torch.compile" if args.compile else "eager"
 
 
 def log(*a):
@@ -90,7 +96,7 @@ def run_config(name, args, rt, tc_base, peak):
     t_ours_init = time.perf_counter() - t0
     t0 = time.perf_counter()
     theirs = TorchTrainer(cfg, ours.weights(), tc, device=args.torch_device,
-                          sdpa=not args.no_sdpa)
+                          sdpa=not args.no_sdpa, compile=args.compile)
     theirs.synchronize()
     t_torch_init = time.perf_counter() - t0
 
@@ -179,6 +185,7 @@ def run_config(name, args, rt, tc_base, peak):
     del ours, theirs
     if args.torch_device.startswith("cuda"):
         torch.cuda.empty_cache()
+    res["torch_mode"] = torch_mode(args)
     return res
 
 
@@ -188,7 +195,8 @@ def report(results, header_lines, peak_note) -> str:
         c = r["cfg"]
         label = f"{r['name']} (d{c.d_model} L{c.n_layer} H{c.n_head} T{r['T']} B{r['B']})"
         o, t = r["side"]["ours"], r["side"]["torch"]
-        for side, s, launches in (("ours (OpenCL)", o, r["launches"]), ("PyTorch eager", t, "-")):
+        for side, s, launches in (("ours (OpenCL)", o, r["launches"]),
+                                  (f"PyTorch {r['torch_mode']}", t, "-")):
             rows.append([label, side, f"{s['med']:.1f}", f"{s['p25']:.1f}-{s['p75']:.1f}",
                          f"{s['tok_s']:,.0f}", si(s["flops"], "FLOP/s"), f"{s['pct']:.1f}%",
                          launches, s["n"]])
@@ -270,7 +278,7 @@ def main(argv=None):
     header = [f"Date: {datetime.date.today().isoformat()}. Machine: {machine_line()}.",
               f"OpenCL device: {rt.info.name} ({rt.info.type}, {rt.info.platform}, "
               f"{rt.info.opencl_version}); program build {t_build:.2f} s.",
-              f"PyTorch {torch.__version__} eager on {tdev}; attention "
+              f"PyTorch {torch.__version__} {torch_mode(args)} on {tdev}; attention "
               f"{'explicit softmax' if args.no_sdpa else 'scaled_dot_product_attention'}.",
               f"Data: {args.data} (vocab {args.vocab}); AdamW betas (0.9, 0.95), eps 1e-8, "
               f"weight decay 0.1 on matrices, clip 1.0, warmup + cosine lr; fp32. Steps: "

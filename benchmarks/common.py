@@ -17,6 +17,8 @@ CONFIGS = {
     "S": dict(d_model=128, n_layer=4, n_head=4, context_length=64, batch=12),
     "M": dict(d_model=256, n_layer=4, n_head=8, context_length=128, batch=32),
     "L": dict(d_model=384, n_layer=6, n_head=6, context_length=256, batch=64),
+    # issue 13's XL (its own vocabulary: the output projection weighs as much as a block)
+    "XL": dict(d_model=768, n_layer=12, n_head=12, context_length=512, batch=16, vocab=4096),
 }
 DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (DESIGN.md)
 
@@ -24,6 +26,7 @@ DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (DESIGN.md)
 def model_config(name: str, vocab_size: int = 512) -> tuple[ModelConfig, int]:
     c = dict(CONFIGS[name])
     batch = c.pop("batch")
+    vocab_size = c.pop("vocab", vocab_size)
     return ModelConfig(vocab_size=vocab_size, **c).validate(), batch
 
 

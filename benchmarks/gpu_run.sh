@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The GPU run of issue 6 on a lent NVIDIA machine (Python 3.12, PyTorch CUDA, no pyopencl):
-# install the carried wheels (.whl/), point the OpenCL ICD loader at NVIDIA's driver, run the
-# kernel and model tests on the GPU, then the training and kernel benchmarks against PyTorch CUDA.
-# Usage there, from the repository root: OUT=/some/dir bash benchmarks/gpu_run.sh
+# The GPU run of issues 6 and 13 on a lent NVIDIA machine (Python 3.12, PyTorch CUDA, no
+# pyopencl): install the carried wheels (.whl/), point the OpenCL ICD loader at NVIDIA's driver,
+# run the kernel, attention, device-limit, model and decode tests on the GPU, then the device
+# memory per layer at T = 256..2048 (d384), the training benchmark S/M/L/XL against PyTorch
+# eager and torch.compile, and the kernel benchmark.
+# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench] bash benchmarks/gpu_run.sh
+# (PART=tests: build log, tests, memory table, T2048 steps; PART=bench: the benchmarks; default
+# both: two calls fit the 10-minute limit of one lent-machine command.)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -29,6 +33,8 @@ for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CU
 } > "$OUT/gpu_env.txt" 2>&1
 cat "$OUT/gpu_env.txt"
 
+PART=${PART:-all}
+if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
@@ -38,20 +44,34 @@ dev = select_device("NVIDIA").cl_device()
 ctx = cl.Context([dev])
 common = (KERNEL_DIR / "common.h").read_text()
 for f in sorted(KERNEL_DIR.glob("*.cl")):  # one file at a time: the driver's log is short
+    att = ["-DATT_HD=64", "-DATT_BK=32", "-DATT_BQ=64"] if f.name == "attention.cl" else []
     prg = cl.Program(ctx, common + f.read_text()).build(
-        options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"])
+        options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"] + att)
     print(f.name, prg.get_build_info(dev, cl.program_build_info.LOG))
 PY
-grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled)" "$OUT/gpu_build_log.txt" \
+grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|attention_.*_tiled)" "$OUT/gpu_build_log.txt" \
     | grep -E "entry|Used|spill"
 
 export LLM_STUDIO_TEST_DEVICE=NVIDIA
-timeout "${TESTS_S:-150}" python3 -m pytest tests/test_kernels.py tests/test_model.py -q -p no:cacheprovider \
+timeout "${TESTS_S:-200}" python3 -m pytest tests/test_kernels.py tests/test_attention.py \
+    tests/test_device_limits.py tests/test_model.py tests/test_decode.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
-timeout "${BENCH_S:-300}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
-    --configs S,M,L --steps 30 --block 5 --budget-s 40 --out "$OUT/gpu_bench.md" \
-    2>&1 | tee "$OUT/gpu_bench_log.txt"
+# Device memory a layer adds (nvidia-smi, fresh process per point) at d384, B8; then the
+# steady step time of d384 L6 at T=2048 (issue 13: context 2048 at d384 must train).
+timeout "${MEM_S:-240}" python3 benchmarks/bench_attention.py memory --device NVIDIA \
+    --d-model 384 --batch 8 --contexts 256,512,1024,2048 2>&1 | tee "$OUT/gpu_memory.md"
+timeout "${LONG_S:-120}" python3 benchmarks/bench_attention.py steps --device NVIDIA \
+    --configs T2048 --steps 5 2>&1 | tee -a "$OUT/gpu_memory.md"
+fi
+if [ "$PART" != tests ]; then
+for mode in eager compile; do
+    flag=$([ $mode = compile ] && echo --compile)
+    timeout "${BENCH_S:-420}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
+        --configs S,M,L,XL --steps 30 --block 5 --budget-s 30 $flag --no-profile \
+        --out "$OUT/gpu_bench_$mode.md" 2>&1 | tee "$OUT/gpu_bench_${mode}_log.txt"
+done
 timeout "${KERNELS_S:-90}" python3 benchmarks/bench_kernels.py --device NVIDIA \
     --torch-device cuda --configs S,M,L --out "$OUT/gpu_kernels.md" > "$OUT/gpu_kernels_log.txt" 2>&1
 tail -5 "$OUT/gpu_kernels_log.txt"
+fi
 exit 0

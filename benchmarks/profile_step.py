@@ -18,8 +18,8 @@ from benchmarks.common import md_table
 # kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
 _MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled",
            "matmul_nn_tiled128", "matmul_tn_tiled128", "matmul_nn_vec", "matmul_tn_vec")
-# batched attention products: 2 M N K per (b, h), half of it under a causal mask
-_BMM = ("bmm_blocked", "bmm_tiled", "bmm_vec")
+# fused attention (engine/attention.py): q.k-sized products per causal (query, key) pair
+_ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
 
 
 def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
@@ -31,33 +31,31 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
     if side0 is not None:  # weight gradients on the side queue: profiled too (they overlap)
         rt.side_queue = cl.CommandQueue(rt.ctx, properties=profiling)
     events = []
-    launch0, launch_local0 = rt.launch, rt.launch_local
+    launch_local0 = rt.launch_local  # rt.launch goes through it too
 
-    def record(name, ev, args, global_size=None):
-        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL + _BMM else 0.0
-        if name in _BMM:
-            flops *= global_size[2] * (0.5 if args[-1] else 1.0)
+    def record(name, ev, args):
+        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL else 0.0
+        passes = _ATT.get(name.removesuffix("_tiled"))
+        if passes:  # trailing arguments T, C, H, z0, z_end
+            T, C, H, z0, z1 = args[-5:]
+            flops = passes * T * (T + 1) * (C // H) * (z1 - z0)
         if name in ("matmul_tn", "matmul_tn_vec", "matmul_nn_vec") and len(args) > 8:
             # a K slice (k0, k1) of a CPU product
             flops = 2.0 * args[3] * args[4] * (args[8] - args[7])
         events.append((name, ev, flops))
         return ev
 
-    def launch(name, global_size, *args):
-        return record(name, launch0(name, global_size, *args), args)
+    def launch_local(name, global_size, local_size, *args, **kw):
+        return record(name, launch_local0(name, global_size, local_size, *args, **kw), args)
 
-    def launch_local(name, global_size, local_size, *args):
-        return record(name, launch_local0(name, global_size, local_size, *args), args,
-                      global_size)
-
-    rt.launch, rt.launch_local = launch, launch_local
+    rt.launch_local = launch_local
     try:
         t0 = time.perf_counter()
         model.train_step(inputs, targets, lr, tc)
         rt.finish()
         wall = time.perf_counter() - t0
     finally:
-        del rt.launch, rt.launch_local   # back to the class methods
+        del rt.launch_local   # back to the class method
         rt.finish()
         rt.queue, rt.side_queue = queue0, side0
     per = defaultdict(lambda: [0, 0.0, 0.0])   # name -> calls, seconds, flops

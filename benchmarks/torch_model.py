@@ -146,7 +146,8 @@ class TorchTrainer:
     """TorchLlama + AdamW + clipping, with the engine's train_step signature."""
 
     def __init__(self, cfg, weights: dict[str, np.ndarray], tc, device: str = "cpu",
-                 sdpa: bool = True):
+                 sdpa: bool = True, compile: bool = False):
+        """compile: the model through torch.compile (default mode); on CUDA AdamW is fused."""
         self.device = torch.device(device)
         self.model = TorchLlama(cfg, sdpa=sdpa).to(self.device)
         self.model.load_gguf_weights(weights)
@@ -156,7 +157,9 @@ class TorchTrainer:
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": tc.weight_decay},
              {"params": no_decay, "weight_decay": 0.0}],
-            lr=tc.learning_rate, betas=(tc.beta1, tc.beta2), eps=tc.adam_eps)
+            lr=tc.learning_rate, betas=(tc.beta1, tc.beta2), eps=tc.adam_eps,
+            fused=self.device.type == "cuda")
+        self.run = torch.compile(self.model) if compile else self.model
         self.tc = tc
 
     def _to(self, a: np.ndarray) -> torch.Tensor:
@@ -170,7 +173,7 @@ class TorchTrainer:
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
-        loss = self.model(x, y)
+        loss = self.run(x, y)
         loss.backward()
         if tc.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine import ops
+from engine import attention, ops
 from engine.model import Model
 
 
@@ -60,10 +60,10 @@ class KVDecoder:
         for l in range(cfg.n_layer):
             b, cache = f"blk.{l}.", self.cache.qkv[l]
             ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, 3 * C, C)
-            ops.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos)
+            attention.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos)
             cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=3 * C * 4,
                             dst_offset=pos * 3 * C * 4)
-            ops.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H)
+            attention.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H)
             ops.matmul_forward(rt, self.proj, self.y, p[b + "attn_output"], m.w_t, 1, C, C)
             ops.residual_rmsnorm_forward(rt, self.xmid, self.xn2, self.rstd2, x, self.proj,
                                          p[b + "ffn_norm"], 1, C, cfg.rms_eps)

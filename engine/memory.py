@@ -16,12 +16,12 @@ from engine.params import ParamTable
 def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool) -> tuple[int, int]:
     """(total floats, largest single buffer in floats) of engine.model.Activations(B, T)."""
     C, F, V, H, L = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer
-    BT, att = B * T, B * H * T * T
-    per_layer = BT * (C + C + 3 * C + C + C + C + 2 * F + F) + 2 * BT + att
+    BT, lse = B * T, B * H * T  # attention keeps a logsumexp per query row, no (T, T) matrix
+    per_layer = BT * (C + C + 3 * C + C + C + C + 2 * F + F) + 2 * BT + lse
     total = 2 * BT + (L + 1) * BT * C + L * per_layer + BT * C + BT * C + BT + BT * V + BT
     if with_grad:
-        total += 3 * BT * C + 3 * BT * C + att + 2 * BT * F + BT * F + 3 * BT + 1
-    return total, max(att, BT * V, BT * 2 * F, BT * 3 * C)
+        total += 3 * BT * C + 3 * BT * C + lse + 2 * BT * F + BT * F + 3 * BT + 1
+    return total, max(BT * V, BT * 2 * F, BT * 3 * C)
 
 
 def training_bytes(cfg: ModelConfig, batch_size: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine import ops
+from engine import attention, ops
 from engine.config import ModelConfig
 from engine.params import ParamTable
 from engine.runtime import Runtime
@@ -30,7 +30,7 @@ class Activations:
         self.xn = [e(BT * C) for _ in range(L)]           # attn RMSNorm output
         self.rstd1 = [e(BT) for _ in range(L)]
         self.qkv = [e(BT * 3 * C) for _ in range(L)]      # after RoPE on q, k
-        self.att = [e(B * H * T * T) for _ in range(L)]   # softmax probabilities
+        self.lse = [e(B * H * T) for _ in range(L)]       # attention logsumexp (B, H, T)
         self.y = [e(BT * C) for _ in range(L)]            # attention output before attn_output
         self.xmid = [e(BT * C) for _ in range(L)]         # residual after attention
         self.xn2 = [e(BT * C) for _ in range(L)]
@@ -42,7 +42,7 @@ class Activations:
         self.logits, self.losses = e(BT * V), e(BT)
         if with_grad:
             self.dres, self.dtmp, self.dy = e(BT * C), e(BT * C), e(BT * C)
-            self.dqkv, self.datt = e(BT * 3 * C), e(B * H * T * T)
+            self.dqkv, self.dsum = e(BT * 3 * C), e(B * H * T)  # dsum: rowsum(dy * y)
             self.dgu, self.dh = e(BT * 2 * F), e(BT * F)
             self.uniq, self.starts, self.order = e(BT, np.int32), e(BT + 1, np.int32), e(BT, np.int32)
         self.with_grad = with_grad
@@ -65,7 +65,7 @@ class Model:
         self.g = self._views(self.grads)
         biggest = max(g.size for g in self.table.groups.values())
         self.w_t = rt.empty(biggest)  # transposed weight scratch for matmul_forward
-        cos, sin = self._rope_table(cfg.context_length)
+        cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base)
         self.rope_cos, self.rope_sin = rt.to_device(cos), rt.to_device(sin)
         self._acts: dict[tuple, Activations] = {}
         self.adam_t = 0  # AdamW steps taken (bias correction)
@@ -73,12 +73,6 @@ class Model:
     def _views(self, buf) -> dict[str, cl.Buffer]:
         return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
                 for name, g in self.table.groups.items()}
-
-    def _rope_table(self, T: int):
-        hd = self.cfg.head_dim
-        inv = self.cfg.rope_base ** (-2.0 * np.arange(hd // 2) / hd)
-        ang = np.arange(T)[:, None] * inv[None, :]  # float64, then rounded once
-        return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
     def activations(self, B: int, T: int, with_grad: bool) -> Activations:
         key = (B, T, with_grad)
@@ -99,8 +93,8 @@ class Model:
         for l in range(L):
             b = f"blk.{l}."
             ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
-            ops.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
-            ops.attention_forward(rt, a.y[l], a.att[l], a.qkv[l], B, T, C, H)     # (B, T, C)
+            attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
+            attention.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H)  # (B, T, C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
             # xmid = x + attention, and its ffn_norm, in one pass
             ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
@@ -144,8 +138,9 @@ class Model:
             ops.matmul_backward(rt, a.dy, g[b + "attn_output"], a.dres, a.y[l],
                                 p[b + "attn_output"], BT, C, C)
             rt.before_write(a.dqkv)
-            ops.attention_backward(rt, a.dqkv, a.datt, a.dy, a.qkv[l], a.att[l], B, T, C, H)
-            ops.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
+            attention.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
+                                         B, T, C, H)                              # (B, T, 3C)
+            attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
             ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
                                 p[b + "attn_qkv"], BT, 3 * C, C)
             rt.before_write(a.dres)

@@ -86,13 +86,38 @@ def _round(grid, local):
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
-    """C (M, N) = beta * C + A (M, K) @ B (K, N). CPU and GPU variants by device type."""
-    _gemm(rt, "nn", C, A, B, M, N, K, beta)
+    """C (M, N) = beta * C + A (M, K) @ B (K, N). CPU and GPU variants by device type.
+    On GPUs, rows of A and C in chunks of at most rt.max_launch_flops (display watchdogs)."""
+    for m0, rows in _row_chunks(rt, M, 2 * N * K):
+        _gemm(rt, "nn", _rows(rt, C, m0, rows, N, M), _rows(rt, A, m0, rows, K, M), B, rows,
+              N, K, beta)
 
 
 def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
-    """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N)."""
-    _gemm(rt, "tn", C, A, B, M, N, K, beta)
+    """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N). On GPUs, the sum over
+    K in chunks of at most rt.max_launch_flops (the later ones accumulate)."""
+    for k0, ks in _row_chunks(rt, K, 2 * M * N):
+        _gemm(rt, "tn", C, _rows(rt, A, k0, ks, M, K), _rows(rt, B, k0, ks, N, K), M, N, ks,
+              beta if k0 == 0 else 1.0)
+
+
+def _row_chunks(rt: Runtime, rows: int, flops_per_row: int):
+    """(first row, row count) chunks of at most rt.max_launch_flops each (one chunk when there
+    is no cap); chunk starts are multiples of 128 rows, so sub-buffer origins stay aligned."""
+    cap = rt.max_launch_flops
+    if cap is None or rows * flops_per_row <= cap:
+        yield 0, rows
+        return
+    step = max(128, int(cap // max(flops_per_row, 1)) // 128 * 128)
+    for r0 in range(0, rows, step):
+        yield r0, min(step, rows - r0)
+
+
+def _rows(rt: Runtime, buf, r0: int, n: int, width: int, total: int):
+    """Rows [r0, r0 + n) of the (total, width) float matrix in buf, as a buffer."""
+    if r0 == 0 and n == total:
+        return buf
+    return rt.sub_buffer(buf, r0 * width, n * width)
 
 
 def transpose(rt: Runtime, out, inp, R: int, C: int):
@@ -168,82 +193,6 @@ def group_positions(ids: np.ndarray):
     return uniq.astype(i32), starts, order
 
 
-def rope_forward(rt: Runtime, qkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int, pos0=0):
-    """Rotate q and k in place inside qkv (BT, 3C); position of row i is i % T + pos0."""
-    rt.launch("rope_forward", (C, BT), qkv, cos_t, sin_t, BT, T, C, head_dim, pos0)
-
-
-def rope_backward(rt: Runtime, dqkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int, pos0=0):
-    rt.launch("rope_backward", (C, BT), dqkv, cos_t, sin_t, BT, T, C, head_dim, pos0)
-
-
-def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nz: int, a, b, c,
-         alpha: float = 1.0, beta: float = 0.0, causal: int = 0):
-    """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h < nz.
-    a, b = (offset, row stride, column stride, batch stride, head stride) in floats; c = the same
-    without the column stride (it is 1). causal: 0 none, 1 skip tiles above the diagonal,
-    2 only k <= m, 3 only k >= m (kernels/matmul_tiled.cl, bmm_tiled)."""
-    if rt.gemm in ("blocked", "vector"):
-        if b[2] != 1:
-            raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
-        tm, tn, name = (8, 32, "bmm_vec") if rt.gemm == "vector" else (6, 16, "bmm_blocked")
-        grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
-        rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
-                        b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
-    else:
-        rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
-                        C, A, B, M, N, K, H, *a, *b, *c, alpha, beta, causal,
-                        *rt.gemm_tiles(64))
-
-
-def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
-    """The transpose of q, k or v (part 0, 1, 2) of every head, (B*H, head_dim, T), in
-    rt.scratch, for bmm_blocked: returns its bmm stride tuple."""
-    hd, C3 = C // H, 3 * C
-    out = rt.scratch(B * T * C)
-    grid = _round((-(-hd // 4), -(-T // 4), B * H), (4, 4, 1))
-    rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, H, part * C, C3,
-                    T * C3, hd)
-    return out, (0, T, 1, H * hd * T, hd * T)
-
-
-def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
-    """Causal attention (Vaswani et al. 2017): y (B*T, C) and the probabilities att (B, H, T, T),
-    query-major, from qkv (B*T, 3C): S = Q K^T / sqrt(head_dim) and Y = P V as batched
-    products, the causal row softmax in between."""
-    hd, C3, nz = C // H, 3 * C, B * H
-    q = (0, C3, 1, T * C3, hd)
-    p = (0, T, 1, H * T * T, T * T)
-    if rt.gemm in ("blocked", "vector"):
-        kt, kt_s = _heads_transposed(rt, qkv, 1, B, T, C, H)
-    else:
-        kt, kt_s = qkv, (C, 1, C3, T * C3, hd)
-    _bmm(rt, att, qkv, kt, T, T, hd, H, nz, q, kt_s, p[:2] + p[3:], 1.0 / np.sqrt(hd), causal=1)
-    _rows_launch(rt, "attention_softmax", nz * T, att, nz * T, T, 1.0)
-    _bmm(rt, y, att, qkv, T, hd, T, H, nz, p, (2 * C, C3, 1, T * C3, hd), (0, C, T * C, hd),
-         causal=2)
-
-
-def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, att, B: int, T: int, C: int, H: int):
-    """dqkv (B*T, 3C) from dy (B*T, C), fully overwritten; datt (B, H, T, T) is scratch:
-    dP = dY V^T, dS = softmax backward, dQ = dS K, dK = dS^T Q, dV = P^T dY."""
-    hd, C3, nz = C // H, 3 * C, B * H
-    g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
-    p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)
-    pt = (0, 1, T, H * T * T, T * T)           # their transpose
-    if rt.gemm in ("blocked", "vector"):
-        vt, vt_s = _heads_transposed(rt, qkv, 2, B, T, C, H)
-    else:
-        vt, vt_s = qkv, (2 * C, 1, C3, T * C3, hd)
-    _bmm(rt, datt, dy, vt, T, T, hd, H, nz, g, vt_s, p[:2] + p[3:], causal=1)
-    _rows_launch(rt, "attention_softmax_backward", nz * T, datt, att, nz * T, T,
-                    1.0 / np.sqrt(hd))
-    dq, dk, dv = ((part * C, C3, T * C3, hd) for part in range(3))  # inside dqkv
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, nz, p, (C, C3, 1, T * C3, hd), dq, causal=2)
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, nz, pt, (0, C3, 1, T * C3, hd), dk, causal=3)
-    _bmm(rt, dqkv, att, dy, T, hd, T, H, nz, pt, g, dv, causal=3)
-
-
 def swiglu_forward(rt: Runtime, h, gu, BT: int, F: int):
     """h (BT, F) = silu(gu[:, :F]) * gu[:, F:]."""
     rt.launch("swiglu_forward", (F, BT), h, gu, BT, F)
@@ -282,8 +231,3 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     rt.launch_long("adamw_update", n, params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
                    eps, weight_decay, bc1, bc2)
-
-
-def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int, H: int):
-    """y (C,) for one query at position pos over cache rows 0..pos of (T_max, 3C)."""
-    rt.launch("attention_decode", (H,), y, scores, qkv_row, cache, pos, T_max, C, H)

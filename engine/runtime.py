@@ -1,14 +1,24 @@
 """One OpenCL context, queue and program per device; kernels fetched once with declared dtypes.
 
-The program is every kernels/*.cl file concatenated after kernels/common.h. Scalar argument
-dtypes are read from the kernel signatures, so launches skip pyopencl's per-call type inference
-(DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us for a cached kernel).
+The main program is kernels/common.h followed by every kernels/*.cl file except the SPECIALIZED
+ones, which are built on demand with their own -D options (attention.cl once per head_dim:
+engine/attention.py). Each file includes what it shares through common.h, never through the
+order of concatenation. Scalar argument dtypes are read from the kernel signatures, so launches
+skip pyopencl's per-call type inference (DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us
+for a cached kernel).
+
+Device limits (issue 13): no buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE (`empty` refuses with a
+DeviceError; LLM_STUDIO_MAX_ALLOC_MB or the max_alloc_bytes argument lowers the reported limit,
+so tests can check it), no launch with more work-items per group than the kernel allows.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +33,18 @@ _SIG = re.compile(r"__kernel\s+(?:__attribute__\(\(.*?\)\)\s*)?void\s+(\w+)\s*\(
 _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.int64}
 
 
-def kernel_source() -> str:
-    """common.h followed by every .cl file, in name order."""
+SPECIALIZED = ("attention.cl",)  # built per set of -D options (Runtime.build), not in main
+GPU_GROUP = 256  # work-items per group of the tiled GPU GEMMs (16 x 16)
+GPU_LAUNCH_FLOPS = 2.0 ** 32  # see Runtime.max_launch_flops
+MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
+
+
+def kernel_source(files: tuple[str, ...] | None = None) -> str:
+    """common.h followed by `files` (default: every .cl file but the SPECIALIZED), name order."""
+    if files is None:
+        files = tuple(p.name for p in sorted(KERNEL_DIR.glob("*.cl")) if p.name not in SPECIALIZED)
     parts = [(KERNEL_DIR / "common.h").read_text()]
-    parts += [p.read_text() for p in sorted(KERNEL_DIR.glob("*.cl"))]
+    parts += [(KERNEL_DIR / f).read_text() for f in files]
     return "\n".join(parts)
 
 
@@ -46,6 +64,40 @@ def kernel_signatures(src: str) -> dict[str, list]:
     return sigs
 
 
+class Built:
+    """One built program: kernels fetched once, with declared scalar dtypes and the largest
+    work-group each may run on the device (launches above it raise DeviceError)."""
+
+    def __init__(self, rt: "Runtime", src: str, opts: list[str]):
+        try:
+            self.program = cl.Program(rt.ctx, src).build(options=opts)
+        except cl.Error as e:
+            raise DeviceError(f"The OpenCL kernels failed to compile on {rt.info.name}.",
+                              f"Pick another device. Compiler said:\n{e}") from e
+        self.device, self.device_name = rt.device, rt.info.name
+        self._sigs = kernel_signatures(src)
+        self._kernels: dict[str, cl.Kernel] = {}
+        self.max_group: dict[str, int] = {}
+
+    def kernel(self, name: str) -> cl.Kernel:
+        k = self._kernels.get(name)
+        if k is None:
+            k = cl.Kernel(self.program, name)
+            k.set_scalar_arg_dtypes(self._sigs[name])
+            self.max_group[name] = int(k.get_work_group_info(
+                cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device))
+            self._kernels[name] = k
+        return k
+
+    def check_group(self, name: str, local_size: tuple):
+        items = math.prod(local_size)
+        if items > self.max_group[name]:
+            raise DeviceError(
+                f"{self.device_name} runs at most {self.max_group[name]} work-items per group "
+                f"of kernel {name}; this engine's kernel needs {items}.",
+                "Pick another OpenCL device (a CPU device always works).")
+
+
 class Runtime:
     """Context, in-order queue and built program for one device.
 
@@ -55,11 +107,19 @@ class Runtime:
     """
 
     def __init__(self, device: DeviceInfo | int | str | None = None,
-                 row_lanes: tuple[int, int] | None = None, build_options: tuple[str, ...] = ()):
+                 row_lanes: tuple[int, int] | None = None, build_options: tuple[str, ...] = (),
+                 max_alloc_bytes: int | None = None):
         """row_lanes: (lanes per row, rows per work-group) of the row kernels, overriding the
         device-type default (tests run the GPU layout on a CPU); lanes a power of two.
-        build_options: extra OpenCL compiler options (benchmarks compare them)."""
-        self.info = device if isinstance(device, DeviceInfo) else select_device(device)
+        build_options: extra OpenCL compiler options (benchmarks compare them).
+        max_alloc_bytes: a lower limit for one buffer than the device reports (default: the
+        environment variable LLM_STUDIO_MAX_ALLOC_MB, else none); self.info reports it."""
+        info = device if isinstance(device, DeviceInfo) else select_device(device)
+        env = os.environ.get(MAX_ALLOC_ENV)
+        cap = max_alloc_bytes or (int(float(env) * 2**20) if env else None)
+        if cap and cap < info.max_alloc_bytes:
+            info = replace(info, max_alloc_bytes=int(cap))
+        self.info = info
         try:
             self.device = self.info.cl_device()
             self.ctx = cl.Context([self.device])
@@ -68,6 +128,11 @@ class Runtime:
             raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
                               "Pick another device, or check its driver.") from e
         self.is_cpu = self.info.is_cpu
+        if not self.is_cpu and self.device.max_work_group_size < GPU_GROUP:
+            raise DeviceError(
+                f"{self.info.name} runs at most {self.device.max_work_group_size} work-items per "
+                f"group; this engine's GPU kernels need {GPU_GROUP}.",
+                "Pick another OpenCL device (a CPU device always works).")
         src = kernel_source()
         # Row kernels (softmax, RMSNorm; kernels/common.h): work-items per row and rows per
         # work-group. CPU: one work-item per contiguous row; GPU: 64 lanes share a row.
@@ -75,14 +140,10 @@ class Runtime:
         self.row_lanes, self.row_group_rows = row_lanes or default_rows
         opts = ["-cl-std=CL1.2", f"-DSM_LANES={self.row_lanes}",
                 f"-DSM_ROWS={self.row_group_rows}"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
-        opts += list(build_options)
-        try:
-            self.program = cl.Program(self.ctx, src).build(options=opts)
-        except cl.Error as e:
-            raise DeviceError(f"The OpenCL kernels failed to compile on {self.info.name}.",
-                              f"Pick another device. Compiler said:\n{e}") from e
-        self._sigs = kernel_signatures(src)
-        self._kernels: dict[str, cl.Kernel] = {}
+        self.build_options = opts + list(build_options)
+        self.main = Built(self, src, self.build_options)
+        self.program = self.main.program
+        self._built: dict[tuple, Built] = {}
         self._gemm_tiles: dict[int, tuple | None] = {}  # tile edge -> __local args (gemm_tiles)
         self.launches = 0  # kernel enqueues since creation (reported by benchmarks)
         # Fixed local sizes (see class docstring). CPU: small groups keep both cores busy.
@@ -104,16 +165,25 @@ class Runtime:
         # input gradients (filling the partly empty last wave of each product); see side().
         # None on CPUs (PoCL's two cores are busy with one kernel at a time).
         self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
+        # GPUs: the most work (flops) one launch of a long kernel may carry; GEMMs and attention
+        # split bigger launches (engine/ops.py, engine/attention.py), because a display GPU's
+        # driver kills a kernel that runs for seconds (Windows TDR: 2 s). 2^32 flops take
+        # ~0.1 s at 40 GFLOP/s, a slow iGPU's rate. None: no cap (CPUs drive no display).
+        self.max_launch_flops: float | None = None if self.is_cpu else GPU_LAUNCH_FLOPS
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
 
     def kernel(self, name: str) -> cl.Kernel:
-        k = self._kernels.get(name)
-        if k is None:
-            k = cl.Kernel(self.program, name)
-            k.set_scalar_arg_dtypes(self._sigs[name])
-            self._kernels[name] = k
-        return k
+        return self.main.kernel(name)
+
+    def build(self, files: tuple[str, ...], defines: tuple[tuple[str, int], ...]) -> Built:
+        """common.h + the SPECIALIZED `files` built with -D name=value for each define (cached:
+        a build per distinct set; PoCL compiles each once, ~1 s)."""
+        key = (files, defines)
+        if key not in self._built:
+            opts = self.build_options + [f"-D{k}={v}" for k, v in defines]
+            self._built[key] = Built(self, kernel_source(files), opts)
+        return self._built[key]
 
     def gemm_tiles(self, tl: int) -> tuple | None:
         """The __local tile arguments of the tiled GEMM kernels for tile edge tl (64 or 128):
@@ -131,18 +201,22 @@ class Runtime:
         """Enqueue kernel `name` over `global_size` (rounded up to the fixed local size)."""
         local = {1: self.local_1d, 2: self.local_2d, 3: self.local_3d}[len(global_size)]
         gs = tuple(-(-g // l) * l for g, l in zip(global_size, local))
-        self.launches += 1
-        return self.kernel(name)(self.queue, gs, local, *args)
+        return self.launch_local(name, gs, local, *args)
 
     def launch_long(self, name: str, n: int, *args):
         """Enqueue a 1-D element-wise kernel over n items with the long-kernel group size."""
         local = self.local_1d_long
         return self.launch_local(name, (-(-n // local[0]) * local[0],), local, *args)
 
-    def launch_local(self, name: str, global_size: tuple, local_size: tuple, *args):
-        """Enqueue with an explicit local size (kernels with reqd_work_group_size)."""
+    def launch_local(self, name: str, global_size: tuple, local_size: tuple, *args,
+                     built: Built | None = None):
+        """Enqueue with an explicit local size (kernels with reqd_work_group_size), from the
+        main program or `built`. DeviceError when the device cannot run groups that big."""
+        prog = built or self.main
+        k = prog.kernel(name)
+        prog.check_group(name, local_size)
         self.launches += 1
-        return self.kernel(name)(self.queue, global_size, local_size, *args)
+        return k(self.queue, global_size, local_size, *args)
 
     def scratch(self, n: int) -> cl.Buffer:
         """A shared float scratch buffer of at least n elements (grown on demand; valid until
@@ -192,11 +266,30 @@ class Runtime:
     def empty(self, n: int, dtype=np.float32) -> cl.Buffer:
         """Device buffer of n elements (at least one, OpenCL forbids size 0)."""
         nbytes = max(int(n), 1) * np.dtype(dtype).itemsize
+        if nbytes > self.info.max_alloc_bytes:
+            raise DeviceError(
+                f"One buffer of {nbytes / 2**20:.1f} MiB is above the largest single "
+                f"allocation {self.info.name} allows ({self.info.max_alloc_bytes / 2**20:.1f} "
+                "MiB, CL_DEVICE_MAX_MEM_ALLOC_SIZE).",
+                "Use a smaller batch size, context length, d_model or vocabulary.")
         try:
             return cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, nbytes)
         except cl.Error as e:
             raise DeviceError(f"The device could not allocate {nbytes / 2**20:.1f} MiB: {e}",
                               "Use a smaller model, batch size or context length.") from e
+
+    def sub_buffer(self, buf: cl.Buffer, offset: int, n: int) -> cl.Buffer:
+        """Elements [offset, offset + n) of float buffer buf (itself possibly a sub-buffer) as
+        a buffer. offset * 4 must be a multiple of the device's base address alignment."""
+        nbytes = offset * 4
+        parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+        if parent is not None:  # OpenCL makes sub-buffers of whole buffers only
+            nbytes += buf.get_info(cl.mem_info.OFFSET)
+            buf = parent
+        align = self.device.mem_base_addr_align // 8
+        if nbytes % align:
+            raise ValueError(f"sub-buffer origin {nbytes} is not a multiple of {align} bytes")
+        return buf.get_sub_region(nbytes, n * 4)
 
     def zeros(self, n: int, dtype=np.float32) -> cl.Buffer:
         buf = self.empty(n, dtype)

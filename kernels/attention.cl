@@ -1,8 +1,288 @@
 /* Causal multi-head self-attention (Vaswani et al. 2017) over the fused qkv rows (B*T, 3C):
- * q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels [h*hd, (h+1)*hd); scores
- * scaled by 1/sqrt(hd). Training runs it as batched products (bmm_* in matmul*.cl, launched by
- * engine/ops.py) around the row softmax kernels below; decoding with a KV cache uses
- * attention_decode. */
+ * q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels [h*HD, (h+1)*HD); scores
+ * scaled by 1/sqrt(HD). Training runs it fused and tiled as FlashAttention-2 does (Dao 2023):
+ * the forward keeps a running max m and sum l per query row and stores only the output y and
+ * the logsumexp L (B, H, T) of the scaled scores; the backward recomputes P = exp(S - L) from
+ * q, k and L, with D = rowsum(dy * y). No (T, T) matrix is ever stored.
+ *
+ * Built once per head_dim (engine/attention.py): ATT_HD = head_dim, ATT_BK = keys (or queries)
+ * per block, ATT_BQ = rows per work-group of the GPU variants; all from one table in Python.
+ * Two variants, chosen by device type (DESIGN.md: __local memory is slow on PoCL's CPU device):
+ *   attention_*          one work-item per query row (or key row), plain loops, no __local;
+ *   attention_*_tiled    one work-group per ATT_BQ rows, the other side's rows staged in
+ *                        __local tiles of ATT_BK rows; tiles wholly above the diagonal skipped.
+ * Index z = b * H + h enumerates (batch, head); launches may cover a chunk of z from z0 on
+ * (engine/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
+
+#ifndef ATT_HD
+#error "attention.cl is built per head_dim with -DATT_HD, -DATT_BK, -DATT_BQ (engine/attention.py)"
+#endif
+
+/* The head-h channels of row t of batch b in the fused qkv rows (part 0 q, 1 k, 2 v). */
+#define QKV_ROW(qkv, b, t, part, C, h) ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
+
+/* dst = xr . P over ATT_HD floats, xr private, P global (DOT_G) or any (DOT): on CPUs with
+ * ATT_HD a multiple of 8 in float8 vectors (unaligned loads as in matmul_vec.cl: LLVM does not
+ * vectorise a scalar sum without reassociating it, and PoCL ran the scalar loop at ~4 GFLOP/s). */
+#define DOT(dst, xr, P)                                                                         \
+    {                                                                                          \
+        dst = 0.0f;                                                                            \
+        for (int d = 0; d < ATT_HD; d++) dst = MADD((xr)[d], (P)[d], dst);                      \
+    }
+#if defined(CPU_DEVICE) && ATT_HD % 8 == 0
+typedef float8 __attribute__((aligned(4))) att_float8_u;
+#define DOT_G(dst, xr, P)                                                                       \
+    {                                                                                          \
+        float8 acc8 = (float8)(0.0f);                                                          \
+        for (int d = 0; d < ATT_HD; d += 8)                                                    \
+            acc8 = *(const att_float8_u*)((xr) + d) * *(const __global att_float8_u*)((P) + d)  \
+                   + acc8;                                                                     \
+        const float4 a4 = acc8.lo + acc8.hi;                                                   \
+        dst = (a4.x + a4.y) + (a4.z + a4.w);                                                   \
+    }
+#else
+#define DOT_G DOT
+#endif
+
+/* Online-softmax update of (m, l, o[]) with keys j in [j0, j1) of a block: key j at
+ * KP + j * KS, value j at VP + j * VS; qr = q * scale, so a dot product is the scaled score.
+ * The block is rescaled once (FlashAttention-2), not once per key. */
+#define FWD_BLOCK(DOTF, KP, KS, VP, VS, j0, j1)                                                      \
+    {                                                                                          \
+        float sc[ATT_BK], mx = m;                                                              \
+        for (int j = (j0); j < (j1); j++) {                                                    \
+            float dot;                                                                         \
+            DOTF(dot, qr, (KP) + j * (KS))                                                     \
+            sc[j] = dot;                                                                       \
+            mx = dot > mx ? dot : mx;                                                          \
+        }                                                                                      \
+        const float alpha = EXP(m - mx);                                                       \
+        l *= alpha;                                                                            \
+        for (int d = 0; d < ATT_HD; d++) o[d] *= alpha;                                        \
+        for (int j = (j0); j < (j1); j++) {                                                    \
+            const float p = EXP(sc[j] - mx);                                                   \
+            l += p;                                                                            \
+            for (int d = 0; d < ATT_HD; d++) o[d] = MADD(p, (VP)[j * (VS) + d], o[d]);         \
+        }                                                                                      \
+        m = mx;                                                                                \
+    }
+
+/* dq[] += sum over keys j in [j0, j1) of dS_j k_j, dS_j = P_j (dy . v_j - D), P_j =
+ * exp(qr . k_j - lse) (the 1/sqrt(HD) of dS is applied once at the end). */
+#define DQ_BLOCK(DOTF, KP, KS, VP, VS, j0, j1)                                                 \
+    for (int j = (j0); j < (j1); j++) {                                                        \
+        float dot, dp;                                                                         \
+        DOTF(dot, qr, (KP) + j * (KS))                                                         \
+        DOTF(dp, gr, (VP) + j * (VS))                                                          \
+        const float ds = EXP(dot - lse_t) * (dp - dsum_t);                                     \
+        for (int d = 0; d < ATT_HD; d++) dq[d] = MADD(ds, (KP)[j * (KS) + d], dq[d]);          \
+    }
+
+/* For one key row (kr = k * scale, vr = v): dv[] += P_i dy_i and dk[] += dS_i q_i over
+ * queries i in [i0, i1) of a block: q_i at QP + i * QS, dy_i at GP + i * GS, their logsumexp
+ * and D at LP[i], DP[i]. */
+#define DKV_BLOCK(DOTF, QP, QS, GP, GS, LP, DP, i0, i1)                                        \
+    for (int i = (i0); i < (i1); i++) {                                                        \
+        float dot, dp;                                                                         \
+        DOTF(dot, kr, (QP) + i * (QS))                                                         \
+        DOTF(dp, vr, (GP) + i * (GS))                                                          \
+        const float p = EXP(dot - (LP)[i]), ds = p * (dp - (DP)[i]);                           \
+        for (int d = 0; d < ATT_HD; d++) {                                                     \
+            dv[d] = MADD(p, (GP)[i * (GS) + d], dv[d]);                                        \
+            dk[d] = MADD(ds, (QP)[i * (QS) + d], dk[d]);                                       \
+        }                                                                                      \
+    }
+
+/* Loads of private rows: dst[d] = src[d] * s. */
+#define ROW_IN(dst, src, s) for (int d = 0; d < ATT_HD; d++) (dst)[d] = (src)[d] * (s)
+
+/* Forward epilogue: y row = o / l; lse = m + log(l). */
+#define FWD_STORE                                                                              \
+    {                                                                                          \
+        __global float* yr = y + ((size_t)b * T + t) * C + h * ATT_HD;                         \
+        const float inv = 1.0f / l;                                                            \
+        for (int d = 0; d < ATT_HD; d++) yr[d] = o[d] * inv;                                   \
+        lse[(size_t)z * T + t] = m + log(l);                                                   \
+    }
+
+/* dq prologue: q (scaled), dy rows; D = dy . y stored for the dk/dv pass. */
+#define DQ_START(DOTF)                                                                              \
+    const int b = z / H, h = z % H;                                                            \
+    const float scale = 1.0f / sqrt((float)ATT_HD);                                            \
+    float qr[ATT_HD], gr[ATT_HD], dq[ATT_HD];                                                   \
+    float lse_t = 0.0f, dsum_t = 0.0f;                                                         \
+    if (t < T) {                                                                               \
+        const __global float* g = dy + ((size_t)b * T + t) * C + h * ATT_HD;                   \
+        const __global float* yo = y + ((size_t)b * T + t) * C + h * ATT_HD;                   \
+        ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), scale);                                        \
+        ROW_IN(gr, g, 1.0f);                                                                   \
+        for (int d = 0; d < ATT_HD; d++) dq[d] = 0.0f;                                         \
+        DOTF(dsum_t, gr, yo)  /* summed as dy . v is: exactly equal where y = v (T = 1) */     \
+        lse_t = lse[(size_t)z * T + t];                                                        \
+        dsum[(size_t)z * T + t] = dsum_t;                                                      \
+    }
+
+#define DQ_STORE                                                                               \
+    if (t < T) {                                                                               \
+        __global float* out = QKV_ROW(dqkv, b, t, 0, C, h);                                    \
+        for (int d = 0; d < ATT_HD; d++) out[d] = dq[d] * scale;                               \
+    }
+
+#define DKV_START                                                                              \
+    const int b = z / H, h = z % H;                                                            \
+    const float scale = 1.0f / sqrt((float)ATT_HD);                                            \
+    float kr[ATT_HD], vr[ATT_HD], dk[ATT_HD], dv[ATT_HD];                                      \
+    for (int d = 0; d < ATT_HD; d++) { dk[d] = 0.0f; dv[d] = 0.0f; kr[d] = 0.0f; vr[d] = 0.0f; } \
+    if (j < T) {                                                                               \
+        ROW_IN(kr, QKV_ROW(qkv, b, j, 1, C, h), scale);                                        \
+        ROW_IN(vr, QKV_ROW(qkv, b, j, 2, C, h), 1.0f);                                         \
+    }
+
+#define DKV_STORE                                                                              \
+    if (j < T) {                                                                               \
+        __global float* ok = QKV_ROW(dqkv, b, j, 1, C, h);                                     \
+        __global float* ov = QKV_ROW(dqkv, b, j, 2, C, h);                                     \
+        for (int d = 0; d < ATT_HD; d++) { ok[d] = dk[d] * scale; ov[d] = dv[d]; }             \
+    }
+
+/* ---------------------------------------------------------------- CPU: one row per work-item */
+
+/* y (B*T, C) and lse from qkv. Global (T, z chunk); query t attends to keys 0..t. */
+__kernel void attention_forward(__global float* y, __global float* lse,
+                                __global const float* qkv, int T, int C, int H, int z0, int z_end) {
+    const int t = get_global_id(0), z = z0 + get_global_id(1);
+    if (t >= T || z >= z_end) return;
+    const int b = z / H, h = z % H;
+    float qr[ATT_HD], o[ATT_HD], m = -INFINITY, l = 0.0f;
+    ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), 1.0f / sqrt((float)ATT_HD));
+    for (int d = 0; d < ATT_HD; d++) o[d] = 0.0f;
+    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
+        const int n = min(ATT_BK, t + 1 - s0);
+        FWD_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
+    }
+    FWD_STORE
+}
+
+/* dq part of dqkv, and dsum = rowsum(dy * y), from dy, y, lse. Global (T, z chunk). */
+__kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
+                                    __global const float* dy, __global const float* y,
+                                    __global const float* qkv, __global const float* lse,
+                                    int T, int C, int H, int z0, int z_end) {
+    const int t = get_global_id(0), z = z0 + get_global_id(1);
+    if (t >= T || z >= z_end) return;
+    DQ_START(DOT_G)
+    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
+        const int n = min(ATT_BK, t + 1 - s0);
+        DQ_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
+    }
+    DQ_STORE
+}
+
+/* dk and dv parts of dqkv, after attention_backward_dq wrote dsum. Global (T, z chunk): one
+ * work-item per key j, over queries j..T-1 (no two work-items write one row: no atomics). */
+__kernel void attention_backward_dkv(__global float* dqkv, __global const float* dy,
+                                     __global const float* qkv, __global const float* lse,
+                                     __global const float* dsum, int T, int C, int H, int z0,
+                                     int z_end) {
+    const int j = get_global_id(0), z = z0 + get_global_id(1);
+    if (j >= T || z >= z_end) return;
+    DKV_START
+    const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
+    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
+    const __global float* L0 = lse + (size_t)z * T;
+    const __global float* D0 = dsum + (size_t)z * T;
+    for (int i0 = j; i0 < T; i0 += ATT_BK) {
+        const int n = min(ATT_BK, T - i0);
+        DKV_BLOCK(DOT_G, q0 + (size_t)i0 * 3 * C, 3 * C, g0 + (size_t)i0 * C, C, L0 + i0, D0 + i0, 0, n)
+    }
+    DKV_STORE
+}
+
+/* --------------------------------------------------- GPU: a work-group per tile of ATT_BQ rows */
+
+/* Stage rows r0..r0+ATT_BK-1 (those < T) of src (row stride rs) in dst (ATT_BK, ATT_HD);
+ * every work-item of the group takes part. */
+#define STAGE(dst, src, rs, r0)                                                                \
+    for (int e = get_local_id(0); e < ATT_BK * ATT_HD; e += ATT_BQ) {                          \
+        const int r = e / ATT_HD;                                                              \
+        (dst)[e] = (r0) + r < T ? (src)[(size_t)((r0) + r) * (rs) + e % ATT_HD] : 0.0f;        \
+    }
+#define STAGE_VEC(dst, src, r0)                                                                \
+    for (int e = get_local_id(0); e < ATT_BK; e += ATT_BQ)                                     \
+        (dst)[e] = (r0) + e < T ? (src)[(r0) + e] : 0.0f;
+
+/* As attention_forward. Global (ATT_BQ * ceil(T / ATT_BQ), z chunk), local (ATT_BQ, 1). */
+__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
+void attention_forward_tiled(__global float* y, __global float* lse, __global const float* qkv,
+                             int T, int C, int H, int z0, int z_end) {
+    __local float Ks[ATT_BK * ATT_HD], Vs[ATT_BK * ATT_HD];
+    const int t = get_global_id(0), z = z0 + get_group_id(1);  /* z < z_end: the grid is exact */
+    const int b = z / H, h = z % H, q_end = min(T, (int)get_group_id(0) * ATT_BQ + ATT_BQ);
+    float qr[ATT_HD], o[ATT_HD], m = -INFINITY, l = 0.0f;
+    for (int d = 0; d < ATT_HD; d++) { o[d] = 0.0f; qr[d] = 0.0f; }
+    if (t < T) ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), 1.0f / sqrt((float)ATT_HD));
+    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    for (int s0 = 0; s0 < q_end; s0 += ATT_BK) {  /* key tiles above the diagonal: skipped */
+        STAGE(Ks, k0, 3 * C, s0)
+        STAGE(Vs, k0 + C, 3 * C, s0)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
+        if (n > 0) FWD_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t < T) FWD_STORE
+}
+
+/* As attention_backward_dq. Global (ATT_BQ * ceil(T / ATT_BQ), z chunk), local (ATT_BQ, 1). */
+__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
+void attention_backward_dq_tiled(__global float* dqkv, __global float* dsum,
+                                 __global const float* dy, __global const float* y,
+                                 __global const float* qkv, __global const float* lse,
+                                 int T, int C, int H, int z0, int z_end) {
+    __local float Ks[ATT_BK * ATT_HD], Vs[ATT_BK * ATT_HD];
+    const int t = get_global_id(0), z = z0 + get_group_id(1);
+    const int q_end = min(T, (int)get_group_id(0) * ATT_BQ + ATT_BQ);
+    DQ_START(DOT)
+    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    for (int s0 = 0; s0 < q_end; s0 += ATT_BK) {
+        STAGE(Ks, k0, 3 * C, s0)
+        STAGE(Vs, k0 + C, 3 * C, s0)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
+        DQ_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    DQ_STORE
+}
+
+/* As attention_backward_dkv: a work-group per ATT_BQ keys walks the query tiles from its first
+ * key on (tiles wholly above the diagonal skipped), staging q, dy, lse and dsum. */
+__kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
+void attention_backward_dkv_tiled(__global float* dqkv, __global const float* dy,
+                                  __global const float* qkv, __global const float* lse,
+                                  __global const float* dsum, int T, int C, int H, int z0,
+                                  int z_end) {
+    __local float Qs[ATT_BK * ATT_HD], Gs[ATT_BK * ATT_HD], Ls[ATT_BK], Ds[ATT_BK];
+    const int j = get_global_id(0), z = z0 + get_group_id(1);
+    const int k_start = get_group_id(0) * ATT_BQ;
+    DKV_START
+    const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
+    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
+    for (int i0 = k_start - k_start % ATT_BK; i0 < T; i0 += ATT_BK) {
+        STAGE(Qs, q0, 3 * C, i0)
+        STAGE(Gs, g0, C, i0)
+        STAGE_VEC(Ls, lse + (size_t)z * T, i0)
+        STAGE_VEC(Ds, dsum + (size_t)z * T, i0)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* queries i0 + i with j <= i0 + i < T */
+        const int lo = j < T ? max(0, j - i0) : ATT_BK, hi = min(ATT_BK, T - i0);
+        DKV_BLOCK(DOT, Qs, ATT_HD, Gs, ATT_HD, Ls, Ds, lo, hi)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    DKV_STORE
+}
 
 /* Decoding with a KV cache: one new query at position pos attends to rows 0..pos of the
  * layer's cached qkv rows (T_max, 3C) (k and v of earlier tokens, already rotated).
@@ -12,19 +292,19 @@ __kernel void attention_decode(__global float* y, __global float* scores,
                                int pos, int T_max, int C, int H) {
     const int h = get_global_id(0);
     if (h >= H) return;
-    const int hd = C / H, C3 = 3 * C, n = pos + 1;
-    const float scale = 1.0f / sqrt((float)hd);
-    const __global float* q = qkv_row + h * hd;
-    const __global float* k0 = cache + C + h * hd;
-    const __global float* v0 = cache + 2 * C + h * hd;
+    const int C3 = 3 * C, n = pos + 1;
+    const float scale = 1.0f / sqrt((float)ATT_HD);
+    const __global float* q = qkv_row + h * ATT_HD;
+    const __global float* k0 = cache + C + h * ATT_HD;
+    const __global float* v0 = cache + 2 * C + h * ATT_HD;
     __global float* a = scores + (size_t)h * T_max;
-    __global float* out = y + h * hd;
+    __global float* out = y + h * ATT_HD;
     /* a[s] = softmax over s < n of scale * q . k_s */
     float mx = -INFINITY;
     for (int s = 0; s < n; s++) {
         const __global float* k = k0 + (size_t)s * C3;
         float dot = 0.0f;
-        for (int d = 0; d < hd; d++) dot = MADD(q[d], k[d], dot);
+        for (int d = 0; d < ATT_HD; d++) dot = MADD(q[d], k[d], dot);
         dot *= scale;
         a[s] = dot;
         mx = dot > mx ? dot : mx;
@@ -39,65 +319,16 @@ __kernel void attention_decode(__global float* y, __global float* scores,
     for (int s = 0; s < n; s++) a[s] *= inv;
     /* out[d] = sum over s < n of a[s] * v_s[d] */
 #ifdef CPU_DEVICE  /* rows of v stream through the cache; out stays in L1 */
-    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int d = 0; d < ATT_HD; d++) out[d] = 0.0f;
     for (int s = 0; s < n; s++) {
         const __global float* v = v0 + (size_t)s * C3;
-        for (int d = 0; d < hd; d++) out[d] = MADD(a[s], v[d], out[d]);
+        for (int d = 0; d < ATT_HD; d++) out[d] = MADD(a[s], v[d], out[d]);
     }
 #else  /* GPU: accumulate in a register, one global write per channel (no read-modify-write) */
-    for (int d = 0; d < hd; d++) {
+    for (int d = 0; d < ATT_HD; d++) {
         float acc = 0.0f;
         for (int s = 0; s < n; s++) acc = MADD(a[s], v0[(size_t)s * C3 + d], acc);
         out[d] = acc;
     }
 #endif
-}
-
-/* Row softmax of the causal scores for the GEMM form of attention (engine/ops.py): att holds
- * (B*H*T, T) rows, query-major; row r is query t = r % T. SM_LANES work-items share a row
- * (see lanes_reduce in common.h). Launch: global (SM_LANES, rows rounded up to SM_ROWS),
- * local (SM_LANES, SM_ROWS). */
-
-/* In place: att[r, s] = softmax over s <= t of scale * att[r, s]; 0 for s > t (entries above
- * the diagonal may hold anything on entry: the score product skips those tiles). */
-__kernel void attention_softmax(__global float* att, int rows, int T, float scale) {
-    __local float red[SM_ROWS * SM_LANES];
-    const int lane = get_local_id(0), r = get_global_id(1);
-    const int t = r < rows ? r % T : -1;  /* no early return: the reductions have barriers */
-    __global float* a = att + (size_t)(r < rows ? r : 0) * T;
-    __local float* rd = red + get_local_id(1) * SM_LANES;
-    float mx = -INFINITY;
-    for (int s = lane; s <= t; s += SM_LANES) {
-        const float x = a[s] * scale;
-        mx = x > mx ? x : mx;
-    }
-    mx = lanes_reduce(rd, mx, lane, 1);
-    float sum = 0.0f;
-    for (int s = lane; s <= t; s += SM_LANES) {
-        const float e = EXP(a[s] * scale - mx);
-        a[s] = e;
-        sum += e;
-    }
-    sum = lanes_reduce(rd, sum, lane, 0);
-    const float inv = 1.0f / sum;
-    if (t >= 0)
-        for (int s = lane; s < T; s += SM_LANES) a[s] = s <= t ? a[s] * inv : 0.0f;
-}
-
-/* Softmax backward in place: datt holds dP on entry and dS = scale * P * (dP - sum_s dP * P)
- * on exit (0 above the diagonal), with P = att from attention_softmax. */
-__kernel void attention_softmax_backward(__global float* datt, __global const float* att,
-                                         int rows, int T, float scale) {
-    __local float red[SM_ROWS * SM_LANES];
-    const int lane = get_local_id(0), r = get_global_id(1);
-    const int t = r < rows ? r % T : -1;
-    const size_t row = (size_t)(r < rows ? r : 0) * T;
-    __global float* d = datt + row;
-    const __global float* p = att + row;
-    float dot = 0.0f;
-    for (int s = lane; s <= t; s += SM_LANES) dot = MADD(d[s], p[s], dot);
-    dot = lanes_reduce(red + get_local_id(1) * SM_LANES, dot, lane, 0);
-    if (t >= 0)
-        for (int s = lane; s < T; s += SM_LANES)
-            d[s] = s <= t ? scale * p[s] * (d[s] - dot) : 0.0f;
 }

@@ -104,6 +104,19 @@ def attention_forward(q, k, v, n_head):
     return y, att
 
 
+def attention_logsumexp(q, k, n_head):
+    """(B, H, T): log of the sum over keys s <= t of exp(q_t . k_s / sqrt(head_dim)), what the
+    fused forward keeps per query row instead of the probabilities (Dao 2023)."""
+    B, T, C = q.shape
+    hd = C // n_head
+    qh = q.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
+    kh = k.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
+    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(hd)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    return (mx + np.log(np.exp(s - mx).sum(axis=-1, keepdims=True)))[..., 0]
+
+
 def attention_backward(dy, q, k, v, att, n_head):
     """-> dq, dk, dv (B, T, C)."""
     B, T, C = q.shape

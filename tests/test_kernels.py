@@ -121,64 +121,6 @@ def test_embedding(rt, B, T, V, C):
     close(down(rt, dwte, (V, C)), ref.embedding_backward(dout, ids, V))
 
 
-@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 17, 2, 6), (3, 32, 4, 16)])
-def test_rope(rt, B, T, H, hd):
-    rng = np.random.default_rng(T)
-    C = H * hd
-    qkv = rng.normal(size=(B, T, 3 * C))
-    cos, sin = ref.rope_angles(T, hd)
-    bq, bc, bs = up(rt, qkv), up(rt, cos), up(rt, sin)
-    ops.rope_forward(rt, bq, bc, bs, B * T, T, C, hd)
-    want = qkv.copy()
-    want[..., :C] = ref.rope_forward(qkv[..., :C], H)
-    want[..., C:2 * C] = ref.rope_forward(qkv[..., C:2 * C], H)
-    close(down(rt, bq, (B, T, 3 * C)), want)
-    ops.rope_backward(rt, bq, bc, bs, B * T, T, C, hd)
-    close(down(rt, bq, (B, T, 3 * C)), qkv)  # backward is the inverse rotation
-    dq = rng.normal(size=(B, T, C))
-    bd = up(rt, np.concatenate([dq, dq, np.zeros_like(dq)], -1))
-    ops.rope_backward(rt, bd, bc, bs, B * T, T, C, hd)
-    close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
-
-
-@pytest.fixture(params=["blocked", "vector", "tiled", "tiled-lanes"])
-def attention(rt, rt_lanes, request):
-    """A runtime whose attention products run on each GEMM kernel (tile-granular causal
-    skipping differs: 6x16, 8x32, 64x64 tiles; "lanes": the softmax with 64 work-items per
-    row)."""
-    kind, _, lanes = request.param.partition("-")
-    r = rt_lanes if lanes else rt
-    if kind == "vector" and not r.is_cpu:
-        pytest.skip("the float16 CPU kernels are compiled for CPU devices only")
-    before, r.gemm = r.gemm, kind
-    yield r
-    r.gemm = before
-
-
-@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 32, 4, 16),
-                                      (1, 70, 3, 8), (2, 130, 2, 32)])
-def test_attention(attention, B, T, H, hd):
-    rt = attention
-    rng = np.random.default_rng(B * T + H)
-    C = H * hd
-    qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
-    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
-    nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
-    y, att, bqkv = nan(B * T * C), nan(B * H * T * T), up(rt, qkv)
-    ops.attention_forward(rt, y, att, bqkv, B, T, C, H)
-    ry, ratt = ref.attention_forward(q, k, v, H)
-    close(down(rt, y, (B, T, C)), ry)
-    got_att = down(rt, att, (B, H, T, T))
-    close(got_att, ratt)
-    dqkv, datt = nan(B * T * 3 * C), nan(B * H * T * T)
-    ops.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, att, B, T, C, H)
-    got = down(rt, dqkv, (B, T, 3 * C))
-    rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
-    close(got[..., :C], rdq, 5e-5)
-    close(got[..., C:2 * C], rdk, 5e-5)
-    close(got[..., 2 * C:], rdv, 5e-5)
-
-
 @pytest.mark.parametrize("BT,F", [(1, 1), (7, 13), (64, 96)])
 def test_swiglu(rt, BT, F):
     rng = np.random.default_rng(F)

@@ -1,0 +1,130 @@
+"""Attention at long contexts (issue 13 item 2): engine training step time and device memory.
+
+    PYTHONPATH=. python benchmarks/bench_attention.py steps --configs S,M,T1024 [--device cpu]
+    PYTHONPATH=. python benchmarks/bench_attention.py memory --d-model 384 --contexts 256,512,1024,2048
+
+`steps`: median ms/step and tokens/s of Model.train_step (engine only, no PyTorch) for the
+benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512) and
+T2048 (d384 L6 H6 T2048 B8 V512).
+`memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
+in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
+where there is one (the whole process: context, program, buffers), and always the engine's own
+count (engine/memory.py activation_floats, which allocates exactly those buffers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8),
+         "T2048": dict(d_model=384, n_layer=6, n_head=6, context_length=2048, batch=8)}
+
+
+def config(name: str, vocab: int = 512):
+    from benchmarks.common import model_config
+    from engine.config import ModelConfig
+    if name in EXTRA:
+        c = dict(EXTRA[name])
+        batch = c.pop("batch")
+        return ModelConfig(vocab_size=vocab, **c).validate(), batch
+    return model_config(name, vocab)
+
+
+def time_steps(name: str, device, steps: int) -> dict:
+    from engine.config import TrainConfig
+    from engine.model import Model
+    from engine.runtime import Runtime
+    rt = Runtime(device)
+    cfg, B = config(name)
+    model = Model(rt, cfg, seed=0)
+    rng = np.random.default_rng(0)
+    tc = TrainConfig()
+    times = []
+    for i in range(steps + 2):
+        x = rng.integers(0, cfg.vocab_size, size=(B, cfg.context_length)).astype(np.int32)
+        t0 = time.perf_counter()
+        model.train_step(x, np.roll(x, -1, 1), 1e-3, tc)
+        if i >= 2:  # the first steps compile and allocate
+            times.append(time.perf_counter() - t0)
+    ms = 1e3 * float(np.median(times))
+    return dict(config=name, device=rt.info.name, ms=ms,
+                tok_s=B * cfg.context_length / ms * 1e3, steps=steps)
+
+
+def one_step_memory(d_model: int, n_layer: int, T: int, B: int, device) -> dict:
+    """Run in a child process: one training step, then the device memory in use."""
+    from engine.config import ModelConfig, TrainConfig
+    from engine.memory import activation_floats
+    from engine.model import Model
+    from engine.runtime import Runtime
+    rt = Runtime(device)
+    cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layer=n_layer, n_head=d_model // 64,
+                      context_length=T).validate()
+    model = Model(rt, cfg)
+    x = np.zeros((B, T), np.int32)
+    model.train_step(x, x, 1e-3, TrainConfig())
+    rt.finish()
+    used = None
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True).stdout.split()
+        used = float(out[0]) * 2**20 if out else None
+    counted = 4 * activation_floats(cfg, B, T, True)[0]
+    return dict(used=used, counted=counted)
+
+
+def memory_table(args) -> str:
+    rows = ["| T | B | per layer, nvidia-smi (MiB) | per layer, engine count (MiB) |",
+            "|---|---|---|---|"]
+    for T in (int(t) for t in args.contexts.split(",")):
+        res = []
+        for L in (1, 2):
+            cmd = [sys.executable, __file__, "_one", str(args.d_model), str(L), str(T),
+                   str(args.batch), args.device or ""]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if out.returncode:
+                raise SystemExit(out.stdout + out.stderr)
+            res.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        smi = ("%.1f" % ((res[1]["used"] - res[0]["used"]) / 2**20)
+               if res[0]["used"] is not None else "n/a")
+        rows.append(f"| {T} | {args.batch} | {smi} | "
+                    f"{(res[1]['counted'] - res[0]['counted']) / 2**20:.1f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "_one":
+        _, _, d, L, T, B, dev = sys.argv
+        print(json.dumps(one_step_memory(int(d), int(L), int(T), int(B), dev or None)))
+        return
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=("steps", "memory"))
+    p.add_argument("--configs", default="S,M,T1024")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--device", default=None)
+    p.add_argument("--d-model", type=int, default=384)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--contexts", default="256,512,1024,2048")
+    args = p.parse_args(argv)
+    if args.what == "memory":
+        print(f"Device memory per layer, d_model {args.d_model}, head_dim 64, training step:")
+        print(memory_table(args))
+        return
+    for name in args.configs.split(","):
+        r = time_steps(name, args.device, args.steps)
+        print(f"{r['config']}: {r['ms']:.1f} ms/step, {r['tok_s']:.0f} tok/s "
+              f"({r['device']}, median of {r['steps']})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Device limits (issue 13 item 4): no buffer above the largest single allocation, long GPU
+launches split, and a clear error where a device cannot run a kernel's work-group."""
+
+import numpy as np
+import pytest
+
+import tests.reference as ref
+from engine import ops
+from engine.config import ModelConfig
+from engine.errors import ConfigError, DeviceError
+from engine.memory import check_fits
+from engine.runtime import Runtime
+from tests.test_kernels import close, down, up
+
+
+def test_max_alloc_override_refuses_big_buffers_and_configs(rt, monkeypatch):
+    small = Runtime(rt.info, max_alloc_bytes=2**20)
+    assert small.info.max_alloc_bytes == 2**20
+    small.empty(2**18)  # exactly 1 MiB is allowed
+    with pytest.raises(DeviceError, match="CL_DEVICE_MAX_MEM_ALLOC_SIZE") as e:
+        small.empty(2**18 + 1)
+    assert "smaller" in e.value.hint
+    cfg = ModelConfig(vocab_size=4096, d_model=128, context_length=256)
+    with pytest.raises(ConfigError, match="largest single buffer"):
+        check_fits(cfg, 16, small.info)  # logits alone: 16 * 256 * 4096 floats
+    monkeypatch.setenv("LLM_STUDIO_MAX_ALLOC_MB", "2")
+    assert Runtime(rt.info).info.max_alloc_bytes == 2 * 2**20
+
+
+def test_work_group_above_the_kernel_limit_is_a_clear_error(rt):
+    rt.main.kernel("sum_slices")  # fetched once: its limit is read then
+    too_many = 2 * rt.main.max_group["sum_slices"]
+    with pytest.raises(DeviceError, match="work-items per group"):
+        rt.launch_local("sum_slices", (too_many,), (too_many,), rt.empty(1), rt.empty(1), 1, 1,
+                        0.0)
+
+
+@pytest.mark.parametrize("gemm", ["blocked", "tiled"])
+def test_long_gemms_are_split_and_still_right(rt, gemm):
+    """With a cap on the work per launch (display GPUs), products over many rows run in
+    chunks of rows (nn) or of the summed dimension (tn, accumulating): same results."""
+    M, N, K = 300, 24, 40
+    rng = np.random.default_rng(1)
+    x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
+    before = rt.gemm, rt.gemm_tile, rt.max_launch_flops
+    rt.gemm, rt.gemm_tile, rt.max_launch_flops = gemm, 64 if gemm == "tiled" else None, 1.0
+    try:
+        n0 = rt.launches
+        out, scratch, bx, bw = rt.empty(M * N), rt.empty(N * K), up(rt, x), up(rt, w)
+        ops.matmul_forward(rt, out, bx, bw, scratch, M, N, K)
+        close(down(rt, out, (M, N)), ref.matmul_forward(x, w))
+        dx, dw = rt.empty(M * K), rt.zeros(N * K)
+        ops.matmul_backward(rt, dx, dw, up(rt, dout), bx, bw, M, N, K)
+        rdx, rdw = ref.matmul_backward(dout, x, w)
+        close(down(rt, dx, (M, K)), rdx)
+        close(down(rt, dw, (N, K)), rdw)
+        assert rt.launches - n0 >= 3 + 2 * 3  # 3 chunks of 128 rows in each of three products
+    finally:
+        rt.gemm, rt.gemm_tile, rt.max_launch_flops = before
