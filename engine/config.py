@@ -80,6 +80,24 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
+VAL_SPLITS = ("docs", "tail")
+
+
+def parse_val_split(spec: str) -> tuple[str, float]:
+    """"tail:0.1" -> ("tail", 0.1); "docs" -> ("docs", 0.1). Raises ConfigError."""
+    kind, _, share = str(spec).strip().partition(":")
+    try:
+        fraction = float(share) if share else 0.1
+    except ValueError:
+        fraction = -1.0
+    if kind not in VAL_SPLITS or not 0.0 <= fraction < 1.0:
+        raise ConfigError(f"Validation split {spec!r} is not understood.",
+                          "Use docs:F (the last documents) or tail:F (the last tokens of the "
+                          "text, nanoGPT's split), with a share F from 0 to below 1, e.g. "
+                          "tail:0.1.")
+    return kind, fraction
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and schedule. Steps count optimizer updates; lr follows warmup + cosine decay."""
@@ -97,11 +115,19 @@ class TrainConfig:
     grad_clip: float = 1.0        # clip the global grad norm to this; 0 disables
     seed: int = 1337              # weights, batches and sampling
     eval_interval: int = 50       # validation loss every N steps (and at the last step)
-    eval_batches: int = 4         # batches averaged per validation loss
+    eval_tokens: int = 16384      # validation tokens scored per evaluation: the val stream cut
+    #                               into whole windows, at most this many tokens (about
+    #                               nanoGPT's 20 x 12 x 64 = 15,360); see PretrainData.val_batches
     sample_interval: int = 100    # sample generations every N steps; 0 disables
     sample_tokens: int = 32       # tokens per sample generation
     replay_fraction: float = 0.25  # share of pretraining windows mixed into tuning batches
-    val_fraction: float = 0.1     # share of the pretraining stream held out for validation
+    val_split: str = "docs"       # "docs": the last documents are held out (their tokens
+    #                               when one document or too few); "tail": the last tokens of
+    #                               the stream by position (nanoGPT's split); engine.corpus
+    val_fraction: float = 0.1     # share of the pretraining text held out for validation
+    time_budget_s: float = 0.0    # wall seconds for train() over the whole run (elapsed_s,
+    #                               evaluations included); > 0 sets the step counts (and so the
+    #                               cosine schedule) to end on time: engine.budget. 0 = off
     tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
     evaluate_recall: bool = True  # fact recall / answer accuracy at the end of each stage
 
@@ -112,12 +138,28 @@ class TrainConfig:
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
         """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""
         s = step - stage_start
-        warm = min(self.warmup_steps, max(stage_steps // 5, 1))
+        warm = self.warmup_for(stage_steps)
         if s < warm:
             return peak * (s + 1) / warm
         frac = (s - warm) / max(stage_steps - warm, 1)
         cos = 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
         return peak * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cos)
+
+    def warmup_for(self, stage_steps: int) -> int:
+        """Warmup steps a stage of `stage_steps` gets: warmup_steps, at most a fifth of the
+        stage (so a short stage still spends most of its steps at a useful learning rate)."""
+        return min(self.warmup_steps, max(stage_steps // 5, 1))
+
+    def warmup_note(self, tune: bool = True) -> str | None:
+        """What the person should know when warmup_steps is shortened in a stage, or None."""
+        stages = [("pretraining", self.pretrain_steps)] + ([("tuning", self.tune_steps)]
+                                                           if tune and self.tune_steps else [])
+        capped = [f"{self.warmup_for(n)} steps in {name}" for name, n in stages
+                  if n and self.warmup_for(n) < self.warmup_steps]
+        if not capped:
+            return None
+        return (f"Warmup: {' and '.join(capped)} (at most 1/5 of a stage), not "
+                f"{self.warmup_steps}.")
 
     def validate(self) -> "TrainConfig":
         if self.batch_size < 1:
@@ -131,6 +173,16 @@ class TrainConfig:
             raise ConfigError(f"replay_fraction must be in [0, 1], got {self.replay_fraction}.")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be 0 (off) or positive, got {self.grad_clip}.")
+        if self.val_split not in VAL_SPLITS or not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(
+                f"Validation split {self.val_split}:{self.val_fraction:g} is not understood.",
+                "Use docs:F (the last documents) or tail:F (the last tokens of the text), "
+                "with a share F from 0 to below 1, e.g. tail:0.1.")
+        if self.eval_tokens < 1 or self.eval_interval < 1:
+            raise ConfigError("eval_tokens and eval_interval must be at least 1.")
+        if not (self.time_budget_s >= 0 and math.isfinite(self.time_budget_s)):
+            raise ConfigError(f"time_budget_s must be 0 (off) or a positive number of seconds, "
+                              f"got {self.time_budget_s}.")
         return self
 
     def replace(self, **changes) -> "TrainConfig":

@@ -3,8 +3,10 @@
 The prompt is run once through the full forward pass (prefill) on a (1, context_length) window;
 its per-layer qkv rows (k and v already rotated) stay on the device as the cache. Each new token
 then costs one row through every layer: its q, k, v are appended at row `pos` and its query
-attends to rows 0..pos (kernel attention_decode). When the window is full the cache is rebuilt
-from the last half of the tokens (RoPE positions are absolute, so rows cannot simply shift).
+attends to rows 0..pos (kernel attention_decode). The cache holds one window of context_length
+rows: when it is full the caller chooses the next window and prefills it with `reset`
+(TrainingSession.generate_ids: the newest half of the tokens for plain text, whole older
+exchanges dropped for a chat). RoPE positions are absolute, so rows cannot simply shift.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class KVDecoder:
         return self.model.last_logits(window, len(ids))
 
     def step(self, token: int) -> np.ndarray:
-        if len(self.ids) >= self.T:  # window full: rebuild from the newest half
-            self.reset(self.ids[-(self.T // 2):])
+        """Append `token` at the next position; ValueError when the window is already full
+        (call reset with the next window instead)."""
+        if len(self.ids) >= self.T:
+            raise ValueError(f"the {self.T}-token window is full: reset() with the next window")
         pos = len(self.ids)
         self.ids.append(int(token))
         rt, m, cfg, p = self.rt, self.model, self.model.cfg, self.model.p

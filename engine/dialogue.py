@@ -12,9 +12,21 @@ start of the line) until the next such line or a blank line, so it may span seve
 Or JSONL: one {"messages": [{"role", "content"}, ...]} per line (detected when the first
 non-empty line starts with "{").
 
-Rendering (the GGUF `tokenizer.chat_template`, CHAT_TEMPLATE): BOS, then per message
-user -> "User: {content}\\nAssistant:", assistant -> " {content}" EOS "\\n",
-system -> "System: {content}\\n".
+Rendering (the GGUF `tokenizer.chat_template`, CHAT_TEMPLATE), chat format 2: BOS, then per
+message user -> "User: {content}\\nAssistant:\\n", assistant -> "{content}" EOS "\\n",
+system -> "System: {content}\\n". The answer starts a line, so the text the model writes has no
+leading space: a runtime's answer (llama.cpp, Ollama, LM Studio) equals the studio's character for
+character. The tokenizer puts a space at the start of a piece ("▁Paris"), so a separator space
+after "Assistant:" would be generated as part of the answer (" Paris"), while one at the end of
+the prompt would be a lone "▁" that the answer's first word never follows in the texts (words
+after a space start with "▁"). A newline is the byte token <0x0A> and no piece spans it, so the
+prompt and the answer tokenize the same whether encoded apart (training) or as one rendered text
+(llama.cpp), and a line-initial word is as common in the texts as any.
+
+Chat format 1 (runs saved before format 2) put the answer after "Assistant: " with the space
+inside the answer: user -> "User: {content}\\nAssistant:", assistant -> " {content}" EOS "\\n".
+Every function takes `chat_format` so that such a model is still tuned, prompted and exported the
+way it was trained; `answer_text` removes its separator space.
 """
 
 from __future__ import annotations
@@ -35,16 +47,38 @@ _FORMAT_HINT = ('Write each dialogue as lines "User: question" and "Assistant: a
 _JSONL_HINT = ('Each line must be one JSON object like {"messages": [{"role": "user", "content": '
                '"..."}, {"role": "assistant", "content": "..."}]}.')
 
-# Jinja2 (Hugging Face / llama.cpp chat template). One line, so no stray whitespace is emitted.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\nAssistant:' }}"
-    "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token + '\\n' }}"
-    "{% elif message['role'] == 'system' %}{{ 'System: ' + message['content'] + '\\n' }}"
-    "{% endif %}"
-    "{% endfor %}"
-)
+CHAT_FORMAT = 2          # what new runs are tuned with; saved with every checkpoint and GGUF
+CHAT_FORMATS = (1, 2)
+
+# Jinja2 (Hugging Face / llama.cpp chat template), one per chat format. One line each, so no
+# stray whitespace is emitted.
+CHAT_TEMPLATES = {
+    1: ("{{ bos_token }}"
+        "{% for message in messages %}"
+        "{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\nAssistant:' }}"
+        "{% elif message['role'] == 'assistant' %}"
+        "{{ ' ' + message['content'] + eos_token + '\\n' }}"
+        "{% elif message['role'] == 'system' %}{{ 'System: ' + message['content'] + '\\n' }}"
+        "{% endif %}"
+        "{% endfor %}"),
+    2: ("{{ bos_token }}"
+        "{% for message in messages %}"
+        "{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\nAssistant:\\n' }}"
+        "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + '\\n' }}"
+        "{% elif message['role'] == 'system' %}{{ 'System: ' + message['content'] + '\\n' }}"
+        "{% endif %}"
+        "{% endfor %}"),
+}
+CHAT_TEMPLATE = CHAT_TEMPLATES[CHAT_FORMAT]
+
+
+def check_chat_format(chat_format: int) -> int:
+    """`chat_format` if known, else DataError (a run saved by a newer studio)."""
+    if chat_format not in CHAT_FORMATS:
+        raise DataError(f"This model was tuned with chat format {chat_format}, which this version "
+                        f"does not know (it knows {', '.join(map(str, CHAT_FORMATS))}).",
+                        "Update OpenCL LLM Studio to chat with it.")
+    return chat_format
 
 
 @dataclass(frozen=True)
@@ -166,14 +200,17 @@ def parse_dialogues(text: str, source: str = "tune file") -> list[list[Message]]
 
 # ---------------------------------------------------------------- rendering and encoding
 
-def _segments(messages: list[Message]) -> list[tuple[str | None, int]]:
+def _segments(messages: list[Message], chat_format: int = CHAT_FORMAT
+              ) -> list[tuple[str | None, int]]:
     """The template as (text, mask) segments; text None stands for EOS. No BOS."""
+    sep = " " if chat_format == 1 else ""       # format 1: the answer carries the separator
+    ask = "\nAssistant:" if chat_format == 1 else "\nAssistant:\n"
     segs: list[tuple[str | None, int]] = []
     for m in messages:
         if m.role == "user":
-            segs.append((f"User: {m.content}\nAssistant:", 0))
+            segs.append((f"User: {m.content}{ask}", 0))
         elif m.role == "assistant":
-            segs += [(" " + m.content, 1), (None, 1), ("\n", 0)]
+            segs += [(sep + m.content, 1), (None, 1), ("\n", 0)]
         elif m.role == "system":
             segs.append((f"System: {m.content}\n", 0))
         else:
@@ -181,8 +218,15 @@ def _segments(messages: list[Message]) -> list[tuple[str | None, int]]:
     return segs
 
 
-def render_prompt(messages: list[Message], eos_token: str = "</s>") -> str:
-    """CHAT_TEMPLATE's text after BOS, up to and including the final "Assistant:".
+def answer_text(text: str, chat_format: int = CHAT_FORMAT) -> str:
+    """The answer as the person reads it from the text the model wrote after the prompt:
+    unchanged in format 2; format 1 drops the separator space its answers start with."""
+    return text[1:] if chat_format == 1 and text.startswith(" ") else text
+
+
+def render_prompt(messages: list[Message], eos_token: str = "</s>",
+                  chat_format: int = CHAT_FORMAT) -> str:
+    """CHAT_TEMPLATE's text after BOS, up to and including the final "Assistant:\\n".
 
     `messages` normally end with a user turn; a trailing assistant turn is left out. Earlier
     assistant turns end with `eos_token` as text: tokenize with `encode_prompt` (or llama.cpp
@@ -190,32 +234,34 @@ def render_prompt(messages: list[Message], eos_token: str = "</s>") -> str:
     """
     if messages and messages[-1].role == "assistant":
         messages = messages[:-1]
-    return "".join(eos_token if t is None else t for t, _ in _segments(messages))
+    return "".join(eos_token if t is None else t for t, _ in _segments(messages, chat_format))
 
 
-def encode_dialogue(tokenizer: Tokenizer, messages: list[Message]) -> tuple[list[int], list[int]]:
+def encode_dialogue(tokenizer: Tokenizer, messages: list[Message],
+                    chat_format: int = CHAT_FORMAT) -> tuple[list[int], list[int]]:
     """Token ids of the rendered dialogue and its loss mask (same length).
 
-    ids = [BOS] + the template's segments, each encoded on its own ("User: q\\nAssistant:",
-    " answer", EOS, "\\n", ...). loss_mask is 1 exactly on the assistant content tokens and the
+    ids = [BOS] + the template's segments, each encoded on its own ("User: q\\nAssistant:\\n",
+    "answer", EOS, "\\n", ...). loss_mask is 1 exactly on the assistant content tokens and the
     EOS that ends them, else 0. Encoding segments separately equals encoding the text between
     special tokens in one go, because no learned piece contains "\\n" or a space after another
     character (add_dummy_prefix=False; SentencePiece puts the space at the start of a piece).
     """
     ids, mask = [tokenizer.bos_id], [0]
-    for text, m in _segments(messages):
+    for text, m in _segments(messages, chat_format):
         seg = [tokenizer.eos_id] if text is None else tokenizer.encode(text)
         ids += seg
         mask += [m] * len(seg)
     return ids, mask
 
 
-def encode_prompt(tokenizer: Tokenizer, messages: list[Message]) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer, messages: list[Message],
+                  chat_format: int = CHAT_FORMAT) -> list[int]:
     """Ids of BOS + render_prompt(messages), with real EOS ids: what the model sees before it
     answers (the same ids as in training)."""
     if messages and messages[-1].role == "assistant":
         messages = messages[:-1]
-    return encode_dialogue(tokenizer, messages)[0]
+    return encode_dialogue(tokenizer, messages, chat_format)[0]
 
 
 # ---------------------------------------------------------------- training batches
@@ -225,7 +271,8 @@ class TuneData:
 
     tokenizer: trained Tokenizer. text_or_dialogues: dialogue text (parsed with
     parse_dialogues) or already parsed list[list[Message]]. context_length: T. seed: seeds the
-    generator `train_batch` uses when given no rng.
+    generator `train_batch` uses when given no rng. chat_format: the rendering (CHAT_FORMAT for
+    a new run; a resumed run keeps the one it was tuned with).
     Attributes: dialogues, encoded (list of (ids, loss_mask)), n_truncated (dialogues longer
     than T+1 tokens, cut at T+1). Raises DataError (via parse_dialogues) for malformed text, or
     when truncation leaves no assistant token to learn in any dialogue; ConfigError for
@@ -233,7 +280,7 @@ class TuneData:
     """
 
     def __init__(self, tokenizer: Tokenizer, text_or_dialogues: str | list[list[Message]],
-                 context_length: int, seed: int = 0):
+                 context_length: int, seed: int = 0, chat_format: int = CHAT_FORMAT):
         if context_length < 1:
             raise ConfigError(f"context_length must be at least 1, got {context_length}.",
                               "Set the context length to a positive number of tokens, e.g. 64.")
@@ -246,7 +293,8 @@ class TuneData:
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.rng = np.random.default_rng(seed)
-        self.encoded = [encode_dialogue(tokenizer, d) for d in self.dialogues]
+        self.chat_format = check_chat_format(chat_format)
+        self.encoded = [encode_dialogue(tokenizer, d, chat_format) for d in self.dialogues]
         n = context_length + 1
         self.n_truncated = sum(len(ids) > n for ids, _ in self.encoded)
         first_answer = [mask.index(1) for _, mask in self.encoded]  # T >= this to learn a token

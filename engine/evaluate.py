@@ -36,11 +36,10 @@ MAX_QUESTIONS = 64
 
 
 def training_documents(session, limit: int | None = None) -> list[str]:
-    """The pretraining documents the model trained on (the held-out ones are excluded),
-    at most `limit` of them, evenly spaced through the text."""
-    docs = session.pretrain.documents
-    n_val = session.pretrain.n_val_documents
-    docs = docs[: len(docs) - n_val] if n_val else docs
+    """The pretraining text the model trained on, by document (held-out text excluded: a
+    document cut by a token split counts with its training part only), at most `limit` of
+    them, evenly spaced through the text."""
+    docs = session.pretrain.train_documents
     if limit and len(docs) > limit:
         docs = [docs[i * len(docs) // limit] for i in range(limit)]
     return docs

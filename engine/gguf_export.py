@@ -139,7 +139,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
     atomic_write(path, write)
     modelfile_path = None
     if modelfile:
-        modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile, force=True)
+        modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile, force=True,
+                                         chat_format=bundle_chat_format(bundle))
     return ExportResult(path, path.stat().st_size, modelfile_path, name)
 
 
@@ -217,7 +218,6 @@ def _check_q8_0_rows(tname: str, n: int, cfg: ModelConfig) -> None:
 def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name: str) -> None:
     """All key/values: general.*, llama.* (every hyperparameter explicit), tokenizer.*, ours."""
     cfg, tok = bundle.config, bundle.tokenizer
-    from engine.dialogue import CHAT_TEMPLATE   # import here: dialogue imports the tokenizer
     w.add_name(name)
     w.add_type("model")
     w.add_context_length(cfg.context_length)
@@ -243,12 +243,29 @@ def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name:
     w.add_add_eos_token(False)
     w.add_add_space_prefix(bool(tok.add_space_prefix))
     w.add_remove_extra_whitespaces(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(chat_template(bundle))
     w.add_uint32(FORMAT_KEY, FORMAT_VERSION)
     w.add_string(f"{PREFIX}.tokenizer.kind", str(getattr(tok, "kind", "bpe")))
     w.add_string(TOKENIZER_KEY, base64.b64encode(tok.to_bytes()).decode("ascii"))
     for key, value in _flatten(bundle.metadata):
         _add_value(w, f"{PREFIX}.{key}", value)
+
+
+def bundle_chat_format(bundle: ModelBundle) -> int:
+    """The chat format the bundle's model was tuned with (metadata "chat_format", written by
+    TrainingSession.bundle); the current one when absent. ExportError for an unknown one."""
+    from engine.dialogue import CHAT_FORMAT, CHAT_FORMATS  # here: dialogue imports the tokenizer
+    fmt = bundle.metadata.get("chat_format", CHAT_FORMAT)
+    if fmt not in CHAT_FORMATS:
+        raise ExportError(f"Unknown chat format {fmt!r} in the model's metadata.",
+                          f"Use one of {CHAT_FORMATS}.")
+    return int(fmt)
+
+
+def chat_template(bundle: ModelBundle) -> str:
+    """The Jinja2 chat template (engine.dialogue.CHAT_TEMPLATES) of the bundle's chat format."""
+    from engine.dialogue import CHAT_TEMPLATES
+    return CHAT_TEMPLATES[bundle_chat_format(bundle)]
 
 
 def _flatten(meta: dict, prefix: str = "") -> list[tuple[str, Any]]:
@@ -325,32 +342,44 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
             pass
 
 
-# Ollama's Go-template twin of engine.dialogue.CHAT_TEMPLATE, without the BOS (Ollama adds it
+# Ollama's Go-template twins of engine.dialogue.CHAT_TEMPLATES, without the BOS (Ollama adds it
 # because tokenizer.ggml.add_bos_token is true). "{{-" trims the newline before it.
-OLLAMA_TEMPLATE = """{{- range .Messages }}
+OLLAMA_TEMPLATES = {
+    1: """{{- range .Messages }}
 {{- if eq .Role "system" }}System: {{ .Content }}
 {{ else if eq .Role "user" }}User: {{ .Content }}
 Assistant:
 {{- else if eq .Role "assistant" }} {{ .Content }}</s>
 {{ end }}
-{{- end }}"""
+{{- end }}""",
+    2: """{{- range .Messages }}
+{{- if eq .Role "system" }}System: {{ .Content }}
+{{ else if eq .Role "user" }}User: {{ .Content }}
+Assistant:
+{{ else if eq .Role "assistant" }}{{ .Content }}</s>
+{{ end }}
+{{- end }}""",
+}
+OLLAMA_TEMPLATE = OLLAMA_TEMPLATES[2]
 
 
-def modelfile_text(gguf_name: str, config: ModelConfig) -> str:
-    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE, stop words, num_ctx."""
+def modelfile_text(gguf_name: str, config: ModelConfig, chat_format: int = 2) -> str:
+    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE (of `chat_format`), stop
+    words, num_ctx."""
     source = f"./{gguf_name}"
     if any(c.isspace() or c == '"' for c in source):
         source = '"' + source.replace('"', '\\"') + '"'
     return (f"# Ollama: ollama create <name> -f <this file>; then ollama run <name>\n"
             f"FROM {source}\n"
-            f'TEMPLATE """{OLLAMA_TEMPLATE}"""\n'
+            f'TEMPLATE """{OLLAMA_TEMPLATES[chat_format]}"""\n'
             f'PARAMETER stop "</s>"\n'
             f'PARAMETER stop "User:"\n'
             f"PARAMETER num_ctx {config.context_length}\n")
 
 
 def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
-                    path: str | os.PathLike | None = None, force: bool = False) -> Path:
+                    path: str | os.PathLike | None = None, force: bool = False,
+                    chat_format: int = 2) -> Path:
     """Write the Modelfile for `gguf_path` (default: "Modelfile" in its folder), atomically.
 
     Raises ExportError when the file exists and force is False, or the folder is not writable.
@@ -358,7 +387,7 @@ def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
     gguf_path = Path(gguf_path)
     path = Path(path) if path is not None else gguf_path.parent / "Modelfile"
     _check_target(path, force)
-    text = modelfile_text(gguf_path.name, config)
+    text = modelfile_text(gguf_path.name, config, chat_format)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
     return path
 

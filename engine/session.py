@@ -6,7 +6,9 @@ optimizer step, pretraining then tuning; the caller stops by not asking for the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -17,12 +19,17 @@ import pyopencl as cl
 from engine import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
+from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
+from engine.chat import fit_messages as _fit_messages
 from engine.decode import KVDecoder
-from engine.dialogue import Message, TuneData, encode_prompt
+from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
+                             encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
-from engine.evaluate import answer_accuracy, fact_recall
+from engine.budget import TimeBudget
+from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
+from engine.health import HealthMonitor
 from engine.memory import check_fits
-from engine.metrics import StepMetrics
+from engine.metrics import StepMetrics, ValScore, score_validation
 from engine.model import Model
 from engine.params import ParamTable
 from engine.runtime import Runtime
@@ -33,8 +40,48 @@ from engine.tokenizer import Tokenizer
 MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
 
 
+def _timed(budget: TimeBudget | None, kind: str, fn, *args):
+    """fn(*args), its wall time reported to the budget (if any) as `kind`."""
+    t0 = time.perf_counter()
+    result = fn(*args)
+    if budget:
+        budget.measured(kind, time.perf_counter() - t0)
+    return result
+
+
 def _sha256(text: str | None) -> str:
     return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
+                       new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
+    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` + `tune_steps`,
+    with dialogues to tune on or not) can be continued to the new totals; the one rule for
+    TrainingSession.extend, `llm-studio train --resume` and the studio's Continue.
+
+    Steps done cannot be undone; pretraining cannot grow once tuning has begun (the stages run
+    in order), but tuning can, before or after; a run without dialogues has no tuning stage.
+    require_more: also refuse totals that leave nothing to train. Raises ConfigError."""
+    if new_pretrain < 0 or new_tune < 0:
+        raise ConfigError("Step counts cannot be negative.", "Give totals of 0 or more.")
+    if not has_tune and new_tune != tune_steps:
+        raise ConfigError("This run has no dialogues, so it has no tuning stage.",
+                          "Change the pretraining steps only (a new run can tune).")
+    if has_tune and step > pretrain_steps and new_pretrain != pretrain_steps:
+        raise ConfigError(
+            f"This run is already tuning (step {step}); its pretraining stage "
+            f"({pretrain_steps} steps) is over: keep pretraining steps at {pretrain_steps}.",
+            f"Raise the tuning steps instead (now {tune_steps}).")
+    total = new_pretrain + (new_tune if has_tune else 0)
+    if new_pretrain < min(step, pretrain_steps) or total < step:
+        raise ConfigError(
+            f"This run has already done {step} steps; the new totals ({new_pretrain} "
+            f"pretraining + {new_tune if has_tune else 0} tuning) are fewer.",
+            "Step counts are totals per stage: give larger numbers.")
+    if require_more and total == step:
+        what = "pretraining or tuning steps" if has_tune else "pretraining steps"
+        raise ConfigError(f"This run has done all of its {step} steps.",
+                          f"Raise the {what} above that to train further.")
 
 
 class TrainingSession:
@@ -42,14 +89,16 @@ class TrainingSession:
 
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
-                 flat_weights: np.ndarray | None = None):
+                 flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT):
         self.rt, self.tokenizer = rt, tokenizer
+        self.chat_format = check_chat_format(chat_format)  # engine.dialogue: how turns render
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
-                                     train_cfg.seed)
-        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed) if tune_text else None
+                                     train_cfg.seed, train_cfg.val_split)
+        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
+                             chat_format) if tune_text else None
         check_fits(model_cfg, train_cfg.batch_size, rt.info)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
@@ -57,6 +106,8 @@ class TrainingSession:
         self.last_loss: float | None = None
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
         self._decoder: KVDecoder | None = None
+        self.last_finish = "stop"      # why the last generate_ids ended: stop, length, context
+        self._last_n_tokens = 0
         self._good = None  # last finite state, for the NaN guard
         self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
 
@@ -80,13 +131,16 @@ class TrainingSession:
         """Resume from a run folder's checkpoint (weights, AdamW state, step, RNG)."""
         ck = checkpoint.load(path)
         h = ck["header"]
+        known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
         try:
-            mc, tc = ModelConfig(**h["model_config"]), TrainConfig(**h["train_config"])
+            mc = ModelConfig(**h["model_config"])
+            tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
         except TypeError as e:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
         tok = Tokenizer.from_bytes(ck["tokenizer"])
         rt = runtime or Runtime(device)
-        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"])
+        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
+                chat_format=h.get("chat_format", 1))                      # key: format 1
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -111,7 +165,8 @@ class TrainingSession:
         b = import_gguf(path)
         rt = runtime or Runtime(device)
         s = cls(rt, b.config, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
-                flat_weights=ParamTable(b.config).flatten(b.weights))
+                flat_weights=ParamTable(b.config).flatten(b.weights),
+                chat_format=b.metadata.get("chat_format", 1))   # exported before the key: 1
         s.last_loss = b.metadata.get("final_loss")
         return s
 
@@ -122,6 +177,8 @@ class TrainingSession:
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
             "rng_state": self.rng.bit_generator.state, "history": self.history,
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
+            "chat_format": self.chat_format,
+            "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
         }
         m = self.model
         return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
@@ -131,29 +188,31 @@ class TrainingSession:
     def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None):
         """Set new step totals per stage (e.g. to keep training a finished run).
 
-        Both are totals, not additions. Steps already done cannot be undone, and pretraining
-        cannot grow once tuning has begun (the stages run in order). Raises ConfigError."""
+        Both are totals, not additions; the rule is `check_continuation`. Raises ConfigError."""
         tc = self.train_config
         pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
         tune = tc.tune_steps if tune_steps is None else tune_steps
-        tuning_started = self.tune is not None and self.step > tc.pretrain_steps
-        if tuning_started and pre != tc.pretrain_steps:
-            raise ConfigError(
-                f"This run is already tuning (step {self.step}); its pretraining stage "
-                f"({tc.pretrain_steps} steps) is over.",
-                f"Raise the tuning steps instead (now {tc.tune_steps}).")
-        if pre < min(self.step, tc.pretrain_steps) or pre + (tune if self.tune else 0) < self.step:
-            raise ConfigError(
-                f"This run has already done {self.step} steps; the new totals "
-                f"({pre} pretraining + {tune} tuning) are fewer.",
-                "Step counts are totals per stage: give larger numbers.")
+        check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.tune is not None,
+                           pre, tune)
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
 
     def data_summary(self) -> dict:
         return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
                 "pretrain_tokens": self.pretrain.n_tokens, "pretrain_documents": len(self.pretrain.documents),
                 "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
-                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0}
+                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0,
+                "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
+                "val_source": self.pretrain.val_source,
+                "val_tokens": int(self.pretrain.val_stream.size)}
+
+    def last_validation(self) -> dict:
+        """The newest pretraining-text validation numbers: {"val_loss" (nats per token),
+        "val_bpb", "val_source"} from history ({} before the first evaluation)."""
+        for r in reversed(self.history):
+            loss = r.get("val_loss") if r.get("stage") == "pretrain" else r.get("pretrain_val_loss")
+            if loss is not None and "val_bpb" in r:
+                return {"val_loss": loss, "val_bpb": r["val_bpb"], "val_source": r["val_source"]}
+        return {}
 
     @property
     def device_info(self):
@@ -186,10 +245,18 @@ class TrainingSession:
             x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
         return x, y
 
-    def pretrain_val_loss(self) -> float:
+    def pretrain_val(self) -> ValScore:
+        """The pretraining validation text scored: loss (nats per token), bits per byte and
+        how much text. The windows are PretrainData.val_batches: the val stream in
+        consecutive windows, at most train_config.eval_tokens targets, the same every call.
+        The text is held out unless pretrain.val_source says "training text"."""
         tc = self.train_config
-        batches = self.pretrain.val_batches(tc.batch_size, tc.eval_batches)
-        return float(np.mean([self.model.loss(x, y) for x, y in batches]))
+        return score_validation(self.pretrain.val_batches(tc.batch_size, tc.eval_tokens),
+                                self.model.loss, self.pretrain.token_bytes)
+
+    def pretrain_val_loss(self) -> float:
+        """pretrain_val().loss: mean cross-entropy in nats per token."""
+        return self.pretrain_val().loss
 
     def tune_val_loss(self) -> float:
         """Mean loss over all tune dialogues (assistant tokens only), in batches of batch_size."""
@@ -221,15 +288,21 @@ class TrainingSession:
 
     def train(self) -> Iterator[StepMetrics]:
         """Run from self.step to total_steps, one StepMetrics per step. Stops when the caller
-        stops iterating; call `save` after a stop to keep the work."""
+        stops iterating; call `save` after a stop to keep the work. With
+        train_config.time_budget_s the step counts are re-planned after every step to end
+        when elapsed_s reaches the budget (engine.budget)."""
         tc = self.train_config
-        t_start = time.perf_counter()
+        t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues on resume
+        budget = self._time_budget()
         self._snapshot()
         bad = 0
+        t_mark = time.perf_counter()
+        health = HealthMonitor(self.model, tc, self.pretrain.train_stream)  # engine/health.py
         while self.step < self.total_steps:
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
             x, y = self._batch(stage)
+            health.before_step(self.step + 1)
             t0 = time.perf_counter()
             try:
                 loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
@@ -249,25 +322,84 @@ class TrainingSession:
                     "were restored.", "Lower the learning rate (e.g. by 3x) and train again.")
             if not skipped and np.isfinite(loss):
                 self.last_loss = loss
+            if budget:
+                budget.step_done(time.perf_counter() - t_mark)
+                self._plan(budget, stage, time.perf_counter() - t_start)
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
+            health.after_step(m)
             stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
             if self.step % tc.eval_interval == 0 or stage_end:
-                if stage == "pretrain":
-                    m.val_loss = self.pretrain_val_loss()
-                else:
-                    m.val_loss = self.tune_val_loss()
-                    m.pretrain_val_loss = self.pretrain_val_loss()
+                _timed(budget, "eval", self._evaluate, m, stage)
             if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
-                m.samples = self.samples(stage)
+                m.samples = _timed(budget, "samples", self.samples, stage)
             if stage_end and tc.evaluate_recall:
-                m.recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
-                if stage == "tune":
-                    m.recall["answers"] = answer_accuracy(self).to_dict()
+                m.recall = _timed(budget, "recall", self._recall, stage)
+            m.elapsed_s = time.perf_counter() - t_start   # evaluations of this step included
             self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
             if m.val_loss is not None and bad == 0:
                 self._snapshot()
+            t_mark = time.perf_counter()
             yield m
+
+    def _evaluate(self, m: StepMetrics, stage: str) -> None:
+        """Validation numbers into m: the pretraining text (val_loss while pretraining,
+        pretrain_val_loss while tuning; val_bpb and val_source with it) and, while tuning,
+        val_loss on the tune dialogues."""
+        score = self.pretrain_val()
+        m.val_bpb, m.val_source = score.bpb, self.pretrain.val_source
+        if stage == "pretrain":
+            m.val_loss = score.loss
+        else:
+            m.val_loss = self.tune_val_loss()
+            m.pretrain_val_loss = score.loss
+
+    def _recall(self, stage: str) -> dict:
+        recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
+        if stage == "tune":
+            recall["answers"] = answer_accuracy(self).to_dict()
+        return recall
+
+    def elapsed_s(self) -> float:
+        """Wall seconds of training this run has had (the last record's elapsed_s; 0 new)."""
+        for record in reversed(self.history):
+            value = record.get("elapsed_s")
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                return float(value)
+        return 0.0
+
+    def _time_budget(self) -> TimeBudget | None:
+        """A TimeBudget for train_config.time_budget_s (None when 0), told how much text the
+        samples and the recall check generate and how fast this model decodes (16 tokens)."""
+        tc = self.train_config
+        if tc.time_budget_s <= 0:
+            return None
+        stamps: list[float] = []
+        self.generate_ids([self.tokenizer.bos_id], 24, SamplingParams(greedy=True),
+                          on_token=lambda _: stamps.append(time.perf_counter()))
+        per_token = float(np.median(np.diff(stamps[4:]))) if len(stamps) > 5 else 0.0
+        recall = 0
+        if tc.evaluate_recall:   # fact_recall reads each document's first half, writes the rest
+            recall = sum(len(self.tokenizer.encode(d)) + 3
+                         for d in training_documents(self, MAX_FACTS))
+        self._tune_share = tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+        return TimeBudget(tc.time_budget_s, len(self.pretrain.val_batches(tc.batch_size,
+                                                                          tc.eval_tokens)),
+                          tc.eval_interval, tc.sample_interval,
+                          len(self.sample_prompts("pretrain")) * tc.sample_tokens, recall,
+                          per_token)
+
+    def _plan(self, budget: TimeBudget, stage: str, elapsed: float) -> None:
+        """Set the step counts to what fits in the budget after the step just done."""
+        tc, done = self.train_config, self.step
+        if stage == "tune":
+            left = budget.remaining_steps(elapsed, 1)
+            self.train_config = tc.replace(tune_steps=done - tc.pretrain_steps + left)
+            return
+        left = budget.remaining_steps(elapsed, 2 if self.tune else 1)
+        pre = done + (round(left * (1 - self._tune_share)) if self.tune else left)
+        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=done + left - pre
+                                       if self.tune else tc.tune_steps)
 
     def _snapshot(self):
         """Host copy of the last good state (weights, AdamW, step, RNG) for the NaN guard;
@@ -295,7 +427,8 @@ class TrainingSession:
         tc = self.train_config
         meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
                 "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
-                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary()}
+                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
+                "chat_format": self.chat_format, **self.last_validation()}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
 
@@ -308,34 +441,56 @@ class TrainingSession:
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64,
                      sampling: SamplingParams = SamplingParams(), seed: int | None = None,
                      on_token: Callable[[int], None] | None = None,
-                     kv_cache: bool = True) -> list[int]:
+                     kv_cache: bool = True,
+                     slide: Callable[[list[int], list[int]], list[int] | None] | None = None
+                     ) -> list[int]:
         """Continue `prompt_ids` (BOS included by the caller) until `</s>` or max_new_tokens.
-        kv_cache=False recomputes the whole window for every token (the slow reference path).
-        Returns the new ids (without `</s>`)."""
+
+        The model sees a window of at most context_length (T) tokens: a longer prompt is seen by
+        its last T. When the window is full and another token is wanted, `slide(window, new)`
+        gives the next window (its last token the newest) or None to stop (self.last_finish is
+        then "context"); the default keeps the newest T//2 + 1 tokens (RoPE positions restart
+        at 0, as in a pretraining window that starts mid-text). kv_cache=False recomputes the
+        whole window for every token (the slow reference path); both paths see the same windows.
+        Returns the new ids (without `</s>`); self.last_finish is "stop", "length" or "context".
+        """
         T = self.model_config.context_length
         rng = np.random.default_rng(seed)
-        ids = list(prompt_ids) or [self.tokenizer.bos_id]
+        ctx = (list(prompt_ids) or [self.tokenizer.bos_id])[-T:]
+        slide = slide or (lambda window, new: window[-(T // 2 + 1):])
         out: list[int] = []
-        if kv_cache:
-            if self._decoder is None:
-                self._decoder = KVDecoder(self.model)
-            logits = self._decoder.reset(ids)
-        window = np.zeros((1, T), np.int32)
+        if kv_cache and self._decoder is None:
+            self._decoder = KVDecoder(self.model)
+        logits = self._prefill(ctx, kv_cache)
+        self.last_finish = "length"
         for i in range(max_new_tokens):
-            if not kv_cache:
-                ctx = ids[-T:]
-                window[0, :len(ctx)] = ctx
-                logits = self.model.last_logits(window, len(ctx))  # causal: padding unseen
             tok = next_token(logits, sampling, rng, out)
             if tok == self.tokenizer.eos_id:
+                self.last_finish = "stop"
                 break
-            ids.append(tok)
             out.append(tok)
             if on_token:
                 on_token(tok)
-            if kv_cache and i + 1 < max_new_tokens:
-                logits = self._decoder.step(tok)
+            if i + 1 == max_new_tokens:
+                break
+            ctx.append(tok)
+            if len(ctx) <= T:
+                logits = self._decoder.step(tok) if kv_cache else self._prefill(ctx, False)
+                continue
+            ctx = slide(ctx, out)
+            if ctx is None:
+                self.last_finish = "context"
+                break
+            logits = self._prefill(ctx, kv_cache)
         return out
+
+    def _prefill(self, ctx: list[int], kv_cache: bool) -> np.ndarray:
+        """Logits (V,) after the window `ctx` (at most T ids), through the KV cache or not."""
+        if kv_cache:
+            return self._decoder.reset(ctx)
+        window = np.zeros((1, self.model_config.context_length), np.int32)
+        window[0, :len(ctx)] = ctx
+        return self.model.last_logits(window, len(ctx))  # causal: the padding is unseen
 
     def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):
         if temperature < 0 or top_k < 0 or not (0 < top_p <= 1) or repetition_penalty <= 0:
@@ -358,44 +513,53 @@ class TrainingSession:
     def chat(self, messages: list[Message], max_new_tokens: int = 64, temperature: float = 0.8,
              top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
              seed: int | None = None, greedy: bool = False,
-             on_token: Callable[[str], None] | None = None) -> str:
-        """The assistant's answer to `messages` (last one from the user), rendered with the
-        tune format / GGUF chat template; stops at `</s>`. Leading space stripped. When the
-        conversation and the answer do not fit context_length, the oldest whole turns are
-        dropped (see `fit_messages`)."""
+             on_token: Callable[[str], None] | None = None) -> ChatReply:
+        """Answer `messages` (last one from the user), rendered with the tune format / GGUF chat
+        template (engine.dialogue); stops at `</s>`. The text is the model's own, not stripped:
+        llama.cpp's chat completion on the exported GGUF returns the same characters. History is
+        kept while the prompt leaves answer_reserve tokens free; when the answer fills the
+        window, the oldest exchanges make way (engine.chat). on_token gets each new piece of
+        text. Returns a ChatReply: the answer (a str) with dropped_turns and finish_reason.
+        Raises ConfigError for bad settings or when the last message is not the user's."""
         if not messages or messages[-1].role != "user":
             raise ConfigError("A chat needs the user's message last.")
-        messages = self.fit_messages(messages, max_new_tokens)
-        ids = encode_prompt(self.tokenizer, messages)
-        started = False
+        kept = self.fit_messages(messages, max_new_tokens)
+        T, fmt = self.model_config.context_length, self.chat_format
 
-        def stream(piece: str):  # the answer follows "Assistant:" with a space: drop it
-            nonlocal started
-            if not started:
-                piece = piece.lstrip()
-                started = bool(piece)
-            if piece and on_token:
-                on_token(piece)
+        def slide(window, new):   # the answer fills the window: the oldest exchange makes way
+            nonlocal kept
+            while (shorter := drop_oldest_exchange(kept)) is not None:
+                kept = shorter
+                ids = encode_prompt(self.tokenizer, kept, fmt) + new
+                if len(ids) <= T:
+                    return ids
+            return None
 
-        return self._decode_stream(ids, max_new_tokens, self._sampling(
-            temperature, top_k, top_p, repetition_penalty, greedy), seed, stream).strip()
+        shown = ""
+
+        def stream(piece: str):   # format 1: hold back the separator space before the answer
+            nonlocal shown
+            text = answer_text(shown + piece, fmt)
+            if on_token and len(text) > len(answer_text(shown, fmt)):
+                on_token(text[len(answer_text(shown, fmt)):])
+            shown += piece
+
+        ids = encode_prompt(self.tokenizer, kept, fmt)
+        text = self._decode_stream(ids, max_new_tokens, self._sampling(
+            temperature, top_k, top_p, repetition_penalty, greedy), seed, stream, slide)
+        return ChatReply(answer_text(text, fmt), len(messages) - len(kept), self.last_finish,
+                         self._last_n_tokens, T)
 
     def fit_messages(self, messages: list[Message], max_new_tokens: int) -> list[Message]:
-        """The newest turns that leave room for an answer in the context window: whole
-        user/assistant pairs are dropped from the front (never half a turn), so the prompt
-        always starts at BOS with "User:" as in training. The last user message is kept even
-        when alone it is too long (the decoder then sees its end)."""
+        """The newest turns whose prompt leaves room for the start of an answer
+        (engine.chat.answer_reserve): whole user/assistant exchanges are dropped from the front,
+        so the prompt starts at BOS with "User:" as in training. The last user message is kept
+        even when alone it is too long (the decoder then sees its end)."""
         T = self.model_config.context_length
-        budget = max(T - min(max_new_tokens, T // 2), 1)
-        msgs = list(messages)
-        while len(msgs) > 1 and len(encode_prompt(self.tokenizer, msgs)) > budget:
-            cut = 1
-            while cut < len(msgs) - 1 and msgs[cut].role != "user":
-                cut += 1
-            msgs = msgs[cut:]
-        return msgs
+        return _fit_messages(self.tokenizer, messages, T, answer_reserve(T, max_new_tokens),
+                             self.chat_format)
 
-    def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token) -> str:
+    def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token, slide=None) -> str:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
         new: list[int] = []
@@ -409,5 +573,6 @@ class TrainingSession:
                 on_token(text[len(shown):])
                 shown = text
 
-        self.generate_ids(ids, max_new_tokens, sampling, seed, emit)
+        self.generate_ids(ids, max_new_tokens, sampling, seed, emit, slide=slide)
+        self._last_n_tokens = len(new)
         return self.tokenizer.decode(new)

@@ -3,9 +3,17 @@
 Ids: 0 `<unk>`, 1 `<s>` (BOS), 2 `</s>` (EOS), 3..258 the byte tokens `<0x00>`..`<0xFF>`, then the
 learned pieces. Byte fallback makes every string encodable: a character that is no piece becomes
 its UTF-8 bytes. The normalisation is "identity" with no dummy prefix and no whitespace cleanup,
-so `decode(encode(s)) == s` for every string except those holding U+2581 "▁", which SentencePiece
-(and llama.cpp) use to stand for the space and turn back into a space. DESIGN.md: with these
-settings llama.cpp tokenizes exactly like SentencePiece; with the default NFKC it did not.
+so `decode(encode(s)) == s` for every string, on every vocabulary trained here:
+
+- the space piece "▁" is always in the vocabulary (`required_chars`, and for the "char" kind a
+  slot kept for it), even for a text with no space in it; without it a space would fall back to
+  the bytes of U+2581 and decode as a literal "▁";
+- a literal U+2581 "▁" in the text, which SentencePiece (and llama.cpp) read as a space, is
+  encoded as its three UTF-8 byte tokens, which decode to "▁" itself. Training splits the text
+  there too, so no learned piece spans it. llama.cpp's tokenizer (llm_tokenizer_spm) cannot tell
+  the two apart and reads a literal "▁" in a prompt as a space; for every other string its ids
+  equal ours (DESIGN.md: with these settings llama.cpp tokenizes exactly like SentencePiece;
+  with the default NFKC it did not).
 
 Training is in memory (no files): SentencePieceTrainer with `sentence_iterator` and
 `model_writer`. The texts are split at "\\n" into sentences, so no learned piece contains "\\n";
@@ -16,6 +24,7 @@ newlines always encode as the byte token `<0x0A>`. That keeps dialogue segments 
 from __future__ import annotations
 
 import io
+from collections import Counter
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
@@ -32,6 +41,7 @@ TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 1, 2, 3
 TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 4, 5, 6
 
 _WS = "\u2581"  # SentencePiece's visible space
+_WS_BYTES = [N_SPECIAL + b for b in _WS.encode("utf-8")]   # <0xE2> <0x96> <0x81>
 
 
 # ---------------------------------------------------------------- minimal protobuf reading
@@ -87,8 +97,30 @@ _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.Mod
 # ---------------------------------------------------------------- the tokenizer
 
 def _sentences(texts: Iterable[str]) -> list[str]:
-    """The training sentences: every non-empty line of every text (split at "\\n" only)."""
-    return [line for text in texts for line in text.split("\n") if line]
+    """The training sentences: every non-empty line of every text, split at "\\n" and at a
+    literal "▁" (which `encode` writes as bytes, so no piece may span or hold it)."""
+    return [part for text in texts for line in text.split("\n") for part in line.split(_WS)
+            if part]
+
+
+def _chars(sentences: list[str]) -> set[str]:
+    """The characters BPE must keep as pieces: those of the text (spaces as "▁"), and "▁"."""
+    return {c for s in sentences for c in s.replace(" ", _WS)} | {_WS}
+
+
+def _space_slot(sentences: list[str], vocab_size: int) -> list[str]:
+    """Sentences of spaces to add so that a "char" vocabulary of `vocab_size` keeps "▁": the
+    char model keeps the most frequent characters, so "▁" must count at least as often as the
+    last one kept. Empty when it already does (or every character fits)."""
+    counts = Counter(c for s in sentences for c in s.replace(" ", _WS))
+    others = [n for c, n in counts.most_common() if c != _WS]   # descending counts
+    slots = vocab_size - MIN_VOCAB
+    if len(others) < slots:
+        return []
+    need = others[slots - 1] + 1 - counts[_WS]    # beat the first character left out
+    if need <= 0:
+        return []
+    return [" " * min(1000, need - k) for k in range(0, need, 1000)]
 
 
 TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
@@ -136,9 +168,14 @@ class Tokenizer:
 
         vocab_size: the requested number of tokens including the 259 fixed ones; a small text
         yields fewer (hard_vocab_limit=False). kind: "bpe" (merges learned from the text) or
-        "char" (one piece per character, the most frequent `vocab_size - 259` characters).
-        Raises ConfigError for an unknown kind or a vocab_size too small (below 259, or for BPE
-        below 259 + the number of distinct characters, which BPE must all keep as pieces).
+        "char": one piece per distinct character of the texts, whatever vocab_size asks, so
+        every character of the text is one token and loss per token is loss per character
+        ("\\n" is the byte token <0x0A>, one token too; a character not in the texts falls
+        back to its UTF-8 bytes). Vocabulary: 259 fixed + the characters.
+        Either kind always holds the space piece "▁", whether or not the text has a space.
+        Raises ConfigError for an unknown kind or a vocab_size too small (below 259; for BPE
+        below 259 + the number of distinct characters and the space, which BPE must all keep
+        as pieces).
         Raises DataError when the texts hold no characters besides newlines.
         """
         if kind not in KINDS:
@@ -154,18 +191,29 @@ class Tokenizer:
                 f"vocab_size {vocab_size} is below {MIN_VOCAB} "
                 f"(3 control tokens + 256 byte tokens).",
                 f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
+        n_chars = len(_chars(sentences))
+        if kind == "char":   # every character present is a piece: one token per character
+            vocab_size = MIN_VOCAB + n_chars
         if kind == "bpe":
-            n_chars = len({c for s in sentences for c in s.replace(" ", _WS)})
             if vocab_size < MIN_VOCAB + n_chars:
                 raise ConfigError(
                     f"vocab_size {vocab_size} is too small for BPE on this text: it has {n_chars} "
-                    f"distinct characters, each of which must be a token, so at least "
-                    f"{MIN_VOCAB + n_chars} are needed (3 control + 256 byte + {n_chars}).",
+                    f"distinct characters (the space included), each of which must be a token, "
+                    f"so at least {MIN_VOCAB + n_chars} are needed (3 control + 256 byte + "
+                    f"{n_chars}).",
                     f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.")
+        elif vocab_size < MIN_VOCAB + 1:
+            raise ConfigError(
+                f"vocab_size {vocab_size} leaves no token for the space: a 'char' vocabulary "
+                f"needs at least {MIN_VOCAB + 1} (3 control + 256 byte + the space).",
+                f"Use a vocabulary size of at least {MIN_VOCAB + 1}; 512 suits a small text.")
+        sample = _training_sample(sentences)
+        if kind == "char":
+            sample += _space_slot(sample, vocab_size)
         writer = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(_training_sample(sentences)), model_writer=writer,
+                sentence_iterator=iter(sample), model_writer=writer, required_chars=_WS,
                 model_type=kind, vocab_size=vocab_size, hard_vocab_limit=False,
                 byte_fallback=True, character_coverage=1.0,
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -222,8 +270,16 @@ class Tokenizer:
 
     # -- encoding
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS/EOS. Never produces <unk> (byte fallback)."""
-        return self._sp.encode(text)
+        """Token ids of `text`, without BOS/EOS. Never produces <unk> (byte fallback).
+        A literal "▁" (U+2581) becomes its three byte tokens, so that it decodes as itself and
+        not as the space SentencePiece uses it for (module docstring)."""
+        if _WS not in text:
+            return self._sp.encode(text)
+        parts = text.split(_WS)
+        ids = self._sp.encode(parts[0])
+        for part in parts[1:]:
+            ids += _WS_BYTES + self._sp.encode(part)
+        return ids
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids`; control tokens (<s>, </s>) are dropped, <unk> becomes " ⁇ ".

@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from studio.runs_actions import install_runs
 from studio.training_actions import TrainingActions
 from studio.ui import theme
 from studio.ui.autosave_box import AutosaveBox
@@ -70,6 +71,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         self.setStyleSheet(theme.STYLESHEET)
         self._build()
         self._menus()
+        install_runs(self)  # View › Runs…, training-health warnings
         self._restore(pretrain_path, tune_path, device)
         self._update_actions()
         self._preview_run()
@@ -83,7 +85,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(8, 8, 8, 8)
-        ll.setSpacing(10)
+        ll.setSpacing(6)
         for w in (self.device_panel, self.settings_panel, self.autosave_box):
             ll.addWidget(w)
         # Spare height goes below the last box (the stretch outranks the boxes' Preferred
@@ -153,7 +155,8 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
 
     def _menus(self) -> None:
         m = self.menuBar().addMenu("&File")
-        self._open_actions: list[QAction] = []
+        self._open_actions: list[QAction] = []  # idle only
+        self._data_actions: list[QAction] = []  # idle, and not for an opened model
         for text, slot, key in (
                 ("Open pretraining text…", lambda: self.data_panel._ask("pretrain"), "Ctrl+O"),
                 ("Open tune dialogues…", lambda: self.data_panel._ask("tune"), None),
@@ -175,8 +178,12 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
             m.addAction(act)
             if text.startswith("Save checkpoint"):
                 self.save_action = act
+            elif text.startswith("Export GGUF"):
+                self.export_action = act
             elif text.startswith(("Open checkpoint", "Open exported")):
                 self._open_actions.append(act)
+            elif text.startswith(("Open pretraining", "Open tune")):
+                self._data_actions.append(act)
             elif text.startswith("New model"):
                 self.new_model_action = act
 
@@ -199,8 +206,8 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         rb.pause_button.setText("Resume" if self.state == "paused" else "Pause")
         rb.stop_button.setEnabled(self.state in ("preparing", "running", "pausing", "paused"))
         can_use = self.has_model and self.state in ("idle", "paused") and not self._busy
-        rb.export_button.setEnabled(can_use)
-        self.save_action.setEnabled(can_use)
+        for w in (rb.export_button, self.export_action, self.save_action):
+            w.setEnabled(can_use)
         cont = self.resume_info is not None
         only = None
         if cont:  # the opened model fixes everything but how far to train it
@@ -208,6 +215,8 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                                              else ())
         self.settings_panel.set_editable(idle, only)
         self.data_panel.set_editable(idle and not cont)
+        for act in self._data_actions:
+            act.setEnabled(idle and not cont)
         self.device_panel.set_editable(idle and not cont)
         self.autosave_box.set_editable(idle)
         rb.new_button.setEnabled(idle and not self._busy)
@@ -255,7 +264,14 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                        column.minimumSizeHint().width())
             rest = max(self.width() - left, 1)
             main.setSizes([left, rest])
-            work.setSizes([int(rest * 0.62), rest - int(rest * 0.62)])
+            # The plots get 62%, or more where the summary line (the planned run) needs it
+            # and the side tabs keep their minimum width.
+            p = self.plots
+            line = (p.summary.fontMetrics().horizontalAdvance(p.summary.full_text())
+                    + p.log_check.sizeHint().width() + 32)
+            plots = max(int(rest * 0.62),
+                        min(line, rest - self.tabs.minimumSizeHint().width() - work.handleWidth()))
+            work.setSizes([plots, rest - plots])
 
     def closeEvent(self, event):
         """Closing during training sets the stop flag and waits for the step to end."""
@@ -267,12 +283,19 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         super().closeEvent(event)
 
 
+def configure_application(app: QApplication) -> None:
+    """Name the application once, not as organization and application both: Qt puts its data
+    under <organization>/<application>, which made the runs folder ".../OpenCL LLM Studio/OpenCL
+    LLM Studio/runs". Settings go to <config>/OpenCL LLM Studio/studio.conf (MainWindow)."""
+    app.setOrganizationName("")
+    app.setApplicationName(APP_NAME)
+    app.setStyle("Fusion")
+
+
 def run_app(pretrain_path=None, tune_path=None, device=None) -> int:
     """Open the main window (the `llm-studio` command without a subcommand)."""
     app = QApplication.instance() or QApplication(sys.argv)
-    app.setOrganizationName(APP_NAME)
-    app.setApplicationName(APP_NAME)
-    app.setStyle("Fusion")
+    configure_application(app)
     window = MainWindow(pretrain_path=pretrain_path, tune_path=tune_path, device=device)
     window.show()
     return app.exec()

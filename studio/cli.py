@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 
 from engine.errors import StudioError
+from studio.cli_runs import TrainWatch
+from studio.cli_runs import register as register_runs
+from studio.cli_hf import register as register_hf
 
 EXIT_USER_ERROR = 2
 
@@ -30,7 +33,7 @@ def _progress(m, t0: float, out) -> None:
     bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
     val = ""
     if m.val_loss is not None:  # tuning: loss on the tune dialogues (they are the training set)
-        val = f" val {m.val_loss:.3f}" if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
+        val = _val_text(m) if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
     line = (f"[{bar}] {done}/{total} {m.stage:8s} loss {m.loss:.3f}{val} "
             f"{m.tokens_per_s:,.0f} tok/s ETA {eta:4.0f}s")
     if out.isatty():
@@ -38,6 +41,14 @@ def _progress(m, t0: float, out) -> None:
     elif done == total or done % max(total // 20, 1) == 0:
         out.write(line + "\n")  # a log file gets a line every 5%, not a redraw per step
     out.flush()
+
+
+def _val_text(m) -> str:
+    """' val 1.234 (1.780 bpb)', or ' val on training text 1.234 (...)' when nothing could be
+    held out (engine.corpus): a number measured on the training text is never called val."""
+    name = "val" if m.val_source != "training text" else "val on training text"
+    bpb = f" ({m.val_bpb:.3f} bpb)" if m.val_bpb is not None else ""
+    return f" {name} {m.val_loss:.3f}{bpb}"
 
 
 def cmd_devices(args) -> int:
@@ -57,9 +68,10 @@ def cmd_devices(args) -> int:
 
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
-                 "vocab_size", "lr", "batch_size", "seed", "replay")
+                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split")
 TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
-                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25)
+                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25,
+                      val_split="docs:0.1", time_budget=0.0)
 
 
 def _opt(args, name):
@@ -68,13 +80,15 @@ def _opt(args, name):
 
 
 def _configs(args):
-    from engine.config import ModelConfig, TrainConfig
+    from engine.config import ModelConfig, TrainConfig, parse_val_split
     o = lambda name: _opt(args, name)  # noqa: E731
+    val_split, val_fraction = parse_val_split(o("val_split"))
     mc = ModelConfig(d_model=o("d_model"), n_layer=o("n_layer"), n_head=o("n_head"),
                      context_length=o("context_length"), vocab_size=o("vocab_size"))
     tc = TrainConfig(pretrain_steps=o("steps"), tune_steps=o("tune_steps"),
                      batch_size=o("batch_size"), learning_rate=o("lr"), seed=o("seed"),
-                     replay_fraction=o("replay"))
+                     replay_fraction=o("replay"), val_split=val_split, val_fraction=val_fraction,
+                     time_budget_s=o("time_budget"))
     return mc.validate(), tc.validate()
 
 
@@ -135,6 +149,9 @@ def cmd_train(args) -> int:
                   "and settings", file=sys.stderr)
         if args.steps is not None or args.tune_steps is not None:
             session.extend(args.steps, args.tune_steps)
+        if args.time_budget is not None:   # this many seconds more
+            session.train_config = session.train_config.replace(
+                time_budget_s=session.elapsed_s() + args.time_budget).validate()
         _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
         print(f"Resuming {out} at step {session.step}/{session.total_steps} on "
               f"{session.rt.info.name}", file=sys.stderr)
@@ -160,16 +177,26 @@ def cmd_train(args) -> int:
               f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
               f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
               f"tokens", file=sys.stderr)
+    warmup = session.train_config.warmup_note(session.tune is not None)
+    if warmup:
+        print(f"note: {warmup}", file=sys.stderr)
+    print(f"Validation: {session.pretrain.val_note}.", file=sys.stderr)
+    if session.train_config.time_budget_s:
+        print(f"Time budget: training ends {session.train_config.time_budget_s:.0f} s into the "
+              "run (evaluations included); the step count follows the measured speed.",
+              file=sys.stderr)
     t0 = time.perf_counter()
     # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
     # at most --checkpoint-every steps.
     stop = _StopFlag()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     metrics_file = (out / "metrics.jsonl").open("a")
+    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
         for m in session.train():
             metrics_file.write(json.dumps(m.to_dict()) + "\n")
             metrics_file.flush()
+            watch(m)
             if not args.quiet:
                 _progress(m, t0, sys.stderr)
             if m.samples and not args.quiet:
@@ -185,6 +212,7 @@ def cmd_train(args) -> int:
                 return 130
     finally:
         metrics_file.close()
+        watch.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     session.save(out)
@@ -257,9 +285,11 @@ def cmd_chat(args) -> int:
     s = _load(args)
     kw = _sampling_kwargs(args)
     if args.message is not None:
-        s.chat([Message("user", args.message)], on_token=lambda t: print(t, end="", flush=True),
-               **kw)
+        reply = s.chat([Message("user", args.message)],
+                       on_token=lambda t: print(t, end="", flush=True), **kw)
         print()
+        for note in reply.notes():
+            print(f"({note})")
         return 0
     history: list = []
     if s.tune is None:
@@ -281,24 +311,18 @@ def cmd_chat(args) -> int:
             print("/reset  forget the conversation\n/help   this list\nempty line  quit")
             continue
         history.append(Message("user", line))
-        kept = s.fit_messages(history, args.max_tokens)
-        if len(kept) < len(history):
-            print(f"(older turns dropped to fit the {s.model_config.context_length}-token "
-                  "context)")
         print("Assistant: ", end="", flush=True)
-        answer = s.chat(history, on_token=lambda t: print(t, end="", flush=True), **kw)
+        reply = s.chat(history, on_token=lambda t: print(t, end="", flush=True), **kw)
         print()
-        history.append(Message("assistant", answer))
+        for note in reply.notes():   # turns left out of the prompt, an answer cut by the window
+            print(f"({note})")
+        history.append(Message("assistant", reply.strip()))   # as tune turns are: stripped
     return 0
 
 
 def cmd_studio(args) -> int:
-    import os
-    if (sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-            and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM")):
-        raise StudioError("No display found, so the studio window cannot open.",
-                          "Run it on a desktop session, or use the headless commands: "
-                          "`llm-studio train --out runs/first` (see `llm-studio --help`).")
+    from studio.preflight import check_display
+    check_display()  # missing xcb libraries or a wrong DISPLAY: a message and exit 2, not abort
     from studio.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 
@@ -338,9 +362,19 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--replay", type=float,
                    help=f"share of pretraining windows in tuning batches ({d['replay']})")
     t.add_argument("--seed", type=int, help=f"weights, batches and sampling ({d['seed']})")
+    t.add_argument("--val-split", metavar="KIND:SHARE",
+                   help="held-out text: docs:F = the last share F of the documents (their "
+                   "last tokens when one document), tail:F = the last share F of the tokens, "
+                   f"nanoGPT's split ({d['val_split']})")
+    t.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="train for this many seconds (evaluations included) and fit the step "
+                   "count and lr schedule to it; --steps is then only the first plan. With "
+                   "--resume: seconds more (off)")
     t.add_argument("--checkpoint-every", type=int, default=100,
                    help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--tensorboard", action="store_true",
+                   help="also write TensorBoard event files into OUT/tensorboard (tensorboardX)")
     t.set_defaults(func=cmd_train)
 
     def gen_args(q):
@@ -380,8 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true", help="overwrite existing files")
     e.add_argument("--device", default=S, help="OpenCL device index or name part")
     e.set_defaults(func=cmd_export)
-    from studio.cli_hf import add_parsers
-    add_parsers(sub, S)
+    register_runs(sub, S)
+    register_hf(sub, S)
     return p
 
 

@@ -54,7 +54,7 @@ def cmd_scale_out(args) -> int:
     return 0
 
 
-def add_parsers(sub, S) -> None:
+def register(sub, S) -> None:
     """The `import` and `scale-out` subcommands (S = argparse.SUPPRESS, as in build_parser)."""
     i = sub.add_parser("import", help="a transformers Llama folder -> a run folder",
                        description="Turn a Hugging Face transformers Llama folder (exported by "

@@ -128,7 +128,7 @@ def _step_of(line: str) -> float:
 
 _FIELDS = {f.name for f in dataclasses.fields(StepMetrics)}
 _FLOATS = ("loss", "grad_norm", "lr", "tokens_per_s", "elapsed_s", "val_loss",
-           "pretrain_val_loss")
+           "pretrain_val_loss", "val_bpb")
 
 
 def metrics_from_dict(d: dict) -> StepMetrics:

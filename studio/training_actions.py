@@ -9,6 +9,8 @@ on the left and keep going, into a new run folder that starts with the model's h
 
 from __future__ import annotations
 
+from engine.errors import ConfigError
+from engine.session import check_continuation
 from studio.run_folder import new_run_dir
 
 
@@ -69,18 +71,16 @@ class TrainingActions:
         self._update_actions()
 
     def _continue_problem(self) -> str | None:
-        """Why the opened model cannot be continued to the step counts on the left, or None."""
+        """Why the opened model cannot be continued to the step counts on the left, or None:
+        the engine's own rule (engine.session.check_continuation, as TrainingSession.extend
+        and `llm-studio train --resume` apply it)."""
         r, tc = self.resume_info, self.settings_panel.train_config()
-        step, pre_old, pre = r["step"], r["pretrain_steps"], tc.pretrain_steps
-        if r["has_tune"] and step > pre_old and pre != pre_old:
-            return (f"Tuning began after step {pre_old}: keep Pretraining steps at {pre_old} "
-                    "to continue.")
-        if r["has_tune"] and pre < step:
-            return f"The model has done {step} steps: Pretraining steps must be at least {step}."
-        total = pre + (tc.tune_steps if r["has_tune"] else 0)
-        if total <= step:
-            what = "Pretraining or Tuning steps" if r["has_tune"] else "Pretraining steps"
-            return f"The model has done {step} steps: raise {what} above that to continue."
+        try:
+            check_continuation(r["step"], r["pretrain_steps"], r["tune_steps"],
+                               bool(r["has_tune"]), tc.pretrain_steps, tc.tune_steps,
+                               require_more=True)
+        except ConfigError as e:
+            return e.describe().replace("\n", " ")
         return None
 
     # -- what the worker reports -------------------------------------------------------------

@@ -13,6 +13,9 @@ from studio.ui.data_panel import bundled_path
 from studio.ui.export_dialog import ExportDialog
 from studio.ui.settings_panel import human_bytes
 
+CHECKPOINT_FILTER = ("Checkpoints and GGUF (*.npz *.gguf);;Checkpoints (*.npz);;"
+                     "GGUF models (*.gguf)")
+
 
 class WindowActions:
     # -- settings persistence ------------------------------------------------------------
@@ -113,12 +116,15 @@ class WindowActions:
         self.statusBar().showMessage(f"Checkpoint saved to {path}", 10000)
 
     def open_checkpoint(self, path: str | None = None) -> None:
-        """A run folder (or its checkpoint.npz): chat with it, export it, or Continue it."""
+        """A run folder, its checkpoint.npz or checkpoint.prev.npz, or a GGUF this app exported:
+        chat with it, export it, or Continue it."""
         if self.state != "idle" or self._busy:
             return
         start = str(self.run_bar.run_dir or self.autosave_box.runs_root())
-        path = path or QFileDialog.getExistingDirectory(self, "Open checkpoint (a run folder)",
-                                                        start)
+        if not path:
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Open checkpoint (checkpoint.npz in a run folder, or an exported GGUF)",
+                start, CHECKPOINT_FILTER)
         if path:
             self._open_model(path)
 
@@ -159,10 +165,10 @@ class WindowActions:
     def dropEvent(self, event):
         for url in event.mimeData().urls()[:2]:
             path = Path(url.toLocalFile())
-            if path.is_dir() or path.name == "checkpoint.npz":
+            if path.is_dir() or path.suffix.lower() == ".npz":
                 self.open_checkpoint(str(path))
             elif path.suffix.lower() == ".gguf":
                 self.open_gguf(str(path))
-            elif path.is_file():
+            elif path.is_file() and self.resume_info is None:  # an opened model keeps its data
                 self.data_panel.load_dropped(str(path))
         event.acceptProposedAction()

@@ -84,16 +84,18 @@ def test_at_least_one_document_is_held_out(tok):
     assert data.n_val_documents == 1 and not data.val_is_train
 
 
-def test_too_small_validation_uses_the_training_stream(tok):
+def test_too_small_documents_hold_out_tokens(tok):
+    """A last document shorter than a window: the last tokens are held out instead
+    (tests/test_validation_split.py has the cases where nothing can be)."""
     text = "A long first document about rivers, mountains and oceans of the world.\n\nShort."
     data = PretrainData(tok, text, context_length=12, val_fraction=0.5)
-    assert data.val_is_train and data.n_val_documents == 0
-    assert data.val_stream is data.train_stream is data.stream
+    assert not data.val_is_train and data.n_val_documents == 1
+    assert data.val_stream.size >= 13 and data.train_stream.size >= 13
 
 
-def test_single_document_validates_on_training(tok):
+def test_single_document_holds_out_its_tail(tok):
     data = PretrainData(tok, "just one document with some words in it", 4)
-    assert data.val_is_train
+    assert not data.val_is_train and data.val_stream.size >= 5
 
 
 def test_zero_val_fraction(tok, pretrain):
@@ -107,7 +109,8 @@ def test_bundled_corpus_works(pretrain, kind, vocab, T):
     data = PretrainData(tk, pretrain, T)
     x, y = data.train_batch(np.random.default_rng(0), 4)
     assert x.shape == y.shape == (4, T)
-    assert len(data.val_batches(4, 2)) == 2
+    batches = data.val_batches(4, 8 * T)
+    assert batches and all(vx.shape == (4, T) for vx, _ in batches)
 
 
 # ---------------------------------------------------------------- batches
@@ -160,14 +163,15 @@ def test_own_rng_from_seed(tok, pretrain):
 
 def test_val_batches_are_fixed(tok, pretrain):
     data = PretrainData(tok, pretrain, 16)
-    first, again = data.val_batches(3, 4), data.val_batches(3, 4)
-    assert len(first) == 4
+    first, again = data.val_batches(3, 12 * 16), data.val_batches(3, 12 * 16)
     for (x, y), (x2, y2) in zip(first, again):
         assert x.shape == y.shape == (3, 16) and x.dtype == np.int32
         assert np.array_equal(x, x2) and np.array_equal(y, y2)
-        assert np.array_equal(x[:, 1:], y[:, :-1])
+        full = (y >= 0).all(axis=1)
+        assert np.array_equal(x[full, 1:], y[full, :-1])
     assert np.array_equal(first[0][0][0], data.val_stream[:16])           # starts at the start
-    assert np.array_equal(first[-1][1][-1], data.val_stream[-16:])        # ends at the end
+    scored = np.concatenate([y[y >= 0] for _, y in first])                # and ends at the end
+    assert scored.size == data.val_stream.size - 1 and scored[-1] == data.val_stream[-1]
 
 
 # ---------------------------------------------------------------- errors

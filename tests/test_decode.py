@@ -14,24 +14,50 @@ def test_kv_cache_logits_equal_full_forward(rt, n_prompt):
                       ffn_dim=40)
     model = Model(rt, cfg, seed=4)
     rng = np.random.default_rng(n_prompt)
-    ids = list(rng.integers(0, cfg.vocab_size, size=n_prompt + 15))  # passes the window end
+    ids = list(rng.integers(0, cfg.vocab_size, size=cfg.context_length))
     dec = KVDecoder(model)
     got = [dec.reset(ids[:n_prompt])]
     for t in ids[n_prompt:]:
         got.append(dec.step(int(t)))
     for k, logits in enumerate(got):
-        seen = ids[: n_prompt + k][-cfg.context_length:] if k + n_prompt <= 12 else dec_window(
-            ids, n_prompt + k, cfg.context_length)
-        full = model.logits(np.array([seen], np.int32))[0, -1]
+        full = model.logits(np.array([ids[: n_prompt + k]], np.int32))[0, -1]
         np.testing.assert_allclose(logits, full, atol=2e-5, err_msg=f"token {k}")
+    with pytest.raises(ValueError, match="window is full"):   # the caller picks the next window
+        dec.step(0)
 
 
-def dec_window(ids, n, T):
-    """The tokens the decoder attends to after a rebuild: it keeps the newest T//2 tokens each
-    time the window fills, then appends."""
-    kept = list(ids[:min(n, T)])
-    for t in ids[len(kept):n]:
-        if len(kept) >= T:
-            kept = kept[-(T // 2):]
-        kept.append(t)
-    return kept
+@pytest.fixture(scope="module")
+def session(rt):
+    from engine.config import TrainConfig
+    from engine.session import TrainingSession
+    text = "The cat sat on the mat. The dog sat on the log. A bird sang in the tree.\n" * 5
+    cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, context_length=12,
+                      ffn_dim=40)
+    return TrainingSession.create(cfg, TrainConfig(pretrain_steps=0, tune_steps=0,
+                                                   val_fraction=0.0), text, runtime=rt)
+
+
+@pytest.mark.parametrize("n_prompt,greedy", [(3, True), (11, True), (30, True), (5, False)])
+def test_kv_and_full_window_paths_agree_past_the_window(session, n_prompt, greedy):
+    """Both paths see the same windows when prompt + answer pass context_length (12): the
+    newest T//2 + 1 tokens go on. (They disagreed before: the full path slid by one token, the
+    KV cache by half a window.)"""
+    from engine.sampling import SamplingParams
+    sp = SamplingParams(temperature=1.5, greedy=greedy)
+    prompt = list(np.random.default_rng(n_prompt).integers(3, 300, size=n_prompt))
+    n = 40
+    kv = session.generate_ids(prompt, n, sp, seed=1, kv_cache=True)
+    full = session.generate_ids(prompt, n, sp, seed=1, kv_cache=False)
+    assert kv == full
+    ref, ids = [], prompt[-12:]     # the windows by hand, from the float32 full forward
+    for _ in range(len(kv)):
+        nxt = int(session.model.logits(np.array([ids], np.int32))[0, -1].argmax())
+        ref.append(nxt)
+        ids = ids + [nxt] if len(ids) < 12 else ids[-6:] + [nxt]
+    if greedy:
+        assert kv == ref[:len(kv)]
+
+
+def test_slide_none_stops_at_the_window(session):
+    out = session.generate_ids([1, 10, 11], 40, slide=lambda window, new: None)
+    assert len(out) <= 12 - 3 + 1 and session.last_finish in ("context", "stop")

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.dialogue import (CHAT_TEMPLATE, Message, TuneData, encode_dialogue, encode_prompt,
-                             parse_dialogues, render_prompt)
+from engine.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMPLATES, Message,
+                             TuneData, answer_text, check_chat_format, encode_dialogue,
+                             encode_prompt, parse_dialogues, render_prompt)
 from engine.errors import DataError
 from engine.textio import read_text
 from engine.tokenizer import Tokenizer
@@ -108,23 +109,37 @@ def test_source_is_named():
 # ---------------------------------------------------------------- rendering
 
 def test_render_prompt_exact():
-    assert render_prompt([S("Be brief."), U("Hi")]) == "System: Be brief.\nUser: Hi\nAssistant:"
-    assert render_prompt(MULTI[:3]) == ("User: What is the capital of France?\nAssistant: Paris is "
-                                        "the capital of France.</s>\nUser: And of Japan?\nAssistant:")
+    # Format 2: the answer starts its own line, so the model's text has no leading space.
+    assert render_prompt([S("Be brief."), U("Hi")]) == "System: Be brief.\nUser: Hi\nAssistant:\n"
+    assert render_prompt(MULTI[:3]) == ("User: What is the capital of France?\nAssistant:\nParis "
+                                        "is the capital of France.</s>\nUser: And of Japan?\n"
+                                        "Assistant:\n")
     assert render_prompt(MULTI) == render_prompt(MULTI[:3])   # a trailing answer is left out
 
 
-def test_chat_template_matches_rendering():
+def test_render_prompt_format_1_kept_for_old_runs():
+    assert render_prompt(MULTI[:3], chat_format=1) == (
+        "User: What is the capital of France?\nAssistant: Paris is the capital of France.</s>\n"
+        "User: And of Japan?\nAssistant:")
+    assert answer_text(" Paris.", 1) == "Paris." and answer_text(" Paris.", 2) == " Paris."
+    with pytest.raises(DataError, match="chat format 3"):
+        check_chat_format(3)
+
+
+@pytest.mark.parametrize("fmt", CHAT_FORMATS)
+def test_chat_template_matches_rendering(fmt):
     jinja2 = pytest.importorskip("jinja2")
-    tpl = jinja2.Environment().from_string(CHAT_TEMPLATE)
+    tpl = jinja2.Environment().from_string(CHAT_TEMPLATES[fmt])
+    sep = " " if fmt == 1 else "\n"
     msgs = [{"role": m.role, "content": m.content} for m in [S("Be brief.")] + MULTI]
     full = tpl.render(messages=msgs, bos_token="<s>", eos_token="</s>", add_generation_prompt=True)
-    assert full == ("<s>System: Be brief.\nUser: What is the capital of France?\nAssistant: Paris "
-                    "is the capital of France.</s>\nUser: And of Japan?\nAssistant: Tokyo is the "
-                    "capital of Japan.</s>\n")
+    assert full == (f"<s>System: Be brief.\nUser: What is the capital of France?\nAssistant:{sep}"
+                    f"Paris is the capital of France.</s>\nUser: And of Japan?\nAssistant:{sep}"
+                    f"Tokyo is the capital of Japan.</s>\n")
     prefix = tpl.render(messages=msgs[:4], bos_token="<s>", eos_token="</s>",
                         add_generation_prompt=True)
-    assert prefix == "<s>" + render_prompt([S("Be brief.")] + MULTI[:3])
+    assert prefix == "<s>" + render_prompt([S("Be brief.")] + MULTI[:3], chat_format=fmt)
+    assert CHAT_TEMPLATE == CHAT_TEMPLATES[CHAT_FORMAT] == CHAT_TEMPLATES[2]
 
 
 # ---------------------------------------------------------------- encoding
@@ -133,16 +148,16 @@ def test_loss_mask_multi_turn(tok):
     ids, mask = encode_dialogue(tok, MULTI)
     enc = tok.encode
     want_ids, want_mask = [tok.bos_id], [0]
-    for text, m in [("User: What is the capital of France?\nAssistant:", 0),
-                    (" Paris is the capital of France.", 1), (None, 1), ("\n", 0),
-                    ("User: And of Japan?\nAssistant:", 0),
-                    (" Tokyo is the capital of Japan.", 1), (None, 1), ("\n", 0)]:
+    for text, m in [("User: What is the capital of France?\nAssistant:\n", 0),
+                    ("Paris is the capital of France.", 1), (None, 1), ("\n", 0),
+                    ("User: And of Japan?\nAssistant:\n", 0),
+                    ("Tokyo is the capital of Japan.", 1), (None, 1), ("\n", 0)]:
         seg = [tok.eos_id] if text is None else enc(text)
         want_ids += seg
         want_mask += [m] * len(seg)
     assert ids == want_ids and mask == want_mask
     learned = [i for i, m in zip(ids, mask) if m]
-    assert tok.decode(learned) == " Paris is the capital of France. Tokyo is the capital of Japan."
+    assert tok.decode(learned) == "Paris is the capital of France.Tokyo is the capital of Japan."
     assert learned.count(tok.eos_id) == 2
     assert [i for i, m in zip(ids, mask) if m and i == tok.eos_id] == \
         [i for i in ids if i == tok.eos_id]        # every EOS is learned, nothing else special
@@ -159,16 +174,18 @@ def split_at_specials(ids, specials):
     return parts + [cur]
 
 
-_CONTENT = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\u2581"),
+_CONTENT = st.text(st.characters(blacklist_categories=("Cs", "Cc")),
                    min_size=1, max_size=30).map(str.strip).filter(lambda s: s and "</s>" not in s)
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.parametrize("fmt", CHAT_FORMATS)
+@settings(max_examples=100, deadline=None)
 @given(turns=st.lists(st.tuples(_CONTENT, _CONTENT), min_size=1, max_size=3))
-def test_segments_equal_encoding_between_specials(tok, turns):
+def test_segments_equal_encoding_between_specials(tok, fmt, turns):
     msgs = [m for q, a in turns for m in (U(q), A(a))]
-    ids, _ = encode_dialogue(tok, msgs)
-    text = "<s>" + render_prompt(msgs) + " " + msgs[-1].content + "</s>\n"
+    ids, _ = encode_dialogue(tok, msgs, fmt)
+    sep = " " if fmt == 1 else ""
+    text = "<s>" + render_prompt(msgs, chat_format=fmt) + sep + msgs[-1].content + "</s>\n"
     texts = text[len("<s>"):].split("</s>")
     assert split_at_specials(ids[1:], {tok.bos_id, tok.eos_id}) == [tok.encode(t) for t in texts]
 
@@ -187,11 +204,12 @@ def test_tune_batch(tok, tune_text):
     data = TuneData(tok, tune_text, context_length=64, seed=0)
     x, y = data.train_batch(np.random.default_rng(0), 16)
     assert x.shape == y.shape == (16, 64) and x.dtype == y.dtype == np.int32
-    assert data.n_truncated == 0
+    assert all(sum(m[:65]) == sum(m) for _, m in data.encoded)   # no answer token is cut
     expected = []       # per dialogue: (inputs, targets) built by hand, T = 64
     for ids, mask in data.encoded:
         pad = 65 - len(ids)
         full, m = ids + [tok.eos_id] * pad, mask + [0] * pad            # EOS padding, no loss
+        full, m = full[:65], m[:65]                                       # a row holds T + 1
         expected.append((full[:64], [t if k else -1 for t, k in zip(full[1:], m[1:])]))
     for row_x, row_y in zip(x.tolist(), y.tolist()):
         assert row_x[0] == tok.bos_id

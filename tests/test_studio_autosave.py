@@ -79,7 +79,7 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 21))
     assert "Fact recall after pretraining" in window.samples_panel.recall_label.text()
     assert not window.run_bar.train_button.isEnabled()       # 20 of 20 steps done
-    assert "raise Pretraining steps" in window.run_bar.hint.text()
+    assert "raise the pretraining steps" in window.run_bar.hint.text().lower()
     assert not window.settings_panel.spins["dModelSpin"].isEnabled()  # the model is fixed
     window.settings_panel.set_value("pretrainStepsSpin", 32)
     result = train(qtbot, window)

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
-USER_COLOUR, MODEL_COLOUR = "#1f5fa8", "#2d7a3a"
+USER_COLOUR, MODEL_COLOUR, NOTE_COLOUR = "#1f5fa8", "#2d7a3a", "#7a7a7a"
 
 
 class ChatPanel(QWidget):
@@ -130,11 +130,10 @@ class ChatPanel(QWidget):
         self.sendRequested.emit(list(self.messages), self.knobs())
 
     def append_token(self, piece: str) -> None:
-        """One streamed piece of the answer, inserted at the end without re-rendering."""
-        if not self.answer:
-            piece = piece.lstrip()  # "Assistant:" is followed by a space in the tune format
-            if not piece:
-                return
+        """One streamed piece of the answer, inserted at the end without re-rendering. Shown
+        as the engine gives it: the same characters llama.cpp answers with (engine.dialogue)."""
+        if not piece:
+            return
         self.answer += piece
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.End)
@@ -143,19 +142,36 @@ class ChatPanel(QWidget):
         self.view.ensureCursorVisible()
 
     def finish_answer(self, text: str | None) -> None:
-        """The answer is complete (text) or failed (None: the user turn is withdrawn)."""
+        """The answer is complete (text: a str, or an engine.chat.ChatReply whose notes say
+        which turns were left out of the prompt) or failed (None: the user turn is withdrawn)."""
         self.generating = False
         if text is None:
             if self.messages and self.messages[-1]["role"] == "user":
                 self.messages.pop()
             self.append_token(" [no answer]")
         else:
-            if not self.answer.strip() and text:
+            if not self.answer and text:
                 self.append_token(text)  # the engine did not stream: show the whole answer
             if not text.strip():
                 self.append_token("(empty answer: the model produced </s> straight away)")
+            # the history is sent back as tune turns are written: stripped
             self.messages.append({"role": "assistant", "content": text.strip()})
+            notes = text.notes() if hasattr(text, "notes") else []
+            if notes:
+                self._append_note(" ".join(notes))
+            self.status.setText(" ".join(notes) or "Chatting with the current weights.")
         self._update_enabled()
+
+    def _append_note(self, text: str) -> None:
+        """A muted line under the answer (turns left out, an answer cut by the window)."""
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.End)
+        cursor.insertBlock(QTextBlockFormat())
+        note = QTextCharFormat()
+        note.setFontItalic(True)
+        note.setForeground(QColor(NOTE_COLOUR))
+        cursor.insertText(f"({text})", note)
+        self.view.setTextCursor(cursor)
 
     def clear(self) -> None:
         self.messages.clear()

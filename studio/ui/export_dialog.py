@@ -42,7 +42,9 @@ class ExportDialog(QDialog):
         note.setWordWrap(True)
         note.setProperty("role", "muted")
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
-        buttons.button(QDialogButtonBox.Ok).setText("Export")
+        self.export_button = buttons.button(QDialogButtonBox.Ok)
+        self.export_button.setText("Export")
+        self.path_edit.textChanged.connect(self._check_path)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form = QFormLayout(self)
@@ -50,6 +52,16 @@ class ExportDialog(QDialog):
         form.addRow("Weights", self.dtype_combo)
         form.addRow(note)
         form.addRow(buttons)
+        self._check_path()
+
+    def _check_path(self, *_) -> None:
+        """Export only to a file name (not nothing, not a folder)."""
+        text = self.path_edit.text().strip()
+        why = ("Give the file to write." if not text else
+               f"{text} is a folder: add a file name such as model.gguf." if Path(text).is_dir()
+               else "")
+        self.export_button.setEnabled(not why)
+        self.export_button.setToolTip(why)
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export to GGUF", self.path_edit.text(),

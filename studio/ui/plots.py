@@ -28,6 +28,8 @@ PALETTE = {
 # dialogues themselves (the tuning stage has no held-out set).
 CURVE_NAMES = {"loss": "train", "val": "held-out text (unseen facts)",
                "tune_val": "tune dialogues (training set)"}
+# The "val" curve when nothing could be held out (StepMetrics.val_source == "training text").
+VAL_ON_TRAINING_TEXT = "training text (nothing held out)"
 LOSS_HELP = (
     "<b>What the loss curves show</b><br>"
     f"<span style='color:{PALETTE['loss']}'>━ train</span>: the loss on the batch the model "
@@ -46,17 +48,18 @@ LOSS_HELP = (
 TITLE_STYLE = "font-size:11pt; color:#333333"
 
 
-def _key(key: str, mark: str) -> str:
+def _key(key: str, mark: str, name: str | None = None) -> str:
     """One legend entry, kept on one line when the legend wraps."""
-    text = f"{mark} {CURVE_NAMES[key]}".replace(" ", "&nbsp;").replace("-", "&#8209;")
+    text = f"{mark} {name or CURVE_NAMES[key]}".replace(" ", "&nbsp;").replace("-", "&#8209;")
     return f"<span style='color:{PALETTE[key]}'>{text}</span>"
 
 
-def _loss_title() -> str:
+def _loss_title(val_name: str | None = None) -> str:
     return (f"<span style='{TITLE_STYLE}'>Loss (cross-entropy)</span> &nbsp; "
             "<a href='help' style='font-size:9pt; color:#5f6b7a'>Why&nbsp;does&nbsp;the&nbsp;"
             "held&#8209;out&nbsp;loss&nbsp;rise?</a><br><span style='font-size:9pt'>"
-            + " &nbsp; ".join((_key("loss", "━"), _key("val", "●"), _key("tune_val", "▼")))
+            + " &nbsp; ".join((_key("loss", "━"), _key("val", "●", val_name),
+                               _key("tune_val", "▼")))
             + "</span>")
 
 
@@ -66,14 +69,17 @@ class Series:
     def __init__(self, capacity: int = 1024):
         self._x = np.empty(capacity, dtype=np.float64)
         self._y = np.empty(capacity, dtype=np.float64)
+        self._t = np.empty(capacity, dtype=np.float64)   # wall seconds (elapsed_s) of each x
         self.n = 0
 
-    def append(self, x: float, y: float) -> None:
+    def append(self, x: float, y: float, t: float = math.nan) -> None:
         if self.n == len(self._x):
             self._x = np.concatenate([self._x, np.empty_like(self._x)])
             self._y = np.concatenate([self._y, np.empty_like(self._y)])
+            self._t = np.concatenate([self._t, np.empty_like(self._t)])
         self._x[self.n] = x
         self._y[self.n] = y
+        self._t[self.n] = t
         self.n += 1
 
     def clear(self) -> None:
@@ -86,6 +92,17 @@ class Series:
     @property
     def y(self) -> np.ndarray:
         return self._y[: self.n]
+
+    @property
+    def t(self) -> np.ndarray:
+        return self._t[: self.n]
+
+
+def _clock(seconds: float) -> str:
+    """Wall time as m:ss ('' when unknown)."""
+    if not math.isfinite(seconds):
+        return ""
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
 def _plot_widget(name: str, y_label: str, min_height: int) -> pg.PlotWidget:
@@ -171,12 +188,19 @@ class LivePlots(QWidget):
                                     below=True)
         self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
+        self.val_bpb: float | None = None
         self._dirty = False
 
         self.log_check = QCheckBox("Log scale")
         self.log_check.setObjectName("logScaleCheck")
         self.log_check.setToolTip("Logarithmic y axis for the loss and gradient-norm plots")
         self.log_check.toggled.connect(self.set_log_scale)
+        self.time_check = QCheckBox("Wall time")
+        self.time_check.setObjectName("wallTimeCheck")
+        self.time_check.setToolTip("Plot against wall-clock seconds of training (evaluations "
+                                   "included) instead of steps: quality per minute")
+        self.time_check.toggled.connect(self.set_time_axis)
+        self.val_source = "held-out"   # StepMetrics.val_source of the "val" curve
         # Elided, never wrapped: a line that changes every step must not resize the plots.
         self.summary = ElidedLabel(mode=Qt.ElideRight, min_width=60)
         self.summary.setObjectName("plotSummary")
@@ -185,6 +209,7 @@ class LivePlots(QWidget):
 
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
+        top.addWidget(self.time_check)
         top.addWidget(self.log_check)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -244,6 +269,26 @@ class LivePlots(QWidget):
         for line, value in self._ref_values.items():
             self._place(line, value)
 
+    def set_time_axis(self, on: bool) -> None:
+        """x = wall seconds (elapsed_s) instead of steps; the stage line is hidden then."""
+        for p in (self.loss_plot, self.grad_plot, self.lr_plot):
+            p.getPlotItem().setLabel("bottom", "wall time (s)" if on else "step")
+            p.enableAutoRange(axis="x")
+        for _, line in self._stage_lines:
+            line.setVisible(not on)
+        self._dirty = True
+        self.redraw()
+
+    def set_val_source(self, source: str) -> None:
+        """Name the "val" curve for where its text comes from (engine.corpus val_source)."""
+        if source == self.val_source:
+            return
+        self.val_source = source
+        held = source != "training text"
+        self.loss_title.setText(_loss_title(None if held else VAL_ON_TRAINING_TEXT))
+        self.curves["val"].opts["name"] = ("held-out loss (unseen facts)" if held
+                                           else "loss on the training text (nothing held out)")
+
     # -- runs ------------------------------------------------------------------------------
     def start_run(self, total_steps: int, pretrain_steps: int, tune_steps: int,
                   vocab_size: int, grad_clip: float, preview: bool = False) -> None:
@@ -256,8 +301,13 @@ class LivePlots(QWidget):
         self._stage_lines.clear()
         if pretrain_steps and tune_steps:
             self.mark_stage(pretrain_steps + 0.5)
+        self.val_bpb = None
+        self.set_val_source("held-out")   # until a record says otherwise
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
-            p.setXRange(0, max(total_steps, 1), padding=0.02)
+            if self.time_check.isChecked():   # seconds are not known ahead
+                p.enableAutoRange(axis="x")
+            else:
+                p.setXRange(0, max(total_steps, 1), padding=0.02)
             p.enableAutoRange(axis="y")
         self.set_reference(vocab_size)
         self.set_clip(grad_clip)
@@ -283,27 +333,36 @@ class LivePlots(QWidget):
                     for text, anchor in (("◂ pretrain", (1.08, 0.5)),
                                          ("tune ▸", (-0.08, 0.5)))]
             p.addItem(line, ignoreBounds=True)
+            line.setVisible(not self.time_check.isChecked())   # a step, not a time
             self._stage_lines.append((p, line))
 
     def add_metrics(self, records) -> None:
         """Append a batch of StepMetrics (or anything with the same attributes)."""
         s = self.series
         for m in records:
-            s["loss"].append(m.step, m.loss)
-            s["grad"].append(m.step, m.grad_norm)
-            s["lr"].append(m.step, m.lr)
+            t = m.elapsed_s
+            s["loss"].append(m.step, m.loss, t)
+            s["grad"].append(m.step, m.grad_norm, t)
+            s["lr"].append(m.step, m.lr, t)
+            if getattr(m, "val_source", None):
+                self.set_val_source(m.val_source)
+            if getattr(m, "val_bpb", None) is not None:
+                self.val_bpb = m.val_bpb
             if m.stage == "pretrain" and m.val_loss is not None:
-                s["val"].append(m.step, m.val_loss)
+                s["val"].append(m.step, m.val_loss, t)
             elif m.stage != "pretrain":
                 if m.pretrain_val_loss is not None:
-                    s["val"].append(m.step, m.pretrain_val_loss)
+                    s["val"].append(m.step, m.pretrain_val_loss, t)
                 if m.val_loss is not None:
-                    s["tune_val"].append(m.step, m.val_loss)
+                    s["tune_val"].append(m.step, m.val_loss, t)
         if records:
             last = records[-1]
-            text = f"step {last.step} · loss {last.loss:.3f}"
+            text = f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
             if s["val"].n:
-                text += f" · held-out {s['val'].y[-1]:.3f}"
+                name = "held-out" if self.val_source != "training text" else "training text"
+                text += f" · {name} {s['val'].y[-1]:.3f}"
+                if self.val_bpb is not None:
+                    text += f" ({self.val_bpb:.3f} bits/byte)"
             if s["tune_val"].n:
                 text += f" · tune {s['tune_val'].y[-1]:.3f}"
             text += f" · grad norm {last.grad_norm:.3g}"
@@ -315,9 +374,10 @@ class LivePlots(QWidget):
         if not self._dirty:
             return
         self._dirty = False
+        timed = self.time_check.isChecked()
         for key, curve in self.curves.items():
             s = self.series[key]
-            curve.setData(s.x, s.y)
+            curve.setData(s.t if timed else s.x, s.y)
 
     def point_count(self, key: str = "loss") -> int:
         return self.series[key].n

@@ -34,7 +34,8 @@ TRAIN_FIELDS = [
      "Optimizer updates on the User/Assistant dialogues after pretraining."),
     ("batchSizeSpin", "batch_size", "Batch size", 1, 1024, 1, "Windows per optimizer step."),
     ("warmupSpin", "warmup_steps", "Warmup steps", 0, 100_000, 10,
-     "Linear warmup of the learning rate at the start of each stage."),
+     "Linear warmup of the learning rate at the start of each stage (at most a fifth of "
+     "the stage's steps)."),
     ("seedSpin", "seed", "Seed", 0, 2**31 - 1, 1, "Same seed, same weights, batches and samples."),
     ("sampleIntervalSpin", "sample_interval", "Samples every", 0, 100_000, 10,
      "Generate sample texts every N steps (0 = never)."),
@@ -140,12 +141,26 @@ class SettingsPanel(QWidget):
                       getattr(defaults_t, field))
         for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[1:]:
             self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
+        # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
+        self.warmup_note = QLabel()
+        self.warmup_note.setObjectName("warmupNote")
+        self.warmup_note.setProperty("role", "muted")
+        self.warmup_note.setWordWrap(True)
+        row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
+        tform.insertRow(row + 1, self.warmup_note)
+        self.warmup_note.setVisible(False)
+        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for", 0, 10_000,
+                  1, "Minutes of training (evaluations included); the step counts and the "
+                  "learning-rate schedule are fitted to end on time. Off: use the step counts.",
+                  round(defaults_t.time_budget_s / 60))
+        self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
+        self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
         self.spins["evalIntervalSpin"].setSuffix(" steps")
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(10)
+        lay.setSpacing(6)
         lay.addWidget(model_box)
         lay.addWidget(train_box)
         lay.addStretch(1)
@@ -159,7 +174,7 @@ class SettingsPanel(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
         form.setContentsMargins(6, 6, 6, 6)
         form.setHorizontalSpacing(10)
-        form.setVerticalSpacing(6)
+        form.setVerticalSpacing(3)  # 6 made the column scroll at 1280 x 800 and 1366 x 768
         return form
 
     def _add(self, form, spin, name, field, label, lo, hi, step, tip, value):
@@ -198,7 +213,8 @@ class SettingsPanel(QWidget):
         return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
+        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS),
+                           time_budget_s=60.0 * self.spins["trainMinutesSpin"].value())
 
     def tokenizer_kind(self) -> str:
         return self.tokenizer_combo.currentData()
@@ -214,6 +230,7 @@ class SettingsPanel(QWidget):
         if train_cfg is not None:
             for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
                 self.spins[name].setValue(getattr(train_cfg, field))
+            self.spins["trainMinutesSpin"].setValue(round(train_cfg.time_budget_s / 60))
 
     def is_valid(self) -> bool:
         return self._valid
@@ -251,6 +268,9 @@ class SettingsPanel(QWidget):
                 f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
+        note = tcfg.warmup_note() if tcfg is not None else None
+        self.warmup_note.setText(note or "")
+        self.warmup_note.setVisible(bool(note))
         valid = cfg is not None and tcfg is not None
         if valid != self._valid:
             self._valid = valid

@@ -1,0 +1,313 @@
+"""Run history without Qt: find run folders, read what they hold, compare them.
+
+A run folder (studio.run_folder) holds checkpoint.npz, metrics.jsonl and, once the person names
+it, run.json ({"name": ...}, written atomically). Reading a run never loads its weights: the
+checkpoint's JSON header is one small member of the .npz archive and np.load reads members
+lazily. Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
+
+Status of a run (from the checkpoint header and metrics.jsonl):
+  running   metrics.jsonl was written in the last RUNNING_S seconds and the run is not finished;
+  finished  the checkpoint's step reached the run's total (pretraining + tuning steps);
+  stopped   a checkpoint exists and metrics.jsonl has no step after it (Stop, Pause then quit,
+            Ctrl-C, a divergence the engine stopped: the work up to the stop is saved);
+  crashed   metrics.jsonl has steps after the checkpoint's step, or there is no readable
+            checkpoint (the process ended without its final save: a crash, a kill, power loss).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.checkpoint import FILENAME, PREVIOUS
+from engine.config import ModelConfig
+from engine.errors import StudioError
+from studio.run_folder import METRICS
+
+RUN_JSON = "run.json"
+RUNNING_S = 60.0  # metrics.jsonl written this recently: the run is still going
+_STAMP = re.compile(r"^(\d{8}-\d{6})")
+HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
+
+
+@dataclass
+class RunInfo:
+    """What the Runs table shows of one run folder. Losses in nats; wall_s in seconds."""
+    path: Path
+    name: str
+    date: float | None = None           # start, seconds since the epoch
+    device: str = ""
+    params: int | None = None
+    tokenizer: str = ""                 # "bpe 512", "char 97"
+    step: int = 0                       # last step recorded (metrics or checkpoint)
+    total_steps: int = 0
+    loss: float | None = None           # last finite train loss
+    val_loss: float | None = None       # last held-out pretraining-text loss
+    val_bpb: float | None = None        # bits per byte of the held-out text, when recorded
+    wall_s: float = 0.0
+    status: str = "crashed"
+    clipped: int = 0                    # steps whose grad norm was clipped
+    skipped: int = 0                    # steps skipped for a NaN/Inf gradient
+    warnings: list = field(default_factory=list)
+    header: dict | None = None          # the checkpoint's JSON header (no weights)
+    records: list = field(default_factory=list)  # metrics.jsonl, one dict per step
+
+    def config(self) -> dict:
+        """Flat {"model.d_model": 128, "train.learning_rate": 0.003, ...} for the diff."""
+        h = self.header or {}
+        out = {f"model.{k}": v for k, v in (h.get("model_config") or {}).items()}
+        out.update({f"train.{k}": v for k, v in (h.get("train_config") or {}).items()})
+        out["tokenizer"] = self.tokenizer
+        out["device"] = self.device
+        data = h.get("data") or {}
+        for k in ("pretrain_sha256", "tune_sha256"):
+            if data.get(k):
+                out[f"data.{k}"] = data[k][:12]
+        return out
+
+
+# ------------------------------------------------------------------ reading one folder
+def read_header(folder) -> dict | None:
+    """The checkpoint's JSON header without its weights (checkpoint.prev.npz when the newest
+    is damaged); None when there is no readable checkpoint."""
+    for name in (FILENAME, PREVIOUS):
+        path = Path(folder) / name
+        if not path.is_file():
+            continue
+        try:
+            with np.load(path, allow_pickle=False) as z:  # lazy: reads one member
+                return json.loads(bytes(z["header"]).decode())
+        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError,
+                zipfile.BadZipFile):
+            continue
+    return None
+
+
+def read_metrics(folder) -> list[dict]:
+    """metrics.jsonl as dicts; a torn last line (a crash mid-write) and NaN strings tolerated."""
+    path = Path(folder) / METRICS
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(d, dict) and "step" in d:
+            out.append(d)
+    return out
+
+
+def read_sidecar(folder) -> dict:
+    try:
+        d = json.loads((Path(folder) / RUN_JSON).read_text(encoding="utf-8"))
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def is_run_folder(path) -> bool:
+    p = Path(path)
+    return p.is_dir() and any((p / n).is_file() for n in (FILENAME, PREVIOUS, METRICS))
+
+
+def _num(v) -> float:
+    try:
+        return float(v)  # NaN/Inf were written as strings
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _last(records, key, stage=None) -> float | None:
+    for r in reversed(records):
+        if (stage is None or r.get("stage") == stage) and key in r:
+            v = _num(r[key])
+            if math.isfinite(v):
+                return v
+    return None
+
+
+def held_out(r: dict) -> float | None:
+    """The held-out pretraining-text loss of a record: val_loss while pretraining,
+    pretrain_val_loss while tuning (val_loss is then the tune dialogues' loss)."""
+    v = r.get("val_loss") if r.get("stage", "pretrain") == "pretrain" else r.get("pretrain_val_loss")
+    return None if v is None else _num(v)
+
+
+def wall_times(records) -> np.ndarray:
+    """Cumulative wall time (s) per record: elapsed_s restarts at each resume, so segments
+    are chained end to end."""
+    out, offset, prev = np.zeros(len(records)), 0.0, 0.0
+    for i, r in enumerate(records):
+        e = _num(r.get("elapsed_s"))
+        e = prev if not math.isfinite(e) else e
+        if e < prev:  # a new train() call began
+            offset += prev
+        out[i], prev = offset + e, e
+    return out
+
+
+def _date(folder: Path, side: dict) -> float | None:
+    if isinstance(side.get("created"), (int, float)):
+        return float(side["created"])
+    m = _STAMP.match(folder.name)
+    if m:
+        try:
+            return time.mktime(time.strptime(m.group(1), "%Y%m%d-%H%M%S"))
+        except ValueError:
+            pass
+    times = [p.stat().st_mtime for p in (folder / METRICS, folder / FILENAME) if p.exists()]
+    return min(times) if times else None
+
+
+def _status(header, records, folder: Path, step_ck: int | None, total: int) -> str:
+    last = int(records[-1]["step"]) if records else 0
+    if step_ck is not None and total and step_ck >= total:
+        return "finished"
+    try:
+        recent = time.time() - (folder / METRICS).stat().st_mtime < RUNNING_S
+    except OSError:
+        recent = False
+    if recent and records:
+        return "running"
+    if header is None or last > (step_ck or 0):
+        return "crashed"
+    return "stopped"
+
+
+def load_run(folder) -> RunInfo:
+    """Everything the Runs table shows of one folder (weights never read)."""
+    folder = Path(folder)
+    side, header, records = read_sidecar(folder), read_header(folder), read_metrics(folder)
+    info = RunInfo(folder, str(side.get("name") or folder.name), _date(folder, side),
+                   header=header, records=records)
+    step_ck, total = None, 0
+    if header:
+        mc, tc = header.get("model_config") or {}, header.get("train_config") or {}
+        try:
+            info.params = ModelConfig(**mc).param_count()
+        except TypeError:
+            info.params = None
+        info.tokenizer = f"{header.get('tokenizer_kind', '?')} {mc.get('vocab_size', '?')}"
+        info.device = str(header.get("device") or side.get("device") or "")
+        step_ck = int(header.get("step", 0))
+        tune = (header.get("data") or {}).get("tune_chars", 0) > 0
+        total = int(tc.get("pretrain_steps", 0)) + (int(tc.get("tune_steps", 0)) if tune else 0)
+    if records:
+        total = total or int(records[-1].get("total_steps", 0))
+    info.step = max(int(records[-1]["step"]) if records else 0, step_ck or 0)
+    info.total_steps = total
+    info.loss = _last(records, "loss") if records else (header or {}).get("last_loss")
+    vals = [v for v in map(held_out, records) if v is not None and math.isfinite(v)]
+    info.val_loss = vals[-1] if vals else None
+    info.val_bpb = _last(records, "val_bpb")
+    info.wall_s = float(wall_times(records)[-1]) if records else 0.0
+    info.status = _status(header, records, folder, step_ck, total)
+    clip = float(((header or {}).get("train_config") or {}).get("grad_clip", 0) or 0)
+    info.skipped = sum(1 for r in records if r.get("skipped"))
+    info.clipped = sum(1 for r in records if clip > 0 and not r.get("skipped")
+                       and _num(r.get("grad_norm")) > clip)
+    info.warnings = [w for r in records for w in (r.get("warnings") or [])]
+    return info
+
+
+# ------------------------------------------------------------------ many folders
+def scan(roots=(), extra=()) -> list[RunInfo]:
+    """Every run folder directly under each of `roots`, plus each folder of `extra` (itself a
+    run folder, or a folder of runs); newest first, each folder once."""
+    seen: dict[Path, RunInfo] = {}
+    candidates: list[Path] = []
+    for root in list(roots) + list(extra):
+        root = Path(root).expanduser()
+        if is_run_folder(root):
+            candidates.append(root)
+        elif root.is_dir():
+            try:
+                candidates += sorted(p for p in root.iterdir() if is_run_folder(p))
+            except OSError:
+                continue
+    for p in candidates:
+        key = p.resolve()
+        if key not in seen:
+            seen[key] = load_run(p)
+    return sorted(seen.values(), key=lambda r: -(r.date or 0))
+
+
+def rename(folder, name: str) -> None:
+    """Store the run's display name in run.json (temp file + rename: never half written).
+    Raises StudioError when the folder cannot be written."""
+    folder = Path(folder)
+    name = name.strip()
+    if not name:
+        raise StudioError("A run's name cannot be empty.", "Type a name, or Escape to keep it.")
+    side = read_sidecar(folder)
+    side.setdefault("created", _date(folder, side))
+    side["name"] = name
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".run-", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(side, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / RUN_JSON)
+    except OSError as e:
+        raise StudioError(f"Cannot rename the run in {folder}: {e.strerror or e}.",
+                          "The folder must be writable (run.json holds the name).") from e
+
+
+def config_diff(runs: list[RunInfo]) -> list[tuple[str, list]]:
+    """[(setting, [value per run])] for the settings whose values differ between runs."""
+    configs = [r.config() for r in runs]
+    keys = sorted(set().union(*configs)) if configs else []
+    rows = []
+    for k in keys:
+        vals = [c.get(k) for c in configs]
+        if len({json.dumps(v, sort_keys=True) for v in vals}) > 1:
+            rows.append((k, vals))
+    return rows
+
+
+X_AXES = {"step": "step", "tokens": "tokens seen", "wall": "wall time (s)"}
+
+
+def x_values(run: RunInfo, axis: str = "step") -> np.ndarray:
+    """The x of each metrics record: step, tokens seen (step x batch_size x context_length,
+    every input position as tokens_per_s counts them) or cumulative wall time (s)."""
+    steps = np.array([_num(r["step"]) for r in run.records])
+    if axis == "wall":
+        return wall_times(run.records)
+    if axis == "tokens":
+        h = run.header or {}
+        B = (h.get("train_config") or {}).get("batch_size")
+        T = (h.get("model_config") or {}).get("context_length")
+        return steps * (B * T) if B and T else np.full_like(steps, math.nan)
+    return steps
+
+
+def curves(run: RunInfo, axis: str = "step") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{"loss"|"val"|"grad"|"lr"|"health.<grad_norm|update_ratio>.<group>": (x, y)} of one
+    run against `axis` (X_AXES); held-out ("val") and health points only where measured."""
+    xs = x_values(run, axis)
+    recs = run.records
+    out = {k: (xs, np.array([_num(r.get(src)) for r in recs]))
+           for k, src in (("loss", "loss"), ("grad", "grad_norm"), ("lr", "lr"))}
+    idx = [i for i, r in enumerate(recs) if held_out(r) is not None]
+    out["val"] = (xs[idx], np.array([held_out(recs[i]) for i in idx], dtype=float))
+    hidx = [i for i, r in enumerate(recs) if isinstance(r.get("health"), dict)]
+    for measure in ("grad_norm", "update_ratio"):
+        for g in HEALTH_GROUPS:
+            ys = [_num((recs[i]["health"].get(measure) or {}).get(g)) for i in hidx]
+            out[f"health.{measure}.{g}"] = (xs[hidx], np.array(ys, dtype=float))
+    return out

@@ -1,0 +1,101 @@
+"""The Runs window of the main window (View › Runs, Ctrl+R) and the training-health warnings.
+
+The Runs panel lists the runs folder of Autosave; Open, Continue and Export go through the main
+window's own File › Open checkpoint path, so they behave exactly like it (Continue then waits for
+Train, with the step counts on the left; Export opens the export dialog once the model is open).
+A health warning from the engine (StepMetrics.warnings) is shown once in the status bar and as a
+non-blocking message: training goes on, the person decides.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMessageBox
+
+from studio.ui.runs_panel import RunsPanel
+
+
+def install_runs(window) -> None:
+    """Add View › Runs… to `window` (studio.app.MainWindow) and the health-warning display."""
+    window.runs_panel = None
+    act = QAction("Runs…", window)
+    act.setObjectName("runsAction")
+    act.setShortcut("Ctrl+R")
+    act.setToolTip("Every training run: compare curves, continue, export, rename, delete")
+    act.triggered.connect(lambda: show_runs(window))
+    window.menuBar().addMenu("&View").addAction(act)
+    window.runs_action = act
+    # A QObject of the GUI thread receives the worker's signal: connected to a plain callable,
+    # a queued signal would run it in the worker's thread.
+    window.runs_hooks = _Hooks(window)
+    window.host.worker.metrics.connect(window.runs_hooks.warn, Qt.QueuedConnection)
+    window.trainingFinished.connect(window.runs_hooks.refresh)
+
+
+def show_runs(window) -> RunsPanel:
+    """Open (or raise) the Runs window, listing the Autosave runs folder."""
+    panel = window.runs_panel
+    if panel is None:
+        panel = RunsPanel(window.autosave_box.runs_root())
+        panel.setWindowFlag(Qt.Window)
+        panel.setParent(window, Qt.Window)
+        panel.setWindowTitle("Runs")
+        panel.setObjectName("runsPanel")
+        panel.resize(1200, 820)
+        panel.openRequested.connect(lambda p: _open(window, p))
+        panel.continueRequested.connect(lambda p: _open(window, p, then="continue"))
+        panel.exportRequested.connect(lambda p: _open(window, p, then="export"))
+        window.runs_panel = panel
+    else:
+        panel.set_root(window.autosave_box.runs_root())
+    panel.set_busy(window.state != "idle")
+    panel.show()
+    panel.raise_()
+    return panel
+
+
+class _Hooks(QObject):
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+
+    @Slot(object)
+    def warn(self, records) -> None:
+        _warn(self.window, records)
+
+    @Slot(object)
+    def refresh(self, _result=None) -> None:
+        panel = self.window.runs_panel
+        if panel is not None and panel.isVisible():
+            panel.set_busy(False)
+            panel.refresh()
+
+
+def _open(window, path: str, then: str | None = None) -> None:
+    if window.state != "idle" or window._busy:
+        window.statusBar().showMessage("Stop or finish the training first.", 6000)
+        return
+    if then:
+        def after(_info):
+            window.modelOpened.disconnect(after)
+            if then == "export":
+                window.export_clicked()
+            else:
+                window.run_bar.train_button.setFocus()
+                window.statusBar().showMessage("Set the step counts on the left, then press "
+                                               "Train to continue this run.", 12000)
+        window.modelOpened.connect(after)
+    window.open_checkpoint(path)
+    window.activateWindow()
+
+
+def _warn(window, records) -> None:
+    for m in records:
+        for text in getattr(m, "warnings", None) or ():
+            window.statusBar().showMessage(f"Training health: {text}", 30000)
+            box = QMessageBox(QMessageBox.Warning, "Training health", text, QMessageBox.Ok,
+                              window)
+            box.setAttribute(Qt.WA_DeleteOnClose)
+            box.setObjectName("healthWarning")
+            box.open()

@@ -1,0 +1,50 @@
+"""The loss plots against wall time, bits per byte in the summary, and a validation curve
+named for where its text comes from (issue 11 "Honest numbers", issue 12 items 1 and 6)."""
+
+import numpy as np
+
+from engine.metrics import StepMetrics
+from studio.ui.plots import VAL_ON_TRAINING_TEXT, LivePlots
+
+
+def _records(source):
+    out = []
+    for step in range(1, 11):
+        m = StepMetrics(step, 10, "pretrain", 3.0 - 0.1 * step, 1.0, 1e-3, 1000.0, 0.5 * step)
+        if step % 5 == 0:
+            m.val_loss, m.val_bpb, m.val_source = 2.5, 3.6, source
+        out.append(m)
+    return out
+
+
+def test_val_on_training_text_is_named_so(qtbot):
+    w = LivePlots()
+    qtbot.addWidget(w)
+    w.start_run(10, 10, 0, 300, 1.0)
+    w.add_metrics(_records("training text"))
+    assert VAL_ON_TRAINING_TEXT.split()[0] in w.loss_title.text()
+    assert "held&#8209;out&nbsp;text" not in w.loss_title.text()
+    assert "training text 2.500 (3.600 bits/byte)" in w.summary.text()
+    w.start_run(10, 10, 0, 300, 1.0)
+    w.add_metrics(_records("held-out"))
+    assert "held&#8209;out&nbsp;text" in w.loss_title.text()
+    assert "held-out 2.500 (3.600 bits/byte)" in w.summary.text()
+
+
+def test_wall_time_axis(qtbot):
+    w = LivePlots()
+    qtbot.addWidget(w)
+    w.start_run(10, 6, 4, 300, 1.0)
+    w.add_metrics(_records("held-out"))
+    w.redraw()
+    x, _ = w.curves["loss"].getData()
+    assert np.allclose(x, np.arange(1, 11))
+    w.time_check.setChecked(True)
+    x, _ = w.curves["loss"].getData()
+    assert np.allclose(x, 0.5 * np.arange(1, 11))
+    xv, _ = w.curves["val"].getData()
+    assert np.allclose(xv, [2.5, 5.0])
+    assert w.loss_plot.getPlotItem().getAxis("bottom").labelText == "wall time (s)"
+    assert all(not line.isVisible() for _, line in w._stage_lines)
+    w.time_check.setChecked(False)
+    assert np.allclose(w.curves["loss"].getData()[0], np.arange(1, 11))

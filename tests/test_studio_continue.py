@@ -1,0 +1,131 @@
+"""Continue in the studio follows the engine's one rule (engine.session.check_continuation, as
+`llm-studio train --resume` applies it): more tuning after tuning began, more pretraining before,
+a pretraining-only run, a run stopped mid-stage."""
+
+import itertools
+import os
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+
+from test_studio import configure, settings, train, window  # noqa: E402,F401
+from test_studio_autosave import metrics_steps, open_model  # noqa: E402
+
+from engine.config import ModelConfig, TrainConfig  # noqa: E402
+from engine.errors import ConfigError  # noqa: E402
+from engine.session import TrainingSession, check_continuation  # noqa: E402
+
+
+def allowed(*args, **kw) -> bool:
+    try:
+        check_continuation(*args, **kw)
+        return True
+    except ConfigError:
+        return False
+
+
+# (step, pretrain_steps, tune_steps, has_tune, new_pretrain, new_tune, allowed)
+CASES = [
+    (900, 600, 300, True, 600, 400, True),    # the issue: more tuning after tuning
+    (900, 600, 300, True, 900, 300, False),   # pretraining is over once tuning began
+    (900, 600, 300, True, 600, 250, False),   # fewer than done
+    (600, 600, 300, True, 800, 300, True),    # pretraining ended, tuning not begun: grow it
+    (300, 600, 300, True, 800, 500, True),    # stopped mid-pretraining
+    (300, 600, 300, True, 299, 300, False),   # below the steps done
+    (700, 600, 300, True, 600, 300, True),    # stopped mid-tuning, same totals: finish it
+    (600, 600, 0, False, 900, 0, True),       # pretraining only
+    (600, 600, 0, False, 600, 200, False),    # no dialogues: no tuning stage to add
+    (600, 600, 200, False, 900, 200, True),   # (tune_steps kept as it was: ignored)
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_continuation_rule(case):
+    *args, expected = case
+    assert allowed(*args) == expected
+    if expected:  # nothing left to do is allowed for extend, not for Continue
+        step, pre, tune, has_tune, new_pre, new_tune = args
+        total = new_pre + (new_tune if has_tune else 0)
+        assert allowed(*args, require_more=True) == (total > step)
+
+
+def test_the_rule_messages_say_what_to_do():
+    with pytest.raises(ConfigError) as e:
+        check_continuation(900, 600, 300, True, 900, 300)
+    assert "keep pretraining steps at 600" in str(e.value)
+    assert "Raise the tuning steps" in e.value.hint
+    with pytest.raises(ConfigError) as e:
+        check_continuation(900, 600, 300, True, 600, 300, require_more=True)
+    assert "900" in str(e.value) and "tuning" in e.value.hint
+
+
+def test_extend_uses_the_rule(rt):
+    mc = ModelConfig(d_model=16, n_layer=1, n_head=2, context_length=32, vocab_size=259)
+    s = TrainingSession(rt, mc, TrainConfig(pretrain_steps=6, tune_steps=3),
+                        _tiny_tokenizer(), "Cats sleep a lot.\n\nDogs bark at night.\n" * 20,
+                        "User: Hi?\nAssistant: Hello.\n\nUser: Cats?\nAssistant: Sleep.\n")
+    s.step = 9
+    s.extend(tune_steps=5)
+    assert s.total_steps == 11
+    with pytest.raises(ConfigError, match="already tuning"):
+        s.extend(pretrain_steps=9)
+
+
+def set_steps(win, pretrain: int, tune: int) -> None:
+    win.settings_panel.set_value("pretrainStepsSpin", pretrain)
+    win.settings_panel.set_value("tuneStepsSpin", tune)
+
+
+def _tiny_tokenizer():
+    from engine.tokenizer import Tokenizer
+    return Tokenizer.train(["Cats sleep a lot. Dogs bark at night. User: Assistant:"], 259,
+                           "char")
+
+
+def test_studio_hint_and_train_button_follow_the_engine_rule(window):
+    """Every combination the engine allows (with something left to train) enables Continue;
+    every one it refuses disables it and shows the engine's reason."""
+    window.resume_info = {"step": 0, "pretrain_steps": 0, "tune_steps": 0, "has_tune": True,
+                          "path": None}
+    for step, has_tune in ((900, True), (600, True), (300, True), (600, False)):
+        window.resume_info.update(step=step, pretrain_steps=600, tune_steps=300 if has_tune else 0,
+                                  has_tune=has_tune)
+        window._update_actions()  # the spins that stay editable follow has_tune
+        for new_pre, new_tune in itertools.product((300, 600, 900), (0, 300, 400)):
+            if not has_tune and new_tune:
+                continue  # the Tuning spin is disabled for such a run
+            set_steps(window, new_pre, new_tune)
+            ok = allowed(step, 600, 300 if has_tune else 0, has_tune, new_pre, new_tune,
+                         require_more=True)
+            case = (step, has_tune, new_pre, new_tune, window.run_bar.hint.text())
+            assert window.run_bar.train_button.isEnabled() == ok, case
+            assert (window.run_bar.hint.text() == "") == ok, case
+
+
+def test_continue_after_tuning_trains_to_the_new_total(qtbot, window):
+    """The issue's case, small: a run that finished tuning (20 + 10 steps) is opened, its tuning
+    steps raised to 20, and Continue trains it to step 40 without touching pretraining."""
+    configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
+    first = train(qtbot, window)
+    assert not first["failed"] and first["step"] == 30
+    info = open_model(qtbot, window, first["run_dir"])
+    assert info["step"] == 30 and info["has_tune"]
+    assert window.run_bar.train_button.text().endswith("Continue")
+
+    set_steps(window, 20, 20)
+    assert window.run_bar.train_button.isEnabled(), window.run_bar.hint.text()
+    assert window.run_bar.hint.text() == ""
+    second = train(qtbot, window)
+    assert not second["failed"] and second["step"] == 40
+    tc = second["train_config"]
+    assert (tc.pretrain_steps, tc.tune_steps) == (20, 20)
+    assert metrics_steps(Path(second["run_dir"])) == list(range(1, 41))
+
+    # growing pretraining now is refused, with the engine's reason, and Continue is disabled
+    set_steps(window, 40, 20)
+    assert not window.run_bar.train_button.isEnabled()
+    assert "keep pretraining steps at 20" in window.run_bar.hint.text()

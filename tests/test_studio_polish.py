@@ -1,0 +1,161 @@
+"""Small things a new user hits (pytest-qt, offscreen): the runs folder names the app once; no
+menu action or button is enabled where it cannot act; Open checkpoint takes the file itself
+(checkpoint.npz, checkpoint.prev.npz, .gguf) as well as the run folder; the settings column and
+the planned-run line fit 1280 x 800 and 1366 x 768; a shortened warmup is said, not hidden."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QCoreApplication  # noqa: E402
+from PySide6.QtWidgets import QFileDialog  # noqa: E402
+
+from test_studio import configure, settings, train, window  # noqa: E402,F401
+
+from engine.config import ModelConfig, TrainConfig  # noqa: E402
+
+
+def menu_action(win, text):
+    return next(a for a in win.menuBar().actions()[0].menu().actions()
+                if a.text().startswith(text))
+
+
+def test_runs_folder_names_the_app_once(qapp):
+    from studio.app import APP_NAME, configure_application
+    from studio.ui.autosave_box import default_runs_root
+    names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
+    try:
+        configure_application(qapp)
+        root = default_runs_root()
+        assert root.parts.count(APP_NAME) == 1 and root.name == "runs", root
+    finally:
+        QCoreApplication.setOrganizationName(names[0])
+        QCoreApplication.setApplicationName(names[1])
+
+
+def test_no_action_is_enabled_where_it_cannot_act(qtbot, window):
+    export, save = menu_action(window, "Export GGUF"), menu_action(window, "Save checkpoint")
+    texts = [menu_action(window, t) for t in ("Open pretraining", "Open tune")]
+    opens = [menu_action(window, t) for t in ("Open checkpoint", "Open exported")]
+    new = menu_action(window, "New model")
+    # no model yet: nothing to export, save or forget
+    assert not export.isEnabled() and not save.isEnabled() and not new.isEnabled()
+    assert not window.run_bar.export_button.isEnabled()
+    assert all(a.isEnabled() for a in texts + opens)
+    # an opened model keeps its texts: no menu action (or drop) replaces them
+    window.resume_info = {"step": 30, "pretrain_steps": 20, "tune_steps": 10, "has_tune": True,
+                          "path": None}
+    window._update_actions()
+    assert not any(a.isEnabled() for a in texts) and new.isEnabled()
+    assert not window.data_panel.pretrain.button.isEnabled()
+    before = window.data_panel.pretrain_text
+    other = Path(window.autosave_box.runs_root()).parent / "other.txt"
+    other.write_text("Owls hunt at night.\n\nBees make honey.\n", encoding="utf-8")
+    window.dropEvent(_Drop([other]))
+    assert window.data_panel.pretrain_text == before
+    # while training nothing that needs the worker or changes the run is enabled
+    window.resume_info = None
+    window.has_model = True
+    window._set_state("running")
+    assert not any(a.isEnabled() for a in texts + opens + [export, save, new])
+    assert not window.run_bar.export_button.isEnabled()
+    window._set_state("paused")  # paused: export and save act on the current weights
+    assert export.isEnabled() and save.isEnabled()
+    assert not any(a.isEnabled() for a in texts + opens)
+    window._set_state("idle")
+
+
+class _Drop:
+    """What dropEvent reads of a QDropEvent."""
+
+    def __init__(self, paths):
+        from PySide6.QtCore import QMimeData, QUrl
+        self._mime = QMimeData()
+        self._mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+
+    def mimeData(self):
+        return self._mime
+
+    def acceptProposedAction(self):
+        pass
+
+
+def test_export_dialog_needs_a_file_name(qtbot, tmp_path):
+    from studio.ui.export_dialog import ExportDialog
+    dialog = ExportDialog(ModelConfig(), tmp_path / "model.gguf")
+    qtbot.addWidget(dialog)
+    assert dialog.export_button.isEnabled()
+    for text in ("", "   ", str(tmp_path)):
+        dialog.path_edit.setText(text)
+        assert not dialog.export_button.isEnabled(), text
+        assert dialog.export_button.toolTip()
+    dialog.path_edit.setText(str(tmp_path / "other.gguf"))
+    assert dialog.export_button.isEnabled()
+
+
+def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_path, rt):
+    configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
+    window.autosave_box.every_spin.setValue(7)
+    result = train(qtbot, window)
+    folder = Path(result["run_dir"])
+    assert (folder / "checkpoint.prev.npz").exists()
+    from engine.session import TrainingSession
+    gguf = tmp_path / "tiny.gguf"
+    TrainingSession.load(folder, runtime=rt).export_gguf(gguf)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
+    for chosen, step, source in ((folder / "checkpoint.npz", 30, "checkpoint"),
+                                 (folder / "checkpoint.prev.npz", 28, "checkpoint"),
+                                 (gguf, 0, "gguf")):
+        monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                            lambda *a, chosen=chosen, **k: (str(chosen), ""))
+        with qtbot.waitSignal(window.modelOpened, timeout=60_000) as blocker:
+            menu_action(window, "Open checkpoint").trigger()
+        assert (blocker.args[0]["step"], blocker.args[0]["source"]) == (step, source), chosen
+    with qtbot.waitSignal(window.modelOpened, timeout=60_000) as blocker:  # dropped too
+        window.dropEvent(_Drop([folder / "checkpoint.prev.npz"]))
+    assert blocker.args[0]["step"] == 28
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])
+def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
+    from studio.app import MainWindow
+    win = MainWindow(settings=settings)
+    qtbot.addWidget(win)
+    win.resize(*size)  # as a window manager sizes it on that screen, before it is shown
+    win.show()
+    qtbot.waitExposed(win)
+    qtbot.wait(50)
+    column = win.centralWidget().widget(0)
+    assert column.verticalScrollBar().maximum() == 0, "the settings column scrolls"
+    summary = win.plots.summary
+    assert summary.full_text().startswith("Planned run")
+    assert summary.text() == summary.full_text(), summary.text()  # not cut short with "…"
+
+
+def test_a_shortened_warmup_is_said(window):
+    sp = window.settings_panel
+    note = sp.findChild(type(sp.estimate_label), "warmupNote")
+    assert note is not None and not note.isVisibleTo(window)  # the defaults are not shortened
+    for name, value in dict(pretrainStepsSpin=100, tuneStepsSpin=50, warmupSpin=30).items():
+        sp.set_value(name, value)
+    assert note.isVisibleTo(window)
+    assert "20 steps in pretraining and 10 steps in tuning" in note.text()
+    assert "not 30" in note.text()
+    tc = sp.train_config()  # what the note says is what the schedule does
+    assert tc.lr_at(19, 0, 100, 1.0) == 1.0 and tc.lr_at(18, 0, 100, 1.0) < 1.0
+    sp.set_value("tuneStepsSpin", 0)
+    assert "in tuning" not in note.text()
+    sp.set_value("pretrainStepsSpin", 600)
+    assert not note.isVisibleTo(window)
+
+
+def test_warmup_note_in_the_engine():
+    assert TrainConfig().warmup_note() is None
+    assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
+        "Warmup: 20 steps in pretraining (at most 1/5 of a stage), not 30.")
+    assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
