@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import ModelConfig
+from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import DataError, ModelImportError
 from engine.hf.export import STUDIO_FILE
 from engine.hf.names import from_hf_rows, gguf_name, hf_name, is_rotated
@@ -63,7 +63,8 @@ def model_config(hf: dict) -> ModelConfig:
     return ModelConfig(
         vocab_size=int(hf["vocab_size"]), d_model=d, n_layer=int(hf["num_hidden_layers"]),
         n_head=heads, context_length=int(hf.get("max_position_embeddings", 2048)),
-        ffn_dim=int(hf["intermediate_size"]),
+        ffn_dim=0 if int(hf["intermediate_size"]) == swiglu_hidden_dim(d)   # 0 = the default
+        else int(hf["intermediate_size"]),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         rope_base=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0))).validate()

@@ -51,9 +51,17 @@ def optimizer_file(session) -> bytes:
 
 
 def data_files(session) -> dict[str, bytes | str]:
+    """The texts, and the engine's own arrays: the training stream windows are drawn from, the
+    validation windows exactly as the studio scores them (engine.corpus.val_batches) with the
+    bytes per token for bits per byte, and the tune rows with their loss masks."""
+    tc, pre = session.train_config, session.pretrain
+    vx, vy = (np.concatenate(a) for a in zip(*pre.val_batches(tc.batch_size, tc.eval_tokens)))
     files: dict[str, bytes | str] = {"data/pretrain.txt": session.pretrain_text,
-                                     "data/pretrain_train.npy": _npy(session.pretrain.train_stream),
-                                     "data/pretrain_val.npy": _npy(session.pretrain.val_stream)}
+                                     "data/pretrain_train.npy": _npy(pre.train_stream),
+                                     "data/pretrain_val_inputs.npy": _npy(vx),
+                                     "data/pretrain_val_targets.npy": _npy(vy),
+                                     "data/token_bytes.npy": _npy(np.asarray(pre.token_bytes)),
+                                     "data/val_source.txt": pre.val_source}
     if session.tune is not None:
         files["data/tune.txt"] = session.tune_text
         files["data/tune_ids.npy"] = _npy(session.tune._ids)

@@ -79,7 +79,10 @@ class Data:
         d = folder / "data"
         self.T = T
         self.train = np.load(d / "pretrain_train.npy", allow_pickle=False)
-        self.val = np.load(d / "pretrain_val.npy", allow_pickle=False)
+        self.val_x = np.load(d / "pretrain_val_inputs.npy", allow_pickle=False)
+        self.val_y = np.load(d / "pretrain_val_targets.npy", allow_pickle=False)
+        self.token_bytes = np.load(d / "token_bytes.npy", allow_pickle=False)
+        self.val_source = (d / "val_source.txt").read_text().strip()
         tune = d / "tune_ids.npy"
         self.tune_ids = np.load(tune, allow_pickle=False) if tune.exists() else None
         self.tune_mask = np.load(d / "tune_mask.npy", allow_pickle=False) if tune.exists() else None
@@ -113,11 +116,10 @@ class Data:
         y = np.where(mask[:, 1:], ids[:, 1:], -1)
         return [(ids[i:i + B, :-1], y[i:i + B]) for i in range(0, len(ids), B)]
 
-    def val_batches(self, B: int, n: int):
-        """engine.corpus.PretrainData.val_batches: B*n starts spread evenly over the stream."""
-        high = self.val.size - self.T - 1
-        starts = np.rint(np.linspace(0, high, B * n)).astype(np.int64)
-        return [self.windows(self.val, s) for s in starts.reshape(n, B)]
+    def val_batches(self, B: int):
+        """The studio's own validation windows (engine.corpus.PretrainData.val_batches)."""
+        return [(self.val_x[i:i + B].astype(np.int64), self.val_y[i:i + B].astype(np.int64))
+                for i in range(0, len(self.val_x), B)]
 
 
 def loss_fn(model, x, y) -> torch.Tensor:
@@ -127,22 +129,26 @@ def loss_fn(model, x, y) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, data: "Data", stage: str, B: int, n_batches: int, device) -> dict:
-    """The studio's validation keys: pretraining val_loss (mean over the fixed held-out
-    windows); while tuning, val_loss = token-weighted loss over every dialogue and
-    pretrain_val_loss = the held-out text (the forgetting monitor)."""
-    def mean(batches, weighted):
-        total = count = 0.0
+def evaluate(model, data: "Data", stage: str, B: int, device) -> dict:
+    """The studio's validation keys (engine.session): the pretraining text's loss summed over
+    its scored tokens (nats per token) and in bits per byte (total nats / ln 2 / UTF-8 bytes);
+    while tuning, val_loss = token-weighted loss over every dialogue and pretrain_val_loss =
+    the pretraining text (the forgetting monitor)."""
+    def score(batches):
+        nats = tokens = n_bytes = 0.0
         for x, y in batches:
-            x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-            n = float((y >= 0).sum()) if weighted else 1.0
-            total, count = total + float(loss_fn(model, x, y)) * n, count + n
-        return total / max(count, 1.0)
+            scored = y[y >= 0]
+            if scored.size:
+                xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+                nats += float(loss_fn(model, xt, yt)) * scored.size
+                tokens += scored.size
+                n_bytes += float(data.token_bytes[scored].sum())
+        return nats / max(tokens, 1.0), nats / math.log(2) / max(n_bytes, 1.0)
     model.eval()
-    pre = mean(data.val_batches(B, n_batches), weighted=False)
-    out = {"val_loss": pre}
+    pre, bpb = score(data.val_batches(B))
+    out = {"val_loss": pre, "val_bpb": bpb, "val_source": data.val_source}
     if stage == "tune":
-        out = {"val_loss": mean(data.tune_eval_batches(B), weighted=True), "pretrain_val_loss": pre}
+        out.update(val_loss=score(data.tune_eval_batches(B))[0], pretrain_val_loss=pre)
     model.train()
     return out
 
@@ -204,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-steps", type=int, help="new total of tuning steps")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: all)")
     ap.add_argument("--save-every", type=int, default=0, help="also save every N steps")
+    ap.add_argument("--evaluate", action="store_true",
+                    help="print the validation keys of the model as it is, train nothing")
     args = ap.parse_args(argv)
 
     folder, out = Path(args.folder).resolve(), Path(args.out).resolve()
@@ -230,6 +238,13 @@ def main(argv=None) -> int:
     ddp = DDP(model, device_ids=[local] if device.type == "cuda" else None) if distributed else model
     B = tc["batch_size"]
     per_rank = -(-B // world)
+    if args.evaluate:
+        if rank == 0:
+            print(json.dumps(evaluate(model, data, sched.stage(max(studio["step"] - 1, 0)), B,
+                                      device)), flush=True)
+        if distributed:
+            dist.destroy_process_group()
+        return 0
     step = start = int(studio["step"])
     end = sched.total if not args.max_steps else min(sched.total, step + args.max_steps)
     metrics, t0 = [], time.perf_counter()
@@ -260,7 +275,7 @@ def main(argv=None) -> int:
              "tokens_per_s": per_rank * world * data.T / max(time.perf_counter() - t1, 1e-9)}
         if rank == 0 and (step % tc["eval_interval"] == 0 or step == end
                           or sched.stage(step) != stage):
-            m.update(evaluate(model, data, stage, B, tc["eval_batches"], device))
+            m.update(evaluate(model, data, stage, B, device))
         if rank == 0:
             metrics.append(m)
             print(json.dumps(m), flush=True)
