@@ -173,3 +173,12 @@ def studio_state(session) -> dict:
 def export_session(session, folder, force: bool = False) -> Path:
     """export_hf for a TrainingSession, with what continuing the run needs in studio.json."""
     return export_hf(session.bundle(), folder, force=force, studio=studio_state(session))
+
+
+def export_result(folder: Path):
+    """The folder as an engine.gguf_export.ExportResult (size = all files), for callers that
+    report GGUF and HF exports alike."""
+    from engine.gguf_export import ExportResult
+    folder = Path(folder)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return ExportResult(folder, size, None, "hf")
