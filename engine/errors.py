@@ -39,5 +39,10 @@ class ExportError(StudioError):
     """A GGUF export that cannot be written, or a GGUF file that cannot be imported."""
 
 
+class ModelImportError(StudioError):
+    """A model folder or file from elsewhere (e.g. a Hugging Face folder) that the engine cannot
+    read or run."""
+
+
 class TrainingDiverged(StudioError):
     """The loss or gradient stayed NaN/Inf; the last good state was restored."""

@@ -163,9 +163,10 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                 (None, None, None),
                 ("Open checkpoint…", self.open_checkpoint, None),
                 ("Open exported GGUF…", self.open_gguf, None),
+                ("Open Hugging Face folder…", self.open_hf, None),
                 ("New model (train from scratch)", self.new_model, None),
                 ("Save checkpoint…", self.save_checkpoint, "Ctrl+S"),
-                ("Export GGUF…", self.export_clicked, "Ctrl+E"),
+                ("Export GGUF or Hugging Face…", self.export_clicked, "Ctrl+E"),
                 (None, None, None),
                 ("Quit", self.close, QKeySequence.Quit)):
             if text is None:
@@ -180,7 +181,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                 self.save_action = act
             elif text.startswith("Export GGUF"):
                 self.export_action = act
-            elif text.startswith(("Open checkpoint", "Open exported")):
+            elif text.startswith(("Open checkpoint", "Open exported", "Open Hugging")):
                 self._open_actions.append(act)
             elif text.startswith(("Open pretraining", "Open tune")):
                 self._data_actions.append(act)

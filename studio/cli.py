@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.errors import StudioError
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
+from studio.cli_hf import register as register_hf
 
 EXIT_USER_ERROR = 2
 
@@ -270,6 +271,9 @@ def cmd_tokenize(args) -> int:
 
 def cmd_export(args) -> int:
     s = _load(args)
+    if args.format == "hf":
+        from studio.cli_hf import export_hf
+        return export_hf(s, args)
     r = s.export_gguf(args.output, dtype=args.dtype, force=args.force)
     print(f"Wrote {r.path} ({r.size_bytes / 1024:.0f} KiB, {r.dtype})"
           + (f" and {r.modelfile_path}" if r.modelfile_path else ""))
@@ -399,15 +403,19 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("dir", help="run folder, checkpoint file, or exported GGUF")
     k.add_argument("text", help="the text to cut")
     k.set_defaults(func=cmd_tokenize)
-    e = sub.add_parser("export", help="write a GGUF (and an Ollama Modelfile beside it)")
+    e = sub.add_parser("export", help="write a GGUF (and an Ollama Modelfile beside it), or a "
+                       "Hugging Face transformers folder (--format hf)")
     e.add_argument("dir", help="run folder or checkpoint file")
-    e.add_argument("output", help="the .gguf file to write")
+    e.add_argument("output", help="the .gguf file to write (a folder with --format hf)")
+    e.add_argument("--format", choices=["gguf", "hf"], default="gguf",
+                   help="gguf (llama.cpp, Ollama, LM Studio) or hf (transformers) (gguf)")
     e.add_argument("--dtype", choices=["f32", "f16", "q8_0"], default="f32",
                    help="weight type: f32 exact, f16 half size, q8_0 quarter size (f32)")
     e.add_argument("--force", action="store_true", help="overwrite existing files")
     e.add_argument("--device", default=S, help="OpenCL device index or name part")
     e.set_defaults(func=cmd_export)
     register_runs(sub, S)
+    register_hf(sub, S)
     return p
 
 

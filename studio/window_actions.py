@@ -69,7 +69,7 @@ class WindowActions:
         if dialog.exec() != ExportDialog.Accepted:
             return
         path, dtype = dialog.choice()
-        if path and Path(path).exists() and QMessageBox.question(
+        if path and dtype != "hf" and Path(path).exists() and QMessageBox.question(
                 self, "Replace file?", f"{path} exists. Replace it?") != QMessageBox.Yes:
             return
         if path:
@@ -90,6 +90,9 @@ class WindowActions:
             return
         size = human_bytes(result.size_bytes)
         text = f"Wrote {result.path} ({size})"
+        if result.dtype == "hf":
+            text += ("\nLoad it with transformers: LlamaForCausalLM.from_pretrained(folder) and "
+                     "AutoTokenizer.from_pretrained(folder).")
         if getattr(result, "modelfile", None):
             text += f"\nand the Ollama Modelfile {result.modelfile}"
         self.statusBar().showMessage(f"Exported {result.path} ({size})", 15000)
@@ -139,13 +142,28 @@ class WindowActions:
         if path:
             self._open_model(path)
 
+    def open_hf(self, path: str | None = None) -> None:
+        """A Hugging Face transformers Llama folder (exported by this app, continued with its
+        train_ddp.py, or any plain Llama the engine runs): chat, export or Continue."""
+        if self.state != "idle" or self._busy:
+            return
+        if not path:
+            start = str(self.settings.value("export/dir", str(Path.home())))
+            path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder",
+                                                    start)
+        if path:
+            self._open_model(path)
+
     def _open_model(self, path) -> None:
         p = Path(path)
         job = {"path": str(p), "device": self.device_panel.spec()}
-        if p.suffix.lower() == ".gguf":
+        hf_without_texts = (p.is_dir() and (p / "config.json").is_file()
+                            and not (p / "data" / "pretrain.txt").is_file())
+        if p.suffix.lower() == ".gguf" or hf_without_texts:
             if not self.data_panel.pretrain_text:
                 self.show_error("Open a pretraining text first",
-                                "A GGUF holds the model but not its training texts: open the "
+                                "A GGUF (or a Hugging Face folder from elsewhere) holds the model but not "
+                                "its training texts: open the "
                                 "pretraining text (and dialogues) to train it further.")
                 return
             sp = self.settings_panel

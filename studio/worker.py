@@ -324,8 +324,13 @@ class TrainingWorker(QObject):
 
     @Slot(str, str)
     def export(self, path: str, dtype: str) -> None:
+        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf)."""
         try:
-            result = self.session.export_gguf(path, dtype=dtype, force=True)
+            if dtype == "hf":
+                from engine.hf.export import export_result, export_session
+                result = export_result(export_session(self.session, path, force=True))
+            else:
+                result = self.session.export_gguf(path, dtype=dtype, force=True)
         except Exception as e:
             self._fail("Export failed", e)
             result = None
@@ -349,8 +354,14 @@ class TrainingWorker(QObject):
         self._end_run()
         path = Path(job["path"])
         gguf = path.suffix.lower() == ".gguf"
+        hf = path.is_dir() and (path / "config.json").is_file()
         try:
-            if gguf:
+            if hf:   # a transformers folder: its own texts if it has them, else those loaded
+                from engine.hf.load import session_from_hf
+                texts = () if (path / "data" / "pretrain.txt").is_file() else (
+                    job.get("pretrain_text"), job.get("tune_text") or None)
+                session = session_from_hf(path, *texts, device=job.get("device"))
+            elif gguf:
                 session = TrainingSession.from_gguf(
                     path, job["pretrain_text"], job.get("tune_text") or None,
                     train_cfg=job.get("train_config"), device=job.get("device"))
@@ -362,5 +373,5 @@ class TrainingWorker(QObject):
             return
         self.session = session
         info = self._info(history=True)
-        info.update(path=str(path), source="gguf" if gguf else "checkpoint")
+        info.update(path=str(path), source="hf" if hf else "gguf" if gguf else "checkpoint")
         self.loaded.emit(info)

@@ -1,5 +1,5 @@
-"""Export to GGUF: where to write, which dtype (with its size), then the engine writes the GGUF
-and an Ollama Modelfile beside it."""
+"""Export: a GGUF (where to write, which dtype with its size; an Ollama Modelfile is written
+beside it) or a Hugging Face transformers folder (float32; engine/hf)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 
 from studio.ui.settings_panel import export_bytes, human_bytes
 
+FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
+           ("hf", "Hugging Face folder: transformers, PyTorch, torchrun")]
 DTYPES = [("f32", "F32: exact, largest"), ("f16", "F16: half the size, tiny rounding"),
           ("q8_0", "Q8_0: about a quarter, 8-bit blocks of 32")]
 
@@ -17,7 +19,7 @@ DTYPES = [("f32", "F32: exact, largest"), ("f16", "F16: half the size, tiny roun
 class ExportDialog(QDialog):
     def __init__(self, model_config, default_path: Path, parent=None):
         super().__init__(parent)
-        self.setWindowTitle("Export to GGUF")
+        self.setWindowTitle("Export the model")
         self.setMinimumWidth(520)
         self.path_edit = QLineEdit(str(default_path))
         self.path_edit.setObjectName("exportPathEdit")
@@ -37,8 +39,13 @@ class ExportDialog(QDialog):
                 item.setEnabled(False)
                 item.setToolTip("Q8_0 needs d_model and the feed-forward width to be "
                                 "multiples of 32.")
-        note = QLabel("An Ollama Modelfile is written beside the GGUF. The file loads in "
-                      "llama.cpp, Ollama and LM Studio.")
+        self.format_combo = QComboBox()
+        self.format_combo.setObjectName("exportFormatCombo")
+        for key, text in FORMATS:
+            self.format_combo.addItem(text, key)
+        self.format_combo.currentIndexChanged.connect(self._format_changed)
+        note = QLabel()
+        self.note = note
         note.setWordWrap(True)
         note.setProperty("role", "muted")
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
@@ -48,26 +55,58 @@ class ExportDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form = QFormLayout(self)
-        form.addRow("File", row)
+        form.addRow("Format", self.format_combo)
+        form.addRow("Write to", row)
         form.addRow("Weights", self.dtype_combo)
         form.addRow(note)
         form.addRow(buttons)
+        self._format_changed()
+
+    def format(self) -> str:
+        return self.format_combo.currentData()
+
+    def _format_changed(self, *_) -> None:
+        """GGUF: a file and a weight type; HF: a new (or empty) folder, float32."""
+        hf = self.format() == "hf"
+        self.dtype_combo.setEnabled(not hf)
+        path = Path(self.path_edit.text().strip() or "model")
+        self.path_edit.setText(str(path.with_suffix("") if hf else path.with_suffix(".gguf")))
+        self.note.setText(
+            "A folder that transformers' LlamaForCausalLM.from_pretrained and AutoTokenizer "
+            "load as is (float32 weights, the same token ids, the chat template)." if hf else
+            "An Ollama Modelfile is written beside the GGUF. The file loads in llama.cpp, "
+            "Ollama and LM Studio.")
         self._check_path()
 
     def _check_path(self, *_) -> None:
-        """Export only to a file name (not nothing, not a folder)."""
+        """GGUF: a file name (not nothing, not a folder). HF: a folder that is new or empty."""
         text = self.path_edit.text().strip()
-        why = ("Give the file to write." if not text else
-               f"{text} is a folder: add a file name such as model.gguf." if Path(text).is_dir()
-               else "")
+        p = Path(text)
+        if self.format() == "hf":
+            why = ("Give the folder to write." if not text else
+                   f"{text} is a file: give a folder name." if p.is_file() else
+                   f"{text} is a folder that is not empty: give a new folder." if
+                   p.is_dir() and any(p.iterdir()) else "")
+        else:
+            why = ("Give the file to write." if not text else
+                   f"{text} is a folder: add a file name such as model.gguf." if p.is_dir()
+                   else "")
         self.export_button.setEnabled(not why)
         self.export_button.setToolTip(why)
 
     def _browse(self) -> None:
+        if self.format() == "hf":
+            path = QFileDialog.getExistingDirectory(self, "Export a Hugging Face folder into",
+                                                    str(Path(self.path_edit.text()).parent))
+            if path:
+                self.path_edit.setText(str(Path(path) / "model"))
+            return
         path, _ = QFileDialog.getSaveFileName(self, "Export to GGUF", self.path_edit.text(),
                                               "GGUF models (*.gguf)")
         if path:
             self.path_edit.setText(path if path.endswith(".gguf") else path + ".gguf")
 
     def choice(self) -> tuple[str, str]:
-        return self.path_edit.text().strip(), self.dtype_combo.currentData()
+        """(path, dtype); dtype "hf" means a Hugging Face folder."""
+        return (self.path_edit.text().strip(),
+                "hf" if self.format() == "hf" else self.dtype_combo.currentData())

@@ -1,0 +1,184 @@
+"""Write a model as a Hugging Face transformers Llama folder (issue 14).
+
+`export_hf(bundle, folder)` writes what `LlamaForCausalLM.from_pretrained(folder)` and
+`AutoTokenizer.from_pretrained(folder)` load as is:
+  config.json             LlamaConfig (transformers/models/llama/configuration_llama.py keys)
+  model.safetensors       float32 weights under HF names; q/k rows in rotate-half order
+  tokenizer.json          the same ids as the engine (engine.hf.tokenizer_json)
+  tokenizer_config.json   special tokens and the chat template (engine.dialogue.CHAT_TEMPLATE)
+  tokenizer.model         the SentencePiece model itself (as Llama folders ship it; the
+                          importer and llama.cpp's convert_hf_to_gguf.py read it)
+  generation_config.json  bos/eos ids
+  studio.json             the training metadata (steps, data summary, configs) for the way back
+  README.md               a model card with the training metadata
+The folder is written under a temporary name beside the target and renamed into place, so an
+interrupted export never leaves a half-written model folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ExportError
+from engine.hf.names import hf_name, is_rotated, to_hf_rows
+
+STUDIO_FILE = "studio.json"
+FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+         "tokenizer.model", "generation_config.json", STUDIO_FILE, "README.md")
+
+
+def hf_config(cfg, tokenizer) -> dict:
+    """config.json for a ModelConfig: a LlamaConfig with no biases, full multi-head attention."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layer,
+        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.n_head,
+        "head_dim": cfg.head_dim, "max_position_embeddings": cfg.context_length,
+        "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_base,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
+        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1,
+        "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
+        "bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id,
+        "torch_dtype": "float32", "dtype": "float32",
+    }
+
+
+def hf_weights(bundle) -> dict[str, np.ndarray]:
+    """HF name -> contiguous float32 array; q and k rows permuted to rotate-half order."""
+    n_head = bundle.config.n_head
+    out = {}
+    for name, w in bundle.weights.items():
+        w = np.asarray(w, np.float32)
+        if is_rotated(name):
+            w = to_hf_rows(w, n_head)
+        out[hf_name(name)] = np.ascontiguousarray(w)
+    return out
+
+
+def _tokenizer_config(tok) -> dict:
+    from engine.dialogue import CHAT_TEMPLATE   # dialogue imports the tokenizer module
+    p = tok.pieces()
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": p[tok.bos_id],
+            "eos_token": p[tok.eos_id], "unk_token": p[tok.unk_id], "pad_token": None,
+            "add_bos_token": True, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+            "model_max_length": None, "chat_template": CHAT_TEMPLATE}
+
+
+def _card(bundle) -> str:
+    meta = "\n".join(f"| {k} | {v} |" for k, v in sorted(bundle.metadata.items()))
+    c = bundle.config
+    return (f"# {bundle.metadata.get('name', 'OpenCL LLM Studio model')}\n\n"
+            "A Llama-style model trained from scratch with OpenCL LLM Studio.\n\n"
+            f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
+            f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
+            f"tokenizer {bundle.tokenizer.kind} (SentencePiece, byte fallback).\n\n"
+            "```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
+            "tok = AutoTokenizer.from_pretrained(PATH)\n"
+            "model = LlamaForCausalLM.from_pretrained(PATH)\n```\n\n"
+            "Chat format: `User: ...\\nAssistant: ...</s>` (the tokenizer's chat template).\n\n"
+            "## Training metadata\n\n| key | value |\n|---|---|\n" + meta + "\n")
+
+
+def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
+              extra_files: dict | None = None, card_extra: str = "") -> Path:
+    """Write `bundle` (engine.gguf_export.ModelBundle) as a transformers Llama folder.
+
+    studio: more keys for studio.json (configs, step, history: what continuing needs).
+    extra_files: {relative path: str | bytes} written into the folder too (scale-out data).
+    card_extra: markdown appended to the model card.
+    Raises ExportError: the folder exists and is not empty (unless force), cannot be written,
+    the weights are not finite, or the [hf] extra (safetensors, tokenizers) is missing.
+    """
+    try:
+        from safetensors.numpy import save_file
+        from engine.hf.tokenizer_json import build
+        hf_tok = build(bundle.tokenizer)
+    except ImportError as e:
+        raise ExportError(f"Hugging Face export needs the optional packages ({e.name} missing).",
+                          'Install them with: pip install "opencl-llm-studio[hf]"') from None
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not force:
+        raise ExportError(f"{folder} already exists and is not an empty folder.",
+                          "Choose a new folder, or overwrite it (--force).")
+    weights = hf_weights(bundle)
+    bad = [n for n, w in weights.items() if not np.all(np.isfinite(w))]
+    if bad:
+        raise ExportError(f"The weights contain NaN or Inf ({bad[0]}); nothing was written.",
+                          "Export an earlier checkpoint, or lower the learning rate and retrain.")
+    cfg_json = hf_config(bundle.config, bundle.tokenizer)
+    tok = bundle.tokenizer
+    texts = {
+        "config.json": json.dumps(cfg_json, indent=2),
+        "tokenizer_config.json": json.dumps(_tokenizer_config(tok), indent=2),
+        "generation_config.json": json.dumps({"bos_token_id": tok.bos_id,
+                                              "eos_token_id": tok.eos_id,
+                                              "max_length": bundle.config.context_length}, indent=2),
+        STUDIO_FILE: json.dumps({"format": "opencl-llm-studio-hf/1", "tokenizer_kind": tok.kind,
+                                 "metadata": bundle.metadata, **(studio or {})},
+                                indent=2, default=str),
+        "README.md": _card(bundle) + card_extra,
+        **(extra_files or {}),
+    }
+    tmp = folder.parent / f".{folder.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        tmp.mkdir(parents=True)
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        hf_tok.save(str(tmp / "tokenizer.json"))
+        (tmp / "tokenizer.model").write_bytes(tok.to_bytes())
+        for rel, content in texts.items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+        _replace_folder(tmp, folder)
+    except OSError as e:
+        raise ExportError(f"Writing {folder} failed: {e.strerror or e}.",
+                          "Choose a folder you can write to and check free disk space.") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _replace_folder(tmp: Path, folder: Path) -> None:
+    """Rename tmp onto folder; an existing folder (force) is moved aside first and removed only
+    after the new one is in place."""
+    old = None
+    if folder.exists():
+        old = folder.parent / f".{folder.name}.{secrets.token_hex(4)}.old"
+        os.replace(folder, old)
+    try:
+        os.replace(tmp, folder)
+    except OSError:
+        if old is not None:
+            os.replace(old, folder)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def studio_state(session) -> dict:
+    """What studio.json needs to continue a run exactly: configs, step, history."""
+    return {"model_config": session.model_config.__dict__,
+            "train_config": session.train_config.__dict__, "step": session.step,
+            "history": session.history}
+
+
+def export_session(session, folder, force: bool = False) -> Path:
+    """export_hf for a TrainingSession, with what continuing the run needs in studio.json."""
+    return export_hf(session.bundle(), folder, force=force, studio=studio_state(session))
+
+
+def export_result(folder: Path):
+    """The folder as an engine.gguf_export.ExportResult (size = all files), for callers that
+    report GGUF and HF exports alike."""
+    from engine.gguf_export import ExportResult
+    folder = Path(folder)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return ExportResult(folder, size, None, "hf")

@@ -1,0 +1,213 @@
+"""Read a Hugging Face transformers Llama folder into a ModelBundle (issue 14, the way back).
+
+Accepted: `LlamaForCausalLM` folders whose model the engine can run: full multi-head attention
+(num_key_value_heads == num_attention_heads), no biases, SiLU (SwiGLU) feed-forward, plain RoPE
+(no rope scaling), head_dim = hidden_size / num_attention_heads, and a SentencePiece
+`tokenizer.model` with the engine's id layout (<unk>, <s>, </s>, 256 byte tokens) — what
+`export_hf` and `train_ddp.py` write. Anything else is refused with ModelImportError naming the
+setting. q/k rows go back from rotate-half to adjacent-pair order (engine.hf.names).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from engine.config import ModelConfig, swiglu_hidden_dim
+from engine.errors import DataError, ModelImportError
+from engine.hf.export import STUDIO_FILE
+from engine.hf.names import from_hf_rows, gguf_name, hf_name, is_rotated
+from engine.tokenizer import Tokenizer
+
+_IGNORED = ("rotary_emb.inv_freq",)   # buffers some older transformers versions saved
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelImportError(f"{folder} has no config.json, so it is not a transformers model "
+                               "folder.", "Give the folder that holds config.json and "
+                               "model.safetensors (e.g. from `llm-studio export --format hf`).")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelImportError(f"{path} cannot be read: {e}.", "The folder is damaged.") from e
+
+
+def model_config(hf: dict) -> ModelConfig:
+    """ModelConfig for a LlamaConfig dict. Raises ModelImportError for what the engine lacks."""
+    arch = hf.get("architectures") or []
+    if hf.get("model_type") != "llama" and "LlamaForCausalLM" not in arch:
+        raise ModelImportError(f"The model is {arch or hf.get('model_type')!r}, not a Llama.",
+                               "Only LlamaForCausalLM folders can be imported.")
+    heads = int(hf["num_attention_heads"])
+    d = int(hf["hidden_size"])
+    refuse = []
+    if int(hf.get("num_key_value_heads") or heads) != heads:
+        refuse.append(f"grouped key/value heads ({hf['num_key_value_heads']} for {heads} heads)")
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        refuse.append("bias vectors in attention or feed-forward layers")
+    if hf.get("hidden_act", "silu") != "silu":
+        refuse.append(f"the {hf['hidden_act']} activation (the engine has SwiGLU with SiLU)")
+    rope = hf.get("rope_parameters") or {}
+    if hf.get("rope_scaling") or rope.get("rope_type", "default") != "default":
+        refuse.append("scaled RoPE")
+    if int(hf.get("head_dim") or d // heads) * heads != d:
+        refuse.append(f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads")
+    if refuse:
+        raise ModelImportError("The engine cannot run this model: " + "; ".join(refuse) + ".",
+                               "Import a plain Llama (multi-head attention, no biases), such "
+                               "as one exported by this app.")
+    return ModelConfig(
+        vocab_size=int(hf["vocab_size"]), d_model=d, n_layer=int(hf["num_hidden_layers"]),
+        n_head=heads, context_length=int(hf.get("max_position_embeddings", 2048)),
+        ffn_dim=0 if int(hf["intermediate_size"]) == swiglu_hidden_dim(d)   # 0 = the default
+        else int(hf["intermediate_size"]),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        rope_base=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0))).validate()
+
+
+def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
+    files = sorted(folder.glob("model*.safetensors"))   # not optimizer.safetensors
+    if not files:
+        raise ModelImportError(f"{folder} has no .safetensors weights.",
+                               "Save the model with save_pretrained(safe_serialization=True).")
+    from safetensors import safe_open
+    out = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="numpy") as st:
+                for k in st.keys():
+                    out[k] = st.get_tensor(k)
+        except (TypeError, ValueError):         # bfloat16 has no numpy type: read through torch
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise ModelImportError(f"{f.name} holds bfloat16 tensors, which need torch to "
+                                       "read.", "pip install torch, or save as float32.") from None
+            with safe_open(str(f), framework="pt") as st:
+                for k in st.keys():
+                    out[k] = st.get_tensor(k).float().numpy()
+    return {k: v for k, v in out.items() if not k.endswith(_IGNORED)}
+
+
+def read_tokenizer(folder: Path) -> Tokenizer:
+    path = folder / "tokenizer.model"
+    if not path.is_file():
+        raise ModelImportError(f"{folder} has no tokenizer.model (a SentencePiece model).",
+                               "The engine tokenizes with SentencePiece; folders exported by "
+                               "this app (or Llama-style ones) ship tokenizer.model.")
+    try:
+        return Tokenizer.from_bytes(path.read_bytes())
+    except DataError as e:
+        raise ModelImportError(f"{path.name}: {e}", e.hint) from None
+
+
+def import_hf(folder) -> tuple:
+    """(ModelBundle, studio) for a transformers Llama folder; `studio` is the dict of
+    studio.json (training metadata, configs, step) or {} for a folder from elsewhere.
+    Raises ModelImportError for a folder the engine cannot read or run."""
+    from engine.gguf_export import ModelBundle, tensor_shapes
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelImportError(f"{folder} is not a folder.",
+                               "Give the transformers model folder (with config.json).")
+    cfg = model_config(read_config(folder))
+    tok = read_tokenizer(folder)
+    if tok.vocab_size != cfg.vocab_size:
+        raise ModelImportError(f"The tokenizer has {tok.vocab_size} tokens but the model "
+                               f"{cfg.vocab_size}.", "The folder mixes two models.")
+    tensors = _read_tensors(folder)
+    if cfg.tie_embeddings:
+        tensors.pop("lm_head.weight", None)
+    weights, unknown = {}, []
+    for name, w in tensors.items():
+        try:
+            g = gguf_name(name)
+        except KeyError:
+            unknown.append(name)
+            continue
+        w = np.asarray(w, np.float32)
+        weights[g] = from_hf_rows(w, cfg.n_head) if is_rotated(g) else w
+    if unknown:
+        raise ModelImportError(f"The engine's model has no tensor {unknown[0]} "
+                               f"({len(unknown)} unknown).", "Only plain Llama weights import.")
+    for name, shape in tensor_shapes(cfg).items():
+        if name not in weights or weights[name].shape != shape:
+            got = weights[name].shape if name in weights else "missing"
+            raise ModelImportError(f"Tensor {name}: expected shape {shape}, found {got}.",
+                                   "The weights do not match config.json.")
+    studio = {}
+    if (folder / STUDIO_FILE).is_file():
+        studio = json.loads((folder / STUDIO_FILE).read_text(encoding="utf-8"))
+    return ModelBundle(cfg, tok, weights, dict(studio.get("metadata", {}))), studio
+
+
+def _moments(folder: Path, cfg) -> tuple | None:
+    """(m, v, adam_step) as flat ParamTable buffers from optimizer.safetensors, or None."""
+    path = folder / "optimizer.safetensors"
+    if not path.is_file():
+        return None
+    from safetensors import safe_open
+    from engine.params import ParamTable
+    table = ParamTable(cfg)
+    with safe_open(str(path), framework="numpy") as st:
+        step = int(float(st.metadata().get("adam_step", 0)))
+        flats = []
+        for kind in ("exp_avg", "exp_avg_sq"):
+            named = {}
+            for name in table.entries:
+                key = f"{kind}.{hf_name(name)}"
+                if key not in st.keys():
+                    return None   # a partial state is no state: AdamW starts fresh
+                w = st.get_tensor(key).astype(np.float32)
+                named[name] = from_hf_rows(w, cfg.n_head) if is_rotated(name) else w
+            flats.append(table.flatten(named))
+    return flats[0], flats[1], step
+
+
+def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | None = None,
+                    device=None, runtime=None):
+    """A TrainingSession from a transformers folder: weights, tokenizer, and (when the folder
+    came from this app: studio.json, optimizer.safetensors, data/) the run's configs, step,
+    history, AdamW state and training texts, so training continues where it stopped.
+    Texts given here replace the folder's; with neither, the caller must pass them.
+    Raises ModelImportError (folder), DataError (texts), DeviceError."""
+    from engine.config import TrainConfig
+    from engine.params import ParamTable
+    from engine.runtime import Runtime
+    from engine.session import TrainingSession
+    folder = Path(folder)
+    bundle, studio = import_hf(folder)
+    data = folder / "data"
+    if pretrain_text is None and (data / "pretrain.txt").is_file():
+        pretrain_text = (data / "pretrain.txt").read_text(encoding="utf-8")
+    if tune_text is None and (data / "tune.txt").is_file():
+        tune_text = (data / "tune.txt").read_text(encoding="utf-8")
+    if pretrain_text is None:
+        raise ModelImportError(f"{folder} holds no training text (data/pretrain.txt).",
+                               "Give a pretraining text to continue training on.")
+    tc = TrainConfig()
+    if "train_config" in studio:
+        known = {k: v for k, v in studio["train_config"].items()
+                 if k in TrainConfig.__dataclass_fields__}
+        tc = TrainConfig(**known)
+    rt = runtime or Runtime(device)
+    s = TrainingSession(rt, bundle.config, tc, bundle.tokenizer, pretrain_text, tune_text,
+                        flat_weights=ParamTable(bundle.config).flatten(bundle.weights))
+    s.step = int(studio.get("step", bundle.metadata.get("steps_done", 0)))
+    s.history = list(studio.get("history", []))
+    s.last_loss = bundle.metadata.get("final_loss")
+    moments = _moments(folder, bundle.config)
+    if moments is not None:
+        s.model.write_flat("m", moments[0])
+        s.model.write_flat("v", moments[1])
+        s.model.adam_t = moments[2]
+    if s.step > s.total_steps:   # a folder trained past its recorded totals
+        s.train_config = tc.replace(pretrain_steps=max(tc.pretrain_steps, s.step)
+                                    if s.tune is None else tc.pretrain_steps,
+                                    tune_steps=max(tc.tune_steps, s.step - tc.pretrain_steps))
+    return s

@@ -1,0 +1,77 @@
+"""`llm-studio export --format hf`, `import` and `scale-out`: the Hugging Face round trip
+(engine/hf). Registered by studio.cli.build_parser; no Qt."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def export_hf(session, args) -> int:
+    from engine.hf.export import export_session
+    folder = export_session(session, args.output, force=args.force)
+    print(f"Wrote {folder} (transformers LlamaForCausalLM folder: "
+          "from_pretrained loads it as is)")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from engine import checkpoint
+    from engine.errors import StudioError
+    from engine.hf.load import session_from_hf
+    from engine.textio import read_text
+    from studio.cli import _bundled, _make_run_folder
+    from studio.run_folder import METRICS
+    out, folder = Path(args.out), Path(args.folder)
+    if checkpoint.checkpoint_path(out).exists():
+        raise StudioError(f"{out} already holds a training run.", "Choose a new run folder.")
+    pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
+    tune = read_text(args.tune, "tune (dialogue) text") if args.tune else None
+    if pre is None and not (folder / "data" / "pretrain.txt").is_file():
+        print("note: the folder holds no training text; the run uses the bundled corpora "
+              "(give --pretrain / --tune for your own)", file=sys.stderr)
+        pre = read_text(_bundled("pretrain.txt"))
+        tune = tune or read_text(_bundled("tune.txt"))
+    s = session_from_hf(folder, pre, tune, device=args.device)
+    _make_run_folder(out)
+    s.save(out)
+    (out / METRICS).write_text("".join(json.dumps(r) + "\n" for r in s.history))
+    c = s.model_config
+    print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
+          f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "
+          f"{out}`, continue with `llm-studio train --out {out} --resume`.", file=sys.stderr)
+    return 0
+
+
+def cmd_scale_out(args) -> int:
+    from engine.hf.scale_out import scale_out, torchrun_command
+    from studio.cli import _load
+    s = _load(args)
+    folder = scale_out(s, args.output, force=args.force)
+    print(f"Wrote {folder}. On a machine with N GPUs, in that folder:\n  "
+          f"{torchrun_command()}\nthen `llm-studio import {folder}/continued RUN_FOLDER`.")
+    return 0
+
+
+def register(sub, S) -> None:
+    """The `import` and `scale-out` subcommands (S = argparse.SUPPRESS, as in build_parser)."""
+    i = sub.add_parser("import", help="a transformers Llama folder -> a run folder",
+                       description="Turn a Hugging Face transformers Llama folder (exported by "
+                       "this app, continued with train_ddp.py, or any plain Llama the engine "
+                       "can run) into a run folder to chat with, continue or export.")
+    i.add_argument("folder", help="the transformers folder (config.json, *.safetensors, "
+                   "tokenizer.model)")
+    i.add_argument("out", help="the new run folder")
+    i.add_argument("--pretrain", default=None, help="pretraining text (default: the folder's)")
+    i.add_argument("--tune", default=None, help="dialogue text (default: the folder's)")
+    i.add_argument("--device", default=S, help="OpenCL device index or name part")
+    i.set_defaults(func=cmd_import)
+    o = sub.add_parser("scale-out", help="pack a run for multi-GPU training with torchrun",
+                       description="Write a transformers folder, the training data and a "
+                       "torchrun-ready train_ddp.py that continues the run on many GPUs.")
+    o.add_argument("dir", help="run folder or checkpoint file")
+    o.add_argument("output", help="folder to write")
+    o.add_argument("--force", action="store_true", help="replace an existing folder")
+    o.add_argument("--device", default=S, help="OpenCL device index or name part")
+    o.set_defaults(func=cmd_scale_out)
