@@ -287,3 +287,14 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
 def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int, H: int):
     """y (C,) for one query at position pos over cache rows 0..pos of (T_max, 3C)."""
     rt.launch("attention_decode", (H,), y, scores, qkv_row, cache, pos, T_max, C, H)
+
+
+def dropout_forward(rt: Runtime, out, inp, key: int, threshold: int, scale: float, n: int):
+    """out (n,) = inp * keep * scale; keep from the hash of (key, index) (kernels/dropout.cl,
+    engine/dropout.py). out may be inp."""
+    rt.launch_long("dropout_forward", n, out, inp, key, threshold, scale, n)
+
+
+def dropout_backward(rt: Runtime, dinp, dout, key: int, threshold: int, scale: float, n: int):
+    """dinp (n,) = dout * keep * scale, the mask of dropout_forward with the same key."""
+    rt.launch_long("dropout_backward", n, dinp, dout, key, threshold, scale, n)
