@@ -66,3 +66,31 @@ def test_dropout_is_stored_in_the_checkpoint(tmp_path):
     assert main(["train", "--out", str(out), "--steps", "3", "--no-tune", "--dropout", "0.25",
                  *TINY]) == 0
     assert TrainingSession.load(out).train_config.dropout == 0.25
+
+
+def test_studio_preset_box_sets_the_fields_and_editing_shows_custom(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from studio.ui.settings_panel import SettingsPanel
+    panel = SettingsPanel()
+    qtbot.addWidget(panel)
+    combo = panel.preset_combo
+    assert combo.currentData() == "" and panel.train_config().dropout == 0.0
+    name = "gpu-discrete"
+    combo.activated.emit(combo.findData(name))
+    p = PRESETS[name]
+    mc, tc = panel.model_config(), panel.train_config()
+    assert all(getattr(mc, k) == v for k, v in p.model.items())
+    assert all(getattr(tc, k) == v for k, v in p.train.items())  # beta2 too: no field for it
+    assert combo.currentData() == name and panel.is_valid()
+    panel.set_value("dropoutSpin", 0.35)  # an explicit value wins; the box says so
+    assert panel.train_config().dropout == 0.35 and combo.currentData() == ""
+    assert panel.train_config().beta2 == p.train["beta2"]
+    s = QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
+    combo.activated.emit(combo.findData("cpu"))
+    panel.save(s)
+    other = SettingsPanel()
+    qtbot.addWidget(other)
+    other.restore(s)
+    assert other.preset_combo.currentData() == "cpu"
+    assert other.train_config() == panel.train_config()
