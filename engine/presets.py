@@ -40,9 +40,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "Tuned on a 2-core Intel Xeon (AVX-512) through PoCL, character-level tinyshakespeare: "
         "validation 1.88 nats/char in about 60 s of training (nanoGPT's CPU recipe: 1.88 in "
         "about 150 s on the same cores). About 2 minutes for the whole run.",
-        model=dict(d_model=128, n_layer=4, n_head=4, context_length=128),
-        train=dict(batch_size=16, learning_rate=3e-3, warmup_steps=50, dropout=0.0,
-                   pretrain_steps=900, min_lr_ratio=0.1, beta2=0.99)),
+        model=dict(d_model=128, n_layer=4, n_head=4, context_length=64),
+        train=dict(batch_size=12, learning_rate=3e-3, warmup_steps=50, dropout=0.0,
+                   pretrain_steps=800, min_lr_ratio=0.1, beta2=0.99)),
     Preset(
         "gpu-integrated", "Small text, integrated GPU",
         "For an integrated GPU (a few hundred GFLOP/s): a model 2x the CPU preset's width. "
