@@ -60,7 +60,7 @@ if [ -n "${QUALITY_TEXT:-}" ]; then
 fi
 
 export LLM_STUDIO_TEST_DEVICE=NVIDIA
-timeout "${TESTS_S:-150}" python3 -m pytest tests/test_kernels.py tests/test_model.py -q -p no:cacheprovider \
+timeout "${TESTS_S:-150}" python3 -m pytest tests/test_kernels.py tests/test_model.py tests/test_dropout.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
 timeout "${BENCH_S:-300}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
     --configs S,M,L --steps 30 --block 5 --budget-s 40 --out "$OUT/gpu_bench.md" \
