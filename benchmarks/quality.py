@@ -150,7 +150,8 @@ def report(args, results: dict, machine: str) -> str:
         body.append(row)
     lines.append(md_table(head, body))
     for ref in (n for n in results if n != "engine" and "engine" in results):
-        lines += [""] + ratio_lines(results[ref], results["engine"], ref, target)
+        ratios = ratio_lines(results[ref], results["engine"], ref, target)
+        lines += [""] + ratios if ratios else []
     for name, rows in results.items():
         lines += ["", f"{name}: " + ", ".join(f"{r[0]}: {r[3]:.3f} @ {r[1]:.0f}s" for r in rows)]
     return "\n".join(lines) + "\n"
