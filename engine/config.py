@@ -113,6 +113,7 @@ class TrainConfig:
     beta2: float = 0.95
     adam_eps: float = 1e-8
     grad_clip: float = 1.0        # clip the global grad norm to this; 0 disables
+    dropout: float = 0.0          # drop probability after attn_output and ffn_down (training only)
     seed: int = 1337              # weights, batches and sampling
     eval_interval: int = 50       # validation loss every N steps (and at the last step)
     eval_tokens: int = 16384      # validation tokens scored per evaluation: the val stream cut
@@ -171,6 +172,9 @@ class TrainConfig:
                               "Use a value between 1e-5 and 1e-2; 3e-3 suits small models.")
         if not (0.0 <= self.replay_fraction <= 1.0):
             raise ConfigError(f"replay_fraction must be in [0, 1], got {self.replay_fraction}.")
+        if not (0.0 <= self.dropout < 1.0):
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.",
+                              "Use 0 (off) to 0.5; 0.2 suits small texts that overfit.")
         if self.grad_clip < 0:
             raise ConfigError(f"grad_clip must be 0 (off) or positive, got {self.grad_clip}.")
         if self.val_split not in VAL_SPLITS or not 0.0 <= self.val_fraction < 1.0:

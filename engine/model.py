@@ -13,6 +13,7 @@ import pyopencl as cl
 
 from engine import attention, ops
 from engine.config import ModelConfig
+from engine.dropout import StepDropout
 from engine.params import ParamTable
 from engine.runtime import Runtime
 
@@ -42,6 +43,7 @@ class Activations:
         self.logits, self.losses = e(BT * V), e(BT)
         if with_grad:
             self.dres, self.dtmp, self.dy = e(BT * C), e(BT * C), e(BT * C)
+            self.ddrop = e(BT * C)                        # dout of a projection under dropout
             self.dqkv, self.dsum = e(BT * 3 * C), e(B * H * T)  # dsum: rowsum(dy * y)
             self.dgu, self.dh = e(BT * 2 * F), e(BT * F)
             self.uniq, self.starts, self.order = e(BT, np.int32), e(BT + 1, np.int32), e(BT, np.int32)
@@ -81,8 +83,9 @@ class Model:
         return self._acts[key]
 
     # -------------------------------------------------------------------------- forward
-    def forward(self, a: Activations, B: int, T: int):
-        """Logits (B*T, V) into a.logits from a.ids (already on the device)."""
+    def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None):
+        """Logits (B*T, V) into a.logits from a.ids (already on the device); drop: dropout of
+        this training step (engine/dropout.py), None at inference."""
         rt, cfg, p = self.rt, self.cfg, self.p
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT = B * T
@@ -96,12 +99,14 @@ class Model:
             attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
             attention.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H)  # (B, T, C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
+            self._dropout_forward(a.proj, drop, l, "attn", BT * C)
             # xmid = x + attention, and its ffn_norm, in one pass
             ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
                                          p[b + "ffn_norm"], BT, C, cfg.rms_eps)
             ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
             ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
             ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
+            self._dropout_forward(a.proj, drop, l, "ffn", BT * C)
             # x[l+1] = xmid + feed-forward, and the next norm (the next block's, or the final)
             if l + 1 < L:
                 nxt = (a.xn[l + 1], a.rstd1[l + 1], p[f"blk.{l + 1}.attn_norm"])
@@ -112,8 +117,9 @@ class Model:
         ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V, C)
 
     # -------------------------------------------------------------------------- backward
-    def backward(self, a: Activations, B: int, T: int):
-        """Gradients of the loss into self.grads, from dlogits already in a.logits."""
+    def backward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None):
+        """Gradients of the loss into self.grads, from dlogits already in a.logits; drop: the
+        dropout that forward applied."""
         rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT, L = B * T, cfg.n_layer
@@ -126,7 +132,8 @@ class Model:
                              a.rstdf, BT, C)
         for l in reversed(range(L)):
             b = f"blk.{l}."
-            ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], a.dres, a.h[l], p[b + "ffn_down"],
+            dproj = self._dropout_backward(a, drop, l, "ffn", BT * C)
+            ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], dproj, a.h[l], p[b + "ffn_down"],
                                 BT, C, F)                                          # (B, T, F)
             rt.before_write(a.dgu)
             ops.swiglu_backward(rt, a.dgu, a.dh, a.gu[l], BT, F)                   # (B, T, 2F)
@@ -135,7 +142,8 @@ class Model:
             rt.before_write(a.dres)
             ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
                                  p[b + "ffn_norm"], a.rstd2[l], BT, C)
-            ops.matmul_backward(rt, a.dy, g[b + "attn_output"], a.dres, a.y[l],
+            dproj = self._dropout_backward(a, drop, l, "attn", BT * C)
+            ops.matmul_backward(rt, a.dy, g[b + "attn_output"], dproj, a.y[l],
                                 p[b + "attn_output"], BT, C, C)
             rt.before_write(a.dqkv)
             attention.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
@@ -149,6 +157,23 @@ class Model:
         rt.join()  # every weight gradient done (token_embd may be tied to the output)
         ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
                                a.n_unique, C)
+
+    def _dropout_forward(self, buf, drop: StepDropout | None, layer: int, site: str, n: int):
+        """Dropout in place on a projection output (B*T, C) before its residual add."""
+        if drop is not None:
+            ops.dropout_forward(self.rt, buf, buf, drop.key(layer, site), drop.threshold,
+                                drop.scale, n)
+
+    def _dropout_backward(self, a: Activations, drop: StepDropout | None, layer: int, site: str,
+                          n: int):
+        """The gradient of a projection output under dropout: a.dres itself without dropout,
+        else the masked copy in a.ddrop (the residual keeps the unmasked one)."""
+        if drop is None:
+            return a.dres
+        self.rt.before_write(a.ddrop)  # the previous site's weight gradient may still read it
+        ops.dropout_backward(self.rt, a.ddrop, a.dres, drop.key(layer, site), drop.threshold,
+                             drop.scale, n)
+        return a.ddrop
 
     # -------------------------------------------------------------------------- steps
     def upload_batch(self, a: Activations, inputs: np.ndarray, targets: np.ndarray | None):
@@ -182,18 +207,20 @@ class Model:
 
     def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, tc) -> tuple:
         """Forward, backward, clip, AdamW on one batch (B, T). Returns (loss, grad_norm, skipped)
-        where skipped is True when the gradient was NaN/Inf and no update was made."""
+        where skipped is True when the gradient was NaN/Inf and no update was made.
+        Dropout tc.dropout applies here only, its masks keyed by (tc.seed, self.adam_t)."""
         B, T = inputs.shape
         rt, n = self.rt, self.table.size
         a = self.activations(B, T, with_grad=True)
         self.upload_batch(a, inputs, targets)
         rt.fill_zero(self.grads, n)
-        self.forward(a, B, T)
+        drop = StepDropout(tc.dropout, tc.seed, self.adam_t) if tc.dropout > 0 else None
+        self.forward(a, B, T, drop)
         n_counted = int((targets >= 0).sum())
         ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
                                           self.cfg.vocab_size, n_counted, want_grad=True)
         self.upload_groups(a, inputs)
-        self.backward(a, B, T)
+        self.backward(a, B, T, drop)
         ops.grad_norm(rt, self.stats, self.partial, self.grads, n, tc.grad_clip)
         self.adam_t += 1
         ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,

@@ -231,3 +231,14 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     rt.launch_long("adamw_update", n, params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
                    eps, weight_decay, bc1, bc2)
+
+
+def dropout_forward(rt: Runtime, out, inp, key: int, threshold: int, scale: float, n: int):
+    """out (n,) = inp * keep * scale; keep from the hash of (key, index) (kernels/dropout.cl,
+    engine/dropout.py). out may be inp."""
+    rt.launch_long("dropout_forward", n, out, inp, key, threshold, scale, n)
+
+
+def dropout_backward(rt: Runtime, dinp, dout, key: int, threshold: int, scale: float, n: int):
+    """dinp (n,) = dout * keep * scale, the mask of dropout_forward with the same key."""
+    rt.launch_long("dropout_backward", n, dinp, dout, key, threshold, scale, n)

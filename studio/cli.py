@@ -68,10 +68,19 @@ def cmd_devices(args) -> int:
 
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
-                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split")
+                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
+                 "preset")
 TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
                       lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25,
-                      val_split="docs:0.1", time_budget=0.0)
+                      val_split="docs:0.1", time_budget=0.0, dropout=0.0)
+# option -> (ModelConfig or TrainConfig, field)
+_FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
+               n_head=("model", "n_head"), context_length=("model", "context_length"),
+               vocab_size=("model", "vocab_size"), lr=("train", "learning_rate"),
+               steps=("train", "pretrain_steps"), tune_steps=("train", "tune_steps"),
+               batch_size=("train", "batch_size"), seed=("train", "seed"),
+               replay=("train", "replay_fraction"), dropout=("train", "dropout"),
+               time_budget=("train", "time_budget_s"))
 
 
 def _opt(args, name):
@@ -80,16 +89,23 @@ def _opt(args, name):
 
 
 def _configs(args):
+    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.presets),
+    else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
     from engine.config import ModelConfig, TrainConfig, parse_val_split
-    o = lambda name: _opt(args, name)  # noqa: E731
-    val_split, val_fraction = parse_val_split(o("val_split"))
-    mc = ModelConfig(d_model=o("d_model"), n_layer=o("n_layer"), n_head=o("n_head"),
-                     context_length=o("context_length"), vocab_size=o("vocab_size"))
-    tc = TrainConfig(pretrain_steps=o("steps"), tune_steps=o("tune_steps"),
-                     batch_size=o("batch_size"), learning_rate=o("lr"), seed=o("seed"),
-                     replay_fraction=o("replay"), val_split=val_split, val_fraction=val_fraction,
-                     time_budget_s=o("time_budget"))
-    return mc.validate(), tc.validate()
+    from engine.presets import get_preset
+    preset = get_preset(args.preset) if args.preset else None
+    parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
+        {"model": {}, "train": {}}
+    for option, (part, field) in _FIELDS.items():
+        value = getattr(args, option)
+        if value is not None:
+            parts[part][field] = value
+        else:
+            parts[part].setdefault(field, TRAIN_DEFAULTS[option])
+    if args.val_split is not None or "val_split" not in parts["train"]:
+        split, fraction = parse_val_split(_opt(args, "val_split"))
+        parts["train"].update(val_split=split, val_fraction=fraction)
+    return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"]).validate()
 
 
 def _make_run_folder(out: Path):
@@ -161,6 +177,9 @@ def cmd_train(args) -> int:
                               "Add --resume to continue it, or choose another --out folder.")
         _make_run_folder(out)
         mc, tc = _configs(args)
+        if args.preset:
+            from engine.presets import get_preset
+            print(f"preset {args.preset}: {get_preset(args.preset).description}", file=sys.stderr)
         pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
         tune = None
         if not args.no_tune:
@@ -338,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("devices", help="list the OpenCL devices").set_defaults(func=cmd_devices)
 
+    from engine.presets import PRESETS
     d = TRAIN_DEFAULTS
     t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl",
                        description="Train a model headless. Step counts are totals per stage; "
@@ -370,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "
                    "--resume: seconds more (off)")
+    t.add_argument("--dropout", type=float, help="drop probability after the attention output "
+                   f"and feed-forward projections, training only ({d['dropout']})")
+    t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
+                   "integrated or a discrete GPU (engine/presets.py); explicit options win")
     t.add_argument("--checkpoint-every", type=int, default=100,
                    help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")

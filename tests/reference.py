@@ -14,6 +14,32 @@ import numpy as np
 # ----------------------------------------------------------------------------- layers
 
 
+def lowbias32(x):
+    """C. Wellons' lowbias32 hash on uint32 arrays (kernels/dropout.cl's twin)."""
+    x = np.asarray(x, np.uint32)
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def dropout_keep(key, n, p):
+    """Keep mask (n,) bool of kernels/dropout.cl for a site key and probability p."""
+    threshold = min(int(round(p * 2.0 ** 32)), 0xFFFFFFFF)
+    h = lowbias32(lowbias32(np.arange(n, dtype=np.uint32)) ^ np.uint32(key))
+    return h >= np.uint32(threshold)
+
+
+def dropout_forward(x, keep, p):
+    """Inverted dropout (Srivastava et al. 2014): x * keep / (1 - p)."""
+    return x * keep / (1.0 - p)
+
+
+def dropout_backward(dout, keep, p):
+    return dout * keep / (1.0 - p)
+
+
 def embedding_forward(ids, wte):
     """ids (B, T) int -> (B, T, C)."""
     return wte[ids]
@@ -206,13 +232,18 @@ def _out_weight(w, cfg):
     return w["token_embd.weight"] if cfg.tie_embeddings else w["output.weight"]
 
 
-def forward(weights, cfg, ids, targets=None):
-    """ids (B, T) -> logits (B, T, V); with targets (B, T) also returns (logits, loss, cache)."""
+def forward(weights, cfg, ids, targets=None, masks=None, drop_p=0.0):
+    """ids (B, T) -> logits (B, T, V); with targets (B, T) also returns (logits, loss, cache).
+    masks: {(layer, "attn" | "ffn"): keep (B, T, C) bool} applies dropout drop_p to the attention
+    output and feed-forward down projections before their residual adds (nanoGPT's
+    resid_dropout); None = no dropout."""
     w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
     ids = np.asarray(ids)
     B, T = ids.shape
     H, eps, base, f = cfg.n_head, cfg.rms_eps, cfg.rope_base, cfg.hidden_dim
-    cache = {"ids": ids, "layers": []}
+    cache = {"ids": ids, "layers": [], "masks": masks, "p": drop_p}
+    drop = (lambda z, i, site: z) if masks is None else \
+        (lambda z, i, site: dropout_forward(z, masks[(i, site)], drop_p))
     x = embedding_forward(ids, w["token_embd.weight"])  # (B, T, C)
     for i in range(cfg.n_layer):
         p = f"blk.{i}."
@@ -223,13 +254,13 @@ def forward(weights, cfg, ids, targets=None):
         v = matmul_forward(L["xn"], w[p + "attn_v.weight"])
         L["q"], L["k"], L["v"] = q, k, v
         L["y"], L["att"] = attention_forward(q, k, v, H)
-        x = x + matmul_forward(L["y"], w[p + "attn_output.weight"])
+        x = x + drop(matmul_forward(L["y"], w[p + "attn_output.weight"]), i, "attn")
         L["x2"] = x
         L["xn2"], L["rstd2"] = rmsnorm_forward(x, w[p + "ffn_norm.weight"], eps)
         L["g"] = matmul_forward(L["xn2"], w[p + "ffn_gate.weight"])  # (B, T, F)
         L["u"] = matmul_forward(L["xn2"], w[p + "ffn_up.weight"])
         L["h"] = swiglu_forward(L["g"], L["u"])
-        x = x + matmul_forward(L["h"], w[p + "ffn_down.weight"])
+        x = x + drop(matmul_forward(L["h"], w[p + "ffn_down.weight"]), i, "ffn")
         cache["layers"].append(L)
     cache["xlast"] = x
     cache["xf"], cache["rstdf"] = rmsnorm_forward(x, w["output_norm.weight"], eps)
@@ -250,20 +281,25 @@ def backward(weights, cfg, cache):
     B, T, V = logits.shape
     g = {k: np.zeros_like(v) for k, v in w.items()}
     dlogits = crossentropy_backward(logits.reshape(B * T, V), targets.reshape(-1)).reshape(B, T, V)
+    masks, drop_p = cache["masks"], cache["p"]
+    drop = (lambda d, i, site: d) if masks is None else \
+        (lambda d, i, site: dropout_backward(d, masks[(i, site)], drop_p))
     dxf, dwout = matmul_backward(dlogits, cache["xf"], _out_weight(w, cfg))
     g["token_embd.weight" if cfg.tie_embeddings else "output.weight"] += dwout
     dx, g["output_norm.weight"] = rmsnorm_backward(dxf, cache["xlast"], w["output_norm.weight"],
                                                    cache["rstdf"])
     for i in reversed(range(cfg.n_layer)):
         p, L = f"blk.{i}.", cache["layers"][i]
-        dh, g[p + "ffn_down.weight"] = matmul_backward(dx, L["h"], w[p + "ffn_down.weight"])
+        dh, g[p + "ffn_down.weight"] = matmul_backward(drop(dx, i, "ffn"), L["h"],
+                                                       w[p + "ffn_down.weight"])
         dg, du = swiglu_backward(dh, L["g"], L["u"])
         dxn2a, g[p + "ffn_gate.weight"] = matmul_backward(dg, L["xn2"], w[p + "ffn_gate.weight"])
         dxn2b, g[p + "ffn_up.weight"] = matmul_backward(du, L["xn2"], w[p + "ffn_up.weight"])
         dx2, g[p + "ffn_norm.weight"] = rmsnorm_backward(dxn2a + dxn2b, L["x2"],
                                                          w[p + "ffn_norm.weight"], L["rstd2"])
         dx = dx + dx2
-        dy, g[p + "attn_output.weight"] = matmul_backward(dx, L["y"], w[p + "attn_output.weight"])
+        dy, g[p + "attn_output.weight"] = matmul_backward(drop(dx, i, "attn"), L["y"],
+                                                          w[p + "attn_output.weight"])
         dq, dk, dv = attention_backward(dy, L["q"], L["k"], L["v"], L["att"], H)
         dq, dk = rope_backward(dq, H, base), rope_backward(dk, H, base)
         dxn = 0.0

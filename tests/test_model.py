@@ -28,6 +28,17 @@ def rel_err(got, want):
     return np.abs(got - want).max() / max(np.abs(want).max(), 1e-8)
 
 
+def assert_step_matches(model, x, y, tc, rloss, rgrads) -> float:
+    """One train_step (lr ~0) gives the reference loss and every gradient; returns grad norm."""
+    loss, gnorm, skipped = model.train_step(x, y, 1e-30, tc)
+    assert not skipped
+    assert abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
+    grads = model.table.unflatten(model.read_flat("grads"))
+    for name, want in rgrads.items():
+        assert rel_err(grads[name], want) < 1e-4, name
+    return gnorm
+
+
 @pytest.mark.parametrize("cfg,B,T", [
     (tiny(), 2, 16),
     (tiny(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1),
@@ -46,12 +57,7 @@ def test_logits_loss_and_every_gradient(rt, cfg, B, T):
     rlogits, rloss, cache = ref.forward(w, cfg, x, y)
     rgrads = ref.backward(w, cfg, cache)
     tc = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
-    loss, gnorm, skipped = model.train_step(x, y, 1e-30, tc)
-    assert not skipped
-    assert abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
-    grads = model.table.unflatten(model.read_flat("grads"))
-    for name, want in rgrads.items():
-        assert rel_err(grads[name], want) < 1e-4, name
+    gnorm = assert_step_matches(model, x, y, tc, rloss, rgrads)
     want_norm = np.sqrt(sum((g ** 2).sum() for g in rgrads.values()))
     assert abs(gnorm - want_norm) < 1e-4 * want_norm
 

@@ -40,11 +40,11 @@ def test_kernels_under_oclgrind_have_no_reports(tmp_path):
     # prompt length: each simulated decode run takes ~1.5 minutes).
     subset = ("1-1-1 or 7-13 or 37-50 or 2-5-3-4 or 1-19-2-6 or 2-7-11-9 or 1-17-2-6 or 13-31 "
               "or 9-300 or 1000 or nonfinite or residual or (kv_cache and 5) or 2-33-2-10 "
-              "or split_launches")
+              "or split_launches or (same_mask and 7-0.1)")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-         "tests/test_kernels.py", "tests/test_attention.py", "tests/test_decode.py", "-k",
-         subset],
+         "tests/test_kernels.py", "tests/test_attention.py", "tests/test_decode.py",
+         "tests/test_dropout.py", "-k", subset],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     out = proc.stdout + proc.stderr
     # pyopencl probes device properties that OpenCL 1.2 lacks; Oclgrind's API checker reports

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
 
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
+from engine.presets import PRESETS
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
 MODEL_FIELDS = [
@@ -50,6 +51,10 @@ FLOAT_FIELDS = [
      "Clip the global gradient norm to this value (0 = off)."),
     ("weightDecaySpin", "weight_decay", "Weight decay", 0.0, 1.0, 0.01, 3,
      "AdamW decoupled weight decay on matrices."),
+    ("dropoutSpin", "dropout", "Dropout", 0.0, 0.9, 0.05, 2,
+     "Share of the attention and feed-forward outputs zeroed at random while training (never "
+     "when generating, validating or exporting). 0 = off; 0.1-0.2 helps when the validation "
+     "loss rises while the training loss falls."),
 ]
 
 FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
@@ -104,6 +109,7 @@ class SettingsPanel(QWidget):
 
         model_box = QGroupBox("Model")
         mform = self._form(model_box)
+        self._add_preset_combo(mform)
         for name, field, label, lo, hi, step, tip in MODEL_FIELDS:
             self._add(mform, QSpinBox(), name, field, label, lo, hi, step, tip,
                       getattr(defaults_m, field))
@@ -200,6 +206,50 @@ class SettingsPanel(QWidget):
         self.spins[name] = spin
         self._errors[field] = err
 
+    def _add_preset_combo(self, form) -> None:
+        """The presets of engine/presets.py; choosing one sets its fields (and keeps its values
+        that have no field here, e.g. beta2, in `_preset_extra`); editing a field afterwards
+        shows "Custom"."""
+        self.preset_combo = QComboBox()
+        self.preset_combo.setObjectName("presetCombo")
+        self.preset_combo.addItem("Custom", "")
+        for p in PRESETS.values():
+            self.preset_combo.addItem(p.title, p.name)
+            self.preset_combo.setItemData(self.preset_combo.count() - 1, p.description,
+                                          Qt.ToolTipRole)
+        self.preset_combo.setToolTip("Settings measured for small texts on each kind of device; "
+                                     "hover an item for the loss and time it reaches.")
+        self.preset_combo.setMinimumWidth(FIELD_MIN_WIDTH)
+        self.preset_combo.activated.connect(lambda i: self.apply_preset(
+            self.preset_combo.itemData(i)))
+        self._preset_extra: dict = {}
+        form.addRow("Preset", self.preset_combo)
+
+    def apply_preset(self, name: str) -> None:
+        """Set every field the preset names ("" = Custom: change nothing)."""
+        if not name:
+            return
+        p = PRESETS[name]
+        by_field = {s.property("field"): s for s in self.spins.values()}
+        values = {**p.model, **p.train}
+        self._preset_extra = {k: v for k, v in p.train.items() if k not in by_field}
+        for field, value in values.items():
+            if field in by_field:
+                by_field[field].blockSignals(True)
+                by_field[field].setValue(value)
+                by_field[field].blockSignals(False)
+        self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
+        self._on_change()
+
+    def _preset_matches(self) -> bool:
+        name = self.preset_combo.currentData()
+        if not name:
+            return True
+        p = PRESETS[name]
+        values = {**self._values(MODEL_FIELDS), **self._values(TRAIN_FIELDS),
+                  **self._values(FLOAT_FIELDS)}
+        return all(values.get(k, v) == v for k, v in {**p.model, **p.train}.items())
+
     def _add_float(self, form, name, field, label, lo, hi, step, dec, tip, defaults):
         spin = QDoubleSpinBox()
         spin.setDecimals(dec)
@@ -213,8 +263,9 @@ class SettingsPanel(QWidget):
         return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(**self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS),
-                           time_budget_s=60.0 * self.spins["trainMinutesSpin"].value())
+        return TrainConfig(**{**self._preset_extra,
+                              "time_budget_s": 60.0 * self.spins["trainMinutesSpin"].value()},
+                           **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
 
     def tokenizer_kind(self) -> str:
         return self.tokenizer_combo.currentData()
@@ -224,6 +275,7 @@ class SettingsPanel(QWidget):
 
     def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None) -> None:
         """Show a loaded checkpoint's settings."""
+        self.preset_combo.setCurrentIndex(0)
         for name, field, *_ in MODEL_FIELDS:
             self.spins[name].setValue(getattr(model_cfg, field))
         self.tie_check.setChecked(model_cfg.tie_embeddings)
@@ -240,6 +292,8 @@ class SettingsPanel(QWidget):
 
     # -- validation and estimates --------------------------------------------------------
     def _on_change(self, *_):
+        if not self._preset_matches():
+            self.preset_combo.setCurrentIndex(0)  # a field edited away from the preset
         for field, err in self._errors.items():
             err.setText("")
             err.setVisible(False)
@@ -298,7 +352,7 @@ class SettingsPanel(QWidget):
     def set_editable(self, on: bool, only: tuple[str, ...] | None = None) -> None:
         """only: the spins that stay editable (continuing an opened model: the step counts)."""
         for name, w in list(self.spins.items()) + [("", self.tokenizer_combo),
-                                                   ("", self.tie_check)]:
+                                                   ("", self.tie_check), ("", self.preset_combo)]:
             w.setEnabled(on and (only is None or name in only))
 
     def save(self, s: QSettings) -> None:
@@ -306,6 +360,7 @@ class SettingsPanel(QWidget):
             s.setValue(f"settings/{name}", spin.value())
         s.setValue("settings/tokenizer", self.tokenizer_kind())
         s.setValue("settings/tie", self.tie_check.isChecked())
+        s.setValue("settings/preset", self.preset_combo.currentData())
 
     def restore(self, s: QSettings) -> None:
         for name, spin in self.spins.items():
@@ -319,3 +374,9 @@ class SettingsPanel(QWidget):
         i = self.tokenizer_combo.findData(s.value("settings/tokenizer", "bpe"))
         self.tokenizer_combo.setCurrentIndex(max(i, 0))
         self.tie_check.setChecked(str(s.value("settings/tie", True)).lower() in ("true", "1"))
+        name = s.value("settings/preset", "")
+        if name in PRESETS:  # its values without a field here come back with it
+            self._preset_extra = {k: v for k, v in PRESETS[name].train.items()
+                                  if k not in {f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS}}
+            self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
+            self._on_change()
