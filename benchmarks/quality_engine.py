@@ -2,12 +2,12 @@
 own training step (Model.train_step: forward, backward, clipping, AdamW on the device, dropout)
 and its warmup + cosine schedule (TrainConfig.lr_at), on quality.CharData's split.
 
-Characters map to ids 3 + their index in the sorted character set (ids 0-2 are the engine's
-control tokens, which never occur), so one token is one character and the loss is per character,
-as on nanoGPT's side; the model's vocabulary is the engine's minimum of 259.
-TODO(coordinator, after merging branch `quality`): build the run through TrainingSession with
-its character tokenizer and val_split="tail" / val_fraction=0.1 instead of CharData's ids, so the
-benchmark runs exactly what `llm-studio train --preset cpu` runs; the split is the same.
+Ids come from the engine's own character tokenizer (`llm-studio train --tokenizer char`: one
+token per character, "\n" the byte token <0x0A>), trained on the whole text as the CLI does, so
+the model's vocabulary is the studio's (259 fixed + the characters). nanoGPT's ids (the sorted
+characters) map to the engine's through one lookup table: both sides see the same windows of
+the same 90/10 split by position (the studio's `--val-split tail:0.1`) and score the same
+validation windows.
 """
 
 from __future__ import annotations
@@ -20,8 +20,16 @@ from engine.config import ModelConfig, TrainConfig
 from engine.model import Model
 from engine.presets import get_preset
 from engine.runtime import Runtime
+from engine.tokenizer import Tokenizer
 
-ID0 = 3  # first engine id used for characters
+
+def engine_ids(chars: list[str]) -> tuple[np.ndarray, int]:
+    """(lookup nanoGPT id -> engine id, vocab_size) from the engine's char tokenizer trained on
+    the text's characters (every character is one token)."""
+    tok = Tokenizer.train(["".join(chars)], 512, "char")
+    lut = [tok.encode(ch) for ch in chars]
+    assert all(len(i) == 1 for i in lut), "the char tokenizer must give one token a character"
+    return np.array([i[0] for i in lut], np.int32), tok.vocab_size
 
 
 def with_overrides(mc: ModelConfig, tc: TrainConfig, overrides: list[str]):
@@ -41,7 +49,8 @@ def engine_train(preset: str, data, evaluator, device, seed: int, stop_below=Non
     train_s: seconds in train_step and batch making (the loss is read back each step, as the
     engine's loop does). overrides: "field=value" over the preset."""
     p = get_preset(preset)
-    mc, tc = with_overrides(*p.configs(ModelConfig(vocab_size=259)), overrides)
+    lut, vocab = engine_ids(data.chars)
+    mc, tc = with_overrides(*p.configs(ModelConfig(vocab_size=vocab)), overrides)
     tc = tc.replace(seed=seed, **({"pretrain_steps": steps} if steps else {})).validate()
     steps = tc.pretrain_steps
     rt = Runtime(device)
@@ -51,7 +60,7 @@ def engine_train(preset: str, data, evaluator, device, seed: int, stop_below=Non
     every = max(steps // evals, 1)
 
     def val_loss():
-        return evaluator(lambda x, y: model.loss(x + ID0, y + ID0), as_torch=False)
+        return evaluator(lambda x, y: model.loss(lut[x], lut[y]), as_torch=False)
 
     train_s = 0.0
     for step in range(steps + 1):
@@ -62,5 +71,5 @@ def engine_train(preset: str, data, evaluator, device, seed: int, stop_below=Non
                 return
         t0 = time.perf_counter()  # batch making included, as on nanoGPT's side
         x, y = data.windows(data.train, rng.integers(0, len(data.train) - T, B), T)
-        model.train_step(x + ID0, y + ID0, tc.lr_at(step, 0, steps, tc.learning_rate), tc)
+        model.train_step(lut[x], lut[y], tc.lr_at(step, 0, steps, tc.learning_rate), tc)
         train_s += time.perf_counter() - t0
