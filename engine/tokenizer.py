@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 import sentencepiece as spm
 
 from engine.errors import ConfigError, DataError
+from engine.longtext import SEARCH_CHARS, chunks
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256            # <0x00>..<0xFF>
@@ -86,12 +87,18 @@ _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.Mod
 
 # ---------------------------------------------------------------- the tokenizer
 
-def _sentences(texts: Iterable[str]) -> list[str]:
-    """The training sentences: every non-empty line of every text (split at "\\n" only)."""
-    return [line for text in texts for line in text.split("\n") if line]
-
-
+# Bounds on SentencePiece's input (its training cannot be interrupted, so it must stay short):
+# about 1-2 s on a 2-core CPU for any text, measured with 16 MB one-line and many-line texts.
+TRAIN_SENTENCE_CHARS = 4_096    # longer lines are cut (at spaces) into sentences of about this
 TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
+
+
+def _sentences(texts: Iterable[str]) -> list[str]:
+    """The training sentences: every non-empty line of every text (split at "\\n" only), a
+    long line (one-line documents) cut into pieces of about TRAIN_SENTENCE_CHARS, so that
+    every part of it can be sampled and none exceeds SentencePiece's max_sentence_length."""
+    return [piece for text in texts for line in text.split("\n") if line
+            for piece in chunks(line, TRAIN_SENTENCE_CHARS)]
 
 
 def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> list[str]:
@@ -103,11 +110,12 @@ def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> 
         return sentences
     k = -(-total // budget)
     sample = sentences[::k]
-    seen = {c for s in sample for c in s}
+    # set() of one joined string: per-sentence sets cost ~1 s on 16 MB of short lines
+    missing = set("".join(sentences)) - set("".join(sample))
     for s in sentences:
-        if not set(s) <= seen:
+        if missing and any(c in s for c in missing):
             sample.append(s)
-            seen.update(s)
+            missing -= set(s)
     return sample
 
 
@@ -155,7 +163,8 @@ class Tokenizer:
                 f"(3 control tokens + 256 byte tokens).",
                 f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
         if kind == "bpe":
-            n_chars = len({c for s in sentences for c in s.replace(" ", _WS)})
+            chars = set().union(*map(set, texts)) - {"\n"}  # one C-level pass per text
+            n_chars = len(chars) - (" " in chars and _WS in chars)  # " " is stored as _WS
             if vocab_size < MIN_VOCAB + n_chars:
                 raise ConfigError(
                     f"vocab_size {vocab_size} is too small for BPE on this text: it has {n_chars} "
@@ -171,7 +180,8 @@ class Tokenizer:
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 add_dummy_prefix=False, split_digits=True, allow_whitespace_only_pieces=True,
                 unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-                max_sentence_length=1 << 24,     # bytes; one paragraph may be a long line
+                # bytes; _sentences cuts lines to TRAIN_SENTENCE_CHARS (+ the cut search)
+                max_sentence_length=4 * (TRAIN_SENTENCE_CHARS + SEARCH_CHARS),
                 input_sentence_size=0,           # 0 = use every sentence (no sampling)
                 shuffle_input_sentence=False, num_threads=1,  # deterministic
                 minloglevel=2)                   # quiet: errors only
