@@ -21,6 +21,8 @@ import re
 import numpy as np
 
 from engine.errors import ConfigError, DataError
+from engine.longtext import encode_documents, stream_of
+from engine.progress import Monitor
 from engine.tokenizer import Tokenizer
 
 _BLANK_LINE = re.compile(r"\n[ \t\f\v]*\n")  # a line that is empty or holds only spaces/tabs
@@ -94,11 +96,13 @@ class PretrainData:
     is held out, for a person), token_bytes (int64 (V,), see token_bytes()).
     Raises DataError for a text without documents or a stream shorter than T+1 tokens (the
     message says how many tokens there are and suggests a context length); ConfigError for
-    context_length < 1, val_fraction outside [0, 1) or an unknown val_split.
+    context_length < 1, val_fraction outside [0, 1) or an unknown val_split. monitor: progress
+    of the encoding and its cancellation (engine.progress.Cancelled), for texts of many megabytes.
     """
 
     def __init__(self, tokenizer: Tokenizer, text: str, context_length: int,
-                 val_fraction: float = 0.1, seed: int = 0, val_split: str = "docs"):
+                 val_fraction: float = 0.1, seed: int = 0, val_split: str = "docs",
+                 monitor: Monitor | None = None):
         if context_length < 1:
             raise ConfigError(f"context_length must be at least 1, got {context_length}.",
                               "Set the context length to a positive number of tokens, e.g. 64.")
@@ -114,9 +118,9 @@ class PretrainData:
         if not self.documents:
             raise DataError("The pretraining text is empty.",
                             "Load a text with at least a few sentences.")
-        encoded = [[tokenizer.bos_id] + tokenizer.encode(d) + [tokenizer.eos_id]
-                   for d in self.documents]
-        self.stream = np.fromiter((i for doc in encoded for i in doc), dtype=np.int32)
+        encoded = encode_documents(tokenizer, self.documents, monitor,
+                                   "encoding the pretraining text")
+        self.stream = stream_of(encoded)
         self.n_tokens = int(self.stream.size)
         self.token_bytes = token_bytes(tokenizer)
         need = context_length + 1

@@ -4,6 +4,12 @@ Fact recall (issue 5): for each pretraining statement the model trained on, prom
 first half of its words and check that the greedy continuation reproduces the rest. Answer
 accuracy: for each tune question, the greedy chat answer equals the trained answer. Text is
 compared with whitespace collapsed; the continuation may go on past the expected end.
+
+Both checks are bounded whatever the text (issue 11: a 20,000-word one-line document used to
+be "recalled" by generating 10,000 words): at most MAX_FACTS documents / MAX_QUESTIONS
+questions, a document is checked on its first RECALL_MAX_WORDS words (and RECALL_MAX_CHARS
+characters), and at most RECALL_MAX_NEW_TOKENS tokens of the expected continuation or answer
+are generated and compared. Each item ticks `session.monitor` (progress, cancellation).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ class Score:
 
 MAX_FACTS = 64      # stage-end checks stay a few seconds however large the corpus
 MAX_QUESTIONS = 64
+RECALL_MAX_WORDS = 64         # a longer document is checked on its first 64 words
+RECALL_MAX_CHARS = 2_048      # ... and its first 2,048 characters (text with few spaces)
+RECALL_MAX_NEW_TOKENS = 32    # tokens of the expected continuation / answer compared, at most
 
 
 def training_documents(session, limit: int | None = None) -> list[str]:
@@ -45,17 +54,37 @@ def training_documents(session, limit: int | None = None) -> list[str]:
     return docs
 
 
+def _expected(tok, text: str) -> tuple[str, int, bool]:
+    """The first RECALL_MAX_NEW_TOKENS tokens of `text` as text (a split character
+    dropped), their count, and whether `text` was longer."""
+    ids = tok.encode(text)
+    kept = ids[:RECALL_MAX_NEW_TOKENS]
+    return tok.decode(kept).rstrip("\ufffd"), len(kept), len(kept) < len(ids)
+
+
+def recall_case(tok, doc: str) -> tuple[str, str, int] | None:
+    """(prompt, expected continuation, tokens to generate) for one document: the first half
+    of its first RECALL_MAX_WORDS words, and the rest capped at RECALL_MAX_NEW_TOKENS tokens.
+    None for a document of fewer than two words."""
+    words = doc[:RECALL_MAX_CHARS].split()[:RECALL_MAX_WORDS]
+    if len(words) < 2:
+        return None
+    half = len(words) // 2
+    expected, n, _ = _expected(tok, " " + " ".join(words[half:]))
+    return " ".join(words[:half]), expected, n + 2
+
+
 def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
-    """Recall over (at most max_facts, evenly spaced) training documents."""
+    """Recall over (at most max_facts, evenly spaced) training documents.
+    Raises engine.progress.Cancelled when a stop is asked for."""
     tok = session.tokenizer
     correct, failures, docs = 0, [], training_documents(session, max_facts)
-    for doc in docs:
-        words = doc.split()
-        if len(words) < 2:
+    for i, doc in enumerate(docs):
+        session.monitor.tick("checking recall", i, len(docs))
+        case = recall_case(tok, doc)
+        if case is None:
             continue
-        half = max(1, len(words) // 2)
-        prompt, rest = " ".join(words[:half]), " " + " ".join(words[half:])
-        n = len(tok.encode(rest)) + 2
+        prompt, rest, n = case
         ids = session.generate_ids([tok.bos_id] + tok.encode(prompt), n,
                                    SamplingParams(greedy=True))
         got = tok.decode(ids)
@@ -67,17 +96,19 @@ def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
 
 
 def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score:
-    """Share of (at most max_questions, evenly spaced) tune questions answered as trained."""
+    """Share of (at most max_questions, evenly spaced) tune questions answered as trained
+    (an answer longer than RECALL_MAX_NEW_TOKENS: its start). Raises Cancelled on a stop."""
     if not session.tune:
         return Score(0, 0)
     qs = session.tune.questions()
     if max_questions and len(qs) > max_questions:
         qs = [qs[i * len(qs) // max_questions] for i in range(max_questions)]
     correct, failures = 0, []
-    for messages, expected in qs:
-        n = len(session.tokenizer.encode(" " + expected)) + 2
-        got = session.chat(messages, max_new_tokens=n, greedy=True)
-        if _norm(got) == _norm(expected):
+    for i, (messages, expected) in enumerate(qs):
+        session.monitor.tick("checking answers", i, len(qs))
+        want, n, cut = _expected(session.tokenizer, " " + expected)
+        got = session.chat(messages, max_new_tokens=n + 2, greedy=True)
+        if _norm(got).startswith(_norm(want)) if cut else _norm(got) == _norm(want):
             correct += 1
         elif len(failures) < 5:
             failures.append((messages[-1].content, expected, got))

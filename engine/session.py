@@ -2,6 +2,9 @@
 
 `train()` is the generator the CLI and the studio drive (DESIGN.md): one StepMetrics per
 optimizer step, pretraining then tuning; the caller stops by not asking for the next step.
+Long phases (encoding the text, validation, samples, recall) tick `session.monitor`
+(engine.progress): progress for the caller, and `Cancelled` within a fraction of a second
+of `monitor.cancel()`.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from engine.memory import check_fits
 from engine.metrics import StepMetrics, ValScore, score_validation
 from engine.model import Model
 from engine.params import ParamTable
+from engine.progress import Cancelled, Monitor
 from engine.runtime import Runtime
 from engine.sampling import SamplingParams, next_token
 from engine.tokenizer import Tokenizer
 
 
 MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
+MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
+SAMPLE_PROMPT_CHARS = 200   # sample prompts come from the start of a document / question
 
 
 def _timed(budget: TimeBudget | None, kind: str, fn, *args):
@@ -89,17 +95,21 @@ class TrainingSession:
 
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
-                 flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT):
+                 flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
+                 monitor: Monitor | None = None):
         self.rt, self.tokenizer = rt, tokenizer
         self.chat_format = check_chat_format(chat_format)  # engine.dialogue: how turns render
+        self.monitor = monitor or Monitor()
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
-                                     train_cfg.seed, train_cfg.val_split)
+                                     train_cfg.seed, train_cfg.val_split, monitor=self.monitor)
+        self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
         check_fits(model_cfg, train_cfg.batch_size, rt.info)
+        self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
         self.step = 0
@@ -115,19 +125,25 @@ class TrainingSession:
     @classmethod
     def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
                tune_text: str | None = None, device=None, tokenizer_kind: str = "bpe",
-               runtime: Runtime | None = None) -> "TrainingSession":
+               runtime: Runtime | None = None, monitor: Monitor | None = None
+               ) -> "TrainingSession":
         """Train the tokenizer on both texts, size the vocabulary from it, build the model.
-        Raises ConfigError / DataError / DeviceError with a message for the person."""
+        Raises ConfigError / DataError / DeviceError with a message for the person, and
+        engine.progress.Cancelled when `monitor` is cancelled."""
         model_cfg.replace(vocab_size=max(model_cfg.vocab_size, 259)).validate()
         train_cfg.validate()
+        monitor = monitor or Monitor()
         texts = [pretrain_text] + ([tune_text] if tune_text else [])
+        monitor.tick("training the tokenizer", 0, 1)  # bounded input, not interruptible
         tokenizer = Tokenizer.train(texts, model_cfg.vocab_size, tokenizer_kind)
         cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
+        monitor.tick("opening the device", 0, 1)
         rt = runtime or Runtime(device)
-        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text)
+        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text, monitor=monitor)
 
     @classmethod
-    def load(cls, path, device=None, runtime: Runtime | None = None) -> "TrainingSession":
+    def load(cls, path, device=None, runtime: Runtime | None = None,
+             monitor: Monitor | None = None) -> "TrainingSession":
         """Resume from a run folder's checkpoint (weights, AdamW state, step, RNG)."""
         ck = checkpoint.load(path)
         h = ck["header"]
@@ -140,7 +156,7 @@ class TrainingSession:
         tok = Tokenizer.from_bytes(ck["tokenizer"])
         rt = runtime or Runtime(device)
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
-                chat_format=h.get("chat_format", 1))                      # key: format 1
+                chat_format=h.get("chat_format", 1), monitor=monitor)      # key: format 1
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -157,7 +173,8 @@ class TrainingSession:
     @classmethod
     def from_gguf(cls, path, pretrain_text: str, tune_text: str | None = None,
                   train_cfg: TrainConfig | None = None, device=None,
-                  runtime: Runtime | None = None) -> "TrainingSession":
+                  runtime: Runtime | None = None, monitor: Monitor | None = None
+                  ) -> "TrainingSession":
         """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
         or keep training on the given texts. AdamW state starts fresh. Raises ExportError for a
         file that is not such a GGUF."""
@@ -166,7 +183,8 @@ class TrainingSession:
         rt = runtime or Runtime(device)
         s = cls(rt, b.config, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
                 flat_weights=ParamTable(b.config).flatten(b.weights),
-                chat_format=b.metadata.get("chat_format", 1))   # exported before the key: 1
+                chat_format=b.metadata.get("chat_format", 1),   # exported before the key: 1
+                monitor=monitor)
         s.last_loss = b.metadata.get("final_loss")
         return s
 
@@ -251,34 +269,48 @@ class TrainingSession:
         consecutive windows, at most train_config.eval_tokens targets, the same every call.
         The text is held out unless pretrain.val_source says "training text"."""
         tc = self.train_config
-        return score_validation(self.pretrain.val_batches(tc.batch_size, tc.eval_tokens),
-                                self.model.loss, self.pretrain.token_bytes)
+        batches = self.pretrain.val_batches(tc.batch_size, tc.eval_tokens)
+
+        def ticking():   # progress and cancellation between batches
+            for i, batch in enumerate(batches):
+                self.monitor.tick("validation", i, len(batches))
+                yield batch
+        return score_validation(ticking(), self.model.loss, self.pretrain.token_bytes)
 
     def pretrain_val_loss(self) -> float:
         """pretrain_val().loss: mean cross-entropy in nats per token."""
         return self.pretrain_val().loss
 
     def tune_val_loss(self) -> float:
-        """Mean loss over all tune dialogues (assistant tokens only), in batches of batch_size."""
+        """Mean loss over the tune dialogues (assistant tokens only), in batches of batch_size:
+        all of them, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through a large set."""
         total = count = 0.0
-        for x, y in self.tune.eval_batches(self.train_config.batch_size):
+        batches = self.tune.eval_batches(self.train_config.batch_size)
+        if len(batches) > MAX_TUNE_EVAL_BATCHES:
+            k, n = len(batches), MAX_TUNE_EVAL_BATCHES
+            batches = [batches[i * k // n] for i in range(n)]
+        for i, (x, y) in enumerate(batches):
             n = int((y >= 0).sum())
+            self.monitor.tick("dialogue loss", i, len(batches))
             total += self.model.loss(x, y) * n
             count += n
         return total / max(count, 1)
 
     def sample_prompts(self, stage: str) -> list[str]:
         docs = self.pretrain.documents
-        prompts = [" ".join(d.split()[:3]) for d in docs[:: max(len(docs) // 3, 1)][:3]]
+        prompts = [" ".join(d[:SAMPLE_PROMPT_CHARS].split()[:3])
+                   for d in docs[:: max(len(docs) // 3, 1)][:3]]
         if stage == "tune" and self.tune:
             q = self.tune.questions()[0][0]
-            prompts = [q[-1].content] + prompts[:2]
+            prompts = [q[-1].content[:SAMPLE_PROMPT_CHARS]] + prompts[:2]
         return prompts
 
     def samples(self, stage: str) -> list[tuple[str, str]]:
         out = []
         n = self.train_config.sample_tokens
-        for i, p in enumerate(self.sample_prompts(stage)):
+        prompts = self.sample_prompts(stage)
+        for i, p in enumerate(prompts):
+            self.monitor.tick("generating samples", i, len(prompts))
             if stage == "tune" and i == 0:
                 text = self.chat([Message("user", p)], max_new_tokens=n, greedy=True)
             else:
@@ -290,7 +322,11 @@ class TrainingSession:
         """Run from self.step to total_steps, one StepMetrics per step. Stops when the caller
         stops iterating; call `save` after a stop to keep the work. With
         train_config.time_budget_s the step counts are re-planned after every step to end
-        when elapsed_s reaches the budget (engine.budget)."""
+        when elapsed_s reaches the budget (engine.budget).
+
+        When `monitor` is cancelled during a step's validation, samples or recall, that step's
+        record is still yielded with what was computed (extra["interrupted"] names the phase);
+        asking for a step after a cancel raises engine.progress.Cancelled."""
         tc = self.train_config
         t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues on resume
         budget = self._time_budget()
@@ -299,6 +335,7 @@ class TrainingSession:
         t_mark = time.perf_counter()
         health = HealthMonitor(self.model, tc, self.pretrain.train_stream)  # engine/health.py
         while self.step < self.total_steps:
+            self.monitor.check()
             stage = self.stage_at(self.step)
             lr = self.lr_at(self.step)
             x, y = self._batch(stage)
@@ -328,19 +365,28 @@ class TrainingSession:
             m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
             health.after_step(m)
-            stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
-            if self.step % tc.eval_interval == 0 or stage_end:
-                _timed(budget, "eval", self._evaluate, m, stage)
-            if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
-                m.samples = _timed(budget, "samples", self.samples, stage)
-            if stage_end and tc.evaluate_recall:
-                m.recall = _timed(budget, "recall", self._recall, stage)
+            try:
+                self._step_checks(m, stage, budget)
+            except Cancelled:  # keep the step and what was measured; the caller saves
+                m.extra["interrupted"] = self.monitor.phase or "checks"
             m.elapsed_s = time.perf_counter() - t_start   # evaluations of this step included
             self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
-            if m.val_loss is not None and bad == 0:
+            if m.val_loss is not None and bad == 0 and "interrupted" not in m.extra:
                 self._snapshot()
             t_mark = time.perf_counter()
             yield m
+
+    def _step_checks(self, m: StepMetrics, stage: str, budget: "TimeBudget | None") -> None:
+        """Validation, samples and the stage-end recall due after step m.step, into m; each
+        phase's wall time reported to the budget (if any)."""
+        tc = self.train_config
+        stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
+        if self.step % tc.eval_interval == 0 or stage_end:
+            _timed(budget, "eval", self._evaluate, m, stage)
+        if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
+            m.samples = _timed(budget, "samples", self.samples, stage)
+        if stage_end and tc.evaluate_recall:
+            m.recall = _timed(budget, "recall", self._recall, stage)
 
     def _evaluate(self, m: StepMetrics, stage: str) -> None:
         """Validation numbers into m: the pretraining text (val_loss while pretraining,
@@ -464,6 +510,7 @@ class TrainingSession:
         logits = self._prefill(ctx, kv_cache)
         self.last_finish = "length"
         for i in range(max_new_tokens):
+            self.monitor.check()  # a stop lands within one token
             tok = next_token(logits, sampling, rng, out)
             if tok == self.tokenizer.eos_id:
                 self.last_finish = "stop"

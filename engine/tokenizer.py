@@ -30,6 +30,7 @@ from typing import Iterable, Iterator
 import sentencepiece as spm
 
 from engine.errors import ConfigError, DataError
+from engine.longtext import SEARCH_CHARS, chunks
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256            # <0x00>..<0xFF>
@@ -96,16 +97,24 @@ _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.Mod
 
 # ---------------------------------------------------------------- the tokenizer
 
+# Bounds on SentencePiece's input (its training cannot be interrupted, so it must stay short):
+# about 1-2 s on a 2-core CPU for any text, measured with 16 MB one-line and many-line texts.
+TRAIN_SENTENCE_CHARS = 4_096    # longer lines are cut (at spaces) into sentences of about this
+
+
 def _sentences(texts: Iterable[str]) -> list[str]:
     """The training sentences: every non-empty line of every text, split at "\\n" and at a
-    literal "▁" (which `encode` writes as bytes, so no piece may span or hold it)."""
-    return [part for text in texts for line in text.split("\n") for part in line.split(_WS)
-            if part]
+    literal "▁" (which `encode` writes as bytes, so no piece may span or hold it); a long line
+    (one-line documents) is cut into pieces of about TRAIN_SENTENCE_CHARS, so every part of it
+    can be sampled and none exceeds SentencePiece's max_sentence_length."""
+    return [piece for text in texts for line in text.split("\n") for part in line.split(_WS)
+            if part for piece in chunks(part, TRAIN_SENTENCE_CHARS)]
 
 
 def _chars(sentences: list[str]) -> set[str]:
-    """The characters BPE must keep as pieces: those of the text (spaces as "▁"), and "▁"."""
-    return {c for s in sentences for c in s.replace(" ", _WS)} | {_WS}
+    """The characters BPE must keep as pieces: those of the text (spaces as "▁"), and "▁".
+    One set() of the joined text: per-sentence sets cost ~1 s on 16 MB."""
+    return (set("".join(sentences)) - {" "}) | {_WS}
 
 
 def _space_slot(sentences: list[str], vocab_size: int) -> list[str]:
@@ -135,11 +144,12 @@ def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> 
         return sentences
     k = -(-total // budget)
     sample = sentences[::k]
-    seen = {c for s in sample for c in s}
+    # set() of one joined string: per-sentence sets cost ~1 s on 16 MB of short lines
+    missing = set("".join(sentences)) - set("".join(sample))
     for s in sentences:
-        if not set(s) <= seen:
+        if missing and any(c in s for c in missing):
             sample.append(s)
-            seen.update(s)
+            missing -= set(s)
     return sample
 
 
@@ -219,7 +229,8 @@ class Tokenizer:
                 normalization_rule_name="identity", remove_extra_whitespaces=False,
                 add_dummy_prefix=False, split_digits=True, allow_whitespace_only_pieces=True,
                 unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-                max_sentence_length=1 << 24,     # bytes; one paragraph may be a long line
+                # bytes; _sentences cuts lines to TRAIN_SENTENCE_CHARS (+ the cut search)
+                max_sentence_length=4 * (TRAIN_SENTENCE_CHARS + SEARCH_CHARS),
                 input_sentence_size=0,           # 0 = use every sentence (no sampling)
                 shuffle_input_sentence=False, num_threads=1,  # deterministic
                 minloglevel=2)                   # quiet: errors only

@@ -9,13 +9,16 @@ import argparse
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 
 from engine.errors import StudioError
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
+from engine.progress import Cancelled, Monitor
+from studio.cli_input import (MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TOKENS, MAX_VOCAB,
+                              MAX_WIDTH, count, number)
+from studio.cli_progress import ProgressLine
 
 EXIT_USER_ERROR = 2
 
@@ -23,32 +26,6 @@ EXIT_USER_ERROR = 2
 def _bundled(name: str) -> Path:
     import resources
     return Path(resources.__file__).parent / name
-
-
-def _progress(m, t0: float, out) -> None:
-    done, total = m.step, m.total_steps
-    frac = done / max(total, 1)
-    elapsed = time.perf_counter() - t0
-    eta = elapsed / max(frac, 1e-9) * (1 - frac)
-    bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
-    val = ""
-    if m.val_loss is not None:  # tuning: loss on the tune dialogues (they are the training set)
-        val = _val_text(m) if m.stage == "pretrain" else f" dialogues {m.val_loss:.3f}"
-    line = (f"[{bar}] {done}/{total} {m.stage:8s} loss {m.loss:.3f}{val} "
-            f"{m.tokens_per_s:,.0f} tok/s ETA {eta:4.0f}s")
-    if out.isatty():
-        out.write("\r" + line + "   ")
-    elif done == total or done % max(total // 20, 1) == 0:
-        out.write(line + "\n")  # a log file gets a line every 5%, not a redraw per step
-    out.flush()
-
-
-def _val_text(m) -> str:
-    """' val 1.234 (1.780 bpb)', or ' val on training text 1.234 (...)' when nothing could be
-    held out (engine.corpus): a number measured on the training text is never called val."""
-    name = "val" if m.val_source != "training text" else "val on training text"
-    bpb = f" ({m.val_bpb:.3f} bpb)" if m.val_bpb is not None else ""
-    return f" {name} {m.val_loss:.3f}{bpb}"
 
 
 def cmd_devices(args) -> int:
@@ -134,109 +111,130 @@ def _write_metrics(path: Path, records: list[dict], keep_until: int | None = Non
     path.write_text("".join(line + "\n" for line in lines))
 
 
-class _StopFlag:
-    """Set by SIGINT / SIGTERM; the training loop stops between two steps, so the saved
-    checkpoint is always a whole step (a signal mid-step could leave weights updated but the
-    step counter not)."""
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, n))  # SIGHUP: the terminal was closed (not on Windows)
 
-    def __init__(self):
-        self.requested = False
 
-    def __call__(self, signum, frame):
-        self.requested = True
+def _catch_stop_signals(monitor: Monitor) -> dict:
+    """Ctrl-C, a polite kill and a closed terminal cancel the monitor: training stops within a
+    step or a fraction of a second of a long phase, then saves. Returns the old handlers."""
+    def handler(signum, frame):
+        monitor.cancel()
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
 
 
 def cmd_train(args) -> int:
-    from engine import checkpoint
-    from engine.session import TrainingSession
-    from engine.textio import read_text
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise StudioError(f"--out {out} is a file, not a folder.",
                           "Give a folder for the run (it is created if missing).")
-    ck = checkpoint.checkpoint_path(out)
+    line = ProgressLine(sys.stderr, quiet=args.quiet)
+    monitor = Monitor(on_phase=None if args.quiet else line.phase)
+    previous = _catch_stop_signals(monitor)
+    try:
+        try:
+            session = _open_run(args, out, monitor, line)
+        except Cancelled:
+            line.say(f"Stopped before training began; nothing was trained in {out}.")
+            return 130
+        return _train_loop(session, args, out, monitor, line)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
+    """The session to train: resumed from --out, or new from the options (run folder made)."""
+    from engine import checkpoint
+    from engine.session import TrainingSession
+    from engine.textio import read_text
     if args.resume:
-        session = TrainingSession.load(out, device=args.device)
+        session = TrainingSession.load(out, device=args.device, monitor=monitor)
         _note_fallback(session)
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
                    if getattr(args, k) is not None]
         if ignored:
-            print(f"note: {', '.join(ignored)} ignored: a resumed run keeps its model, data "
-                  "and settings", file=sys.stderr)
+            line.say(f"note: {', '.join(ignored)} ignored: a resumed run keeps its model, data "
+                     "and settings")
         if args.steps is not None or args.tune_steps is not None:
             session.extend(args.steps, args.tune_steps)
         if args.time_budget is not None:   # this many seconds more
             session.train_config = session.train_config.replace(
                 time_budget_s=session.elapsed_s() + args.time_budget).validate()
         _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
-        print(f"Resuming {out} at step {session.step}/{session.total_steps} on "
-              f"{session.rt.info.name}", file=sys.stderr)
-    else:
-        if ck.exists():
-            raise StudioError(f"{out} already holds a training run.",
-                              "Add --resume to continue it, or choose another --out folder.")
-        _make_run_folder(out)
-        mc, tc = _configs(args)
-        if args.preset:
-            from engine.presets import get_preset
-            print(f"preset {args.preset}: {get_preset(args.preset).description}", file=sys.stderr)
-        pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
-        tune = None
-        if not args.no_tune:
-            tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
-        session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
-                                         tokenizer_kind=args.tokenizer)
-        (out / "metrics.jsonl").write_text("")
-        c = session.model_config
-        if c.vocab_size < mc.vocab_size:
-            print(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
-                  "asked for (no more merges to learn); the model uses "
-                  f"{c.vocab_size}.", file=sys.stderr)
-        print(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
-              f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
-              f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
-              f"tokens", file=sys.stderr)
-    warmup = session.train_config.warmup_note(session.tune is not None)
+        line.say(f"Resuming {out} at step {session.step}/{session.total_steps} on "
+                 f"{session.rt.info.name}")
+        return session
+    if checkpoint.checkpoint_path(out).exists():
+        raise StudioError(f"{out} already holds a training run.",
+                          "Add --resume to continue it, or choose another --out folder.")
+    mc, tc = _configs(args)
+    if args.preset:
+        from engine.presets import get_preset
+        line.say(f"preset {args.preset}: {get_preset(args.preset).description}")
+    if tc.pretrain_steps + (0 if args.no_tune else tc.tune_steps) == 0:
+        raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
+                          "Give --steps (and --tune-steps) of at least 1.")
+    _make_run_folder(out)
+    pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
+    tune = None
+    if not args.no_tune:
+        tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
+    session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
+                                     tokenizer_kind=args.tokenizer, monitor=monitor)
+    (out / "metrics.jsonl").write_text("")
+    c = session.model_config
+    if c.vocab_size < mc.vocab_size:
+        line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
+                 f"asked for (no more merges to learn); the model uses {c.vocab_size}.")
+    line.say(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
+             f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
+             f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
+             f"tokens")
+    return session
+
+
+def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> int:
+    """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
+    most --checkpoint-every steps)."""
+    from engine import checkpoint
+    line.pace.start(session.step)
+    tc = session.train_config
+    warmup = tc.warmup_note(session.tune is not None)
     if warmup:
-        print(f"note: {warmup}", file=sys.stderr)
-    print(f"Validation: {session.pretrain.val_note}.", file=sys.stderr)
-    if session.train_config.time_budget_s:
-        print(f"Time budget: training ends {session.train_config.time_budget_s:.0f} s into the "
-              "run (evaluations included); the step count follows the measured speed.",
-              file=sys.stderr)
-    t0 = time.perf_counter()
-    # Ctrl-C and a polite kill (SIGTERM) stop after the current step and save; SIGKILL loses
-    # at most --checkpoint-every steps.
-    stop = _StopFlag()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        line.say(f"note: {warmup}")
+    line.say(f"Validation: {session.pretrain.val_note}.")
+    if tc.time_budget_s:
+        line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
+                 "(evaluations included); the step count follows the measured speed.")
+    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     metrics_file = (out / "metrics.jsonl").open("a")
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
-        for m in session.train():
-            metrics_file.write(json.dumps(m.to_dict()) + "\n")
-            metrics_file.flush()
-            watch(m)
-            if not args.quiet:
-                _progress(m, t0, sys.stderr)
-            if m.samples and not args.quiet:
-                for prompt, text in m.samples:
-                    sys.stderr.write(f"\n  [{m.step}] {prompt!r} -> {text!r}")
-                sys.stderr.write("\n")
-            if args.checkpoint_every and m.step % args.checkpoint_every == 0:
-                session.save(out)
-            if stop.requested:
-                session.save(out)
-                print(f"\nStopped at step {session.step}; saved to {out}. Continue with "
-                      "--resume.", file=sys.stderr)
-                return 130
+        try:
+            for m in session.train():
+                metrics_file.write(json.dumps(m.to_dict()) + "\n")
+                metrics_file.flush()
+                line.step(m)
+                watch(m)
+                if m.samples and not args.quiet:
+                    line.say("\n".join(f"  [{m.step}] {p!r} -> {t!r}" for p, t in m.samples))
+                if monitor.cancelled:
+                    break
+                if args.checkpoint_every and m.step % args.checkpoint_every == 0:
+                    session.save(out)
+        except Cancelled:  # a stop between two steps
+            pass
     finally:
         metrics_file.close()
         watch.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     session.save(out)
-    print(f"\nDone: {session.step} steps, final loss {session.last_loss:.4f}. Checkpoint: "
-          f"{checkpoint.checkpoint_path(out)}", file=sys.stderr)
+    if monitor.cancelled:
+        line.say(f"Stopped at step {session.step}; saved to {out}. Continue with --resume.")
+        return 130
+    loss = "none" if session.last_loss is None else f"{session.last_loss:.4f}"
+    line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
+             f"{checkpoint.checkpoint_path(out)}")
     return 0
 
 
@@ -368,33 +366,41 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")
     t.add_argument("--no-tune", action="store_true", help="pretraining only")
     t.add_argument("--device", default=S, help="OpenCL device index or name part")
-    t.add_argument("--d-model", type=int, help=f"embedding size ({d['d_model']})")
-    t.add_argument("--n-layer", type=int, help=f"transformer blocks ({d['n_layer']})")
-    t.add_argument("--n-head", type=int, help=f"attention heads ({d['n_head']})")
-    t.add_argument("--context-length", type=int, help=f"tokens per window ({d['context_length']})")
-    t.add_argument("--vocab-size", type=int, help=f"requested vocabulary ({d['vocab_size']})")
+    t.add_argument("--d-model", type=count(2, MAX_WIDTH), help=f"embedding size ({d['d_model']})")
+    t.add_argument("--n-layer", type=count(1, MAX_LAYERS),
+                   help=f"transformer blocks ({d['n_layer']})")
+    t.add_argument("--n-head", type=count(1, MAX_WIDTH), help=f"attention heads ({d['n_head']})")
+    t.add_argument("--context-length", type=count(1, MAX_WIDTH),
+                   help=f"tokens per window ({d['context_length']})")
+    t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),
+                   help=f"requested vocabulary ({d['vocab_size']})")
     t.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe",
                    help="SentencePiece BPE or one token per character (bpe)")
-    t.add_argument("--lr", type=float, help=f"peak learning rate ({d['lr']})")
-    t.add_argument("--steps", type=int, help=f"pretraining steps, total ({d['steps']})")
-    t.add_argument("--tune-steps", type=int, help=f"tuning steps, total ({d['tune_steps']})")
-    t.add_argument("--batch-size", type=int, help=f"windows per step ({d['batch_size']})")
-    t.add_argument("--replay", type=float,
+    t.add_argument("--lr", type=number(0, 1, lo_open=True, hi_open=True),
+                   help=f"peak learning rate ({d['lr']})")
+    t.add_argument("--steps", type=count(0, MAX_STEPS),
+                   help=f"pretraining steps, total ({d['steps']})")
+    t.add_argument("--tune-steps", type=count(0, MAX_STEPS),
+                   help=f"tuning steps, total ({d['tune_steps']})")
+    t.add_argument("--batch-size", type=count(1, MAX_WIDTH),
+                   help=f"windows per step ({d['batch_size']})")
+    t.add_argument("--replay", type=number(0, 1),
                    help=f"share of pretraining windows in tuning batches ({d['replay']})")
-    t.add_argument("--seed", type=int, help=f"weights, batches and sampling ({d['seed']})")
+    t.add_argument("--seed", type=count(0, MAX_SEED),
+                   help=f"weights, batches and sampling ({d['seed']})")
     t.add_argument("--val-split", metavar="KIND:SHARE",
                    help="held-out text: docs:F = the last share F of the documents (their "
                    "last tokens when one document), tail:F = the last share F of the tokens, "
                    f"nanoGPT's split ({d['val_split']})")
-    t.add_argument("--time-budget", type=float, metavar="SECONDS",
+    t.add_argument("--time-budget", type=number(0, 1e9), metavar="SECONDS",
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "
                    "--resume: seconds more (off)")
-    t.add_argument("--dropout", type=float, help="drop probability after the attention output "
+    t.add_argument("--dropout", type=number(0, 1, hi_open=True), help="drop probability after the attention output "
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/presets.py); explicit options win")
-    t.add_argument("--checkpoint-every", type=int, default=100,
+    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=100,
                    help="steps between checkpoints; 0 = only at the end (100)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--tensorboard", action="store_true",
@@ -404,15 +410,18 @@ def build_parser() -> argparse.ArgumentParser:
     def gen_args(q):
         q.add_argument("dir", help="run folder, checkpoint file, or a GGUF this app exported")
         q.add_argument("--device", default=S, help="OpenCL device index or name part")
-        q.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (64)")
-        q.add_argument("--temperature", type=float, default=0.8,
+        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=64,
+                       help="tokens to generate (64)")
+        q.add_argument("--temperature", type=number(0, 100), default=0.8,
                        help="randomness; 0 = always the most likely token (0.8)")
-        q.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest (40)")
-        q.add_argument("--top-p", type=float, default=0.95,
+        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=40,
+                       help="sample among the k likeliest (40)")
+        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=0.95,
                        help="nucleus sampling: smallest set with this probability (0.95)")
-        q.add_argument("--repeat-penalty", type=float, default=1.0,
+        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True), default=1.0,
                        help="divide the logits of tokens already generated (1.0 = off)")
-        q.add_argument("--seed", type=int, default=None, help="sampling seed (random)")
+        q.add_argument("--seed", type=count(0, MAX_SEED), default=None,
+                       help="sampling seed (random)")
         q.add_argument("--greedy", action="store_true", help="always the most likely token")
 
     s = sub.add_parser("sample", help="continue a prompt")

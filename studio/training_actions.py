@@ -51,7 +51,7 @@ class TrainingActions:
             self.state = "pausing"
             self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
         elif self.state == "paused":
-            self.run_bar.reset_pace()
+            self.run_bar.resume_pace()
             self._set_state("running")
             self.host.resume()
 
@@ -85,7 +85,11 @@ class TrainingActions:
 
     # -- what the worker reports -------------------------------------------------------------
     def _on_preparing(self, text: str) -> None:
-        self.run_bar.show_text(text, reset=True)
+        """A long phase: before the first step (tokenizer, encoding), or inside a step."""
+        if self.state == "running":
+            self.run_bar.show_phase(text)
+        elif self.state not in ("pausing", "stopping"):  # their own text stays
+            self.run_bar.show_text(text, reset=True)
 
     def _adopt_model(self, info: dict) -> None:
         self.model_config = info["model_config"]
@@ -140,6 +144,7 @@ class TrainingActions:
         if self.state == "stopping":  # Stop came while pausing: finished follows
             return
         self._set_state("paused")
+        self.run_bar.pause_pace()
         self.run_bar.show_text(f"Paused at step {step}: chat or export now, or Resume.")
 
     def _on_finished(self, result: dict) -> None:

@@ -3,7 +3,10 @@
 Everything that touches the session (create, train steps, autosave, chat, export, checkpoints)
 runs as a slot on that one thread, so nothing can overlap a training step and no lock is needed.
 Pause and stop are threading.Event flags checked between steps (DESIGN.md: never
-QThread.terminate()). Pausing returns to the thread's event loop with the generator kept, which
+QThread.terminate()); the stop flag is also the session's engine.progress.Monitor flag, so Stop
+and closing the window end a long phase (encoding a large text, validation, samples, recall,
+a chat answer) within a fraction of a second, and the phase's progress is shown meanwhile.
+Pausing returns to the thread's event loop with the generator kept, which
 is what lets chat and export run on the paused weights; Resume re-enters the loop.
 Every run writes into its run folder (studio.run_folder): metrics.jsonl each step, a checkpoint
 every N steps, on pause, on stop, at the end and when the window closes, all between steps.
@@ -21,14 +24,11 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
+from engine.progress import Cancelled, Monitor
 from studio.run_folder import RunRecorder, metrics_from_dict
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
-
-
-class Cancelled(Exception):
-    """Raised from on_token to abandon a generation when the window closes."""
 
 
 def _is_device_failure(exc: BaseException) -> bool:
@@ -44,7 +44,7 @@ def _is_device_failure(exc: BaseException) -> bool:
 
 
 class TrainingWorker(QObject):
-    preparing = Signal(str)        # status text while the tokenizer trains and kernels compile
+    preparing = Signal(str)        # status text of a long phase (tokenizer, encoding, recall…)
     sessionReady = Signal(object)  # dict: model_config, train_config, device, history, ...
     metrics = Signal(object)       # list of StepMetrics, oldest first
     paused = Signal(int)           # step
@@ -64,6 +64,7 @@ class TrainingWorker(QObject):
         self._steps = None          # the suspended session.train() generator
         self._stop = threading.Event()
         self._pause = threading.Event()
+        self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
 
     # Flags: set from the GUI thread, read here between steps.
     def request_pause(self) -> None:
@@ -75,6 +76,11 @@ class TrainingWorker(QObject):
     def reset_flags(self) -> None:
         self._stop.clear()
         self._pause.clear()
+
+    def _on_phase(self, phase: str, done: int, total: int) -> None:
+        pct = f" {100 * done // total}%" if total > 1 else ""
+        count = f" {done}/{total}" if 1 < total < 10_000 else ""
+        self.preparing.emit(f"{phase[:1].upper()}{phase[1:]}{count or pct}…")
 
     def _fail(self, title: str, exc: BaseException, note: str = "") -> None:
         if isinstance(exc, StudioError):
@@ -96,10 +102,10 @@ class TrainingWorker(QObject):
                 # StepMetrics built here, not on the GUI thread (a long run has many)
                 "history": ([metrics_from_dict(d) for d in getattr(s, "history", [])]
                             if history else None)}
-        if pretrain_text:
-            info["pretrain_tokens"] = len(s.tokenizer.encode(pretrain_text))
-        if tune_text:
-            info["tune_tokens"] = len(s.tokenizer.encode(tune_text))
+        if pretrain_text:  # counted while the session encoded the texts (not again: 16 MB)
+            info["pretrain_tokens"] = s.pretrain.n_tokens
+        if tune_text and s.tune is not None:
+            info["tune_tokens"] = sum(len(ids) for ids, _ in s.tune.encoded)
         return info
 
     # -- training ----------------------------------------------------------------------------
@@ -120,7 +126,12 @@ class TrainingWorker(QObject):
             self.session = TrainingSession.create(
                 job["model_config"], job["train_config"], job["pretrain_text"],
                 job.get("tune_text") or None, device=job.get("device"),
-                tokenizer_kind=job.get("tokenizer_kind", "bpe"))
+                tokenizer_kind=job.get("tokenizer_kind", "bpe"), monitor=self.monitor)
+        except Cancelled:  # Stop or window close while preparing: nothing to save
+            recorder.discard()
+            self.finished.emit({"stopped": True, "failed": False, "summary": None, "step": 0,
+                                "run_dir": None, "saved_step": None})
+            return
         except Exception as e:
             recorder.discard()
             return self._not_started("Could not start training", e)
@@ -194,6 +205,9 @@ class TrainingWorker(QObject):
                     record = next(self._steps)
                 except StopIteration as done:
                     outcome, summary = "done", done.value
+                    break
+                except Cancelled:  # Stop landed between the flag check and the step
+                    outcome = "stopped"
                     break
                 batch.append(record)
                 if self.recorder is not None:  # between steps: the generator is suspended
@@ -364,9 +378,14 @@ class TrainingWorker(QObject):
             elif gguf:
                 session = TrainingSession.from_gguf(
                     path, job["pretrain_text"], job.get("tune_text") or None,
-                    train_cfg=job.get("train_config"), device=job.get("device"))
+                    train_cfg=job.get("train_config"), device=job.get("device"),
+                    monitor=self.monitor)
             else:
-                session = TrainingSession.load(path, device=job.get("device"))
+                session = TrainingSession.load(path, device=job.get("device"),
+                                               monitor=self.monitor)
+        except Cancelled:  # the window closes while a large checkpoint is read
+            self.loaded.emit(None)
+            return
         except Exception as e:
             self._fail("Could not open the GGUF" if gguf else "Could not open the checkpoint", e)
             self.loaded.emit(None)

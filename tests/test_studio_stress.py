@@ -82,6 +82,7 @@ def test_stop_pause_close_at_random_moments(qtbot, tmp_path, rt):
                 steps.append(f"{then}@{win.state}")
             plan = then
         done["+".join(steps)] += 1
+        early = steps[0].endswith("@preparing")
 
         if plan == "close":
             t = time.perf_counter()
@@ -95,9 +96,13 @@ def test_stop_pause_close_at_random_moments(qtbot, tmp_path, rt):
                 win.run_bar.stop_button.click()
             qtbot.waitUntil(lambda: win.state == "idle", timeout=SETTLE_MS)
             assert win.last_error is None, (rep, win.last_error)
-            assert win.run_bar.train_button.isEnabled() and win.has_model
+            assert win.run_bar.train_button.isEnabled() and (win.has_model or early)
 
+        # Stop / close while the session is still being built cancels the build (issue 11:
+        # within 2 s even for a 16 MB text): then no step was run and no run folder is left.
         new = {p for p in runs.iterdir() if p.is_dir()} - seen
+        if early and not new:
+            continue
         assert len(new) == 1, f"repetition {rep} ({'+'.join(steps)}): run folders {new}"
         seen |= new
         folder = new.pop()

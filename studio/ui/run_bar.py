@@ -1,27 +1,20 @@
-"""Train / Pause / Stop, the progress bar (step, stage, tokens/s, ETA), Export, and the run
-folder the run autosaves into (with buttons to open it and copy its path)."""
+"""Train / Pause / Stop, the progress bar (step, stage, tokens/s, ETA, or the long phase inside
+a step), Export, and the run folder the run autosaves into (with buttons to open it and copy
+its path). The ETA is engine.progress.Pace's, the same as the CLI's."""
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from engine.progress import Pace, format_eta  # noqa: F401 (format_eta: part of this API)
 from studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
 PACE_WINDOW_S = 20.0  # ETA from the steps of the last 20 s: follows speed changes, not noise
-
-
-def format_eta(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 class RunBar(QWidget):
@@ -71,7 +64,8 @@ class RunBar(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.hint)
         self.hint.hide()
-        self._pace: deque[tuple[float, int]] = deque()
+        self._pace = Pace(PACE_WINDOW_S)
+        self._step_text = ""  # "step 79 / 80", kept while a phase runs inside that step
 
         self.run_dir: Path | None = None
         self.folder_label = ElidedLabel()
@@ -141,23 +135,30 @@ class RunBar(QWidget):
         self.hint.setVisible(bool(text))
 
     def reset_pace(self) -> None:
-        """Forget the pace (a new run, or resuming: paused time must not count)."""
-        self._pace.clear()
+        """Forget the pace: a new run or a continued one (only this run's steps count)."""
+        self._pace = Pace(PACE_WINDOW_S, self._pace.clock)
+        self._step_text = ""
+
+    def pause_pace(self) -> None:
+        """Paused: the time until resume_pace() does not count in the ETA."""
+        self._pace.pause()
+
+    def resume_pace(self) -> None:
+        self._pace.resume()
 
     def show_step(self, m) -> None:
         """Progress from one StepMetrics: step, stage, tokens/s, ETA from the recent pace."""
         self.progress.setRange(0, max(m.total_steps, 1))
         self.progress.setValue(min(m.step, m.total_steps))
-        now = time.monotonic()
-        self._pace.append((now, m.step))
-        while len(self._pace) > 2 and now - self._pace[0][0] > PACE_WINDOW_S:
-            self._pace.popleft()
-        (t0, s0), (t1, s1) = self._pace[0], self._pace[-1]
-        eta = "…"
-        if s1 > s0 and t1 > t0:
-            eta = format_eta((t1 - t0) / (s1 - s0) * max(m.total_steps - m.step, 0))
-        self.progress.setFormat(f"step {m.step} / {m.total_steps} · {m.stage} · "
-                                f"{m.tokens_per_s:,.0f} tok/s · ETA {eta}")
+        self._pace.update(m.step)
+        eta = self._pace.eta(m.total_steps, m.step)
+        self._step_text = f"step {m.step} / {m.total_steps}"
+        self.progress.setFormat(f"{self._step_text} · {m.stage} · {m.tokens_per_s:,.0f} tok/s"
+                                f" · ETA {'…' if eta is None else format_eta(eta)}")
+
+    def show_phase(self, text: str) -> None:
+        """A long phase after a step (validation, samples, recall): 'step 80 / 80 · text'."""
+        self.progress.setFormat(f"{self._step_text} · {text}" if self._step_text else text)
 
     def show_text(self, text: str, reset: bool = False) -> None:
         if reset:

@@ -1,0 +1,66 @@
+"""The studio during long phases (issue 11): Stop ends the encoding of a large text at once,
+the progress bar names the phase, and the ETA ignores paused time and steps of earlier runs."""
+
+import random
+
+from engine.config import ModelConfig, TrainConfig
+from engine.progress import Pace
+from engine.textio import read_text
+from studio.cli import _bundled
+from studio.ui.run_bar import RunBar
+from studio.worker import TrainingWorker
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 50.0
+
+    def __call__(self):
+        return self.t
+
+
+class Record:
+    def __init__(self, step, total):
+        self.step, self.total_steps, self.stage, self.tokens_per_s = step, total, "pretrain", 1e3
+
+
+def test_run_bar_eta_excludes_the_pause_and_names_the_phase(qtbot):
+    bar = RunBar()
+    qtbot.addWidget(bar)
+    clock = FakeClock()
+    bar._pace = Pace(clock=clock)
+    bar.reset_pace()  # a continued run: earlier steps do not count
+    for step in (300, 301, 302):
+        bar.show_step(Record(step, 400))
+        clock.t += 1
+    bar.pause_pace()
+    clock.t += 600
+    bar.resume_pace()
+    bar.show_step(Record(303, 400))
+    assert bar.progress.format().endswith("ETA 1:37")  # 97 steps at 1 s
+    bar.show_phase("Checking recall 3/64…")
+    assert bar.progress.format() == "step 303 / 400 · Checking recall 3/64…"
+
+
+def test_stop_while_a_large_text_is_encoded_ends_the_start_at_once(qtbot, tmp_path):
+    vocab = read_text(_bundled("pretrain.txt")).split()
+    rng = random.Random(0)
+    text = " ".join(rng.choice(vocab) for _ in range(600_000))  # one ~4 MB line
+    worker = TrainingWorker()
+    texts, results = [], []
+
+    def on_phase(text_):
+        texts.append(text_)
+        if text_.startswith("Encoding the pretraining text"):
+            worker.request_stop()
+
+    worker.preparing.connect(on_phase)
+    worker.finished.connect(results.append)
+    worker.start({"model_config": ModelConfig(d_model=32, n_layer=1, n_head=2,
+                                              context_length=32, vocab_size=400),
+                  "train_config": TrainConfig(pretrain_steps=5, tune_steps=0, batch_size=4),
+                  "pretrain_text": text, "tune_text": None, "run_dir": str(tmp_path / "run")})
+    encoding = [t for t in texts if t.startswith("Encoding the pretraining text")]
+    assert encoding and texts[-1] == encoding[0]  # nothing ran after the stop
+    assert results and results[0]["stopped"] and not results[0]["failed"]
+    assert worker.session is None
