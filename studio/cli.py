@@ -117,6 +117,16 @@ class _StopFlag:
 
 
 def cmd_train(args) -> int:
+    """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid."""
+    from engine.run_lock import RunLock
+    out = Path(args.out)
+    if not out.is_dir() and (args.resume or out.exists()):
+        return _train(args)  # nothing to lock: _train reports the missing folder or the file
+    with RunLock(out):
+        return _train(args)
+
+
+def _train(args) -> int:
     from engine import checkpoint
     from engine.session import TrainingSession
     from engine.textio import read_text
