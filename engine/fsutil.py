@@ -14,11 +14,36 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Callable
 
 
 def temp_path(target: Path) -> Path:
     """A fresh temp name beside `target`, owned by this process."""
     return target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a fresh temp file beside `target`, fsync it, os.replace it onto
+    `target`, fsync the folder; then remove temps of `target` left by killed writers. The temp
+    is opened with mode "xb" (not mkstemp's 0600), so the file gets the umask's usual
+    permissions. Raises OSError; `target` is then untouched and the temp removed."""
+    target = Path(target)
+    tmp = temp_path(target)
+    try:
+        open(tmp, "xb").close()
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(target.parent)
+    remove_stale_temps(target)
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """atomic_write of a UTF-8 text (newlines as given). Raises OSError."""
+    atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
 
 
 def temps_of(target: Path) -> list[Path]:

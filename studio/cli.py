@@ -92,6 +92,7 @@ def _make_run_folder(out: Path):
 
 def _write_metrics(path: Path, records: list[dict], keep_until: int | None = None):
     """Rewrite metrics.jsonl keeping steps <= keep_until (what the checkpoint covers)."""
+    from engine import fsutil
     lines = []
     if keep_until is not None and path.exists():
         for line in path.read_text().splitlines():
@@ -101,7 +102,7 @@ def _write_metrics(path: Path, records: list[dict], keep_until: int | None = Non
             except json.JSONDecodeError:
                 continue
     lines += [json.dumps(r) for r in records]
-    path.write_text("".join(line + "\n" for line in lines))
+    fsutil.atomic_write_text(path, "".join(line + "\n" for line in lines))  # a kill keeps the old
 
 
 class _StopFlag:

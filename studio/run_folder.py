@@ -16,6 +16,7 @@ import math
 import time
 from pathlib import Path
 
+from engine import fsutil
 from engine.errors import CheckpointError
 from engine.metrics import StepMetrics
 from engine.run_lock import RunLock
@@ -99,7 +100,7 @@ class RunRecorder:
                     if _step_of(line) <= keep_until]
             if self._file is not None:
                 self._file.close()
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            fsutil.atomic_write_text(path, "".join(line + "\n" for line in kept))
             self._file = path.open("a", encoding="utf-8")
         except OSError:
             log.exception("truncating %s", path)

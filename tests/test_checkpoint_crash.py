@@ -135,3 +135,41 @@ def test_a_live_writers_temp_file_is_left_alone(tmp_path):
     dead.write_bytes(b"left by a killed process")
     _save(tmp_path, 2)
     assert live.exists() and not dead.exists()
+
+
+def _dies_half_way(self, text, *a, **k):
+    """Path.write_text that writes half of the text and fails, as a kill or a full disk would."""
+    with open(self, "w", encoding="utf-8") as f:
+        f.write(text[: len(text) // 2])
+    raise OSError(28, "No space left on device")
+
+
+def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
+    from studio.cli import _write_metrics
+    from studio.run_folder import RunRecorder
+    lines = "".join(f'{{"step": {i}, "loss": 1.0}}\n' for i in range(1, 9))
+    cli_file = tmp_path / "cli" / "metrics.jsonl"
+    cli_file.parent.mkdir()
+    cli_file.write_text(lines)
+    recorder = RunRecorder(tmp_path / "studio", history=[{"step": i} for i in range(1, 9)])
+    studio_file = recorder.folder / "metrics.jsonl"
+    before = studio_file.read_text()
+    monkeypatch.setattr(Path, "write_text", _dies_half_way)
+    with pytest.raises(OSError):
+        _write_metrics(cli_file, [], keep_until=5)  # what `train --resume` does first
+    recorder.truncate(5)                             # what the studio does after a NaN restore
+    recorder.close()
+    assert cli_file.read_text() == lines and studio_file.read_text() == before
+    monkeypatch.undo()
+    _write_metrics(cli_file, [], keep_until=5)
+    assert cli_file.read_text().count("\n") == 5
+    assert sorted(p.name for p in cli_file.parent.iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_killed_exports_temp_file_is_removed_by_the_next_export(tmp_path):
+    from engine.gguf_export import atomic_write
+    target = tmp_path / "m.gguf"
+    dead = tmp_path / f".m.gguf.{2**22 + 7}.0badf00d.tmp"  # pid above pid_max: its writer is gone
+    dead.write_bytes(b"half a model")
+    atomic_write(target, lambda tmp: tmp.write_bytes(b"GGUF"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
