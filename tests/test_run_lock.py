@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
         "--vocab-size", "320", "--batch-size", "4", "--quiet"]
-HOLD = ("import sys, time; from engine.run_lock import RunLock; lock = RunLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(120)")
+HOLD = ("import sys, time; from engine.run_lock import RunLock; "
+        "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 
 def _holder(folder):
@@ -46,7 +46,7 @@ def test_a_second_train_into_a_folder_in_use_exits_2_naming_the_pid(tmp_path):
     try:
         mfile = out / "metrics.jsonl"
         deadline = time.time() + 300
-        while time.time() < deadline and not (mfile.exists() and mfile.read_text().count("\n") >= 2):
+        while time.time() < deadline and not (mfile.exists() and mfile.read_text().count("\n") > 1):
             assert first.poll() is None
             time.sleep(0.05)
         lines_before = mfile.read_text().count("\n")
