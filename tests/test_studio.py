@@ -216,7 +216,7 @@ def test_a_blocked_gui_thread_is_still_caught(qtbot, window, block, seconds, kin
         end = time.thread_time() + seconds
         while block == "compute" and time.thread_time() < end:
             pass
-    configure(window, pretrainStepsSpin=400, tuneStepsSpin=0)
+    configure(window, pretrainStepsSpin=10_000, tuneStepsSpin=0)  # still running after the block
     with GuiBusyMeter() as meter:
         window.run_bar.train_button.click()
         qtbot.waitUntil(lambda: window.plots.point_count() >= 2, timeout=RUN_TIMEOUT_MS)
