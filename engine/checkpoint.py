@@ -1,4 +1,5 @@
-"""Checkpoints: one `checkpoint.npz` per run folder, written atomically, no pickle.
+"""Checkpoints: one `checkpoint.npz` per run folder (and the one before it,
+`checkpoint.prev.npz`), written so that a complete checkpoint exists at every instant, no pickle.
 
 Content (numpy .npz, read with allow_pickle=False so loading never executes code): the flat
 parameters and both AdamW moments (layout from engine.params.ParamTable of the stored config),
@@ -10,16 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import shutil
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from engine import fsutil
 from engine.errors import CheckpointError
 
 FILENAME = "checkpoint.npz"
-PREVIOUS = "checkpoint.prev.npz"  # the one before, kept in case the newest is damaged
+LEGACY_TEMPS = ".checkpoint-*.tmp"  # temp names of versions before 2026-12 (tempfile.mkstemp)
 FORMAT = "opencl-llm-studio-checkpoint/1"
 
 
@@ -33,11 +35,22 @@ def _bytes_array(b: bytes) -> np.ndarray:
     return np.frombuffer(b, np.uint8)
 
 
+def previous_path(target: Path) -> Path:
+    """checkpoint.npz -> checkpoint.prev.npz: the one before, kept in case the newest is damaged."""
+    return target.with_name(f"{target.stem}.prev{target.suffix}")
+
+
 def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
          tokenizer_model: bytes, pretrain_text: str, tune_text: str | None) -> Path:
-    """Write atomically (temp file in the same folder, fsync, rename). Raises CheckpointError
-    when the folder cannot be written, the disk is full, or the weights are not finite (the
-    previous checkpoint is then left as it was)."""
+    """Write the checkpoint so that a complete one is on disk at every instant.
+
+    Order (engine.fsutil): the new file is written under a temp name and fsynced; the current
+    file is hard-linked to a second temp name that replaces checkpoint.prev.npz; then the new
+    file replaces checkpoint.npz; then the folder is fsynced. The current file is never renamed
+    away, so a kill or power cut at any point leaves checkpoint.npz complete (old or new) once
+    the first save has finished; leftover temp files of killed writers are removed afterwards.
+    Raises CheckpointError when the folder cannot be written, the disk is full, or the weights
+    are not finite (the previous checkpoint is then left as it was)."""
     target = checkpoint_path(path)
     if not np.all(np.isfinite(params)):
         raise CheckpointError("The weights contain NaN or Inf; the checkpoint was not written.",
@@ -52,42 +65,87 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
     }
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=target.parent)
+        tmp = fsutil.temp_path(target)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "xb") as f:  # umask permissions, unlike mkstemp's 0600
                 np.savez(f, **arrays)
                 f.flush()
                 os.fsync(f.fileno())
-            if target.exists():  # each rename is atomic; between them load() finds PREVIOUS
-                os.replace(target, target.with_name(PREVIOUS))
+            if target.exists():
+                _keep_as_previous(target)
             os.replace(tmp, target)
         except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            tmp.unlink(missing_ok=True)
             raise
+        fsutil.fsync_dir(target.parent)
     except OSError as e:
         raise CheckpointError(f"Could not write the checkpoint {target}: {e.strerror or e}.",
                               "Choose a folder you can write to, or free disk space. The "
                               "previous checkpoint, if any, is unchanged.") from e
+    _remove_leftovers(target)
     return target
 
 
+def _keep_as_previous(target: Path) -> None:
+    """checkpoint.prev.npz := the current checkpoint.npz, which stays where it is (a hard link
+    under a temp name, then one atomic replace; a copy where the filesystem has no hard links)."""
+    link = fsutil.temp_path(previous_path(target))
+    try:
+        try:
+            os.link(target, link)
+        except OSError:  # FAT, some network shares: no hard links
+            shutil.copyfile(target, link)
+            with open(link, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(link, previous_path(target))
+    except BaseException:
+        link.unlink(missing_ok=True)
+        raise
+
+
+def _remove_leftovers(target: Path) -> None:
+    for name in (target, previous_path(target)):
+        fsutil.remove_stale_temps(name)
+    if target.name == FILENAME:  # written by versions before fsutil, never by a live writer
+        for legacy in target.parent.glob(LEGACY_TEMPS):
+            legacy.unlink(missing_ok=True)
+
+
 def load(path) -> dict:
-    """Read a checkpoint: dict with header (dict), params, adam_m, adam_v (float32 arrays),
-    tokenizer (bytes), pretrain_text, tune_text (str), and from_previous (bool: the newest file
-    was missing or damaged and the one before it was read). Raises CheckpointError for a
-    missing, truncated, corrupted or foreign file when no readable previous one exists."""
+    """Read the newest complete checkpoint: dict with header (dict), params, adam_m, adam_v
+    (float32 arrays), tokenizer (bytes), pretrain_text, tune_text (str), and from_previous
+    (bool: checkpoint.npz was missing or damaged and an older file was read).
+
+    Candidates, in order: checkpoint.npz; complete temp files of an interrupted save (newest
+    first; they are only read, never moved: another process may be saving); checkpoint.prev.npz.
+    Raises CheckpointError for a missing, truncated, corrupted or foreign file when no candidate
+    is readable (the message is the newest file's problem)."""
     target = checkpoint_path(path)
-    previous = target.with_name(PREVIOUS)
     try:
         return dict(_load_file(target), from_previous=False)
     except CheckpointError:
-        if target.name == FILENAME and previous.exists():
+        for other in _fallbacks(target):
             try:
-                return dict(_load_file(previous), from_previous=True)
+                return dict(_load_file(other), from_previous=True)
             except CheckpointError:
-                pass
+                continue
         raise
+
+
+def _fallbacks(target: Path) -> list[Path]:
+    if not target.parent.is_dir():
+        return []
+    legacy = (sorted(target.parent.glob(LEGACY_TEMPS), key=_mtime, reverse=True)
+              if target.name == FILENAME else [])
+    previous = previous_path(target)
+    return [*fsutil.temps_of(target), *legacy, *([previous] if previous.exists() else [])]
+
+
+def _mtime(p: Path) -> int:
+    try:
+        return p.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _load_file(target: Path) -> dict:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import math
 import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import gguf
 import numpy as np
 
+from engine import fsutil
 from engine.config import ModelConfig
 from engine.errors import ExportError
 
@@ -315,7 +315,7 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     folder is not writable, the disk is full or the target is locked; target is then untouched.
     """
     target = Path(target)
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    tmp = fsutil.temp_path(target)  # names its writer: a killed export's is removed later
     try:
         open(tmp, "xb").close()
     except OSError as e:
@@ -331,15 +331,8 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
                           "Check free disk space; close programs that have the file open.") from e
     finally:
         tmp.unlink(missing_ok=True)
-    if hasattr(os, "O_DIRECTORY"):                   # make the rename itself durable (POSIX)
-        try:
-            fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+    fsutil.fsync_dir(target.parent)                  # make the rename itself durable (POSIX)
+    fsutil.remove_stale_temps(target)
 
 
 # Ollama's Go-template twins of engine.dialogue.CHAT_TEMPLATES, without the BOS (Ollama adds it

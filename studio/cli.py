@@ -99,6 +99,7 @@ def _make_run_folder(out: Path):
 
 def _write_metrics(path: Path, records: list[dict], keep_until: int | None = None):
     """Rewrite metrics.jsonl keeping steps <= keep_until (what the checkpoint covers)."""
+    from engine import fsutil
     lines = []
     if keep_until is not None and path.exists():
         for line in path.read_text().splitlines():
@@ -108,7 +109,7 @@ def _write_metrics(path: Path, records: list[dict], keep_until: int | None = Non
             except json.JSONDecodeError:
                 continue
     lines += [json.dumps(r) for r in records]
-    path.write_text("".join(line + "\n" for line in lines))
+    fsutil.atomic_write_text(path, "".join(line + "\n" for line in lines))  # a kill keeps the old
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -124,6 +125,16 @@ def _catch_stop_signals(monitor: Monitor) -> dict:
 
 
 def cmd_train(args) -> int:
+    """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid."""
+    from engine.run_lock import RunLock
+    out = Path(args.out)
+    if not out.is_dir() and (args.resume or out.exists()):
+        return _train(args)  # nothing to lock: _train reports the missing folder or the file
+    with RunLock(out):
+        return _train(args)
+
+
+def _train(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise StudioError(f"--out {out} is a file, not a folder.",

@@ -2,8 +2,9 @@
 
 A run folder holds `checkpoint.npz` (TrainingSession.save, atomic) and `metrics.jsonl` (one
 StepMetrics.to_dict() per line, as `llm-studio train` writes it), so `llm-studio sample/chat/
-export <folder>` and File › Open checkpoint both read it. The worker thread owns one RunRecorder
-per run and calls it only between two steps; nothing here imports Qt.
+export <folder>` and File › Open checkpoint both read it. While a run records into it the folder
+is locked (engine.run_lock): a CLI `train --out` there is refused, and vice versa. The worker
+thread owns one RunRecorder per run and calls it only between two steps; nothing here imports Qt.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import math
 import time
 from pathlib import Path
 
+from engine import fsutil
 from engine.errors import CheckpointError
 from engine.metrics import StepMetrics
+from engine.run_lock import RunLock
 
 log = logging.getLogger(__name__)
 DEFAULT_EVERY = 100  # steps between automatic checkpoints (0: only on stop, pause, end, close)
@@ -43,13 +46,15 @@ class RunRecorder:
         self.every = max(int(every), 0)
         self.saved_step: int | None = None  # step of the checkpoint on disk, None before one
         self.warned = False                 # an autosave problem is reported once per run
+        self._file = None
+        self._lock = RunLock(self.folder).acquire()  # RunFolderBusy: a CLI run is training there
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
             self._file = (self.folder / METRICS).open("w", encoding="utf-8")
             for record in history:
                 self._file.write(json.dumps(record) + "\n")
             self._file.flush()
         except OSError as e:
+            self._lock.release()
             raise CheckpointError(
                 f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
                 "Choose another folder under Autosave › Runs folder, or free disk space.") from e
@@ -95,25 +100,28 @@ class RunRecorder:
                     if _step_of(line) <= keep_until]
             if self._file is not None:
                 self._file.close()
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            fsutil.atomic_write_text(path, "".join(line + "\n" for line in kept))
             self._file = path.open("a", encoding="utf-8")
         except OSError:
             log.exception("truncating %s", path)
             self._file = None
 
     def close(self) -> None:
+        """Close metrics.jsonl and give the folder's lock back."""
         if self._file is not None:
             try:
                 self._file.close()
             except OSError:
                 log.exception("closing %s", self.folder / METRICS)
             self._file = None
+        self._lock.release()
 
     def discard(self) -> None:
         """The run never started (the session could not be built): remove what was written."""
         self.close()
         try:
             (self.folder / METRICS).unlink(missing_ok=True)
+            self._lock.path.unlink(missing_ok=True)
             self.folder.rmdir()
         except OSError:
             pass

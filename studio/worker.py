@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.progress import Cancelled, Monitor
+from engine.run_lock import ensure_free
 from studio.run_folder import RunRecorder, metrics_from_dict
 
 log = logging.getLogger(__name__)
@@ -353,6 +354,8 @@ class TrainingWorker(QObject):
     @Slot(str)
     def save(self, directory: str) -> None:
         try:
+            if self.recorder is None or Path(directory) != self.recorder.folder:
+                ensure_free(directory)  # not into a folder another process is training in
             path = self.session.save(directory)
         except Exception as e:
             self._fail("Could not save the checkpoint", e)

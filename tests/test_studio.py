@@ -12,9 +12,10 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
 
+from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
 
-RUN_TIMEOUT_MS = 180_000
+RUN_TIMEOUT_MS = 600_000  # a bound for hangs, not a speed test: a loaded 2-core CI is slow
 TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 
@@ -169,28 +170,62 @@ def test_pause_chat_resume_stop(qtbot, window):
     assert window.run_bar.train_button.isEnabled() and window.run_bar.export_button.isEnabled()
 
 
+# Bounds per busy stretch of the GUI thread (benchmarks/gui_busy.py); the 200 ms aim is a
+# benchmark figure (benchmarks/gui_latency.py). Work is load-proof; waits are not fully (the GIL
+# held by a training thread that waits for a core), hence the wider bound: it catches a hang; the
+# worst measured under load ~10 on 2 cores was 2.1 s.
+GUI_WORK_LIMIT_S = 1.0   # the GUI thread's own CPU time
+GUI_WAIT_LIMIT_S = 5.0   # wall time minus its time on the run queue
+
+
+def assert_gui_never_blocked(meter):
+    """No busy stretch of the GUI thread does GUI_WORK_LIMIT_S of work or is held
+    GUI_WAIT_LIMIT_S (sleeping, waiting for the device or a lock) by its own doing."""
+    print(f"\nGUI thread: {len(meter.cpu)} busy stretches; most work: {meter.describe('cpu')}; "
+          f"longest held: {meter.describe('held')}; largest 10 ms-timer gap "
+          f"{max(meter.timer_gaps, default=0) * 1000:.0f} ms wall")
+    assert meter.worst("cpu") < GUI_WORK_LIMIT_S, f"the GUI thread worked: {meter.describe('cpu')}"
+    assert meter.worst("held") < GUI_WAIT_LIMIT_S, \
+        f"the GUI thread waited: {meter.describe('held')}"
+
+
 @pytest.mark.parametrize("checkpoint_every", [100, 5])
 def test_event_loop_never_blocks_while_training(qtbot, window, checkpoint_every):
-    """The largest gap between ticks of a 10 ms timer during a run (default-size model on
-    this machine: ~0.1 s a step, samples ~0.4 s) must stay well below a second, also while
-    the worker autosaves every 5 steps."""
+    """While a default-size model trains (~0.1 s a step here, samples ~0.4 s), also while the
+    worker autosaves every 5 steps, the GUI thread never blocks: measured as its own work and
+    its own waits per wake-up, so a loaded machine does not fail it."""
     configure(window, dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=64,
               batchSizeSpin=16, pretrainStepsSpin=40, tuneStepsSpin=20, evalIntervalSpin=10,
               sampleIntervalSpin=20, warmupSpin=5)
     window.autosave_box.every_spin.setValue(checkpoint_every)
-    ticks = []
-    timer = QTimer()
-    timer.setInterval(10)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
-    timer.start()
-    result = train(qtbot, window)
-    timer.stop()
-    assert not result["failed"] and result["step"] == 60
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
-    worst = max(gaps)
-    print(f"\nlargest event-loop gap during training (checkpoint every {checkpoint_every}): "
-          f"{worst * 1000:.0f} ms over {len(gaps)} ticks")
-    assert worst < 1.0
+    with GuiBusyMeter() as meter:
+        result = train(qtbot, window)
+    assert not result["failed"] and result["step"] == 60, (result, window.last_error)
+    assert_gui_never_blocked(meter)
+
+
+@pytest.mark.parametrize("block, seconds, kind", [("compute", 1.5, "worked"),
+                                                  ("sleep", 6.0, "waited")])
+def test_a_blocked_gui_thread_is_still_caught(qtbot, window, block, seconds, kind):
+    """The measure is not blind: a block injected into the GUI thread mid-run fails the check
+    above, be it work (1.5 s of its own CPU, as a slot crunching data would) or a wait (as a
+    slot waiting on the device or a file would)."""
+    def stall():
+        if block == "sleep":
+            time.sleep(seconds)
+        end = time.thread_time() + seconds
+        while block == "compute" and time.thread_time() < end:
+            pass
+    configure(window, pretrainStepsSpin=10_000, tuneStepsSpin=0)  # still running after the block
+    with GuiBusyMeter() as meter:
+        window.run_bar.train_button.click()
+        qtbot.waitUntil(lambda: window.plots.point_count() >= 2, timeout=RUN_TIMEOUT_MS)
+        QTimer.singleShot(0, stall)  # mid-run, in the GUI thread
+        qtbot.waitUntil(lambda: meter.worst("held") >= seconds, timeout=120_000)
+        with qtbot.waitSignal(window.trainingFinished, timeout=120_000):
+            window.run_bar.stop_button.click()
+    with pytest.raises(AssertionError, match=f"the GUI thread {kind}"):
+        assert_gui_never_blocked(meter)
 
 
 def test_close_during_training_stops_cleanly(qtbot, settings):
