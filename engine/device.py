@@ -38,6 +38,13 @@ class DeviceInfo:
         return self.type == "CPU"
 
     @property
+    def is_intel_cpu_runtime(self) -> bool:
+        """Intel's CPU OpenCL runtime (PyPI intel-opencl-rt; platform "Intel(R) OpenCL"; its GPU
+        platforms are named "Intel(R) OpenCL Graphics" and are not CPUs). Its compiler vectorizes
+        across work-items, so kernels tuned for PoCL's per-work-item loops can run differently."""
+        return self.is_cpu and self.platform == "Intel(R) OpenCL"
+
+    @property
     def is_simulator(self) -> bool:
         """Oclgrind presents itself as a GPU but runs kernels ~1000x slower: never a default."""
         return "oclgrind" in (self.platform + self.name).lower()

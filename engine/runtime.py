@@ -39,6 +39,18 @@ GPU_LAUNCH_FLOPS = 2.0 ** 32  # see Runtime.max_launch_flops
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
 
 
+def gemm_variant(info: DeviceInfo, native_float_width: int) -> str:
+    """The GEMM variant for a device (engine/ops.py): "tiled" on GPUs; on CPUs "vector"
+    (float16 register tiles, matmul_vec.cl) for 16-float SIMD and on Intel's CPU runtime at any
+    width, else "blocked" (scalar 6x16 tiles, matmul.cl). Intel's runtime ran config S 1.9x
+    slower with "blocked" than with "vector" on an AVX2 target and 2.8x on AVX-512
+    (benchmarks/RESULTS.md, 2026-11-30): its compiler vectorizes across work-items, not
+    along the 16 columns of one work-item's tile as PoCL does."""
+    if not info.is_cpu:
+        return "tiled"
+    return "vector" if native_float_width >= 16 or info.is_intel_cpu_runtime else "blocked"
+
+
 def kernel_source(files: tuple[str, ...] | None = None) -> str:
     """common.h followed by `files` (default: every .cl file but the SPECIALIZED), name order."""
     if files is None:
@@ -155,11 +167,9 @@ class Runtime:
         # (swiglu ran 3-4x faster with (64, 1) than (4, 4), measured here).
         self.local_2d = (64, 1) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
-        # GEMM variant (engine/ops.py): "blocked" suits CPUs (no local memory, DESIGN.md),
-        # "vector" CPUs with 16-float SIMD (AVX-512; matmul_vec.cl), "tiled" GPUs. Tests set
-        # it to run every variant on one device.
-        wide = self.device.native_vector_width_float >= 16
-        self.gemm = ("vector" if wide else "blocked") if self.is_cpu else "tiled"
+        # GEMM variant (engine/ops.py; see gemm_variant). Tests set it to run every variant
+        # on one device.
+        self.gemm = gemm_variant(self.info, self.device.native_vector_width_float)
         self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
         # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
         # input gradients (filling the partly empty last wave of each product); see side().
