@@ -11,11 +11,14 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
     y, dy      (B*T, C)    attention output (before attn_output), heads side by side
     lse, dsum  (B*H, T)    logsumexp of the scaled scores per query row; D = rowsum(dy * y)
 
-Two kernel variants, chosen by device type: "rows" (CPU: one work-item per row, no __local,
-DESIGN.md) and "tiled" (GPU: a work-group per TILES[...].bq rows, K/V tiles in __local, tiles
-above the diagonal skipped). kernels/attention.cl is built once per (head_dim, variant) with the
-tile sizes as -D options. On GPUs a launch covers at most Runtime.max_launch_flops of work
-(display drivers kill kernels that run for seconds), so long ones are split over (batch, head).
+Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
+work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
+vector registers, no __local, DESIGN.md; its scores read k, v, q and dy transposed, which
+attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU,
+kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __local, tiles above
+the diagonal skipped). Each file is built once per head_dim (and vector width) with -D options.
+On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
+that run for seconds), so long ones are split over (batch, head).
 """
 
 from __future__ import annotations
@@ -35,9 +38,14 @@ class AttentionTiles(NamedTuple):
     bk: int  # ATT_BK: keys (or queries) per block: a private score block, or a __local tile
 
 
-# rows: 32 keys per online-softmax rescale (one rescale of the output row per block); tiled: 64
-# rows per work-group (two NVIDIA warps), 32-row __local tiles of k and v (16 KiB at head_dim 64).
-TILES = {"rows": AttentionTiles(bq=64, bk=32), "tiled": AttentionTiles(bq=64, bk=32)}
+# tiled: 64 rows per work-group (two NVIDIA warps), 32-row __local tiles of k and v (16 KiB at
+# head_dim 64).
+TILES = {"tiled": AttentionTiles(bq=64, bk=32)}
+# blocked: rows per work-item by vector width (ATT_R), so the (rows x 2 vectors) score tile fits
+# the vector registers with room for two operands: 8 x 2 float16 in 32 zmm (AVX-512), 6 x 2
+# float8 in 16 ymm (AVX2), as matmul_vec.cl's GEMM tiles.
+ROWS = {16: 8, 8: 6}
+BLOCKED_LOCAL = (4, 1)  # work-items per group: fixed (each local size is a PoCL compile)
 
 
 class Heads(NamedTuple):
@@ -60,18 +68,16 @@ class Heads(NamedTuple):
 
 def variant(rt: Runtime) -> str:
     """The kernel variant for rt: its `attention` attribute when set (tests run both on one
-    device), else "rows" on CPUs and "tiled" on GPUs."""
-    return getattr(rt, "attention", None) or ("rows" if rt.is_cpu else "tiled")
+    device), else "blocked" on CPUs and "tiled" on GPUs."""
+    return getattr(rt, "attention", None) or ("blocked" if rt.is_cpu else "tiled")
 
 
-def tiles_for(rt: Runtime, head_dim: int, kind: str, local_mem: int | None = None
+def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | None = None
               ) -> AttentionTiles:
-    """The table's tiles, with the tiled variant's __local tiles shrunk (halving bk) until they
-    fit local_mem bytes (default: the device's local memory). DeviceError when even 4-row tiles
+    """The tiled variant's tiles, its __local tiles shrunk (halving bk) until they fit
+    local_mem bytes (default: the device's local memory). DeviceError when even 4-row tiles
     do not fit."""
     t = TILES[kind]
-    if kind == "rows":
-        return t
     local_mem = rt.device.local_mem_size if local_mem is None else local_mem
     bk = t.bk
     while bk >= 4 and (2 * bk * head_dim + 2 * bk) * 4 > local_mem:
@@ -85,8 +91,15 @@ def tiles_for(rt: Runtime, head_dim: int, kind: str, local_mem: int | None = Non
 
 
 def program(rt: Runtime, head_dim: int, kind: str | None = None) -> tuple[Built, AttentionTiles]:
-    """kernels/attention.cl built for head_dim and the variant (cached by the runtime)."""
+    """kernels/attention.cl (tiled) or attention_blocked.cl (blocked) built for head_dim, with
+    the tiles it was built with (blocked: bq = rows per work-item, bk = keys per block), cached
+    by the runtime."""
     kind = kind or variant(rt)
+    if kind == "blocked":
+        vw = rt.vector_width
+        built = rt.build(("attention_blocked.cl",), (("ATT_HD", head_dim), ("ATT_VW", vw),
+                                                     ("ATT_R", ROWS[vw])))
+        return built, AttentionTiles(bq=ROWS[vw], bk=2 * vw)
     t = tiles_for(rt, head_dim, kind)
     built = rt.build(("attention.cl",), (("ATT_HD", head_dim), ("ATT_BK", t.bk),
                                          ("ATT_BQ", t.bq)))
@@ -102,34 +115,64 @@ def _chunks(rt: Runtime, s: Heads, flops_per_z: float):
 
 
 def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args):
-    """Launch the rows or tiled form of kernel `name` over every (row, z), in chunks of z.
+    """Launch the blocked or tiled form of kernel `name` over every (row, z), in chunks of z.
     passes: q.k-sized products per (query, key) pair (forward 2, dq 3, dkv 4)."""
     kind = variant(rt)
     built, t = program(rt, s.head_dim, kind)
     work = passes * s.T * (s.T + 1) * s.head_dim  # 2 flops per multiply-add, half the pairs
     for z0, count in _chunks(rt, s, work):
-        if kind == "rows":
-            local = rt.local_2d
-            grid = (-(-s.T // local[0]) * local[0], -(-count // local[1]) * local[1])
+        if kind == "blocked":
+            local = BLOCKED_LOCAL
+            grid = (_up(-(-s.T // t.bq), local[0]), count)
             rt.launch_local(name, grid, local, *args, s.T, s.C, s.H, z0, z0 + count,
                             built=built)
         else:
-            grid = (-(-s.T // t.bq) * t.bq, count)
+            grid = (_up(s.T, t.bq), count)
             rt.launch_local(name + "_tiled", grid, (t.bq, 1), *args, s.T, s.C, s.H, z0,
                             z0 + count, built=built)
+
+
+def _up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _transposed(rt: Runtime, s: Heads, parts) -> object:
+    """The blocked kernels' xt: (nz, len(parts), head_dim, Tp) floats in the runtime's scratch,
+    part p of each (batch, head) transposed from (src, row stride, column offset) = parts[p];
+    Tp = T rounded up to the key block, zero-padded (kernels/attention_blocked.cl)."""
+    built, t = program(rt, s.head_dim, "blocked")
+    tp = _up(s.T, t.bk)
+    xt = rt.scratch(s.nz * len(parts) * s.head_dim * tp)
+    local = BLOCKED_LOCAL
+    for p, (src, rs, off) in enumerate(parts):
+        rt.launch_local("attention_transpose", (_up(tp // t.bk, local[0]), s.nz), local, xt, src,
+                        rs, off, len(parts), p, s.T, s.C, s.H, 0, s.nz, built=built)
+    return xt
 
 
 def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int):
     """Causal attention (Vaswani et al. 2017): y (B*T, C) and lse (B*H, T) from qkv (B*T, 3C),
     scores scaled by 1/sqrt(head_dim)."""
-    _launch(rt, "attention_forward", Heads(B, T, C, H), 2, y, lse, qkv)
+    s = Heads(B, T, C, H)
+    if variant(rt) == "blocked":
+        kt = _transposed(rt, s, [(qkv, 3 * C, C)])
+        _launch(rt, "attention_forward", s, 2, y, lse, qkv, kt)
+    else:
+        _launch(rt, "attention_forward", s, 2, y, lse, qkv)
 
 
 def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int, C: int,
                        H: int):
     """dqkv (B*T, 3C), fully overwritten, from dy (B*T, C) and the forward's qkv, y, lse;
-    dsum (B*H, T) is scratch (D = rowsum(dy * y), written by the dq pass, read by dk/dv)."""
+    dsum (B*H, T) is scratch (D = rowsum(dy * y), written by the dq pass, read by dk/dv).
+    The blocked (CPU) variant also uses 4 * B * T * C floats of the runtime's scratch."""
     s = Heads(B, T, C, H)
+    if variant(rt) == "blocked":
+        xt = _transposed(rt, s, [(qkv, 3 * C, 0), (qkv, 3 * C, C), (qkv, 3 * C, 2 * C),
+                                 (dy, C, 0)])
+        _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse, xt)
+        _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, xt)
+        return
     _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse)
     _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum)
 
@@ -138,7 +181,11 @@ def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: in
                      H: int):
     """y (C,) for one query at position pos over the KV cache rows 0..pos of (T_max, 3C);
     scores (H, T_max) is scratch."""
-    built, _ = program(rt, C // H)
+    # attention.cl on every device (the tiled kernels in it only run on GPUs, so a CPU skips
+    # the local-memory fit of the tiles)
+    hd = C // H
+    t = TILES["tiled"] if rt.is_cpu else tiles_for(rt, hd)
+    built = rt.build(("attention.cl",), (("ATT_HD", hd), ("ATT_BK", t.bk), ("ATT_BQ", t.bq)))
     local = rt.local_1d
     rt.launch_local("attention_decode", (-(-H // local[0]) * local[0],), local, y, scores,
                     qkv_row, cache, pos, T_max, C, H, built=built)

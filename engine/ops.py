@@ -17,23 +17,26 @@ TN_SLICE = 256  # rows of K per CPU matmul_tn (and vector matmul_nn) launch: cac
 # Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
 GROUPS_PER_CU = 2
+VEC_TILES = {16: (8, 32), 8: (6, 16)}  # (rows, columns) per work-item of matmul_vec.cl by VEC_W
 TK = 16  # K slice of the tiled GEMM (kernels/matmul_tiled.cl); split-K slices are multiples
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     if rt.gemm in ("blocked", "vector"):
-        # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl) or 8x32 in float16
-        # vectors for 16-float SIMD (matmul_vec.cl)
+        # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl), or in vectors of
+        # the device's width (matmul_vec.cl): 8x32 in float16 (AVX-512), 6x16 in float8 (AVX2)
         vec = rt.gemm == "vector"
-        tm, tn, suffix = (8, 32, "_vec") if vec else (6, 16, "")
+        tm, tn = VEC_TILES[rt.vector_width] if vec else (6, 16)
+        built = rt.build(("matmul_vec.cl",), (("VEC_W", rt.vector_width),)) if vec else None
         grid, local = (-(-N // tn), -(-M // tm)), (4, 4)
         if form == "nn" and not vec:
             rt.launch_local("matmul_nn", _round(grid, local), local, C, A, B, M, N, K, beta)
             return
         # K in slices (beta 1 after the first), so the slice of A and B stays in cache
+        name = f"matmul_{form}_vec" if vec else f"matmul_{form}"
         for k0 in range(0, max(K, 1), TN_SLICE):
-            rt.launch_local(f"matmul_{form}{suffix}", _round(grid, local), local, C, A, B, M, N,
-                            K, beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K))
+            rt.launch_local(name, _round(grid, local), local, C, A, B, M, N, K,
+                            beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K), built=built)
     else:
         tl = _tile_edge(rt, form, M, N)
         suffix = "" if tl == 64 else "128"

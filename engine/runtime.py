@@ -33,22 +33,42 @@ _SIG = re.compile(r"__kernel\s+(?:__attribute__\(\(.*?\)\)\s*)?void\s+(\w+)\s*\(
 _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.int64}
 
 
-SPECIALIZED = ("attention.cl",)  # built per set of -D options (Runtime.build), not in main
+# built per set of -D options (Runtime.build), not in main: attention per head_dim (and vector
+# width), the vector GEMMs per vector width
+SPECIALIZED = ("attention.cl", "attention_blocked.cl", "matmul_vec.cl")
 GPU_GROUP = 256  # work-items per group of the tiled GPU GEMMs (16 x 16)
 GPU_LAUNCH_FLOPS = 2.0 ** 32  # see Runtime.max_launch_flops
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
+VECTOR_WIDTH_ENV = "LLM_STUDIO_VECTOR_WIDTH"  # 8 or 16: overrides the device's float SIMD width
+VECTOR_WIDTHS = (8, 16)  # float vector widths of the CPU kernels (AVX2, AVX-512)
 
 
-def gemm_variant(info: DeviceInfo, native_float_width: int) -> str:
+def pick_vector_width(reported: int, override: int | str | None = None) -> int:
+    """The float vector width of the CPU kernels: `override` when given, else 16 where the
+    device reports a native float width of 16 or more (PoCL reports
+    CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT 16 on AVX-512 and 8 on AVX2), else 8. DeviceError for
+    an override other than 8 or 16."""
+    if override is not None and override != "":
+        if str(override).strip() not in [str(w) for w in VECTOR_WIDTHS]:
+            raise DeviceError(f"Vector width {override!r} is not supported.",
+                              f"Use one of {VECTOR_WIDTHS} (Runtime argument vector_width or "
+                              f"the environment variable {VECTOR_WIDTH_ENV}), or leave it unset.")
+        return int(override)
+    return 16 if reported >= 16 else 8
+
+
+def gemm_variant(info: DeviceInfo, native_float_width: int, forced: bool = False) -> str:
     """The GEMM variant for a device (engine/ops.py): "tiled" on GPUs; on CPUs "vector"
-    (float16 register tiles, matmul_vec.cl) for 16-float SIMD and on Intel's CPU runtime at any
-    width, else "blocked" (scalar 6x16 tiles, matmul.cl). Intel's runtime ran config S 1.9x
+    (float8 / float16 register tiles, matmul_vec.cl) for 8- or 16-float SIMD, a forced vector
+    width, and on Intel's CPU runtime at any width, else "blocked" (scalar 6x16 tiles,
+    matmul.cl). Intel's runtime ran config S 1.9x
     slower with "blocked" than with "vector" on an AVX2 target and 2.8x on AVX-512
     (benchmarks/RESULTS.md, 2026-11-30): its compiler vectorizes across work-items, not
     along the 16 columns of one work-item's tile as PoCL does."""
     if not info.is_cpu:
         return "tiled"
-    return "vector" if native_float_width >= 16 or info.is_intel_cpu_runtime else "blocked"
+    wide = native_float_width >= 8 or forced
+    return "vector" if wide or info.is_intel_cpu_runtime else "blocked"
 
 
 def kernel_source(files: tuple[str, ...] | None = None) -> str:
@@ -120,7 +140,7 @@ class Runtime:
 
     def __init__(self, device: DeviceInfo | int | str | None = None,
                  row_lanes: tuple[int, int] | None = None, build_options: tuple[str, ...] = (),
-                 max_alloc_bytes: int | None = None):
+                 max_alloc_bytes: int | None = None, vector_width: int | None = None):
         """row_lanes: (lanes per row, rows per work-group) of the row kernels, overriding the
         device-type default (tests run the GPU layout on a CPU); lanes a power of two.
         build_options: extra OpenCL compiler options (benchmarks compare them).
@@ -167,9 +187,13 @@ class Runtime:
         # (swiglu ran 3-4x faster with (64, 1) than (4, 4), measured here).
         self.local_2d = (64, 1) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
-        # GEMM variant (engine/ops.py; see gemm_variant). Tests set it to run every variant
-        # on one device.
-        self.gemm = gemm_variant(self.info, self.device.native_vector_width_float)
+        # Float SIMD width of the CPU kernels (matmul_vec.cl, attention_blocked.cl): 16 on
+        # AVX-512, 8 on AVX2; GEMM variant (engine/ops.py; see gemm_variant). Tests set both to
+        # run every variant on one device.
+        native = self.device.native_vector_width_float
+        override = vector_width or os.environ.get(VECTOR_WIDTH_ENV) or None
+        self.vector_width = pick_vector_width(native, override)
+        self.gemm = gemm_variant(self.info, native, forced=bool(override))
         self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
         # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
         # input gradients (filling the partly empty last wave of each product); see side().

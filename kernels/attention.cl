@@ -6,11 +6,10 @@
  * q, k and L, with D = rowsum(dy * y). No (T, T) matrix is ever stored.
  *
  * Built once per head_dim (engine/attention.py): ATT_HD = head_dim, ATT_BK = keys (or queries)
- * per block, ATT_BQ = rows per work-group of the GPU variants; all from one table in Python.
- * Two variants, chosen by device type (DESIGN.md: __local memory is slow on PoCL's CPU device):
- *   attention_*          one work-item per query row (or key row), plain loops, no __local;
- *   attention_*_tiled    one work-group per ATT_BQ rows, the other side's rows staged in
- *                        __local tiles of ATT_BK rows; tiles wholly above the diagonal skipped.
+ * per __local tile, ATT_BQ = rows per work-group; both from one table in Python. These are the
+ * GPU kernels (DESIGN.md: __local memory is slow on PoCL's CPU device): a work-group per ATT_BQ
+ * rows, the other side's rows staged in __local tiles of ATT_BK rows, tiles wholly above the
+ * diagonal skipped. CPUs run attention_blocked.cl (register tiles in vectors, no __local).
  * Index z = b * H + h enumerates (batch, head); launches may cover a chunk of z from z0 on
  * (engine/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
 
@@ -21,28 +20,12 @@
 /* The head-h channels of row t of batch b in the fused qkv rows (part 0 q, 1 k, 2 v). */
 #define QKV_ROW(qkv, b, t, part, C, h) ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
 
-/* dst = xr . P over ATT_HD floats, xr private, P global (DOT_G) or any (DOT): on CPUs with
- * ATT_HD a multiple of 8 in float8 vectors (unaligned loads as in matmul_vec.cl: LLVM does not
- * vectorise a scalar sum without reassociating it, and PoCL ran the scalar loop at ~4 GFLOP/s). */
+/* dst = xr . P over ATT_HD floats. */
 #define DOT(dst, xr, P)                                                                         \
     {                                                                                          \
         dst = 0.0f;                                                                            \
         for (int d = 0; d < ATT_HD; d++) dst = MADD((xr)[d], (P)[d], dst);                      \
     }
-#if defined(CPU_DEVICE) && ATT_HD % 8 == 0
-typedef float8 __attribute__((aligned(4))) att_float8_u;
-#define DOT_G(dst, xr, P)                                                                       \
-    {                                                                                          \
-        float8 acc8 = (float8)(0.0f);                                                          \
-        for (int d = 0; d < ATT_HD; d += 8)                                                    \
-            acc8 = *(const att_float8_u*)((xr) + d) * *(const __global att_float8_u*)((P) + d)  \
-                   + acc8;                                                                     \
-        const float4 a4 = acc8.lo + acc8.hi;                                                   \
-        dst = (a4.x + a4.y) + (a4.z + a4.w);                                                   \
-    }
-#else
-#define DOT_G DOT
-#endif
 
 /* Online-softmax update of (m, l, o[]) with keys j in [j0, j1) of a block: key j at
  * KP + j * KS, value j at VP + j * VS; qr = q * scale, so a dot product is the scaled score.
@@ -144,61 +127,6 @@ typedef float8 __attribute__((aligned(4))) att_float8_u;
         __global float* ov = QKV_ROW(dqkv, b, j, 2, C, h);                                     \
         for (int d = 0; d < ATT_HD; d++) { ok[d] = dk[d] * scale; ov[d] = dv[d]; }             \
     }
-
-/* ---------------------------------------------------------------- CPU: one row per work-item */
-
-/* y (B*T, C) and lse from qkv. Global (T, z chunk); query t attends to keys 0..t. */
-__kernel void attention_forward(__global float* y, __global float* lse,
-                                __global const float* qkv, int T, int C, int H, int z0, int z_end) {
-    const int t = get_global_id(0), z = z0 + get_global_id(1);
-    if (t >= T || z >= z_end) return;
-    const int b = z / H, h = z % H;
-    float qr[ATT_HD], o[ATT_HD], m = -INFINITY, l = 0.0f;
-    ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), 1.0f / sqrt((float)ATT_HD));
-    for (int d = 0; d < ATT_HD; d++) o[d] = 0.0f;
-    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
-    for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
-        const int n = min(ATT_BK, t + 1 - s0);
-        FWD_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
-    }
-    FWD_STORE
-}
-
-/* dq part of dqkv, and dsum = rowsum(dy * y), from dy, y, lse. Global (T, z chunk). */
-__kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
-                                    __global const float* dy, __global const float* y,
-                                    __global const float* qkv, __global const float* lse,
-                                    int T, int C, int H, int z0, int z_end) {
-    const int t = get_global_id(0), z = z0 + get_global_id(1);
-    if (t >= T || z >= z_end) return;
-    DQ_START(DOT_G)
-    const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
-    for (int s0 = 0; s0 <= t; s0 += ATT_BK) {
-        const int n = min(ATT_BK, t + 1 - s0);
-        DQ_BLOCK(DOT_G, k0 + (size_t)s0 * 3 * C, 3 * C, k0 + (size_t)s0 * 3 * C + C, 3 * C, 0, n)
-    }
-    DQ_STORE
-}
-
-/* dk and dv parts of dqkv, after attention_backward_dq wrote dsum. Global (T, z chunk): one
- * work-item per key j, over queries j..T-1 (no two work-items write one row: no atomics). */
-__kernel void attention_backward_dkv(__global float* dqkv, __global const float* dy,
-                                     __global const float* qkv, __global const float* lse,
-                                     __global const float* dsum, int T, int C, int H, int z0,
-                                     int z_end) {
-    const int j = get_global_id(0), z = z0 + get_global_id(1);
-    if (j >= T || z >= z_end) return;
-    DKV_START
-    const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
-    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
-    const __global float* L0 = lse + (size_t)z * T;
-    const __global float* D0 = dsum + (size_t)z * T;
-    for (int i0 = j; i0 < T; i0 += ATT_BK) {
-        const int n = min(ATT_BK, T - i0);
-        DKV_BLOCK(DOT_G, q0 + (size_t)i0 * 3 * C, 3 * C, g0 + (size_t)i0 * C, C, L0 + i0, D0 + i0, 0, n)
-    }
-    DKV_STORE
-}
 
 /* --------------------------------------------------- GPU: a work-group per tile of ATT_BQ rows */
 

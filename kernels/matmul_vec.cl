@@ -1,69 +1,77 @@
-/* Matrix products for CPUs with 16-float SIMD registers (AVX-512: the device's native float
- * vector width is 16): the register-blocked scheme of matmul.cl with explicit float16 vectors.
- * One work-item computes a VM_TM x 32 tile as VM_TM x 2 float16 accumulators (16 zmm
- * registers), every loop unrolled. PoCL's code for matmul.cl's scalar loops uses 8-float ymm
- * registers only; written with float16 the same products ran ~2x faster on the 2-core AMD EPYC
- * (Zen 5) here (~480 vs ~240 GFLOP/s; measured FMA peak 540). With 8-float SIMD (AVX2) the 16
- * accumulators would not fit the 16 registers, so the engine uses matmul.cl there.
+/* Matrix products for CPUs with 8- or 16-float SIMD registers: the register-blocked scheme of
+ * matmul.cl with explicit vectors of VEC_W floats (a -D option: engine/ops.py builds this file
+ * per vector width, engine/runtime.py picks it from what the device reports).
+ *   VEC_W 16 (AVX-512): one work-item computes an 8 x 32 tile as 8 x 2 float16 accumulators
+ *     (16 of the 32 zmm registers). PoCL's code for matmul.cl's scalar loops uses 8-float ymm
+ *     registers only; written with float16 the same products ran ~2x faster on the 2-core AMD
+ *     EPYC (Zen 5) here (~480 vs ~240 GFLOP/s; measured FMA peak 540).
+ *   VEC_W 8 (AVX2): a 6 x 16 tile as 6 x 2 float8 accumulators: 12 of the 16 ymm registers,
+ *     leaving room for the two rows of B and the broadcast element of A.
  * Same contracts as matmul.cl; full tiles take the vector path, edge tiles the scalar one.
- * Compiled for CPU devices only: GPUs never use them, and a GPU compiler that rejected the
- * unaligned float16 type would otherwise fail the whole program. */
+ * Built only where the engine picks these kernels (CPUs; tests also run them under Oclgrind),
+ * so a GPU compiler that rejected the unaligned vector type is never asked. */
 
-#ifdef CPU_DEVICE
-
+#if VEC_W == 16
 #define VM_TM 8
 #define VM_TN 32
-
-/* Unaligned float16 loads and stores: rows of B and C start at any float. */
-typedef float16 __attribute__((aligned(4))) float16_u;
+typedef float16 vm_float;
+typedef float16 __attribute__((aligned(4))) vm_float_u;  /* rows of B and C start anywhere */
+#elif VEC_W == 8
+#define VM_TM 6
+#define VM_TN 16
+typedef float8 vm_float;
+typedef float8 __attribute__((aligned(4))) vm_float_u;
+#else
+#error "matmul_vec.cl is built with -DVEC_W=8 or -DVEC_W=16 (engine/ops.py)"
+#endif
 
 /* The body of every kernel below, as a macro rather than an inline function: through an inline
  * helper PoCL ran the same loop at ~250 instead of ~470 GFLOP/s (measured here). For the tile
  * at (m0, n0): C[m * ldc + n] = alpha * sum over kb <= k < ke of A(m, k) B(k, n)
  * + beta * C[m * ldc + n], A(m, k) = A[m * a_rs + k * a_cs], rows of B b_rs apart. Full tiles
- * use float16 accumulators; edge tiles a scalar loop. The kernel has returned for tiles outside
+ * use vm_float accumulators; edge tiles a scalar loop. The kernel has returned for tiles outside
  * (M, N). */
-#define VEC_TILE(C, ldc, A, a_rs, a_cs, B, b_rs, M, N, kb, ke, alpha, beta, m0, n0)           \
-    if (m0 + VM_TM <= M && n0 + VM_TN <= N) {                                                  \
-        float16 acc[VM_TM][2];                                                                 \
-        _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                    \
-            acc[i][0] = (float16)(0.0f);                                                       \
-            acc[i][1] = (float16)(0.0f);                                                       \
-        }                                                                                      \
-        for (int k = kb; k < ke; k++) {                                                        \
-            const __global float* bp = B + (size_t)k * (b_rs) + n0;                            \
-            const float16 b0 = *(const __global float16_u*)bp;                                 \
-            const float16 b1 = *(const __global float16_u*)(bp + 16);                         \
-            _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                \
-                const float a = A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)];             \
-                acc[i][0] = a * b0 + acc[i][0];                                                \
-                acc[i][1] = a * b1 + acc[i][1];                                                \
-            }                                                                                  \
-        }                                                                                      \
-        _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                    \
-            __global float* c = C + (size_t)(m0 + i) * (ldc) + n0;                             \
-            float16 c0 = (alpha) * acc[i][0], c1 = (alpha) * acc[i][1];                        \
-            if ((beta) != 0.0f) {                                                              \
-                c0 += (beta) * *(__global float16_u*)c;                                        \
-                c1 += (beta) * *(__global float16_u*)(c + 16);                                 \
-            }                                                                                  \
-            *(__global float16_u*)c = c0;                                                      \
-            *(__global float16_u*)(c + 16) = c1;                                               \
-        }                                                                                      \
-    } else {                                                                                   \
-        for (int i = 0; i < min(VM_TM, M - m0); i++)                                           \
-            for (int j = 0; j < min(VM_TN, N - n0); j++) {                                     \
-                float s = 0.0f;                                                                \
-                for (int k = kb; k < ke; k++)                                                  \
-                    s += A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)]                     \
-                         * B[(size_t)k * (b_rs) + n0 + j];                                     \
-                __global float* c = C + (size_t)(m0 + i) * (ldc) + n0 + j;                     \
-                *c = (beta) == 0.0f ? (alpha) * s : (beta) * *c + (alpha) * s;                 \
-            }                                                                                  \
+#define VEC_TILE(C, ldc, A, a_rs, a_cs, B, b_rs, M, N, kb, ke, alpha, beta, m0, n0)                \
+    if (m0 + VM_TM <= M && n0 + VM_TN <= N) {                                                      \
+        vm_float acc[VM_TM][2];                                                                    \
+        _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                        \
+            acc[i][0] = (vm_float)(0.0f);                                                          \
+            acc[i][1] = (vm_float)(0.0f);                                                          \
+        }                                                                                          \
+        for (int k = kb; k < ke; k++) {                                                            \
+            const __global float* bp = B + (size_t)k * (b_rs) + n0;                                \
+            const vm_float b0 = *(const __global vm_float_u*)bp;                                   \
+            const vm_float b1 = *(const __global vm_float_u*)(bp + VEC_W);                         \
+            _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                    \
+                const float a = A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)];                 \
+                acc[i][0] = a * b0 + acc[i][0];                                                    \
+                acc[i][1] = a * b1 + acc[i][1];                                                    \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("unroll") for (int i = 0; i < VM_TM; i++) {                                        \
+            __global float* c = C + (size_t)(m0 + i) * (ldc) + n0;                                 \
+            vm_float c0 = (alpha) * acc[i][0], c1 = (alpha) * acc[i][1];                           \
+            if ((beta) != 0.0f) {                                                                  \
+                c0 += (beta) * *(__global vm_float_u*)c;                                           \
+                c1 += (beta) * *(__global vm_float_u*)(c + VEC_W);                                 \
+            }                                                                                      \
+            *(__global vm_float_u*)c = c0;                                                         \
+            *(__global vm_float_u*)(c + VEC_W) = c1;                                               \
+        }                                                                                          \
+    } else {                                                                                       \
+        for (int i = 0; i < min(VM_TM, M - m0); i++)                                               \
+            for (int j = 0; j < min(VM_TN, N - n0); j++) {                                         \
+                float s = 0.0f;                                                                    \
+                for (int k = kb; k < ke; k++)                                                      \
+                    s += A[(size_t)(m0 + i) * (a_rs) + (size_t)k * (a_cs)]                         \
+                         * B[(size_t)k * (b_rs) + n0 + j];                                         \
+                __global float* c = C + (size_t)(m0 + i) * (ldc) + n0 + j;                         \
+                *c = (beta) == 0.0f ? (alpha) * s : (beta) * *c + (alpha) * s;                     \
+            }                                                                                      \
     }
 
-#define VEC_START                                                                              \
-    const int n0 = get_global_id(0) * VM_TN, m0 = get_global_id(1) * VM_TM;                    \
+#define VEC_START                                                                                  \
+    const int n0 = get_global_id(0) * VM_TN, m0 = get_global_id(1) * VM_TM;                        \
     if (n0 >= N || m0 >= M) return;
 
 /* K slice [k0, k1) of C = beta*C + A(M,K) @ B(K,N): the launcher walks K in slices (beta 1
@@ -82,14 +90,3 @@ __kernel void matmul_tn_vec(__global float* C, __global const float* A, __global
     VEC_TILE(C, N, A, 1, M, B, N, M, N, k0, k1, 1.0f, beta, m0, n0)
 }
 
-/* bmm_blocked (matmul.cl) in float16 vectors: the batched strided products of attention. */
-__kernel void bmm_vec(__global float* C, __global const float* A, __global const float* B,
-                      int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs,
-                      int a_hs, int b_off, int b_rs, int b_bs, int b_hs, int c_off, int c_rs,
-                      int c_bs, int c_hs, float alpha, float beta, int causal) {
-    VEC_START
-    BMM_SLICE(VM_TM)
-    VEC_TILE(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, M, N, kb, ke, alpha, beta, m0, n0)
-}
-
-#endif  /* CPU_DEVICE */

@@ -1,7 +1,8 @@
 """Fused causal attention (FlashAttention-2 style, engine/attention.py) and RoPE against the
-float64 twin in tests/reference.py, on both kernel variants (the GPU's "tiled" runs on the test
-device too), random awkward shapes (T = 1, odd T, T a multiple of no tile, batch 1, head_dim
-2 to 64) and with launches split over (batch, head)."""
+float64 twin in tests/reference.py, on every kernel variant (the CPU's register-blocked kernels
+at both vector widths, and the GPU's "tiled", all on the test device), random awkward shapes
+(T = 1, odd T, T a multiple of no tile, batch 1, head_dim 2 to 128) and with launches split over
+(batch, head)."""
 
 import numpy as np
 import pytest
@@ -14,13 +15,16 @@ from engine.memory import activation_floats
 from tests.test_kernels import close, down, up
 
 
-@pytest.fixture(params=["rows", "tiled"])
+@pytest.fixture(params=["blocked8", "blocked16", "tiled"])
 def att_rt(rt, request):
-    """The test runtime with attention forced to one kernel variant."""
-    before = getattr(rt, "attention", None)
-    rt.attention = request.param
+    """The test runtime with attention forced to one kernel variant: the CPU's register-blocked
+    kernels in float8 (AVX2) or float16 (AVX-512) vectors, or the GPU's tiled ones."""
+    before = getattr(rt, "attention", None), rt.vector_width
+    rt.attention = request.param.rstrip("0123456789")
+    if rt.attention == "blocked":
+        rt.vector_width = int(request.param[7:])
     yield rt
-    rt.attention = before
+    rt.attention, rt.vector_width = before
 
 
 def run_attention(rt, B, T, H, hd, seed):
@@ -44,7 +48,8 @@ def run_attention(rt, B, T, H, hd, seed):
 
 
 @pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 33, 2, 10),
-                                      (1, 70, 3, 8), (3, 97, 1, 6), (2, 130, 2, 64)])
+                                      (1, 70, 3, 8), (3, 97, 1, 6), (2, 130, 2, 64),
+                                      (1, 47, 1, 24), (1, 37, 2, 40), (1, 45, 1, 128)])
 def test_attention(att_rt, B, T, H, hd):
     run_attention(att_rt, B, T, H, hd, seed=B * T + H)
 

@@ -28,21 +28,23 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "vector", "tiled64", "tiled128"])
+@pytest.fixture(params=["blocked", "vector8", "vector16", "tiled64", "tiled128"])
 def gemm(rt, request):
-    """Run a test with each GEMM variant (CPU register-blocked in scalars or float16 vectors,
-    GPU local-memory tiled with 64x64 or 128x128 tiles)."""
-    if request.param == "vector" and not rt.is_cpu:
-        pytest.skip("the float16 CPU kernels are compiled for CPU devices only")
-    before = rt.gemm, rt.gemm_tile
+    """Run a test with each GEMM variant (CPU register-blocked in scalars, or in float8 (AVX2)
+    or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles)."""
+    if request.param.startswith("vector") and not rt.is_cpu and "Oclgrind" not in rt.info.name:
+        pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
+    before = rt.gemm, rt.gemm_tile, rt.vector_width
     rt.gemm = request.param.rstrip("0123456789")
     rt.gemm_tile = int(request.param[5:]) if rt.gemm == "tiled" else None
+    if rt.gemm == "vector":
+        rt.vector_width = int(request.param[6:])
     if rt.gemm_tile == 128 and rt.gemm_tiles(128) is None:
-        rt.gemm, rt.gemm_tile = before
+        rt.gemm, rt.gemm_tile, rt.vector_width = before
         pytest.skip(f"{rt.info.name} has too little local memory for 128x128 tiles "
                     "(the engine uses 64x64 there)")
     yield request.param
-    rt.gemm, rt.gemm_tile = before
+    rt.gemm, rt.gemm_tile, rt.vector_width = before
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
@@ -188,3 +190,21 @@ def test_nonfinite_gradient_skips_update(rows_rt):
     ops.adamw_update(rt, bp, bg, rt.zeros(n), rt.zeros(n), stats, n, n, 1e-2, 0.9, 0.95, 1e-8,
                      0.1, 1)
     np.testing.assert_array_equal(down(rt, bp, (n,)), p.astype(np.float32))
+
+
+def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
+    """PoCL reports a native float width of 16 on AVX-512 and 8 on AVX2: the CPU kernels take
+    that width; LLM_STUDIO_VECTOR_WIDTH or the Runtime argument override it (tests run the
+    AVX2 kernels on an AVX-512 machine); other widths are refused with a hint."""
+    from engine.errors import DeviceError
+    from engine.runtime import VECTOR_WIDTH_ENV, Runtime, pick_vector_width
+    assert pick_vector_width(16) == 16 and pick_vector_width(8) == 8
+    assert pick_vector_width(4) == 8 and pick_vector_width(1) == 8
+    assert pick_vector_width(16, "8") == 8 and pick_vector_width(8, 16) == 16
+    with pytest.raises(DeviceError) as e:
+        pick_vector_width(16, "12")
+    assert VECTOR_WIDTH_ENV in e.value.hint
+    monkeypatch.setenv(VECTOR_WIDTH_ENV, "8")
+    r8 = Runtime(rt.info)
+    assert r8.vector_width == 8 and (r8.gemm == "vector" or not r8.is_cpu)
+    assert Runtime(rt.info, vector_width=16).vector_width == 16
