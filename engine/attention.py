@@ -16,6 +16,8 @@ DESIGN.md) and "tiled" (GPU: a work-group per TILES[...].bq rows, K/V tiles in _
 above the diagonal skipped). kernels/attention.cl is built once per (head_dim, variant) with the
 tile sizes as -D options. On GPUs a launch covers at most Runtime.max_launch_flops of work
 (display drivers kill kernels that run for seconds), so long ones are split over (batch, head).
+GPUs run attention as batched GEMMs instead (engine/attention_gemm.py, same calls) wherever the
+(B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
 """
 
 from __future__ import annotations
