@@ -177,7 +177,8 @@ def run_config(name, args, rt, tc_base, peak):
         res["side"][side] = dict(n=len(ts), p25=p25 * 1e3, med=med * 1e3, p75=p75 * 1e3,
                                  tok_s=tok_s, flops=tok_s * fpt, pct=100 * tok_s * fpt / peak)
     o, t = res["side"]["ours"], res["side"]["torch"]
-    log(f"  ours  ({res['attention']} attention) {o['med']:.1f} ms/step (IQR {o['p25']:.1f}-{o['p75']:.1f}), "
+    log(f"  ours  ({res['attention']} attention) {o['med']:.1f} ms/step "
+        f"(IQR {o['p25']:.1f}-{o['p75']:.1f}), "
         f"{o['tok_s']:,.0f} tok/s, {si(o['flops'], 'FLOP/s')}, {o['pct']:.1f}% of peak, "
         f"{res['launches']} launches/step")
     log(f"  torch {t['med']:.1f} ms/step (IQR {t['p25']:.1f}-{t['p75']:.1f}), "

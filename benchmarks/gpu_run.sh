@@ -49,7 +49,8 @@ for f in sorted(KERNEL_DIR.glob("*.cl")):  # one file at a time: the driver's lo
         options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"] + att)
     print(f.name, prg.get_build_info(dev, cl.program_build_info.LOG))
 PY
-grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled|attention_.*_tiled)" "$OUT/gpu_build_log.txt" \
+grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled|attention_.*_tiled)" \
+    "$OUT/gpu_build_log.txt" \
     | grep -E "entry|Used|spill"
 
 export LLM_STUDIO_TEST_DEVICE=NVIDIA
