@@ -58,7 +58,8 @@ def time_steps(name: str, device, steps: int) -> dict:
             times.append(time.perf_counter() - t0)
     ms = 1e3 * float(np.median(times))
     return dict(config=name, device=rt.info.name, ms=ms,
-                tok_s=B * cfg.context_length / ms * 1e3, steps=steps)
+                tok_s=B * cfg.context_length / ms * 1e3, steps=steps,
+                attention=model.activations(B, cfg.context_length, True).attention)
 
 
 def one_step_memory(d_model: int, n_layer: int, T: int, B: int, device) -> dict:
@@ -79,13 +80,14 @@ def one_step_memory(d_model: int, n_layer: int, T: int, B: int, device) -> dict:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True).stdout.split()
         used = float(out[0]) * 2**20 if out else None
-    counted = 4 * activation_floats(cfg, B, T, True)[0]
-    return dict(used=used, counted=counted)
+    path = model.activations(B, T, with_grad=True).attention  # gemm or fused (the rule)
+    counted = 4 * activation_floats(cfg, B, T, True, path)[0]
+    return dict(used=used, counted=counted, attention=path)
 
 
 def memory_table(args) -> str:
-    rows = ["| T | B | per layer, nvidia-smi (MiB) | per layer, engine count (MiB) |",
-            "|---|---|---|---|"]
+    rows = ["| T | B | attention | per layer, nvidia-smi (MiB) | per layer, engine count (MiB) |",
+            "|---|---|---|---|---|"]
     for T in (int(t) for t in args.contexts.split(",")):
         res = []
         for L in (1, 2):
@@ -97,7 +99,7 @@ def memory_table(args) -> str:
             res.append(json.loads(out.stdout.strip().splitlines()[-1]))
         smi = ("%.1f" % ((res[1]["used"] - res[0]["used"]) / 2**20)
                if res[0]["used"] is not None else "n/a")
-        rows.append(f"| {T} | {args.batch} | {smi} | "
+        rows.append(f"| {T} | {args.batch} | {res[1]['attention']} | {smi} | "
                     f"{(res[1]['counted'] - res[0]['counted']) / 2**20:.1f} |")
     return "\n".join(rows)
 
@@ -123,7 +125,8 @@ def main(argv=None):
     for name in args.configs.split(","):
         r = time_steps(name, args.device, args.steps)
         print(f"{r['config']}: {r['ms']:.1f} ms/step, {r['tok_s']:.0f} tok/s "
-              f"({r['device']}, median of {r['steps']})", flush=True)
+              f"({r['device']}, {r['attention']} attention, median of {r['steps']})",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ def run_config(name, args, rt, tc_base, peak):
            "first": first, "init": {"ours": t_ours_init, "torch": t_torch_init},
            "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {},
            "load": (load0, os.getloadavg()[0]),
+           "attention": ours.activations(B, T, with_grad=True).attention,  # gemm or fused
            "busy": max(busy) if busy else None}
     for side, ts in times.items():
         p25, med, p75 = quartiles(ts)
@@ -176,7 +177,8 @@ def run_config(name, args, rt, tc_base, peak):
         res["side"][side] = dict(n=len(ts), p25=p25 * 1e3, med=med * 1e3, p75=p75 * 1e3,
                                  tok_s=tok_s, flops=tok_s * fpt, pct=100 * tok_s * fpt / peak)
     o, t = res["side"]["ours"], res["side"]["torch"]
-    log(f"  ours  {o['med']:.1f} ms/step (IQR {o['p25']:.1f}-{o['p75']:.1f}), "
+    log(f"  ours  ({res['attention']} attention) {o['med']:.1f} ms/step "
+        f"(IQR {o['p25']:.1f}-{o['p75']:.1f}), "
         f"{o['tok_s']:,.0f} tok/s, {si(o['flops'], 'FLOP/s')}, {o['pct']:.1f}% of peak, "
         f"{res['launches']} launches/step")
     log(f"  torch {t['med']:.1f} ms/step (IQR {t['p25']:.1f}-{t['p75']:.1f}), "
@@ -195,7 +197,8 @@ def report(results, header_lines, peak_note) -> str:
         c = r["cfg"]
         label = f"{r['name']} (d{c.d_model} L{c.n_layer} H{c.n_head} T{r['T']} B{r['B']})"
         o, t = r["side"]["ours"], r["side"]["torch"]
-        for side, s, launches in (("ours (OpenCL)", o, r["launches"]),
+        for side, s, launches in ((f"ours (OpenCL, {r['attention']} attention)", o,
+                                   r["launches"]),
                                   (f"PyTorch {r['torch_mode']}", t, "-")):
             rows.append([label, side, f"{s['med']:.1f}", f"{s['p25']:.1f}-{s['p75']:.1f}",
                          f"{s['tok_s']:,.0f}", si(s["flops"], "FLOP/s"), f"{s['pct']:.1f}%",

@@ -49,7 +49,8 @@ for f in sorted(KERNEL_DIR.glob("*.cl")):  # one file at a time: the driver's lo
         options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"] + att)
     print(f.name, prg.get_build_info(dev, cl.program_build_info.LOG))
 PY
-grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|attention_.*_tiled)" "$OUT/gpu_build_log.txt" \
+grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled|attention_.*_tiled)" \
+    "$OUT/gpu_build_log.txt" \
     | grep -E "entry|Used|spill"
 
 if [ -n "${QUALITY_TEXT:-}" ]; then
@@ -67,16 +68,22 @@ if [ -n "${QUALITY_TEXT:-}" ]; then
 fi
 
 export LLM_STUDIO_TEST_DEVICE=NVIDIA
+# test_attention_gemm.py: the GEMM and the fused attention paths, each through the whole model
 timeout "${TESTS_S:-200}" python3 -m pytest tests/test_kernels.py tests/test_attention.py \
-    tests/test_device_limits.py tests/test_model.py tests/test_decode.py tests/test_dropout.py \
-    -q -p no:cacheprovider \
+    tests/test_attention_gemm.py tests/test_device_limits.py tests/test_model.py tests/test_decode.py \
+    tests/test_dropout.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
-# Device memory a layer adds (nvidia-smi, fresh process per point) at d384, B8; then the
-# steady step time of d384 L6 at T=2048 (issue 13: context 2048 at d384 must train).
-timeout "${MEM_S:-240}" python3 benchmarks/bench_attention.py memory --device NVIDIA \
-    --d-model 384 --batch 8 --contexts 256,512,1024,2048 2>&1 | tee "$OUT/gpu_memory.md"
-timeout "${LONG_S:-120}" python3 benchmarks/bench_attention.py steps --device NVIDIA \
-    --configs T2048 --steps 5 2>&1 | tee -a "$OUT/gpu_memory.md"
+# Device memory a layer adds (nvidia-smi, fresh process per point) at d384, B8, on the fused
+# path (linear in T; the GEMM path, chosen where its (B,H,T,T) buffers fit, is not); then the
+# steady step time of d384 L6 at T=2048 (issue 13: context 2048 at d384 must train) on each.
+LLM_STUDIO_ATTENTION=fused timeout "${MEM_S:-240}" python3 benchmarks/bench_attention.py \
+    memory --device NVIDIA --d-model 384 --batch 8 --contexts 256,512,1024,2048 2>&1 \
+    | tee "$OUT/gpu_memory.md"
+for path in fused gemm; do
+    echo "attention path: $path" | tee -a "$OUT/gpu_memory.md"
+    LLM_STUDIO_ATTENTION=$path timeout "${LONG_S:-90}" python3 benchmarks/bench_attention.py \
+        steps --device NVIDIA --configs T2048 --steps 5 2>&1 | tee -a "$OUT/gpu_memory.md"
+done
 fi
 if [ "$PART" != tests ]; then
 for mode in eager compile; do

@@ -19,6 +19,8 @@ kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __lo
 the diagonal skipped). Each file is built once per head_dim (and vector width) with -D options.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
+GPUs run attention as batched GEMMs instead (engine/attention_gemm.py, same calls) wherever the
+(B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
 """
 
 from __future__ import annotations

@@ -2,43 +2,59 @@
 
 Counts float32 elements of what engine.model allocates: parameters, gradients and two AdamW
 moments (4 x the padded table), the training activations for (batch_size, context_length), the
-evaluation set of the same shape and the generation window (1, context_length).
+evaluation set of the same shape and the generation window (1, context_length). Attention keeps
+a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
+GEMM path; each activation set counts the path engine.attention_gemm.choose gives it.
 """
 
 from __future__ import annotations
 
+from engine import attention_gemm
 from engine.config import ModelConfig
 from engine.device import DeviceInfo
 from engine.errors import ConfigError
 from engine.params import ParamTable
 
 
-def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool) -> tuple[int, int]:
-    """(total floats, largest single buffer in floats) of engine.model.Activations(B, T)."""
+def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
+                      path: str = "fused") -> tuple[int, int]:
+    """(total floats, largest single buffer in floats) of engine.model.Activations(B, T) with
+    attention on `path` ("fused" or "gemm")."""
     C, F, V, H, L = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer
-    BT, lse = B * T, B * H * T  # attention keeps a logsumexp per query row, no (T, T) matrix
+    # per layer: a logsumexp per query row (fused), or the (T, T) probabilities (gemm)
+    BT, lse = B * T, B * H * T * (T if path == "gemm" else 1)
     per_layer = BT * (C + C + 3 * C + C + C + C + 2 * F + F) + 2 * BT + lse
     total = 2 * BT + (L + 1) * BT * C + L * per_layer + BT * C + BT * C + BT + BT * V + BT
     if with_grad:
         total += 3 * BT * C + 3 * BT * C + lse + 2 * BT * F + BT * F + 3 * BT + 1
-    return total, max(BT * V, BT * 2 * F, BT * 3 * C)
+    return total, max(BT * V, BT * 2 * F, BT * 3 * C, lse)
 
 
-def training_bytes(cfg: ModelConfig, batch_size: int) -> tuple[int, int]:
-    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`."""
+def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
+                   attention_path: str | None = None) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`; each
+    activation set's attention path as engine.attention_gemm.choose picks it on `device`
+    (attention_path forces one; no device: "fused")."""
     T = cfg.context_length
     table = ParamTable(cfg)
-    train, big1 = activation_floats(cfg, batch_size, T, True)
-    evals, _ = activation_floats(cfg, batch_size, T, False)
-    gen, _ = activation_floats(cfg, 1, T, False)
+    sets = [activation_floats(cfg, B, T, grad, _path(cfg, B, T, grad, device, attention_path))
+            for B, grad in ((batch_size, True), (batch_size, False), (1, False))]
     biggest_group = max(g.size for g in table.groups.values())
-    total = 4 * table.size + biggest_group + train + evals + gen
-    return 4 * total, 4 * max(big1, table.size)
+    total = 4 * table.size + biggest_group + sum(n for n, _ in sets)
+    return 4 * total, 4 * max(max(b for _, b in sets), table.size)
 
 
-def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo) -> int:
-    """Raise ConfigError when training would not fit the device; return the bytes needed."""
-    need, biggest = training_bytes(cfg, batch_size)
+def _path(cfg, B, T, grad, device, forced) -> str:
+    if device is None:
+        return forced or "fused"
+    return attention_gemm.choose(device, cfg, B, T, grad, forced)
+
+
+def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+               attention_path: str | None = None) -> int:
+    """Raise ConfigError when training would not fit the device; return the bytes needed.
+    attention_path: as engine.attention_gemm.choose's `forced` (default: its rule)."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path)
     have = device.global_mem_bytes
     gib = 2 ** 30
     if need > 0.9 * have or biggest > device.max_alloc_bytes:

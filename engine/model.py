@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine import attention, ops
+from engine import attention, attention_gemm, ops
 from engine.config import ModelConfig
 from engine.dropout import StepDropout
 from engine.params import ParamTable
@@ -31,7 +31,12 @@ class Activations:
         self.xn = [e(BT * C) for _ in range(L)]           # attn RMSNorm output
         self.rstd1 = [e(BT) for _ in range(L)]
         self.qkv = [e(BT * 3 * C) for _ in range(L)]      # after RoPE on q, k
-        self.lse = [e(B * H * T) for _ in range(L)]       # attention logsumexp (B, H, T)
+        # attention: fused kernels (logsumexp (B, H, T) per layer) or, where the device memory
+        # allows, batched GEMMs (probabilities (B, H, T, T)): engine/attention_gemm.choose
+        self.attention = attention_gemm.path_for(rt, cfg, B, T, with_grad)
+        self.attend = attention_gemm if self.attention == "gemm" else attention
+        att = B * H * T * (T if self.attention == "gemm" else 1)
+        self.lse = [e(att) for _ in range(L)]             # logsumexp, or probabilities
         self.y = [e(BT * C) for _ in range(L)]            # attention output before attn_output
         self.xmid = [e(BT * C) for _ in range(L)]         # residual after attention
         self.xn2 = [e(BT * C) for _ in range(L)]
@@ -44,7 +49,7 @@ class Activations:
         if with_grad:
             self.dres, self.dtmp, self.dy = e(BT * C), e(BT * C), e(BT * C)
             self.ddrop = e(BT * C)                        # dout of a projection under dropout
-            self.dqkv, self.dsum = e(BT * 3 * C), e(B * H * T)  # dsum: rowsum(dy * y)
+            self.dqkv, self.dsum = e(BT * 3 * C), e(att)  # rowsum(dy * y), or dP/dS scratch
             self.dgu, self.dh = e(BT * 2 * F), e(BT * F)
             self.uniq, self.starts, self.order = e(BT, np.int32), e(BT + 1, np.int32), e(BT, np.int32)
         self.with_grad = with_grad
@@ -97,7 +102,7 @@ class Model:
             b = f"blk.{l}."
             ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
             attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
-            attention.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H)  # (B, T, C)
+            a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H)   # (B, T, C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
             self._dropout_forward(a.proj, drop, l, "attn", BT * C)
             # xmid = x + attention, and its ffn_norm, in one pass
@@ -146,8 +151,8 @@ class Model:
             ops.matmul_backward(rt, a.dy, g[b + "attn_output"], dproj, a.y[l],
                                 p[b + "attn_output"], BT, C, C)
             rt.before_write(a.dqkv)
-            attention.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
-                                         B, T, C, H)                              # (B, T, 3C)
+            a.attend.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
+                                        B, T, C, H)                              # (B, T, 3C)
             attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
             ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
                                 p[b + "attn_qkv"], BT, 3 * C, C)

@@ -90,15 +90,16 @@ def _round(grid, local):
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
     """C (M, N) = beta * C + A (M, K) @ B (K, N). CPU and GPU variants by device type.
-    On GPUs, rows of A and C in chunks of at most rt.max_launch_flops (display watchdogs)."""
+    Rows of A and C in chunks of at most rt.max_launch_flops (display watchdogs; GPUs only,
+    scaled to the device: engine.runtime.launch_flops_cap)."""
     for m0, rows in _row_chunks(rt, M, 2 * N * K):
         _gemm(rt, "nn", _rows(rt, C, m0, rows, N, M), _rows(rt, A, m0, rows, K, M), B, rows,
               N, K, beta)
 
 
 def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
-    """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N). On GPUs, the sum over
-    K in chunks of at most rt.max_launch_flops (the later ones accumulate)."""
+    """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N). The sum over K in
+    chunks of at most rt.max_launch_flops where it is set (the later ones accumulate)."""
     for k0, ks in _row_chunks(rt, K, 2 * M * N):
         _gemm(rt, "tn", C, _rows(rt, A, k0, ks, M, K), _rows(rt, B, k0, ks, N, K), M, N, ks,
               beta if k0 == 0 else 1.0)

@@ -37,7 +37,9 @@ _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.i
 # width), the vector GEMMs per vector width
 SPECIALIZED = ("attention.cl", "attention_blocked.cl", "matmul_vec.cl")
 GPU_GROUP = 256  # work-items per group of the tiled GPU GEMMs (16 x 16)
-GPU_LAUNCH_FLOPS = 2.0 ** 32  # see Runtime.max_launch_flops
+GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_flops_cap)
+LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
+LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
 VECTOR_WIDTH_ENV = "LLM_STUDIO_VECTOR_WIDTH"  # 8 or 16: overrides the device's float SIMD width
 VECTOR_WIDTHS = (8, 16)  # float vector widths of the CPU kernels (AVX2, AVX-512)
@@ -94,6 +96,27 @@ def kernel_signatures(src: str) -> dict[str, list]:
                 dtypes.append(_SCALAR[ctype])
         sigs[name] = dtypes
     return sigs
+
+
+def launch_flops_cap(is_cpu: bool, compute_units: int, clock_mhz: int,
+                     env: str | None = None) -> float | None:
+    """The most flops one launch of a long kernel may carry (GEMMs and attention split bigger
+    ones: engine/ops.py, engine/attention*.py), or None for no cap.
+
+    A display GPU's driver kills a kernel that runs for seconds (Windows TDR: 2 s), so a GPU
+    launch carries at most LAUNCH_SECONDS of work at a low estimate of the device's peak:
+    compute units x clock x 16 flops (8 fp32 lanes with fused multiply-add, an Intel EU, the
+    narrowest GPU compute unit; NVIDIA SMs have 128 lanes, AMD CUs 64), and never less than
+    2^32 flops (~0.1 s at 40 GFLOP/s, a slow iGPU's rate). An H200 (132 units, 1980 MHz) gets
+    4.2e11: no GEMM of the XL config is split, where 2^32 split them into hundreds of launches.
+    CPUs drive no display: None. env (LLM_STUDIO_MAX_LAUNCH_GFLOP) overrides, in GFLOP; 0 or
+    a negative value means no cap."""
+    if env:
+        gflop = float(env)
+        return gflop * 1e9 if gflop > 0 else None
+    if is_cpu:
+        return None
+    return max(GPU_LAUNCH_FLOPS, LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 16)
 
 
 class Built:
@@ -199,11 +222,14 @@ class Runtime:
         # input gradients (filling the partly empty last wave of each product); see side().
         # None on CPUs (PoCL's two cores are busy with one kernel at a time).
         self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
-        # GPUs: the most work (flops) one launch of a long kernel may carry; GEMMs and attention
-        # split bigger launches (engine/ops.py, engine/attention.py), because a display GPU's
-        # driver kills a kernel that runs for seconds (Windows TDR: 2 s). 2^32 flops take
-        # ~0.1 s at 40 GFLOP/s, a slow iGPU's rate. None: no cap (CPUs drive no display).
-        self.max_launch_flops: float | None = None if self.is_cpu else GPU_LAUNCH_FLOPS
+        # The most work (flops) one launch of a long kernel may carry (display watchdogs);
+        # None: no cap. Tests set it to force split launches.
+        self.max_launch_flops: float | None = launch_flops_cap(
+            self.is_cpu, self.info.compute_units, int(self.device.max_clock_frequency),
+            os.environ.get(LAUNCH_FLOPS_ENV))
+        # Attention path: None lets engine/attention_gemm.choose pick; "gemm" or "fused" forces
+        # one (tests run both on one device).
+        self.attention_path: str | None = None
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
 

@@ -46,8 +46,8 @@ def test_kernels_under_oclgrind_have_no_reports(tmp_path):
               "or split_launches or (same_mask and 7-0.1) or 1-37-2-40")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-         "tests/test_kernels.py", "tests/test_attention.py", "tests/test_decode.py",
-         "tests/test_dropout.py", "-k", subset],
+         "tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
+         "tests/test_decode.py", "tests/test_dropout.py", "-k", subset],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     out = proc.stdout + proc.stderr
     # pyopencl probes device properties that OpenCL 1.2 lacks; Oclgrind's API checker reports

@@ -1,0 +1,150 @@
+"""Causal attention as batched GEMMs, for GPUs whose memory holds the (B, H, T, T)
+probabilities; and the rule that picks it or the fused kernels (engine/attention.py).
+
+The "gemm" path (Vaswani et al. 2017, written out): S = Q K^T / sqrt(head_dim) and Y = P V as
+batched strided products (bmm_* in kernels/matmul*.cl, the tuned GEMM tiles) around the causal
+row softmax (kernels/softmax.cl); backward dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd),
+dQ = dS K, dK = dS^T Q, dV = P^T dY. It keeps the probabilities P (B, H, T, T) per layer and one
+dP/dS scratch of the same size, so its memory grows with T^2; on an H200 it ran config L's
+attention in 6.8 ms of a 37.5 ms step where the fused kernels (register-bound) took about 2x the
+step. The "fused" path keeps memory linear in T (long contexts, CPUs).
+
+Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or Runtime.attention_path, for tests)
+forces one; otherwise CPUs take "fused" (PoCL runs it fastest: one work-item per row) and GPUs
+take "gemm" when one activation set's probability buffers (n_layer of them, plus the backward
+scratch) take at most GEMM_SHARE of the device memory and one of them fits the largest single
+allocation, else "fused". engine/memory.py counts whichever is chosen.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.device import DeviceInfo
+from engine.ops import _round, _rows_launch
+from engine.runtime import Runtime
+
+ATTENTION_ENV = "LLM_STUDIO_ATTENTION"  # "gemm" or "fused" forces a path; "auto"/unset: rule
+PATHS = ("gemm", "fused")
+# One activation set's (B, H, T, T) buffers may take 1/8 of the device memory: training and
+# evaluation sets together then hold at most a quarter, leaving the rest to weights, AdamW
+# moments and the other activations (an H200: 17.6 GB per set, so T 2048 d384 B8 still runs
+# the GEMMs; a 4 GB laptop GPU: 512 MB, so it switches to the fused kernels much earlier).
+GEMM_SHARE = 1 / 8
+_INT_MAX = 2**31 - 1  # the bmm kernels index a (b, h) slice with int strides
+
+
+def probability_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool) -> int:
+    """Floats of the gemm path's (B, H, T, T) buffers in one activation set: P per layer, and
+    one dP/dS scratch when training."""
+    return (cfg.n_layer + (1 if with_grad else 0)) * B * cfg.n_head * T * T
+
+
+def choose(info: DeviceInfo, cfg: ModelConfig, B: int, T: int, with_grad: bool,
+           forced: str | None = None) -> str:
+    """'gemm' or 'fused' for an activation set (B, T) of cfg on device info (rule in the module
+    docstring). forced: 'gemm', 'fused', or None/'auto' for the environment variable, then the
+    rule. ValueError for any other value."""
+    forced = forced or os.environ.get(ATTENTION_ENV) or "auto"
+    if forced not in PATHS + ("auto",):
+        raise ValueError(f"attention path {forced!r}: use one of gemm, fused, auto "
+                         f"(environment variable {ATTENTION_ENV})")
+    if forced != "auto":
+        return forced
+    if info.is_cpu:
+        return "fused"
+    one = B * cfg.n_head * T * T
+    fits = (4 * probability_floats(cfg, B, T, with_grad) <= GEMM_SHARE * info.global_mem_bytes
+            and 4 * one <= info.max_alloc_bytes and one <= _INT_MAX)
+    return "gemm" if fits else "fused"
+
+
+def path_for(rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool) -> str:
+    """choose() on rt's device, honouring rt.attention_path when set."""
+    return choose(rt.info, cfg, B, T, with_grad, getattr(rt, "attention_path", None))
+
+
+def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a, b, c,
+         alpha: float = 1.0, beta: float = 0.0, causal: int = 0):
+    """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h, b < nb.
+    a, b = (offset, row stride, column stride, batch stride, head stride) in floats; c = the same
+    without the column stride (it is 1). causal: 0 none, 1 skip tiles above the diagonal,
+    2 only k <= m, 3 only k >= m (kernels/matmul_tiled.cl, bmm_tiled). Batches go in chunks of
+    at most rt.max_launch_flops (display GPUs), by moving the offsets."""
+    per_batch = 2.0 * M * N * K * H
+    cap = rt.max_launch_flops
+    step = nb if cap is None else max(1, min(nb, int(cap // max(per_batch, 1.0))))
+    for b0 in range(0, nb, step):
+        n = min(step, nb - b0)
+        sa = (a[0] + b0 * a[3],) + tuple(a[1:])
+        sb = (b[0] + b0 * b[3],) + tuple(b[1:])
+        sc = (c[0] + b0 * c[2],) + tuple(c[1:])
+        _bmm_launch(rt, C, A, B, M, N, K, H, n * H, sa, sb, sc, alpha, beta, causal)
+
+
+def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a, b, c, alpha, beta, causal):
+    if rt.gemm in ("blocked", "vector"):
+        if b[2] != 1:
+            raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
+        tm, tn, name = (8, 32, "bmm_vec") if rt.gemm == "vector" else (6, 16, "bmm_blocked")
+        grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
+        rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
+                        b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
+    else:
+        rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
+                        C, A, B, M, N, K, H, *a, *b, *c, alpha, beta, causal,
+                        *rt.gemm_tiles(64))
+
+
+def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
+    """The transpose of q, k or v (part 0, 1, 2) of every head, (B*H, head_dim, T), in
+    rt.scratch, for bmm_blocked: returns it and its bmm stride tuple."""
+    hd, C3 = C // H, 3 * C
+    out = rt.scratch(B * T * C)
+    grid = _round((-(-hd // 4), -(-T // 4), B * H), (4, 4, 1))
+    rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, H, part * C, C3,
+                    T * C3, hd)
+    return out, (0, T, 1, H * hd * T, hd * T)
+
+
+def _keys(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
+    """K (part 1) or V (part 2) of every head transposed, (hd, T) per head, as a bmm operand:
+    read in place with strides on GPUs, copied out for the CPU kernels (contiguous rows)."""
+    if rt.gemm in ("blocked", "vector"):
+        return _heads_transposed(rt, qkv, part, B, T, C, H)
+    return qkv, (part * C, 1, 3 * C, T * 3 * C, C // H)
+
+
+def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
+    """Causal attention: y (B*T, C) and the probabilities att (B, H, T, T), query-major, zero
+    above the diagonal, from qkv (B*T, 3C) (layouts as engine/attention.py)."""
+    hd, C3 = C // H, 3 * C
+    q = (0, C3, 1, T * C3, hd)
+    p = (0, T, H * T * T, T * T)  # P as an output: (T_query, T_key) rows
+    kt, kt_s = _keys(rt, qkv, 1, B, T, C, H)
+    _bmm(rt, att, qkv, kt, T, T, hd, H, B, q, kt_s, p, 1.0 / np.sqrt(hd), causal=1)
+    _rows_launch(rt, "attention_softmax", B * H * T, att, B * H * T, T, 1.0)
+    _bmm(rt, y, att, qkv, T, hd, T, H, B, (0, T, 1, H * T * T, T * T),
+         (2 * C, C3, 1, T * C3, hd), (0, C, T * C, hd), causal=2)
+
+
+def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, y, att, B: int, T: int, C: int,
+                       H: int):
+    """dqkv (B*T, 3C), fully overwritten, from dy (B*T, C), qkv and the forward's att;
+    datt (B, H, T, T) is scratch. y is unused (the fused path's signature)."""
+    del y
+    hd, C3 = C // H, 3 * C
+    g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
+    p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)
+    pt = (0, 1, T, H * T * T, T * T)           # their transpose
+    vt, vt_s = _keys(rt, qkv, 2, B, T, C, H)
+    _bmm(rt, datt, dy, vt, T, T, hd, H, B, g, vt_s, p[:2] + p[3:], causal=1)
+    _rows_launch(rt, "attention_softmax_backward", B * H * T, datt, att, B * H * T, T,
+                 1.0 / np.sqrt(hd))
+    dq, dk, dv = ((part * C, C3, T * C3, hd) for part in range(3))  # inside dqkv
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, p, (C, C3, 1, T * C3, hd), dq, causal=2)
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, pt, (0, C3, 1, T * C3, hd), dk, causal=3)
+    _bmm(rt, dqkv, att, dy, T, hd, T, H, B, pt, g, dv, causal=3)

@@ -1,0 +1,160 @@
+"""Attention as batched GEMMs (engine/attention_gemm.py, the GPU path where the (B, H, T, T)
+probabilities fit) against the float64 twin in tests/reference.py on every bmm kernel and
+awkward shapes; the rule that picks it or the fused kernels; the whole model on both paths;
+the per-launch work cap scaled to the device."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tests.reference as ref
+from engine import attention_gemm
+from engine.config import ModelConfig, TrainConfig
+from engine.memory import activation_floats, check_fits, training_bytes
+from engine.model import Model
+from engine.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
+from tests.test_kernels import close, down, up
+from tests.test_model import batch, rel_err, tiny
+
+
+@pytest.fixture(params=["blocked", "vector", "tiled", "tiled-lanes"])
+def gemm_rt(rt, rt_lanes, request):
+    """A runtime whose attention products run on each bmm kernel (tile-granular causal
+    skipping differs: 6x16, 8x32, 64x64 tiles; "lanes": the softmax with 64 work-items per
+    row, the GPU layout)."""
+    kind, _, lanes = request.param.partition("-")
+    r = rt_lanes if lanes else rt
+    if kind == "vector" and not r.is_cpu:
+        pytest.skip("the float16 CPU kernels are compiled for CPU devices only")
+    before, r.gemm = r.gemm, kind
+    yield r
+    r.gemm = before
+
+
+def run_gemm_attention(rt, B, T, H, hd, seed):
+    rng = np.random.default_rng(seed)
+    C = H * hd
+    qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
+    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
+    y, att, bqkv = nan(B * T * C), nan(B * H * T * T), up(rt, qkv)
+    attention_gemm.attention_forward(rt, y, att, bqkv, B, T, C, H)
+    ry, ratt = ref.attention_forward(q, k, v, H)
+    close(down(rt, y, (B, T, C)), ry)
+    close(down(rt, att, (B, H, T, T)), ratt)  # zero above the diagonal
+    dqkv, datt = nan(B * T * 3 * C), nan(B * H * T * T)
+    attention_gemm.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, y, att, B, T, C, H)
+    got = down(rt, dqkv, (B, T, 3 * C))
+    rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
+    close(got[..., :C], rdq, 5e-5)
+    close(got[..., C:2 * C], rdk, 5e-5)
+    close(got[..., 2 * C:], rdv, 5e-5)
+
+
+@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 33, 2, 10),
+                                      (1, 70, 3, 8), (2, 130, 2, 32)])
+def test_gemm_attention(gemm_rt, B, T, H, hd):
+    run_gemm_attention(gemm_rt, B, T, H, hd, seed=B * T + H)
+
+
+@pytest.mark.parametrize("kind", ["blocked", "tiled"])
+def test_gemm_attention_split_launches(rt, kind):
+    """With a small cap on the work per launch (display GPUs) the products run one batch at a
+    time: same results, more launches."""
+    before = rt.gemm, rt.max_launch_flops
+    rt.gemm, rt.max_launch_flops = kind, 1.0
+    n0 = rt.launches
+    try:
+        run_gemm_attention(rt, 3, 21, 2, 6, seed=11)
+    finally:
+        rt.gemm, rt.max_launch_flops = before
+    # 6 products (S, PV; dP, dQ, dK, dV) one launch per batch entry, 2 softmax launches, and
+    # the CPU kernels' transposes of K and V
+    assert rt.launches - n0 == 6 * 3 + 2 + (2 if kind == "blocked" else 0)
+
+
+def gpu(mem_gib: float, alloc_gib: float | None = None, rt=None):
+    """A DeviceInfo that reports a GPU with mem_gib of memory (the rule reads nothing else)."""
+    base = rt.info
+    mem = int(mem_gib * 2**30)
+    return replace(base, type="GPU", global_mem_bytes=mem,
+                   max_alloc_bytes=int((alloc_gib or mem_gib / 4) * 2**30))
+
+
+def test_path_rule(rt, monkeypatch):
+    """GPUs take the GEMMs while one set's probabilities fit 1/8 of the memory and one buffer
+    the largest allocation, the fused kernels beyond; CPUs the fused kernels; forcing wins."""
+    monkeypatch.delenv(attention_gemm.ATTENTION_ENV, raising=False)
+    cfg = ModelConfig(vocab_size=512, d_model=384, n_layer=6, n_head=6, context_length=2048)
+    # config L (B64 T256): 7 probability buffers of 96 MiB = 672 MiB
+    assert attention_gemm.choose(gpu(141, rt=rt), cfg, 64, 256, True) == "gemm"
+    assert attention_gemm.choose(gpu(4, rt=rt), cfg, 64, 256, True) == "fused"  # > 512 MiB
+    assert attention_gemm.choose(gpu(6, rt=rt), cfg, 64, 256, True) == "gemm"
+    assert attention_gemm.choose(gpu(6, 0.05, rt=rt), cfg, 64, 256, True) == "fused"  # alloc
+    assert attention_gemm.choose(gpu(141, rt=rt), cfg, 64, 2048, True) == "fused"  # T^2
+    cpu = replace(rt.info, type="CPU", global_mem_bytes=2**40)
+    assert attention_gemm.choose(cpu, cfg, 1, 16, True) == "fused"
+    assert attention_gemm.choose(cpu, cfg, 1, 16, True, forced="gemm") == "gemm"
+    monkeypatch.setenv(attention_gemm.ATTENTION_ENV, "fused")
+    assert attention_gemm.choose(gpu(141, rt=rt), cfg, 64, 256, True) == "fused"
+    monkeypatch.setenv(attention_gemm.ATTENTION_ENV, "flash")
+    with pytest.raises(ValueError, match="gemm, fused, auto"):
+        attention_gemm.choose(gpu(141, rt=rt), cfg, 64, 256, True)
+
+
+def test_memory_counts_the_chosen_path(rt, monkeypatch):
+    """check_fits counts the (B, H, T, T) buffers where the GEMM path is chosen, so a GPU with
+    little memory is still right about what fits."""
+    monkeypatch.delenv(attention_gemm.ATTENTION_ENV, raising=False)
+    cfg = ModelConfig(vocab_size=512, d_model=128, n_layer=4, n_head=4, context_length=256)
+    B, T, H, L = 8, 256, 4, 4
+    fused, _ = training_bytes(cfg, B, gpu(2, rt=rt), "fused")
+    gemm, biggest = training_bytes(cfg, B, gpu(2, rt=rt), "gemm")
+    probs = B * H * T * T
+    # training: L + 1 buffers replace L + 1 logsumexps; evaluation L; generation (B=1) L
+    want = 4 * ((2 * L + 1) * (probs - B * H * T) + L * (H * T * T - H * T))
+    assert gemm - fused == want
+    assert biggest >= 4 * probs
+    assert training_bytes(cfg, B, gpu(2, rt=rt)) == (gemm, biggest)  # the rule picks gemm
+    assert training_bytes(cfg, B, gpu(0.02, rt=rt))[0] == fused  # fused on 20 MiB
+    assert check_fits(cfg, B, gpu(2, rt=rt)) == gemm
+    total, big = activation_floats(cfg, B, T, True, "gemm")
+    assert big == probs and total > activation_floats(cfg, B, T, True)[0]
+
+
+@pytest.mark.parametrize("path", ["gemm", "fused"])
+@pytest.mark.parametrize("cfg,B,T", [(tiny(), 2, 16), (tiny(n_layer=1, d_model=20, n_head=5), 3, 7),
+                                     (tiny(n_layer=1, d_model=16, n_head=2), 1, 1)])
+def test_model_on_both_paths(rt, path, cfg, B, T):
+    """Loss and every gradient of the whole model against the reference on each path."""
+    before, rt.attention_path = rt.attention_path, path
+    try:
+        model = Model(rt, cfg, seed=3)
+        a = model.activations(B, T, with_grad=True)
+        assert a.attention == path
+        w = model.weights()
+        x, y = batch(cfg, B, T, seed=B)
+        _, rloss, cache = ref.forward(w, cfg, x, y)
+        rgrads = ref.backward(w, cfg, cache)
+        tc = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
+        loss, _, skipped = model.train_step(x, y, 1e-30, tc)
+        assert not skipped and abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
+        grads = model.table.unflatten(model.read_flat("grads"))
+        for name, want in rgrads.items():
+            assert rel_err(grads[name], want) < 1e-4, name
+    finally:
+        rt.attention_path = before
+
+
+def test_launch_cap_scales_with_the_device(rt, monkeypatch):
+    """The per-launch work cap follows the device's estimated rate (0.1 s of it), never below
+    2^32 flops on a GPU, none on a CPU; the environment variable overrides it."""
+    assert launch_flops_cap(True, 2, 3000) is None
+    assert launch_flops_cap(False, 24, 1150) == pytest.approx(4.4e10, rel=0.01)  # UHD 620
+    assert launch_flops_cap(False, 2, 100) == GPU_LAUNCH_FLOPS  # the floor
+    assert launch_flops_cap(False, 132, 1980) == pytest.approx(0.1 * 132 * 1980e6 * 16)
+    assert launch_flops_cap(False, 132, 1980, "2") == 2e9
+    assert launch_flops_cap(False, 132, 1980, "0") is None
+    monkeypatch.setenv("LLM_STUDIO_MAX_LAUNCH_GFLOP", "1.5")
+    assert Runtime(rt.info).max_launch_flops == 1.5e9
