@@ -89,7 +89,8 @@ def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a, b, c, alpha, beta, causal):
     if rt.gemm in ("blocked", "vector"):
         if b[2] != 1:
             raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
-        tm, tn, name = (8, 32, "bmm_vec") if rt.gemm == "vector" else (6, 16, "bmm_blocked")
+        # CPUs take the fused kernels unless forced here; the scalar batched kernel serves both
+        tm, tn, name = 6, 16, "bmm_blocked"
         grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
         rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
                         b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
