@@ -40,6 +40,9 @@ def previous_path(target: Path) -> Path:
     return target.with_name(f"{target.stem}.prev{target.suffix}")
 
 
+PREVIOUS = previous_path(Path(FILENAME)).name   # "checkpoint.prev.npz" in a run folder
+
+
 def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
          tokenizer_model: bytes, pretrain_text: str, tune_text: str | None) -> Path:
     """Write the checkpoint so that a complete one is on disk at every instant.
