@@ -268,7 +268,7 @@ def main(argv=None):
         peak = max(DESIGN_CPU_PEAK, sgemm, tmm, ours)
         peak_note = (f"% of peak: against {si(peak, 'FLOP/s')} fp32, the fastest sgemm measured now "
                      f"on 2048^3 (numpy {si(sgemm, 'FLOP/s')}, torch.mm {si(tmm, 'FLOP/s')}, the "
-                     f"engine's matmul_nn {si(ours, 'FLOP/s')}; DESIGN.md's measured peak of the 2 "
+                     f"engine's matmul_nn {si(ours, 'FLOP/s')}; docs/DESIGN.md's measured peak of the 2 "
                      f"cores: 146 GFLOP/s).")
     else:
         tmm = torch_mm_flops(args.torch_device, n=8192) if args.torch_device.startswith("cuda") \

@@ -20,7 +20,7 @@ CONFIGS = {
     # issue 13's XL (its own vocabulary: the output projection weighs as much as a block)
     "XL": dict(d_model=768, n_layer=12, n_head=12, context_length=512, batch=16, vocab=4096),
 }
-DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (DESIGN.md)
+DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (docs/DESIGN.md)
 
 
 def model_config(name: str, vocab_size: int = 512) -> tuple[ModelConfig, int]:

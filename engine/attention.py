@@ -13,7 +13,7 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
 
 Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
 work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
-vector registers, no __local, DESIGN.md; its scores read k, v, q and dy transposed, which
+vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
 attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU,
 kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __local, tiles above
 the diagonal skipped). Each file is built once per head_dim (and vector width) with -D options.

@@ -24,7 +24,7 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 32) -> int:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A Llama-style decoder (DESIGN.md). All sizes in elements."""
+    """A Llama-style decoder (docs/DESIGN.md). All sizes in elements."""
 
     vocab_size: int = 512        # set from the trained tokenizer; the knob is the requested size
     d_model: int = 128           # embedding size (n_embd)

@@ -1,6 +1,6 @@
 """OpenCL device discovery and choice.
 
-Default choice (DESIGN.md): the first GPU, else the first CPU (PoCL's CPU device comes with the
+Default choice (docs/DESIGN.md): the first GPU, else the first CPU (PoCL's CPU device comes with the
 `pyopencl[pocl]` dependency, so every machine has one). A person may name a device by its index
 in `list_devices()` or by a case-insensitive part of its platform or device name.
 """

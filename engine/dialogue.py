@@ -1,6 +1,6 @@
 """Tune-stage dialogues: parsing, the chat template, encoding with a loss mask, and batches.
 
-Text format (DESIGN.md), dialogues separated by blank lines, optional "System:" lines first:
+Text format (docs/DESIGN.md), dialogues separated by blank lines, optional "System:" lines first:
 
     User: What is the capital of France?
     Assistant: Paris is the capital of France.

@@ -1,6 +1,6 @@
 """GGUF export: the trained model as one file that llama.cpp, Ollama and LM Studio run.
 
-The file uses architecture "llama" (DESIGN.md, "Export") and is written with the `gguf` package's
+The file uses architecture "llama" (docs/DESIGN.md, "Export") and is written with the `gguf` package's
 GGUFWriter (gguf-py, maintained in the llama.cpp repository), never by hand. Every llama key is
 written explicitly; the SentencePiece vocabulary goes in as pieces, scores and token types
 (`tokenizer.ggml.model = "llama"`), and the serialized SentencePiece ModelProto is kept too

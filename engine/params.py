@@ -1,7 +1,7 @@
 """The flat parameter table: every weight lives in one device buffer at a named (offset, shape).
 
 Gradients and both AdamW moments use the same layout in their own flat buffers, so clipping and
-AdamW are one kernel each, and checkpoint and export walk the table (DESIGN.md). Weights that one
+AdamW are one kernel each, and checkpoint and export walk the table (docs/DESIGN.md). Weights that one
 matmul reads together sit side by side: q, k, v form one (3C, C) matrix and gate, up one (2F, C).
 Matrices come first, then the norm weights, so weight decay covers exactly [0, n_decay).
 Groups start on 256-float boundaries, the sub-buffer alignment every device we know accepts.

@@ -4,7 +4,7 @@ The main program is kernels/common.h followed by every kernels/*.cl file except 
 ones, which are built on demand with their own -D options (attention.cl once per head_dim:
 engine/attention.py). Each file includes what it shares through common.h, never through the
 order of concatenation. Scalar argument dtypes are read from the kernel signatures, so launches
-skip pyopencl's per-call type inference (DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us
+skip pyopencl's per-call type inference (docs/DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us
 for a cached kernel).
 
 Device limits (issue 13): no buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE (`empty` refuses with a

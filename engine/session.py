@@ -1,6 +1,6 @@
 """A training session: tokenizer, data, model and optimizer state on one device.
 
-`train()` is the generator the CLI and the studio drive (DESIGN.md): one StepMetrics per
+`train()` is the generator the CLI and the studio drive (docs/DESIGN.md): one StepMetrics per
 optimizer step, pretraining then tuning; the caller stops by not asking for the next step.
 Long phases (encoding the text, validation, samples, recall) tick `session.monitor`
 (engine.progress): progress for the caller, and `Cancelled` within a fraction of a second

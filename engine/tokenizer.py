@@ -12,7 +12,7 @@ so `decode(encode(s)) == s` for every string, on every vocabulary trained here:
   encoded as its three UTF-8 byte tokens, which decode to "▁" itself. Training splits the text
   there too, so no learned piece spans it. llama.cpp's tokenizer (llm_tokenizer_spm) cannot tell
   the two apart and reads a literal "▁" in a prompt as a space; for every other string its ids
-  equal ours (DESIGN.md: with these settings llama.cpp tokenizes exactly like SentencePiece;
+  equal ours (docs/DESIGN.md: with these settings llama.cpp tokenizes exactly like SentencePiece;
   with the default NFKC it did not).
 
 Training is in memory (no files): SentencePieceTrainer with `sentence_iterator` and

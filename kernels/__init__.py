@@ -1,1 +1,1 @@
-"""OpenCL C sources, one .cl file per layer family (DESIGN.md). Data only."""
+"""OpenCL C sources, one .cl file per layer family (docs/DESIGN.md). Data only."""

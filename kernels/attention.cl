@@ -7,7 +7,7 @@
  *
  * Built once per head_dim (engine/attention.py): ATT_HD = head_dim, ATT_BK = keys (or queries)
  * per __local tile, ATT_BQ = rows per work-group; both from one table in Python. These are the
- * GPU kernels (DESIGN.md: __local memory is slow on PoCL's CPU device): a work-group per ATT_BQ
+ * GPU kernels (docs/DESIGN.md: __local memory is slow on PoCL's CPU device): a work-group per ATT_BQ
  * rows, the other side's rows staged in __local tiles of ATT_BK rows, tiles wholly above the
  * diagonal skipped. CPUs run attention_blocked.cl (register tiles in vectors, no __local).
  * Index z = b * H + h enumerates (batch, head); launches may cover a chunk of z from z0 on

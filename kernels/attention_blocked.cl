@@ -4,7 +4,7 @@
  * blocks of ATT_KB = 2 * ATT_VW keys (queries): the (ATT_R x ATT_KB) score tile lives in
  * ATT_R x 2 vector accumulators (16 zmm registers at ATT_VW 16 with ATT_R 8; 12 ymm at ATT_VW 8
  * with ATT_R 6), then online softmax per row, then the (ATT_R x head_dim) output tile takes the
- * block's P.V as vector multiply-adds. No __local memory, no barriers (DESIGN.md).
+ * block's P.V as vector multiply-adds. No __local memory, no barriers (docs/DESIGN.md).
  *
  * Scores vectorise over keys, so they read K (and V, Q, dy) transposed: attention_transpose lays
  * a part of each head out as xt (ATT_HD, Tp) per (batch, head), Tp = T rounded up to ATT_KB,
@@ -13,7 +13,7 @@
  * Memory stays linear in T.
  *
  * Built per (head_dim, vector width) by engine/attention.py: ATT_HD, ATT_VW (8 or 16), ATT_R.
- * As on CPUs generally (DESIGN.md), plain a*b+c, pointer-cast vector loads and an inline exp:
+ * As on CPUs generally (docs/DESIGN.md), plain a*b+c, pointer-cast vector loads and an inline exp:
  * PoCL does not inline OpenCL built-ins. Index z = b * H + h; launches cover z0 <= z < z_end. */
 
 #ifndef ATT_VW

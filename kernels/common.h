@@ -1,7 +1,7 @@
 /* Shared by every kernel file; prepended once to the program source (engine/runtime.py).
  *
  * Why macros: PoCL's CPU device does not inline OpenCL built-ins (exp, mad, vload, ...): each
- * is a call and kernels ran 4-10x slower (DESIGN.md). On CPU_DEVICE we use plain arithmetic
+ * is a call and kernels ran 4-10x slower (docs/DESIGN.md). On CPU_DEVICE we use plain arithmetic
  * and an inline exp polynomial; GPUs keep the native built-ins.
  * OpenCL C 1.2 throughout.
  */

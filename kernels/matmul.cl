@@ -1,4 +1,4 @@
-/* Matrix products for linear layers, forward and backward (DESIGN.md "register-blocked GEMM").
+/* Matrix products for linear layers, forward and backward (docs/DESIGN.md "register-blocked GEMM").
  *
  * Two register-blocked micro-kernels, one work-item per MM_TM x MM_TN output tile, no local
  * memory, every loop unrolled so the compiler keeps the tile in registers and vectorises the

@@ -1,6 +1,6 @@
 /* Global grad norm, clipping and AdamW over the flat parameter / gradient / moment buffers.
  * The clip scale never leaves the device: grad_norm_finalize writes stats, adamw_update reads
- * them (DESIGN.md: no host round trip inside a step). */
+ * them (docs/DESIGN.md: no host round trip inside a step). */
 
 /* partial[i] = sum of g[j]^2 over work-item i's share of j < n (P = global size work-items).
  * GPU: j = i, i + P, ... (neighbours read neighbouring words); CPU: one contiguous chunk per

@@ -1,5 +1,5 @@
 /* RMSNorm (Zhang & Sennrich 2019), as Llama and llama.cpp: out = x / sqrt(mean(x^2) + eps) * w.
- * Row kernels: one work-item per row on a CPU (beats local-memory reductions there, DESIGN.md),
+ * Row kernels: one work-item per row on a CPU (beats local-memory reductions there, docs/DESIGN.md),
  * 64 lanes per row on a GPU (coalesced; one work-item per row read at ~380 GB/s on an H200). */
 
 /* Row r (= global id 1, shared by SM_LANES lanes, common.h) of x = inp (+ res when res is not

@@ -2,7 +2,7 @@
 
 Everything that touches the session (create, train steps, autosave, chat, export, checkpoints)
 runs as a slot on that one thread, so nothing can overlap a training step and no lock is needed.
-Pause and stop are threading.Event flags checked between steps (DESIGN.md: never
+Pause and stop are threading.Event flags checked between steps (docs/DESIGN.md: never
 QThread.terminate()); the stop flag is also the session's engine.progress.Monitor flag, so Stop
 and closing the window end a long phase (encoding a large text, validation, samples, recall,
 a chat answer) within a fraction of a second, and the phase's progress is shown meanwhile.

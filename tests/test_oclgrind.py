@@ -1,5 +1,5 @@
 """The kernel tests again under Oclgrind, an OpenCL simulator that reports out-of-bounds
-accesses, data races and API misuse (DESIGN.md; issue 7). Zero reports are allowed.
+accesses, data races and API misuse (docs/DESIGN.md; issue 7). Zero reports are allowed.
 
 Oclgrind comes from Debian's `oclgrind` package (.ci/run installs it). Without it this test
 skips, unless LLM_STUDIO_REQUIRE_OCLGRIND=1 (set by CI), where a missing Oclgrind fails.
