@@ -135,6 +135,9 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         rb.stop_button.clicked.connect(self.stop_training)
         rb.new_button.clicked.connect(self.new_model)
         rb.export_button.clicked.connect(self.export_clicked)
+        self.device_panel.deviceChanged.connect(
+            lambda: self.settings_panel.set_device(self.device_panel.current()))
+        self.settings_panel.set_device(self.device_panel.current())
         self.settings_panel.changed.connect(self._update_actions)
         self.settings_panel.changed.connect(self._preview_run)
         self.data_panel.dataChanged.connect(self._update_actions)

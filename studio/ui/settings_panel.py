@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
 
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
+from engine.memory import training_bytes
 from engine.presets import PRESETS
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
@@ -77,16 +78,6 @@ def human_count(n: int) -> str:
     if n >= 1e3:
         return f"{n / 1e3:.1f} K"
     return str(n)
-
-
-def training_bytes(cfg: ModelConfig, batch_size: int) -> int:
-    """Rough device memory for training: weights, grads and two AdamW moments (16 B/param),
-    plus the activations kept for backward: per block ~10 d_model + 3 hidden floats per token and
-    two (T, T) attention maps per head; logits and their gradient (2 vocab floats per token)."""
-    tokens = batch_size * cfg.context_length
-    per_block = 10 * cfg.d_model + 3 * cfg.hidden_dim + 2 * cfg.n_head * cfg.context_length
-    acts = tokens * (cfg.n_layer * per_block + 2 * cfg.vocab_size + 4 * cfg.d_model)
-    return 16 * cfg.param_count() + 4 * acts
 
 
 def export_bytes(cfg: ModelConfig, dtype: str = "f32") -> int:
@@ -291,6 +282,17 @@ class SettingsPanel(QWidget):
         return "\n".join(e.text() for e in self._errors.values() if e.text())
 
     # -- validation and estimates --------------------------------------------------------
+    device_info = None   # the chosen device (DeviceInfo), set by the window: set_device
+
+    def set_device(self, info) -> None:
+        """The device the estimate is for (its attention path and memory: engine.memory)."""
+        self.device_info = info
+        self._on_change()
+
+    def training_bytes(self, cfg: ModelConfig, batch_size: int) -> int:
+        """The engine's own number (engine.memory.training_bytes, what check_fits enforces)."""
+        return training_bytes(cfg, batch_size, self.device_info)[0]
+
     def _on_change(self, *_):
         if not self._preset_matches():
             self.preset_combo.setCurrentIndex(0)  # a field edited away from the preset
@@ -317,7 +319,7 @@ class SettingsPanel(QWidget):
             batch = self.spins["batchSizeSpin"].value()
             self.estimate_label.setText(
                 f"<b>{human_count(cfg.param_count())}</b> parameters · "
-                f"≈ {human_bytes(training_bytes(cfg, batch))} to train · "
+                f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
                 f"GGUF ≈ {human_bytes(export_bytes(cfg, 'f32'))} (f32), "
                 f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
         else:
