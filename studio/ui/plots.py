@@ -315,8 +315,8 @@ class LivePlots(QWidget):
             self.loss_plot.setYRange(0, 1.15 * math.log(max(vocab_size, 2)), padding=0)
             self.grad_plot.setYRange(0, 2 * grad_clip if grad_clip > 0 else 2, padding=0)
         verb = "Planned run" if preview else "Run"
-        self.summary.setText(f"{verb}: {total_steps} steps, {pretrain_steps} pretraining + "
-                             f"{tune_steps} tuning." + (" Press Train to start." if preview else ""))
+        self.summary.setText(f"{verb}: {total_steps} steps ({pretrain_steps} pretraining + "
+                             f"{tune_steps} tuning)")
         self._dirty = True
         self.redraw()
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
-                               QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget)
+                               QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
+                               QVBoxLayout, QWidget)
 
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
@@ -57,6 +58,10 @@ FLOAT_FIELDS = [
      "when generating, validating or exporting). 0 = off; 0.1-0.2 helps when the validation "
      "loss rises while the training loss falls."),
 ]
+
+# Shown under "More training settings" (folded by default, so the column fits a laptop screen)
+ADVANCED = ("seedSpin", "sampleIntervalSpin", "evalIntervalSpin", "gradClipSpin",
+            "weightDecaySpin")
 
 FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
 INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
@@ -131,13 +136,20 @@ class SettingsPanel(QWidget):
 
         train_box = QGroupBox("Training")
         tform = self._form(train_box)
+        self.advanced = QGroupBox()   # folded: seed, intervals, clipping, decay
+        self.advanced.setObjectName("advancedTraining")
+        self.advanced.setFlat(True)
+        aform = self._form(self.advanced)
+        aform.setContentsMargins(0, 0, 0, 0)
+        form_of = lambda name: aform if name in ADVANCED else tform  # noqa: E731
         for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[:1]:
             self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
         for name, field, label, lo, hi, step, tip in TRAIN_FIELDS:
-            self._add(tform, QSpinBox(), name, field, label, lo, hi, step, tip,
+            self._add(form_of(name), QSpinBox(), name, field, label, lo, hi, step, tip,
                       getattr(defaults_t, field))
         for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[1:]:
-            self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
+            self._add_float(form_of(name), name, field, label, lo, hi, step, dec, tip,
+                            defaults_t)
         # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
         self.warmup_note = QLabel()
         self.warmup_note.setObjectName("warmupNote")
@@ -154,6 +166,17 @@ class SettingsPanel(QWidget):
         self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
         self.spins["evalIntervalSpin"].setSuffix(" steps")
+        self.more = QToolButton()
+        self.more.setObjectName("moreTrainingButton")
+        self.more.setText("More training settings (seed, intervals, clipping, decay)")
+        self.more.setCheckable(True)
+        self.more.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.more.setArrowType(Qt.RightArrow)
+        self.more.setAutoRaise(True)
+        self.more.toggled.connect(self._show_advanced)
+        tform.addRow(self.more)
+        tform.addRow(self.advanced)
+        self.advanced.setVisible(False)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -163,6 +186,10 @@ class SettingsPanel(QWidget):
         lay.addStretch(1)
         self._valid = True
         self._on_change()
+
+    def _show_advanced(self, on: bool) -> None:
+        self.more.setArrowType(Qt.DownArrow if on else Qt.RightArrow)
+        self.advanced.setVisible(on)
 
     # -- construction --------------------------------------------------------------------
     def _form(self, box: QGroupBox) -> QFormLayout:
@@ -349,6 +376,8 @@ class SettingsPanel(QWidget):
         label = self._errors[target]
         label.setText(err.describe())
         label.setVisible(True)
+        if any(self.spins[n].property("field") in named for n in ADVANCED):
+            self.more.setChecked(True)   # never hide the field at fault
 
     # -- state -----------------------------------------------------------------------------
     def set_editable(self, on: bool, only: tuple[str, ...] | None = None) -> None:
