@@ -24,7 +24,6 @@ newlines always encode as the byte token `<0x0A>`. That keeps dialogue segments 
 from __future__ import annotations
 
 import io
-from collections import Counter
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
@@ -100,6 +99,7 @@ _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.Mod
 # Bounds on SentencePiece's input (its training cannot be interrupted, so it must stay short):
 # about 1-2 s on a 2-core CPU for any text, measured with 16 MB one-line and many-line texts.
 TRAIN_SENTENCE_CHARS = 4_096    # longer lines are cut (at spaces) into sentences of about this
+TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
 
 
 def _sentences(texts: Iterable[str]) -> list[str]:
@@ -115,24 +115,6 @@ def _chars(sentences: list[str]) -> set[str]:
     """The characters BPE must keep as pieces: those of the text (spaces as "▁"), and "▁".
     One set() of the joined text: per-sentence sets cost ~1 s on 16 MB."""
     return (set("".join(sentences)) - {" "}) | {_WS}
-
-
-def _space_slot(sentences: list[str], vocab_size: int) -> list[str]:
-    """Sentences of spaces to add so that a "char" vocabulary of `vocab_size` keeps "▁": the
-    char model keeps the most frequent characters, so "▁" must count at least as often as the
-    last one kept. Empty when it already does (or every character fits)."""
-    counts = Counter(c for s in sentences for c in s.replace(" ", _WS))
-    others = [n for c, n in counts.most_common() if c != _WS]   # descending counts
-    slots = vocab_size - MIN_VOCAB
-    if len(others) < slots:
-        return []
-    need = others[slots - 1] + 1 - counts[_WS]    # beat the first character left out
-    if need <= 0:
-        return []
-    return [" " * min(1000, need - k) for k in range(0, need, 1000)]
-
-
-TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
 
 
 def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> list[str]:
@@ -212,14 +194,7 @@ class Tokenizer:
                     f"so at least {MIN_VOCAB + n_chars} are needed (3 control + 256 byte + "
                     f"{n_chars}).",
                     f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.")
-        elif vocab_size < MIN_VOCAB + 1:
-            raise ConfigError(
-                f"vocab_size {vocab_size} leaves no token for the space: a 'char' vocabulary "
-                f"needs at least {MIN_VOCAB + 1} (3 control + 256 byte + the space).",
-                f"Use a vocabulary size of at least {MIN_VOCAB + 1}; 512 suits a small text.")
         sample = _training_sample(sentences)
-        if kind == "char":
-            sample += _space_slot(sample, vocab_size)
         writer = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
