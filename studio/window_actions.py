@@ -157,8 +157,8 @@ class WindowActions:
     def _open_model(self, path) -> None:
         p = Path(path)
         job = {"path": str(p), "device": self.device_panel.spec()}
-        hf_without_texts = (p.is_dir() and (p / "config.json").is_file()
-                            and not (p / "data" / "pretrain.txt").is_file())
+        from engine.hf.load import has_texts, is_model_folder
+        hf_without_texts = is_model_folder(p) and not has_texts(p)
         if p.suffix.lower() == ".gguf" or hf_without_texts:
             if not self.data_panel.pretrain_text:
                 self.show_error("Open a pretraining text first",

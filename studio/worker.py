@@ -371,11 +371,11 @@ class TrainingWorker(QObject):
         self._end_run()
         path = Path(job["path"])
         gguf = path.suffix.lower() == ".gguf"
-        hf = path.is_dir() and (path / "config.json").is_file()
+        from engine.hf.load import has_texts, is_model_folder, session_from_hf
+        hf = is_model_folder(path)
         try:
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
-                from engine.hf.load import session_from_hf
-                texts = () if (path / "data" / "pretrain.txt").is_file() else (
+                texts = () if has_texts(path) else (
                     job.get("pretrain_text"), job.get("tune_text") or None)
                 session = session_from_hf(path, *texts, device=job.get("device"))
             elif gguf:

@@ -24,6 +24,17 @@ from engine.tokenizer import Tokenizer
 _IGNORED = ("rotary_emb.inv_freq",)   # buffers some older transformers versions saved
 
 
+def is_model_folder(path) -> bool:
+    """Whether `path` is a transformers model folder (it holds config.json)."""
+    p = Path(path)
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+def has_texts(folder) -> bool:
+    """Whether the folder carries its training texts (data/pretrain.txt: scale-out, DDP)."""
+    return (Path(folder) / "data" / "pretrain.txt").is_file()
+
+
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
@@ -183,7 +194,7 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     folder = Path(folder)
     bundle, studio = import_hf(folder)
     data = folder / "data"
-    if pretrain_text is None and (data / "pretrain.txt").is_file():
+    if pretrain_text is None and has_texts(folder):
         pretrain_text = (data / "pretrain.txt").read_text(encoding="utf-8")
     if tune_text is None and (data / "tune.txt").is_file():
         tune_text = (data / "tune.txt").read_text(encoding="utf-8")
