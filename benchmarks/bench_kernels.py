@@ -54,7 +54,7 @@ def gemm_shapes(cfg, B):
     return out
 
 
-def bench_gemms(rt, cfg, B, tdev):
+def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
     from engine import ops
     rng = np.random.default_rng(0)
     rows = []
@@ -65,18 +65,20 @@ def bench_gemms(rt, cfg, B, tdev):
         fn = {"nn": ops.matmul_nn, "tn": ops.matmul_tn}[kind]
         ours = timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish)
         got = rt.read(bc, M * N).reshape(M, N)
-        per_tile = []  # tiled GEMM: each tile edge forced, beside the automatic choice
-        for tile in (TILE_EDGES if rt.gemm == "tiled" else ()):
-            rt.gemm_tile = tile
+        per_tile = []  # tiled GEMM: each tile edge forced, and scalar fetches, beside the choice
+        for tile, fetch4 in ([(t, True) for t in TILE_EDGES] + [(None, False)]
+                             if rt.gemm == "tiled" else ()):
+            rt.gemm_tile, rt.gemm_fetch4 = tile, fetch4
             per_tile.append(timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish))
-            rt.gemm_tile = None
+            rt.gemm_tile, rt.gemm_fetch4 = None, True
         want = (a.T if kind == "tn" else a) @ b
         err = np.abs(got - want).max() / np.abs(want).max()
         at = np.ascontiguousarray(a.T) if kind == "tn" else a
-        npy = timeit(lambda: (a.T if kind == "tn" else a) @ b, lambda: None)
+        npy = None if no_numpy else timeit(lambda: (a.T if kind == "tn" else a) @ b, lambda: None)
         flops = 2.0 * M * N * K
         row = [label, f"{kind} {M}x{N}x{K}", f"{flops / ours / 1e9:.1f}"]
-        row += [f"{flops / t / 1e9:.1f}" for t in per_tile] + [f"{flops / npy / 1e9:.1f}"]
+        row += [f"{flops / t / 1e9:.1f}" for t in per_tile]
+        row += [] if no_numpy else [f"{flops / npy / 1e9:.1f}"]
         if tdev:
             import torch
             ta = torch.from_numpy(at).to(tdev)
@@ -165,10 +167,17 @@ def main(argv=None):
                     help="wait until other processes use at most this share of the CPUs")
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM and row-wise tables")
     ap.add_argument("--no-rowwise", action="store_true", help="skip the row-wise table")
+    ap.add_argument("--no-numpy", action="store_true", help="skip numpy's sgemm column")
+    ap.add_argument("--groups-per-cu", type=int, default=None,
+                    help="tiled GEMM: resident work-groups per compute unit assumed by the "
+                         "split-K and tile choices (engine.ops.GROUPS_PER_CU)")
     ap.add_argument("--build-options", default="",
                     help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
+    from engine import ops
     from engine.runtime import Runtime
+    if args.groups_per_cu:
+        ops.GROUPS_PER_CU = args.groups_per_cu
     # select_device: never a simulator by default
     rt = Runtime(args.device, build_options=tuple(shlex.split(args.build_options)))
     tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
@@ -176,19 +185,22 @@ def main(argv=None):
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
     lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})"
-             + (f", extra build options `{args.build_options}`." if args.build_options else ".")]
+             + (f", extra build options `{args.build_options}`" if args.build_options else "")
+             + (f", {ops.GROUPS_PER_CU} GEMM groups per compute unit" if args.groups_per_cu
+                else "") + "."]
     for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
         cfg, B = model_config(name)
         if args.idle_busy > 0:
             from benchmarks.common import wait_idle
             wait_idle(args.idle_busy, 300.0)
         head = ["product", "shape (M x N x K)", "ours GFLOP/s"]
-        head += [f"ours {t}x{t} tiles" for t in TILE_EDGES] if rt.gemm == "tiled" else []
-        head += ["numpy GFLOP/s"]
+        head += ([f"ours {t}x{t} tiles" for t in TILE_EDGES] + ["ours scalar fetches"]
+                 if rt.gemm == "tiled" else [])
+        head += [] if args.no_numpy else ["numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
         if not args.no_gemm:
             lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
-                      md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev))]
+                      md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev, args.no_numpy))]
             if not args.no_rowwise:
                 lines += ["", f"### {name}: row-wise kernels", "",
                           md_table(["kernel", "MiB moved", "ms", "GB/s"],

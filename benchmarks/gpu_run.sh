@@ -4,7 +4,7 @@
 # run the kernel, attention, device-limit, model and decode tests on the GPU, then the device
 # memory per layer at T = 256..2048 (d384), the training benchmark S/M/L/XL against PyTorch
 # eager and torch.compile, and the kernel benchmark.
-# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench] bash benchmarks/gpu_run.sh
+# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench|gemm] bash benchmarks/gpu_run.sh
 # (PART=tests: build log, tests, memory table, T2048 steps; PART=bench: the benchmarks; default
 # both: two calls fit the 10-minute limit of one lent-machine command.)
 set -u
@@ -34,6 +34,42 @@ for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CU
 cat "$OUT/gpu_env.txt"
 
 PART=${PART:-all}
+if [ "$PART" = gemm ]; then
+    # The GEMM work of issue 13: registers, the GEMM tests on the GPU, GFLOP/s of every product
+    # of L and XL beside torch.mm, and one profiled XL step against PyTorch eager.
+    timeout 60 python3 - > "$OUT/gpu_gemm_build_log.txt" 2>&1 <<'PY'
+import pyopencl as cl
+from engine.device import select_device
+from engine.runtime import KERNEL_DIR
+dev = select_device("NVIDIA").cl_device()
+src = "".join((KERNEL_DIR / f).read_text() for f in ("common.h", "matmul.cl", "matmul_tiled.cl"))
+prg = cl.Program(cl.Context([dev]), src).build(options=["-cl-std=CL1.2", "-cl-nv-verbose"])
+print(prg.get_build_info(dev, cl.program_build_info.LOG))
+PY
+    grep -A4 -E "entry function 'matmul_(nn|tn)_tiled" "$OUT/gpu_gemm_build_log.txt" \
+        | grep -E "entry|Used|spill"
+    LLM_STUDIO_TEST_DEVICE=NVIDIA timeout 120 python3 -m pytest tests/test_kernels.py -k matmul \
+        -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_gemm_tests.txt"
+    # GEMM_SWEEP: extra kernel-benchmark runs, ';'-separated bench_kernels options
+    # (e.g. "--groups-per-cu 3;--build-options=-DGEMM_UNROLL=4"), each on XL only
+    timeout "${KERNELS_S:-200}" python3 benchmarks/bench_kernels.py --device NVIDIA --no-numpy \
+        --no-rowwise --torch-device cuda --configs "${GEMM_CONFIGS:-XL,L}" \
+        --out "$OUT/gpu_gemm_kernels.md" > "$OUT/gpu_gemm_kernels_log.txt" 2>&1
+    i=0
+    IFS=';' read -ra sweep <<< "${GEMM_SWEEP:-}"
+    for opts in "${sweep[@]}"; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086  # opts holds several options
+        timeout 120 python3 benchmarks/bench_kernels.py --device NVIDIA --no-numpy --no-rowwise \
+            --torch-device cuda --configs XL $opts --out "$OUT/gpu_gemm_sweep_$i.md" \
+            > "$OUT/gpu_gemm_sweep_${i}_log.txt" 2>&1
+    done
+    timeout "${BENCH_S:-240}" python3 benchmarks/bench_train.py --device NVIDIA --torch-device cuda \
+        --configs "${TRAIN_CONFIGS:-XL}" --steps 20 --block 5 --budget-s 20 \
+        --out "$OUT/gpu_gemm_train.md" > "$OUT/gpu_gemm_train_log.txt" 2>&1
+    tail -n 3 "$OUT/gpu_gemm_kernels_log.txt" "$OUT/gpu_gemm_train_log.txt"
+    exit 0
+fi
 if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'

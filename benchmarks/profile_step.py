@@ -17,7 +17,9 @@ from benchmarks.common import md_table
 
 # kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
 _MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled",
-           "matmul_nn_tiled128", "matmul_tn_tiled128", "matmul_nn_vec", "matmul_tn_vec")
+           "matmul_nn_tiled128", "matmul_tn_tiled128", "matmul_nn_vec", "matmul_tn_vec",
+           "matmul_nn_tiled_v4", "matmul_tn_tiled_v4", "matmul_nn_tiled128_v4",
+           "matmul_tn_tiled128_v4")
 # fused attention (engine/attention.py): q.k-sized products per causal (query, key) pair
 _ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
 

@@ -39,17 +39,16 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
                             beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K), built=built)
     else:
         tl = _tile_edge(rt, form, M, N)
-        suffix = "" if tl == 64 else "128"
+        # float4 fetches where every row stride and edge is a multiple of 4 floats
+        suffix = ("" if tl == 64 else "128") + ("_v4" if _fetch4(rt, M, N, K) else "")
         grid = (16 * -(-N // tl), 16 * -(-M // tl))
         tiles = rt.gemm_tiles(tl)
         if form == "nn":  # local-memory tiled, 16x16 work-items per tile
             rt.launch_local("matmul_nn_tiled" + suffix, grid, (16, 16), C, A, B, M, N, K, beta,
                             *tiles)
             return
-        # tn: split K so the groups fill one wave (more would start a second, nearly empty
-        # wave: 270 groups where 264 fit ran at 2/3 of the speed of 264), then add the slices
-        n_tiles = grid[0] * grid[1] // 256
-        slices = max(1, min(_wave(rt) // n_tiles, -(-K // 256)))
+        # tn: split K so the groups fill whole waves, then add the slices up (sum_slices)
+        slices = _k_slices(rt, grid[0] * grid[1] // 256, K)
         kslice = -(-K // slices)
         kslice = max(TK, -(-kslice // TK) * TK)
         slices = -(-K // kslice) if K else 1
@@ -62,6 +61,29 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
         rt.launch_local(name, grid + (slices,), (16, 16, 1), parts, A, B, M, N, K, 0.0, kslice,
                         *tiles)
         rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
+
+
+def _fetch4(rt: Runtime, M: int, N: int, K: int) -> bool:
+    """Whether the tiled GEMM may fetch float4s (kernels/matmul_tiled.cl gemm_tile4): M, N and
+    K (every row stride of C(M,N) = A(M,K) B(K,N) or A(K,M)^T B(K,N)) multiples of 4, unless
+    rt.gemm_fetch4 is False (tests and benchmarks force the scalar form)."""
+    return rt.gemm_fetch4 and M % 4 == 0 and N % 4 == 0 and K % 4 == 0
+
+
+SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K per tile
+
+
+def _k_slices(rt: Runtime, n_tiles: int, K: int) -> int:
+    """How many slices of K a tn product of n_tiles output tiles is split into: the count with
+    the least estimated time, waves x depth per slice (a last, partly empty wave costs as much
+    as a full one: 270 groups where 264 fit ran at 2/3 of the speed of 264) plus the summing
+    of the slices (sum_slices); each slice at least 256 deep."""
+    wave = _wave(rt)
+
+    def cost(s: int) -> float:
+        return -(-n_tiles * s // wave) * K / s + (SUM_DEPTH * s * n_tiles / wave if s > 1 else 0)
+
+    return min(range(1, max(1, K // 256) + 1), key=lambda s: (cost(s), s))
 
 
 def _tile_edge(rt: Runtime, form: str, M: int, N: int) -> int:

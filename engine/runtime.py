@@ -218,6 +218,7 @@ class Runtime:
         self.vector_width = pick_vector_width(native, override)
         self.gemm = gemm_variant(self.info, native, forced=bool(override))
         self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
+        self.gemm_fetch4 = True  # tiled: float4 fetches for aligned products (False: scalar)
         # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
         # input gradients (filling the partly empty last wave of each product); see side().
         # None on CPUs (PoCL's two cores are busy with one kernel at a time).

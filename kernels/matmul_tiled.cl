@@ -12,9 +12,11 @@
  * loop has a constant trip count, is unrolled, and the accumulators stay in registers (no
  * unroll pragmas: compilers check those before inlining and warn). */
 
-#define TK 16  /* K slice */
+#ifndef TK
+#define TK 16  /* K slice (a build option only for tuning sweeps: engine/ops.py assumes 16) */
+#endif
 #define RB_MAX 8
-#define LD_MAX 8  /* elements of each tile a work-item fetches per slice: TK * tl / 256 */
+#define LD_MAX (TK / 2)  /* elements of each tile a work-item fetches per slice: TK * tl / 256 */
 /* Row stride of the __local tiles: 4 floats of padding keep float4 reads aligned and turn the
  * 16-way bank conflicts of the transposing A store (nn) into 2-way ones. */
 #define LDS_STRIDE(tl) ((tl) + 4)
@@ -25,24 +27,32 @@
  * scalars; the rows of a warp's 16 neighbours are contiguous, so the reads do not conflict). */
 inline int own(int i, int t) { return (i / 4) * 64 + t * 4 + (i % 4); }
 
-/* acc (RB x RB, row-major) += As[k][own(i, ty)] * Bs[k][own(j, tx)] over the K slice. */
-inline void tile_fma(__local const float* As, __local const float* Bs, float* acc,
-                     int tx, int ty, const int tl) {
+/* acc (RB x RB, row-major) += As[kk][own(i, ty)] * Bs[kk][own(j, tx)] for one kk. */
+inline void fma_row(__local const float* As, __local const float* Bs, float* acc, int kk,
+                    int tx, int ty, const int tl) {
     const int rb = tl / 16, ld = LDS_STRIDE(tl);
-    /* Unrolled by 2, measured on an H200 (bench_kernels.py --build-options): by 2, 2-4% faster
-     * than not unrolled; by 4, 3-10% slower; fully, nn took 157 registers, only one group fit
-     * per SM and it ran 20% slower (-cl-nv-maxrregcount=128 changed nothing). */
-    #pragma unroll 2
-    for (int kk = 0; kk < TK; kk++) {
-        float a[RB_MAX], b[RB_MAX];
-        for (int q = 0; q < rb / 4; q++) {
-            const float4 va = *(__local const float4*)(As + kk * ld + q * 64 + ty * 4);
-            const float4 vb = *(__local const float4*)(Bs + kk * ld + q * 64 + tx * 4);
-            a[q * 4] = va.x; a[q * 4 + 1] = va.y; a[q * 4 + 2] = va.z; a[q * 4 + 3] = va.w;
-            b[q * 4] = vb.x; b[q * 4 + 1] = vb.y; b[q * 4 + 2] = vb.z; b[q * 4 + 3] = vb.w;
-        }
-        for (int i = 0; i < rb; i++)
-            for (int j = 0; j < rb; j++) acc[i * rb + j] = MADD(a[i], b[j], acc[i * rb + j]);
+    float a[RB_MAX], b[RB_MAX];
+    for (int q = 0; q < rb / 4; q++) {
+        const float4 va = *(__local const float4*)(As + kk * ld + q * 64 + ty * 4);
+        const float4 vb = *(__local const float4*)(Bs + kk * ld + q * 64 + tx * 4);
+        a[q * 4] = va.x; a[q * 4 + 1] = va.y; a[q * 4 + 2] = va.z; a[q * 4 + 3] = va.w;
+        b[q * 4] = vb.x; b[q * 4 + 1] = vb.y; b[q * 4 + 2] = vb.z; b[q * 4 + 3] = vb.w;
+    }
+    for (int i = 0; i < rb; i++)
+        for (int j = 0; j < rb; j++) acc[i * rb + j] = MADD(a[i], b[j], acc[i * rb + j]);
+}
+
+/* acc += the K slice in __local. The loop over the slice is unrolled by 2 (by2, a literal at
+ * every call) or not at all, as measured fastest per kernel on an H200 (benchmarks/RESULTS.md):
+ * fully unrolled, nn took 157 registers and one group per SM, 20% slower. */
+inline void tile_fma(__local const float* As, __local const float* Bs, float* acc,
+                     int tx, int ty, const int tl, const int by2) {
+    if (by2) {
+        #pragma unroll 2
+        for (int kk = 0; kk < TK; kk++) fma_row(As, Bs, acc, kk, tx, ty, tl);
+    } else {
+        #pragma unroll 1
+        for (int kk = 0; kk < TK; kk++) fma_row(As, Bs, acc, kk, tx, ty, tl);
     }
 }
 
@@ -106,13 +116,74 @@ inline void gemm_tile(__global float* C, int ldc, __global const float* A, int a
                 rb[r] = (gk2 < ke && gn < N) ? B[(size_t)gk2 * b_rs + (size_t)gn * b_cs] : 0.0f;
             }
         }
-        tile_fma(as, bs, acc, tx, ty, tl);
+        tile_fma(as, bs, acc, tx, ty, tl, 1);
     }
     tile_store(C, acc, m0, n0, tx, ty, M, N, ldc, alpha, beta, tl);
 #undef AM
 #undef AK
 #undef BN
 #undef BK
+}
+
+/* The same tile with float4 fetches (one 128-bit load where the scalar path issues four), for
+ * products whose row strides, M, N, K and offsets are multiples of 4 floats (the launcher
+ * checks): every float4 is then wholly inside or wholly outside the operand, and aligned.
+ * P(t, k) is operand element (tile index t, depth k): P[t * ld + k] when kmajor is 0 (rows run
+ * along k: nn's A), else P[k * ld + t] (rows run along the tile edge: tn's A, and B). */
+inline void fetch4(__global const float* P, int ld, int kmajor, int t0, int lim, int k0,
+                   int ke, float4* r, int tid, const int tl) {
+    for (int q = 0; q < TK * tl / 1024; q++) {
+        const int e = tid + 256 * q;
+        const int t = kmajor ? t0 + 4 * (e % (tl / 4)) : t0 + e / (TK / 4);
+        const int k = kmajor ? k0 + e / (tl / 4) : k0 + 4 * (e % (TK / 4));
+        r[q] = (t < lim && k < ke)
+            ? *(__global const float4*)(P + (kmajor ? (size_t)k * ld + t : (size_t)t * ld + k))
+            : (float4)(0.0f);
+    }
+}
+
+/* Store fetch4's registers into a __local TK x LDS_STRIDE(tl) slice laid out [k][t]: a
+ * float4 store when the fetch ran along t, four scalar stores (a transpose) when along k. */
+inline void stage4(__local float* s, const float4* r, int kmajor, int tid, const int tl) {
+    const int ld = LDS_STRIDE(tl);
+    for (int q = 0; q < TK * tl / 1024; q++) {
+        const int e = tid + 256 * q;
+        if (kmajor) {
+            *(__local float4*)(s + (e / (tl / 4)) * ld + 4 * (e % (tl / 4))) = r[q];
+        } else {
+            const int t = e / (TK / 4), k = 4 * (e % (TK / 4));
+            s[k * ld + t] = r[q].x; s[(k + 1) * ld + t] = r[q].y;
+            s[(k + 2) * ld + t] = r[q].z; s[(k + 3) * ld + t] = r[q].w;
+        }
+    }
+}
+
+/* gemm_tile for float4-aligned operands: A(m, k) is A[m * lda + k] (a_kmajor 0) or
+ * A[k * lda + m] (a_kmajor 1); B(k, n) is always B[k * ldb + n]. */
+inline void gemm_tile4(__global float* C, int ldc, __global const float* A, int lda,
+                       int a_kmajor, __global const float* B, int ldb, int M, int N, int kb,
+                       int ke, float beta, int m0, int n0, __local float* As,
+                       __local float* Bs, const int tl) {
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * 16 + tx;
+    const int ld = LDS_STRIDE(tl);
+    float acc[RB_MAX * RB_MAX];
+    float4 ra[LD_MAX / 4], rb[LD_MAX / 4];
+    for (int i = 0; i < (tl / 16) * (tl / 16); i++) acc[i] = 0.0f;
+    fetch4(A, lda, a_kmajor, m0, M, kb, ke, ra, tid, tl);
+    fetch4(B, ldb, 1, n0, N, kb, ke, rb, tid, tl);
+    for (int k0 = kb, buf = 0; k0 < ke; k0 += TK, buf ^= 1) {
+        __local float* as = As + buf * TK * ld;
+        __local float* bs = Bs + buf * TK * ld;
+        stage4(as, ra, a_kmajor, tid, tl);
+        stage4(bs, rb, 1, tid, tl);
+        barrier(CLK_LOCAL_MEM_FENCE);  /* one per slice, as in gemm_tile */
+        if (k0 + TK < ke) {
+            fetch4(A, lda, a_kmajor, m0, M, k0 + TK, ke, ra, tid, tl);
+            fetch4(B, ldb, 1, n0, N, k0 + TK, ke, rb, tid, tl);
+        }
+        tile_fma(as, bs, acc, tx, ty, tl, a_kmajor);  /* nn (A along k): not unrolled */
+    }
+    tile_store(C, acc, m0, n0, tx, ty, M, N, ldc, 1.0f, beta, tl);
 }
 
 /* The kernels: 64x64 tiles (4x4 per work-item) and 128x128 tiles (8x8) for products with
@@ -165,6 +236,47 @@ void matmul_tn_tiled128(__global float* C, __global const float* A, __global con
     const int z = get_group_id(2), kb = z * kslice;
     gemm_tile(C + (size_t)z * M * N, N, A, 1, M, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
               beta, get_group_id(1) * 128, get_group_id(0) * 128, As, Bs, 128);
+}
+
+/* The float4-fetch forms of the four kernels above (same arguments and launch), for aligned
+ * products (engine/ops.py: M, N, K multiples of 4). Written out, not generated by a macro:
+ * engine.runtime reads each kernel's signature from this source. */
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_nn_tiled_v4(__global float* C, __global const float* A, __global const float* B,
+                        int M, int N, int K, float beta, __local float4* As4,
+                        __local float4* Bs4) {
+    TILES;
+    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * 64,
+               get_group_id(0) * 64, As, Bs, 64);
+}
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_nn_tiled128_v4(__global float* C, __global const float* A, __global const float* B,
+                           int M, int N, int K, float beta, __local float4* As4,
+                           __local float4* Bs4) {
+    TILES;
+    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * 128,
+               get_group_id(0) * 128, As, Bs, 128);
+}
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_tn_tiled_v4(__global float* C, __global const float* A, __global const float* B,
+                        int M, int N, int K, float beta, int kslice,
+                        __local float4* As4, __local float4* Bs4) {
+    TILES;
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile4(C + (size_t)z * M * N, N, A, M, 1, B, N, M, N, kb, min(K, kb + kslice), beta,
+               get_group_id(1) * 64, get_group_id(0) * 64, As, Bs, 64);
+}
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void matmul_tn_tiled128_v4(__global float* C, __global const float* A, __global const float* B,
+                           int M, int N, int K, float beta, int kslice,
+                           __local float4* As4, __local float4* Bs4) {
+    TILES;
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile4(C + (size_t)z * M * N, N, A, M, 1, B, N, M, N, kb, min(K, kb + kslice), beta,
+               get_group_id(1) * 128, get_group_id(0) * 128, As, Bs, 128);
 }
 
 /* C[i] = beta * C[i] + sum over z < n_slices of parts[z * n + i] (the split-K partial sums). */

@@ -28,15 +28,18 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "vector8", "vector16", "tiled64", "tiled128"])
+@pytest.fixture(params=["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
+                        "tiled128s"])
 def gemm(rt, request):
     """Run a test with each GEMM variant (CPU register-blocked in scalars, or in float8 (AVX2)
-    or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles)."""
+    or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles, with
+    float4 fetches where the shape allows, or with scalar fetches only: suffix s)."""
     if request.param.startswith("vector") and not rt.is_cpu and "Oclgrind" not in rt.info.name:
         pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
     before = rt.gemm, rt.gemm_tile, rt.vector_width
-    rt.gemm = request.param.rstrip("0123456789")
-    rt.gemm_tile = int(request.param[5:]) if rt.gemm == "tiled" else None
+    rt.gemm = request.param.rstrip("0123456789s")
+    rt.gemm_tile = int(request.param[5:].rstrip("s")) if rt.gemm == "tiled" else None
+    rt.gemm_fetch4 = not request.param.endswith("s")
     if rt.gemm == "vector":
         rt.vector_width = int(request.param[6:])
     if rt.gemm_tile == 128 and rt.gemm_tiles(128) is None:
@@ -45,11 +48,14 @@ def gemm(rt, request):
                     "(the engine uses 64x64 there)")
     yield request.param
     rt.gemm, rt.gemm_tile, rt.vector_width = before
+    rt.gemm_fetch4 = True
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
                                    (5, 33, 300), (130, 70, 33), (600, 20, 7), (257, 129, 600),
-                                   (16, 64, 3), (41, 97, 260)])
+                                   (16, 64, 3), (41, 97, 260),
+                                   # multiples of 4 (float4 fetches), not of the tiles
+                                   (4, 4, 4), (132, 68, 36), (260, 132, 600), (8, 200, 44)])
 def test_matmul_forward_backward(rt, gemm, M, N, K):
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
