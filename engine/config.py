@@ -70,11 +70,9 @@ class ModelConfig:
         return self
 
     def param_count(self) -> int:
-        """Number of trainable parameters (elements)."""
-        d, f = self.d_model, self.hidden_dim
-        per_layer = 4 * d * d + 3 * d * f + 2 * d
-        out = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.vocab_size * d + self.n_layer * per_layer + d + out
+        """Number of trainable parameters (elements): engine.params.ParamTable's entries."""
+        from engine.params import ParamTable  # params imports this module
+        return ParamTable(self).n_params
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

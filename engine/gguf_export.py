@@ -33,6 +33,7 @@ import numpy as np
 from engine import fsutil
 from engine.config import ModelConfig
 from engine.errors import ExportError
+from engine.params import ParamTable
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
@@ -82,22 +83,9 @@ class ExportResult:
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> numpy shape, in file order (docs/ENGINE_API.md, "Weights")."""
-    d, f, v = config.d_model, config.hidden_dim, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (v, d)}
-    for i in range(config.n_layer):
-        p = f"blk.{i}."
-        shapes[p + "attn_norm.weight"] = (d,)
-        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            shapes[p + n + ".weight"] = (d, d)
-        shapes[p + "ffn_norm.weight"] = (d,)
-        shapes[p + "ffn_gate.weight"] = (f, d)
-        shapes[p + "ffn_up.weight"] = (f, d)
-        shapes[p + "ffn_down.weight"] = (d, f)
-    shapes["output_norm.weight"] = (d,)
-    if not config.tie_embeddings:
-        shapes["output.weight"] = (v, d)
-    return shapes
+    """GGUF tensor name -> numpy shape, in file order: engine.params.ParamTable.shapes()
+    (docs/ENGINE_API.md, "Weights"); runtimes look tensors up by name, not position."""
+    return ParamTable(config).shapes()
 
 
 def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32",

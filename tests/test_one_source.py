@@ -1,0 +1,37 @@
+"""Each fact lives once (issue 16): tensor names and shapes come from engine.params.ParamTable
+alone; a second hand-written copy anywhere in the tree fails here."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tests.reference as ref
+from engine.config import ModelConfig
+from engine.gguf_export import tensor_shapes
+from engine.params import ParamTable, tensors_per_layer
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [p for d in ("engine", "studio", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py")]
+
+
+def files_matching(pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    return sorted(str(p.relative_to(ROOT)) for p in SOURCES
+                  if p.name != Path(__file__).name and rx.search(p.read_text(encoding="utf-8")))
+
+
+def test_tensor_list_is_written_only_in_the_param_table():
+    # a per-layer list of tensor names with shapes, or the parameter-count formula
+    assert files_matching(r'"attn_q", "attn_k", "attn_v"') == ["engine/params.py"]
+    assert files_matching(r"4 \* d \* d \+ 3 \* d \* f") == []
+
+
+@pytest.mark.parametrize("cfg", [ModelConfig(), ModelConfig(n_layer=1, d_model=20, n_head=5,
+                                                           ffn_dim=7, tie_embeddings=False)])
+def test_every_use_of_the_tensor_list_agrees(cfg):
+    table = ParamTable(cfg)
+    assert tensor_shapes(cfg) == table.shapes()
+    assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
+    assert cfg.param_count() == sum(e.size for e in table.entries.values())
+    assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer()
