@@ -12,13 +12,26 @@ from engine.gguf_export import tensor_shapes
 from engine.params import ParamTable, tensors_per_layer
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for d in ("engine", "studio", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py")]
+PRODUCT = ("engine", "studio", "benchmarks")
 
 
-def files_matching(pattern: str) -> list[str]:
+def files_matching(pattern: str, dirs=PRODUCT + ("tests",)) -> list[str]:
+    """Python files under dirs (this file excepted) whose text matches the regex."""
     rx = re.compile(pattern)
-    return sorted(str(p.relative_to(ROOT)) for p in SOURCES
+    return sorted(str(p.relative_to(ROOT)) for d in dirs for p in (ROOT / d).rglob("*.py")
                   if p.name != Path(__file__).name and rx.search(p.read_text(encoding="utf-8")))
+
+
+# (what the rule is, a regex that spells it out, the one file allowed to)
+RULES = [
+    ("simulator never the default device", r'(?i)"oclgrind"', "engine/device.py"),
+    ("device environment variable", r'"LLM_STUDIO_DEVICE"', "engine/device.py"),
+]
+
+
+@pytest.mark.parametrize("rule,pattern,home", RULES, ids=[r[0] for r in RULES])
+def test_rule_is_written_once(rule, pattern, home):
+    assert files_matching(pattern, PRODUCT) == [home]
 
 
 def test_tensor_list_is_written_only_in_the_param_table():
