@@ -81,6 +81,13 @@ class ModelConfig:
 VAL_SPLITS = ("docs", "tail")
 
 
+def run_steps(pretrain_steps: int, tune_steps: int, has_tune: bool) -> int:
+    """Total optimizer steps of a run: its pretraining steps, plus its tuning steps when it has
+    dialogues to tune on (a run without them has no tuning stage). The one rule for the
+    session, continuing a run, the CLI's nothing-to-train check and the Runs table."""
+    return pretrain_steps + (tune_steps if has_tune else 0)
+
+
 def parse_val_split(spec: str) -> tuple[str, float]:
     """"tail:0.1" -> ("tail", 0.1); "docs" -> ("docs", 0.1). Raises ConfigError."""
     kind, _, share = str(spec).strip().partition(":")
@@ -132,7 +139,8 @@ class TrainConfig:
 
     @property
     def total_steps(self) -> int:
-        return self.pretrain_steps + self.tune_steps
+        """Steps of a run with dialogues (engine.config.run_steps)."""
+        return run_steps(self.pretrain_steps, self.tune_steps, True)
 
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
         """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""

@@ -20,7 +20,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine import checkpoint
-from engine.config import ModelConfig, TrainConfig
+from engine.config import ModelConfig, TrainConfig, run_steps
 from engine.corpus import PretrainData
 from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
 from engine.chat import fit_messages as _fit_messages
@@ -61,7 +61,7 @@ def _sha256(text: str | None) -> str:
 
 def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
                        new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
-    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` + `tune_steps`,
+    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` and `tune_steps`,
     with dialogues to tune on or not) can be continued to the new totals; the one rule for
     TrainingSession.extend, `llm-studio train --resume` and the studio's Continue.
 
@@ -78,7 +78,7 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
             f"This run is already tuning (step {step}); its pretraining stage "
             f"({pretrain_steps} steps) is over: keep pretraining steps at {pretrain_steps}.",
             f"Raise the tuning steps instead (now {tune_steps}).")
-    total = new_pretrain + (new_tune if has_tune else 0)
+    total = run_steps(new_pretrain, new_tune, has_tune)
     if new_pretrain < min(step, pretrain_steps) or total < step:
         raise ConfigError(
             f"This run has already done {step} steps; the new totals ({new_pretrain} "
@@ -243,7 +243,7 @@ class TrainingSession:
     @property
     def total_steps(self) -> int:
         tc = self.train_config
-        return tc.pretrain_steps + (tc.tune_steps if self.tune else 0)
+        return run_steps(tc.pretrain_steps, tc.tune_steps, bool(self.tune))
 
     def lr_at(self, step: int) -> float:
         tc = self.train_config
@@ -428,7 +428,7 @@ class TrainingSession:
         if tc.evaluate_recall:   # fact_recall reads each document's first half, writes the rest
             recall = sum(len(self.tokenizer.encode(d)) + 3
                          for d in training_documents(self, MAX_FACTS))
-        self._tune_share = tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+        self._tune_share = tc.tune_steps / max(tc.total_steps, 1)
         return TimeBudget(tc.time_budget_s, len(self.pretrain.val_batches(tc.batch_size,
                                                                           tc.eval_tokens)),
                           tc.eval_interval, tc.sample_interval,

@@ -11,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+from engine.config import run_steps
 from engine.errors import StudioError
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
@@ -183,7 +184,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     if args.preset:
         from engine.presets import get_preset
         line.say(f"preset {args.preset}: {get_preset(args.preset).description}")
-    if tc.pretrain_steps + (0 if args.no_tune else tc.tune_steps) == 0:
+    if run_steps(tc.pretrain_steps, tc.tune_steps, not args.no_tune) == 0:
         raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
                           "Give --steps (and --tune-steps) of at least 1.")
     _make_run_folder(out)
