@@ -28,6 +28,7 @@ from engine.decode import KVDecoder
 from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
                              encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
+from engine.export_types import DEFAULT_DTYPE
 from engine.budget import TimeBudget
 from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
 from engine.health import HealthMonitor
@@ -478,7 +479,7 @@ class TrainingSession:
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
 
-    def export_gguf(self, path, dtype: str = "f32", force: bool = False):
+    def export_gguf(self, path, dtype: str = DEFAULT_DTYPE, force: bool = False):
         """Write the GGUF (and an Ollama Modelfile beside it). Returns ExportResult."""
         from engine.gguf_export import export_gguf
         return export_gguf(self.bundle(), path, dtype=dtype, force=force)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.config import run_steps
 from engine.errors import StudioError
+from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
@@ -454,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("output", help="the .gguf file to write (a folder with --format hf)")
     e.add_argument("--format", choices=["gguf", "hf"], default="gguf",
                    help="gguf (llama.cpp, Ollama, LM Studio) or hf (transformers) (gguf)")
-    e.add_argument("--dtype", choices=["f32", "f16", "q8_0"], default="f32",
+    e.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE,
                    help="weight type: f32 exact, f16 half size, q8_0 quarter size (f32)")
     e.add_argument("--force", action="store_true", help="overwrite existing files")
     e.add_argument("--device", default=S, help="OpenCL device index or name part")

@@ -29,6 +29,8 @@ RULES = [
     ("device environment variable", r'"LLM_STUDIO_DEVICE"', ["engine/device.py"]),
     ("total steps of a run", r"pretrain_steps\S*\)? \+ \(?\S*tune_steps",
      ["engine/config.py", "engine/hf/train_ddp.py"]),
+    ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/export_types.py", "engine/gguf_export.py"]),
+    ("export size per type", r"34 / 32", []),
 ]
 
 
@@ -51,3 +53,29 @@ def test_every_use_of_the_tensor_list_agrees(cfg):
     assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
     assert cfg.param_count() == sum(e.size for e in table.entries.values())
     assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer()
+
+
+def subcommand_actions(name: str) -> dict:
+    """dest -> argparse action of `llm-studio NAME`."""
+    from studio.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return {a.dest: a for a in sub.choices[name]._actions}
+
+
+def test_export_types_are_the_engines(qapp):
+    import gguf
+
+    from engine import export_types, gguf_export
+    from studio.ui.export_dialog import ExportDialog
+    assert tuple(gguf_export.DTYPES) == export_types.DTYPE_NAMES
+    for name, (qtype, _) in gguf_export.DTYPES.items():
+        assert export_types.BLOCKS[name] == gguf.GGML_QUANT_SIZES[qtype]
+    dtype = subcommand_actions("export")["dtype"]
+    assert tuple(dtype.choices) == export_types.DTYPE_NAMES
+    assert dtype.default == export_types.DEFAULT_DTYPE
+    for cfg in (ModelConfig(), ModelConfig(d_model=80, n_head=4)):
+        dialog = ExportDialog(cfg, Path("m.gguf"))
+        combo = dialog.dtype_combo
+        assert tuple(combo.itemData(i) for i in range(combo.count())) == export_types.DTYPE_NAMES
+        q8 = combo.model().item(export_types.DTYPE_NAMES.index("q8_0"))
+        assert q8.isEnabled() == export_types.q8_0_fits(cfg)

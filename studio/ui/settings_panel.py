@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
 
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
+from engine.export_types import estimated_bytes
 from engine.memory import training_bytes
 from engine.presets import PRESETS
 
@@ -83,14 +84,6 @@ def human_count(n: int) -> str:
     if n >= 1e3:
         return f"{n / 1e3:.1f} K"
     return str(n)
-
-
-def export_bytes(cfg: ModelConfig, dtype: str = "f32") -> int:
-    """GGUF size: tensors plus the tokenizer (~16 B per piece for text, score and type)."""
-    p = cfg.param_count()
-    norms = (2 * cfg.n_layer + 1) * cfg.d_model  # 1-D tensors stay f32
-    per = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}[dtype]
-    return int(4 * norms + per * (p - norms) + 16 * cfg.vocab_size + 4096)
 
 
 class SettingsPanel(QWidget):
@@ -347,8 +340,8 @@ class SettingsPanel(QWidget):
             self.estimate_label.setText(
                 f"<b>{human_count(cfg.param_count())}</b> parameters · "
                 f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
-                f"GGUF ≈ {human_bytes(export_bytes(cfg, 'f32'))} (f32), "
-                f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
+                f"GGUF ≈ {human_bytes(estimated_bytes(cfg, 'f32'))} (f32), "
+                f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
         note = tcfg.warmup_note() if tcfg is not None else None
