@@ -81,6 +81,20 @@ class ModelConfig:
 VAL_SPLITS = ("docs", "tail")
 
 
+MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (CLI, chat panel)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How engine.sampling.next_token picks a token; the defaults are the CLI's and the chat
+    panel's (llama.cpp's sampler chain order: temperature, top-k, top-p)."""
+    temperature: float = 0.8    # 0 or greedy=True: argmax
+    top_k: int = 40             # 0 disables
+    top_p: float = 0.95         # 1 disables
+    repetition_penalty: float = 1.0  # 1 disables
+    greedy: bool = False
+
+
 def run_steps(pretrain_steps: int, tune_steps: int, has_tune: bool) -> int:
     """Total optimizer steps of a run: its pretraining steps, plus its tuning steps when it has
     dialogues to tune on (a run without them has no tuning stage). The one rule for the

@@ -38,13 +38,14 @@ from engine.model import Model
 from engine.params import ParamTable
 from engine.progress import Cancelled, Monitor
 from engine.runtime import Runtime
-from engine.sampling import SamplingParams, next_token
+from engine.sampling import MAX_NEW_TOKENS, SamplingParams, next_token
 from engine.tokenizer import Tokenizer
 
 
 MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
 SAMPLE_PROMPT_CHARS = 200   # sample prompts come from the start of a document / question
+_SAMPLING = SamplingParams()  # the sampling defaults of generate and chat
 
 
 def _timed(budget: TimeBudget | None, kind: str, fn, *args):
@@ -549,8 +550,10 @@ class TrainingSession:
                 "a repetition penalty > 0 (1 = off).")
         return SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
 
-    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
-                 top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+    def generate(self, prompt: str, max_new_tokens: int = MAX_NEW_TOKENS,
+                 temperature: float = _SAMPLING.temperature, top_k: int = _SAMPLING.top_k,
+                 top_p: float = _SAMPLING.top_p,
+                 repetition_penalty: float = _SAMPLING.repetition_penalty,
                  seed: int | None = None, greedy: bool = False,
                  on_token: Callable[[str], None] | None = None) -> str:
         """Plain continuation of `prompt` (BOS first). on_token gets each new piece of text."""
@@ -558,8 +561,10 @@ class TrainingSession:
         return self._decode_stream(ids, max_new_tokens, self._sampling(
             temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token)
 
-    def chat(self, messages: list[Message], max_new_tokens: int = 64, temperature: float = 0.8,
-             top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+    def chat(self, messages: list[Message], max_new_tokens: int = MAX_NEW_TOKENS,
+             temperature: float = _SAMPLING.temperature, top_k: int = _SAMPLING.top_k,
+             top_p: float = _SAMPLING.top_p,
+             repetition_penalty: float = _SAMPLING.repetition_penalty,
              seed: int | None = None, greedy: bool = False,
              on_token: Callable[[str], None] | None = None) -> ChatReply:
         """Answer `messages` (last one from the user), rendered with the tune format / GGUF chat

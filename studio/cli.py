@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.config import run_steps
+from engine.config import MAX_NEW_TOKENS, SamplingParams, run_steps
 from engine.errors import StudioError
 from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
@@ -423,16 +423,19 @@ def build_parser() -> argparse.ArgumentParser:
     def gen_args(q):
         q.add_argument("dir", help="run folder, checkpoint file, or a GGUF this app exported")
         q.add_argument("--device", default=S, help="OpenCL device index or name part")
-        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=64,
-                       help="tokens to generate (64)")
-        q.add_argument("--temperature", type=number(0, 100), default=0.8,
-                       help="randomness; 0 = always the most likely token (0.8)")
-        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=40,
-                       help="sample among the k likeliest (40)")
-        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=0.95,
-                       help="nucleus sampling: smallest set with this probability (0.95)")
-        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True), default=1.0,
-                       help="divide the logits of tokens already generated (1.0 = off)")
+        sp = SamplingParams()  # the engine's defaults
+        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=MAX_NEW_TOKENS,
+                       help=f"tokens to generate ({MAX_NEW_TOKENS})")
+        q.add_argument("--temperature", type=number(0, 100), default=sp.temperature,
+                       help=f"randomness; 0 = always the most likely token ({sp.temperature})")
+        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=sp.top_k,
+                       help=f"sample among the k likeliest ({sp.top_k})")
+        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=sp.top_p,
+                       help=f"nucleus sampling: smallest set with this probability ({sp.top_p})")
+        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True),
+                       default=sp.repetition_penalty,
+                       help="divide the logits of tokens already generated "
+                            f"({sp.repetition_penalty} = off)")
         q.add_argument("--seed", type=count(0, MAX_SEED), default=None,
                        help="sampling seed (random)")
         q.add_argument("--greedy", action="store_true", help="always the most likely token")

@@ -79,3 +79,27 @@ def test_export_types_are_the_engines(qapp):
         assert tuple(combo.itemData(i) for i in range(combo.count())) == export_types.DTYPE_NAMES
         q8 = combo.model().item(export_types.DTYPE_NAMES.index("q8_0"))
         assert q8.isEnabled() == export_types.q8_0_fits(cfg)
+
+
+def test_sampling_defaults_are_the_engines(qapp):
+    """`llm-studio sample|chat` options, the chat panel's knobs and TrainingSession.generate /
+    chat all start from engine.config.SamplingParams and MAX_NEW_TOKENS."""
+    import inspect
+
+    from engine.config import MAX_NEW_TOKENS, SamplingParams
+    from engine.session import TrainingSession
+    from studio.ui.chat_panel import ChatPanel
+    sp = SamplingParams()
+    want = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+            "max_new_tokens": MAX_NEW_TOKENS}
+    for command in ("sample", "chat"):
+        acts = subcommand_actions(command)
+        assert {"temperature": acts["temperature"].default, "top_k": acts["top_k"].default,
+                "top_p": acts["top_p"].default, "max_new_tokens": acts["max_tokens"].default,
+                } == want
+        assert acts["repeat_penalty"].default == sp.repetition_penalty
+    assert ChatPanel().knobs() == want
+    for method in (TrainingSession.generate, TrainingSession.chat):
+        params = inspect.signature(method).parameters
+        assert {k: params[k].default for k in want} == want
+        assert params["repetition_penalty"].default == sp.repetition_penalty
