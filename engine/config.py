@@ -81,6 +81,8 @@ class ModelConfig:
 VAL_SPLITS = ("docs", "tail")
 
 
+TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.tokenizer)
+DEFAULT_TOKENIZER = "bpe"
 MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (CLI, chat panel)
 
 

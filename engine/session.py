@@ -20,7 +20,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine import checkpoint
-from engine.config import ModelConfig, TrainConfig, run_steps
+from engine.config import DEFAULT_TOKENIZER, ModelConfig, TrainConfig, run_steps
 from engine.corpus import PretrainData
 from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
 from engine.chat import fit_messages as _fit_messages
@@ -126,7 +126,7 @@ class TrainingSession:
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
-               tune_text: str | None = None, device=None, tokenizer_kind: str = "bpe",
+               tune_text: str | None = None, device=None, tokenizer_kind: str = DEFAULT_TOKENIZER,
                runtime: Runtime | None = None, monitor: Monitor | None = None
                ) -> "TrainingSession":
         """Train the tokenizer on both texts, size the vocabulary from it, build the model.

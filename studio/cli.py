@@ -11,7 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.config import MAX_NEW_TOKENS, SamplingParams, run_steps
+from engine.config import (DEFAULT_TOKENIZER, MAX_NEW_TOKENS, TOKENIZER_KINDS, ModelConfig,
+                           SamplingParams, TrainConfig, run_steps)
 from engine.errors import StudioError
 from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
@@ -49,9 +50,6 @@ def cmd_devices(args) -> int:
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
                  "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
                  "preset")
-TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
-                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25,
-                      val_split="docs:0.1", time_budget=0.0, dropout=0.0)
 # option -> (ModelConfig or TrainConfig, field)
 _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                n_head=("model", "n_head"), context_length=("model", "context_length"),
@@ -62,6 +60,17 @@ _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                time_budget=("train", "time_budget_s"))
 
 
+def _train_defaults() -> dict:
+    """option -> default: the engine's ModelConfig and TrainConfig defaults, never a copy."""
+    parts = {"model": ModelConfig(), "train": TrainConfig()}
+    out = {option: getattr(parts[part], field) for option, (part, field) in _FIELDS.items()}
+    out["val_split"] = f"{parts['train'].val_split}:{parts['train'].val_fraction:g}"
+    return out
+
+
+TRAIN_DEFAULTS = _train_defaults()
+
+
 def _opt(args, name):
     value = getattr(args, name)
     return TRAIN_DEFAULTS[name] if value is None else value
@@ -70,7 +79,7 @@ def _opt(args, name):
 def _configs(args):
     """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.presets),
     else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
-    from engine.config import ModelConfig, TrainConfig, parse_val_split
+    from engine.config import parse_val_split
     from engine.presets import get_preset
     preset = get_preset(args.preset) if args.preset else None
     parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
@@ -387,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"tokens per window ({d['context_length']})")
     t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),
                    help=f"requested vocabulary ({d['vocab_size']})")
-    t.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe",
-                   help="SentencePiece BPE or one token per character (bpe)")
+    t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
+                   help=f"SentencePiece BPE or one token per character ({DEFAULT_TOKENIZER})")
     t.add_argument("--lr", type=number(0, 1, lo_open=True, hi_open=True),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--steps", type=count(0, MAX_STEPS),

@@ -31,6 +31,8 @@ RULES = [
      ["engine/config.py", "engine/hf/train_ddp.py"]),
     ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/export_types.py", "engine/gguf_export.py"]),
     ("export size per type", r"34 / 32", []),
+    ("model and training defaults", r"steps=600|tune_steps=200|seed=1337", []),
+    ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["engine/config.py"]),
 ]
 
 
@@ -103,3 +105,22 @@ def test_sampling_defaults_are_the_engines(qapp):
         params = inspect.signature(method).parameters
         assert {k: params[k].default for k in want} == want
         assert params["repetition_penalty"].default == sp.repetition_penalty
+
+
+def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
+    """`llm-studio train` without options, the studio's settings column and a preset over the
+    defaults all start from engine.config.ModelConfig() and TrainConfig()."""
+    from engine.config import DEFAULT_TOKENIZER, TrainConfig
+    from engine.presets import PRESETS
+    from studio.cli import _configs, build_parser
+    from studio.ui.settings_panel import SettingsPanel
+    args = build_parser().parse_args(["train", "--out", str(tmp_path)])
+    assert _configs(args) == (ModelConfig(), TrainConfig())
+    assert args.tokenizer == DEFAULT_TOKENIZER
+    panel = SettingsPanel()
+    assert panel.model_config() == ModelConfig()
+    assert panel.train_config() == TrainConfig()
+    assert panel.tokenizer_kind() == DEFAULT_TOKENIZER
+    for name, preset in PRESETS.items():
+        args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
+        assert _configs(args) == preset.configs()
