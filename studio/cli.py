@@ -6,7 +6,6 @@ Every error a person can cause ends with a message, a hint and exit status 2 —
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
@@ -27,8 +26,9 @@ EXIT_USER_ERROR = 2
 
 
 def _bundled(name: str) -> Path:
-    import resources
-    return Path(resources.__file__).parent / name
+    """resources/NAME through engine.textio.bundled_corpus ("pretrain.txt" or "tune.txt")."""
+    from engine.textio import bundled_corpus
+    return bundled_corpus(Path(name).stem)
 
 
 def cmd_devices(args) -> int:
@@ -108,21 +108,6 @@ def _make_run_folder(out: Path):
                           "Choose a folder you can write to with --out.") from None
 
 
-def _write_metrics(path: Path, records: list[dict], keep_until: int | None = None):
-    """Rewrite metrics.jsonl keeping steps <= keep_until (what the checkpoint covers)."""
-    from engine import fsutil
-    lines = []
-    if keep_until is not None and path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= keep_until:
-                    lines.append(line)
-            except json.JSONDecodeError:
-                continue
-    lines += [json.dumps(r) for r in records]
-    fsutil.atomic_write_text(path, "".join(line + "\n" for line in lines))  # a kill keeps the old
-
-
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, n))  # SIGHUP: the terminal was closed (not on Windows)
 
@@ -183,7 +168,6 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         if args.time_budget is not None:   # this many seconds more
             session.train_config = session.train_config.replace(
                 time_budget_s=session.elapsed_s() + args.time_budget).validate()
-        _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
         line.say(f"Resuming {out} at step {session.step}/{session.total_steps} on "
                  f"{session.rt.info.name}")
         return session
@@ -204,7 +188,6 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                      tokenizer_kind=args.tokenizer, monitor=monitor)
-    (out / "metrics.jsonl").write_text("")
     c = session.model_config
     if c.vocab_size < mc.vocab_size:
         line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
@@ -220,6 +203,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
     from engine import checkpoint
+    from studio.run_folder import MetricsLog
     line.pace.start(session.step)
     tc = session.train_config
     warmup = tc.warmup_note(session.tune is not None)
@@ -229,14 +213,13 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     if tc.time_budget_s:
         line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
                  "(evaluations included); the step count follows the measured speed.")
-    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
-    metrics_file = (out / "metrics.jsonl").open("a")
+    metrics = MetricsLog(out, keep_until=session.step)  # a resumed run: what the checkpoint covers
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
         try:
             for m in session.train():
-                metrics_file.write(json.dumps(m.to_dict()) + "\n")
-                metrics_file.flush()
+                metrics.write(m)
+                metrics.flush()
                 line.step(m)
                 watch(m)
                 if m.samples and not args.quiet:
@@ -248,7 +231,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
         except Cancelled:  # a stop between two steps
             pass
     finally:
-        metrics_file.close()
+        metrics.close()
         watch.close()
     session.save(out)
     if monitor.cancelled:

@@ -32,6 +32,8 @@ RULES = [
     ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/export_types.py", "engine/gguf_export.py"]),
     ("export size per type", r"34 / 32", []),
     ("model and training defaults", r"steps=600|tune_steps=200|seed=1337", []),
+    ("the metrics.jsonl writer", r"json\.dumps\(m\.to_dict\(\)\)", ["studio/run_folder.py"]),
+    ("bundled corpus path", r'resources\.__file__|"resources"', ["engine/textio.py"]),
     ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["engine/config.py"]),
 ]
 
@@ -124,3 +126,13 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     for name, preset in PRESETS.items():
         args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
         assert _configs(args) == preset.configs()
+
+
+def test_bundled_corpus_is_one_path(qapp):
+    from engine.textio import BUNDLED, bundled_corpus
+    from studio.cli import _bundled
+    from studio.ui.data_panel import bundled_path
+    for which, name in BUNDLED.items():
+        path = bundled_corpus(which)
+        assert path.is_file() and path.name == name
+        assert _bundled(name) == bundled_path(name) == path
