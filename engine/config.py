@@ -83,6 +83,7 @@ VAL_SPLITS = ("docs", "tail")
 
 TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.tokenizer)
 DEFAULT_TOKENIZER = "bpe"
+CHECKPOINT_EVERY = 100  # steps between automatic checkpoints of a run (0: only at its end)
 MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (CLI, chat panel)
 
 

@@ -10,8 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.config import (DEFAULT_TOKENIZER, MAX_NEW_TOKENS, TOKENIZER_KINDS, ModelConfig,
-                           SamplingParams, TrainConfig, run_steps)
+from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
+                           TOKENIZER_KINDS, ModelConfig, SamplingParams, TrainConfig, run_steps)
 from engine.errors import StudioError
 from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
@@ -405,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/presets.py); explicit options win")
-    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=100,
-                   help="steps between checkpoints; 0 = only at the end (100)")
+    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=CHECKPOINT_EVERY,
+                   help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard event files into OUT/tensorboard (tensorboardX)")

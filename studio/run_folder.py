@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 from engine import fsutil
+from engine.config import CHECKPOINT_EVERY
 from engine.errors import CheckpointError
 from engine.metrics import StepMetrics
 from engine.run_lock import RunLock
 
 log = logging.getLogger(__name__)
-DEFAULT_EVERY = 100  # steps between automatic checkpoints (0: only on stop, pause, end, close)
+DEFAULT_EVERY = CHECKPOINT_EVERY  # the studio also saves on stop, pause, end and close
 METRICS = "metrics.jsonl"
 
 

@@ -123,6 +123,9 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     assert panel.model_config() == ModelConfig()
     assert panel.train_config() == TrainConfig()
     assert panel.tokenizer_kind() == DEFAULT_TOKENIZER
+    from engine.config import CHECKPOINT_EVERY
+    from studio.ui.autosave_box import AutosaveBox
+    assert args.checkpoint_every == CHECKPOINT_EVERY == AutosaveBox().every_spin.value()
     for name, preset in PRESETS.items():
         args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
         assert _configs(args) == preset.configs()
