@@ -20,7 +20,7 @@ from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.runtime import Runtime  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.session import TrainingSession  # noqa: E402
-from engine.textio import read_text  # noqa: E402
+from engine.textio import bundled_corpus, read_text  # noqa: E402
 
 
 def main() -> int:
@@ -33,12 +33,11 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
-    root = Path(__file__).resolve().parent.parent / "resources"
     rt = Runtime(a.device)
     mc = ModelConfig(d_model=a.d_model, n_layer=a.n_layer, n_head=a.n_head,
                      context_length=a.context_length)
-    s = TrainingSession.create(mc, TrainConfig(), read_text(root / "pretrain.txt"),
-                               read_text(root / "tune.txt"), runtime=rt)
+    s = TrainingSession.create(mc, TrainConfig(), read_text(bundled_corpus("pretrain")),
+                               read_text(bundled_corpus("tune")), runtime=rt)
     prompt = [s.tokenizer.bos_id] + s.tokenizer.encode("The human heart")
     greedy = SamplingParams(greedy=True)
     n = min(a.tokens, a.context_length - len(prompt))

@@ -73,36 +73,11 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def run_config(name, args, rt, tc_base, peak):
-    import torch
-    from engine.model import Model
-    from benchmarks.torch_model import TorchTrainer
-
-    cfg, B = model_config(name, args.vocab)
-    T = cfg.context_length
-    tc = tc_base.replace(batch_size=B)
-    total = args.check_steps + args.warmup + args.steps + 10
-    lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
-    data = Batches(args.data, args.vocab, B, T, args.seed)
-    if args.idle_busy > 0:
-        wait_idle(args.idle_busy, args.idle_wait_s, log)
-    load0 = os.getloadavg()[0]
-    log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
-        f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
-
-    t0 = time.perf_counter()
-    ours = Model(rt, cfg, seed=args.seed)
-    rt.finish()
-    t_ours_init = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    theirs = TorchTrainer(cfg, ours.weights(), tc, device=args.torch_device,
-                          sdpa=not args.no_sdpa, compile=args.compile)
-    theirs.synchronize()
-    t_torch_init = time.perf_counter() - t0
-
-    # -- same model? losses and grad norms of the first steps, step by step
+def check_steps(ours, theirs, data, lr_at, tc, n: int) -> tuple[list, dict]:
+    """Same model? Losses and grad norms of the first n steps, step by step: (rows
+    (step, loss ours, torch, rel, norm ours, torch, rel), first-step seconds per side)."""
     check, first = [], {}
-    for s in range(args.check_steps):
+    for s in range(n):
         x, y = data.next()
         lr = lr_at(s)
         t0 = time.perf_counter()
@@ -115,67 +90,54 @@ def run_config(name, args, rt, tc_base, peak):
         check.append((s + 1, lo, lt, rel(lo, lt), go, gt, rel(go, gt)))
         log(f"  check step {s + 1}: loss ours {lo:.6f} torch {lt:.6f} (rel {rel(lo, lt):.1e})  "
             f"grad norm ours {go:.5f} torch {gt:.5f} (rel {rel(go, gt):.1e})")
-    max_loss_rel = max(c[3] for c in check) if check else float("nan")
-    max_norm_rel = max(c[6] for c in check) if check else float("nan")
+    return check, first
 
-    step = args.check_steps
-    for _ in range(args.warmup):
+
+def timed_block(rt, trainer, side: str, data, lr_at, tc, step: int, n: int, times, launches):
+    """n timed training steps of one side from global `step`; seconds into times[side], and
+    for ours the kernel launches per step into launches."""
+    for k in range(n):
         x, y = data.next()
-        ours.train_step(x, y, lr_at(step), tc)
-        theirs.train_step(x, y, lr_at(step), tc)
-        step += 1
+        n0 = rt.launches
+        t0 = time.perf_counter()
+        trainer.train_step(x, y, lr_at(step + k), tc)
+        times[side].append(time.perf_counter() - t0)
+        if side == "ours":
+            launches.append(rt.launches - n0)
 
-    # -- alternating timed blocks; the order flips every round
-    times = {"ours": [], "torch": []}
-    launches = []
+
+def timed_rounds(rt, trainers: dict, data, lr_at, tc, args, step: int):
+    """Alternating timed blocks, the order flipping every round, both sides of a round on the
+    same batches; stops early on args.budget_s. Returns (times per side, launches per step of
+    ours, load averages seen waiting for idle, the next step)."""
+    times, launches, busy = {"ours": [], "torch": []}, [], []
     rounds = max(1, math.ceil(args.steps / args.block))
     t_phase = time.perf_counter()
-    busy = []
     for r in range(rounds):
         if args.idle_busy > 0:
             busy.append(wait_idle(args.idle_busy, args.idle_wait_s, log))
-        sides = ("ours", "torch") if r % 2 == 0 else ("torch", "ours")
         start = data.i
-        for side in sides:
-            data.i = start   # both sides of a round see the same batches
-            for k in range(args.block):
-                x, y = data.next()
-                lr = lr_at(step + k)
-                if side == "ours":
-                    n0 = rt.launches
-                    t0 = time.perf_counter()
-                    ours.train_step(x, y, lr, tc)
-                    times["ours"].append(time.perf_counter() - t0)
-                    launches.append(rt.launches - n0)
-                else:
-                    t0 = time.perf_counter()
-                    theirs.train_step(x, y, lr, tc)
-                    times["torch"].append(time.perf_counter() - t0)
+        for side in (("ours", "torch") if r % 2 == 0 else ("torch", "ours")):
+            data.i = start
+            timed_block(rt, trainers[side], side, data, lr_at, tc, step, args.block, times,
+                        launches)
         step += args.block
         spent = time.perf_counter() - t_phase
-        if args.budget_s and r + 1 < rounds and spent * (r + 2) / (r + 1) > args.budget_s \
-                and r + 1 >= 2:
+        if args.budget_s and 2 <= r + 1 < rounds and spent * (r + 2) / (r + 1) > args.budget_s:
             log(f"  budget: stopping after {r + 1} of {rounds} rounds ({spent:.0f} s)")
             break
+    return times, launches, busy, step
 
-    prof = None
-    if not args.no_profile:
-        x, y = data.next()
-        prof = profile_engine_step(rt, ours, x, y, lr_at(step), tc)
 
-    fpt = flops_per_token(cfg)
-    res = {"name": name, "cfg": cfg, "B": B, "T": T, "check": check,
-           "max_loss_rel": max_loss_rel, "max_norm_rel": max_norm_rel,
-           "first": first, "init": {"ours": t_ours_init, "torch": t_torch_init},
-           "launches": int(np.median(launches)) if launches else 0, "prof": prof, "side": {},
-           "load": (load0, os.getloadavg()[0]),
-           "attention": ours.activations(B, T, with_grad=True).attention,  # gemm or fused
-           "busy": max(busy) if busy else None}
-    for side, ts in times.items():
-        p25, med, p75 = quartiles(ts)
-        tok_s = B * T / med
-        res["side"][side] = dict(n=len(ts), p25=p25 * 1e3, med=med * 1e3, p75=p75 * 1e3,
-                                 tok_s=tok_s, flops=tok_s * fpt, pct=100 * tok_s * fpt / peak)
+def side_stats(times: list[float], tokens: int, fpt: float, peak: float) -> dict:
+    """Quartiles (ms), tokens/s, model FLOP/s and % of peak of one side's step times."""
+    p25, med, p75 = quartiles(times)
+    tok_s = tokens / med
+    return dict(n=len(times), p25=p25 * 1e3, med=med * 1e3, p75=p75 * 1e3, tok_s=tok_s,
+                flops=tok_s * fpt, pct=100 * tok_s * fpt / peak)
+
+
+def log_result(res: dict) -> None:
     o, t = res["side"]["ours"], res["side"]["torch"]
     log(f"  ours  ({res['attention']} attention) {o['med']:.1f} ms/step "
         f"(IQR {o['p25']:.1f}-{o['p75']:.1f}), "
@@ -184,6 +146,62 @@ def run_config(name, args, rt, tc_base, peak):
     log(f"  torch {t['med']:.1f} ms/step (IQR {t['p25']:.1f}-{t['p75']:.1f}), "
         f"{t['tok_s']:,.0f} tok/s, {si(t['flops'], 'FLOP/s')}, {t['pct']:.1f}% of peak")
     log(f"  ours/torch tokens/s: {o['tok_s'] / t['tok_s']:.2f}x")
+
+
+def build_pair(rt, cfg, tc, args):
+    """The engine's model and the PyTorch one with the same weights; their set-up seconds."""
+    from engine.model import Model
+    from benchmarks.torch_model import TorchTrainer
+    t0 = time.perf_counter()
+    ours = Model(rt, cfg, seed=args.seed)
+    rt.finish()
+    t_ours = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theirs = TorchTrainer(cfg, ours.weights(), tc, device=args.torch_device,
+                          sdpa=not args.no_sdpa, compile=args.compile)
+    theirs.synchronize()
+    return ours, theirs, {"ours": t_ours, "torch": time.perf_counter() - t0}
+
+
+def run_config(name, args, rt, tc_base, peak):
+    import torch
+
+    cfg, B = model_config(name, args.vocab)
+    T = cfg.context_length
+    tc = tc_base.replace(batch_size=B)
+    total = args.check_steps + args.warmup + args.steps + 10
+    lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
+    data = Batches(args.data, args.vocab, B, T, args.seed)
+    if args.idle_busy > 0:
+        wait_idle(args.idle_busy, args.idle_wait_s, log)
+    load0 = os.getloadavg()[0]
+    log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
+        f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
+    ours, theirs, init = build_pair(rt, cfg, tc, args)
+    check, first = check_steps(ours, theirs, data, lr_at, tc, args.check_steps)
+    step = args.check_steps
+    for _ in range(args.warmup):
+        x, y = data.next()
+        ours.train_step(x, y, lr_at(step), tc)
+        theirs.train_step(x, y, lr_at(step), tc)
+        step += 1
+    times, launches, busy, step = timed_rounds(rt, {"ours": ours, "torch": theirs}, data,
+                                               lr_at, tc, args, step)
+    prof = None
+    if not args.no_profile:
+        x, y = data.next()
+        prof = profile_engine_step(rt, ours, x, y, lr_at(step), tc)
+    fpt = flops_per_token(cfg)
+    res = {"name": name, "cfg": cfg, "B": B, "T": T, "check": check,
+           "max_loss_rel": max((c[3] for c in check), default=float("nan")),
+           "max_norm_rel": max((c[6] for c in check), default=float("nan")),
+           "first": first, "init": init,
+           "launches": int(np.median(launches)) if launches else 0, "prof": prof,
+           "side": {side: side_stats(ts, B * T, fpt, peak) for side, ts in times.items()},
+           "load": (load0, os.getloadavg()[0]),
+           "attention": ours.activations(B, T, with_grad=True).attention,  # gemm or fused
+           "busy": max(busy) if busy else None}
+    log_result(res)
     del ours, theirs
     if args.torch_device.startswith("cuda"):
         torch.cuda.empty_cache()

@@ -17,12 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.session import TrainingSession  # noqa: E402
-from engine.textio import read_text  # noqa: E402
+from engine.textio import bundled_corpus, read_text  # noqa: E402
 
 t_import = time.perf_counter()
-res = Path(__file__).resolve().parent.parent / "resources"
 s = TrainingSession.create(ModelConfig(), TrainConfig(sample_interval=0, evaluate_recall=False),
-                           read_text(res / "pretrain.txt"), read_text(res / "tune.txt"))
+                           read_text(bundled_corpus("pretrain")), read_text(bundled_corpus("tune")))
 t_setup = time.perf_counter()
 next(s.train())
 t_step = time.perf_counter()

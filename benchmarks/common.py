@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.textio import bundled_corpus
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # Issue 6: S = d128 L4 H4 T64 B12; M = d256 L4 H8 T128 B32; L = d384 L6 H6 T256 B64.
 CONFIGS = {
@@ -46,7 +46,7 @@ class Batches:
         if kind == "text":
             from engine.corpus import PretrainData
             from engine.tokenizer import Tokenizer
-            text = (ROOT / "resources" / "pretrain.txt").read_text(encoding="utf-8")
+            text = bundled_corpus("pretrain").read_text(encoding="utf-8")
             tok = Tokenizer.train([text], vocab_size)
             data = PretrainData(tok, text, T, val_fraction=0.0, seed=seed)
             self.batches = [data.train_batch(rng, B) for _ in range(pool)]

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.params import ParamTable
+
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """x (..., C) / sqrt(mean(x^2) + eps) * w."""
@@ -102,44 +104,33 @@ class TorchLlama(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.view(-1), ignore_index=-1)
 
     # -- weights by GGUF name ----------------------------------------------------------------
+    def _group_param(self, group: str) -> nn.Parameter:
+        """The parameter holding one engine.params.ParamTable group ("blk.3.attn_qkv" ->
+        blocks[3].attn_qkv): the groups are the fused tensors this model keeps."""
+        if group.startswith("blk."):
+            _, layer, name = group.split(".", 2)
+            return getattr(self.blocks[int(layer)], name)
+        return getattr(self, group)
+
     @torch.no_grad()
     def load_gguf_weights(self, w: dict[str, np.ndarray]):
-        """Copy {GGUF name: array} (engine.model.Model.weights()) into the parameters."""
-        t = lambda name: torch.from_numpy(np.asarray(w[name], np.float32))  # noqa: E731
-        self.token_embd.copy_(t("token_embd.weight"))
-        for i, blk in enumerate(self.blocks):
-            p = f"blk.{i}."
-            blk.attn_norm.copy_(t(p + "attn_norm.weight"))
-            blk.attn_qkv.copy_(torch.cat([t(p + n + ".weight")
-                                          for n in ("attn_q", "attn_k", "attn_v")]))
-            blk.attn_output.copy_(t(p + "attn_output.weight"))
-            blk.ffn_norm.copy_(t(p + "ffn_norm.weight"))
-            blk.ffn_gate_up.copy_(torch.cat([t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")]))
-            blk.ffn_down.copy_(t(p + "ffn_down.weight"))
-        self.output_norm.copy_(t("output_norm.weight"))
-        if self.output is not None:
-            self.output.copy_(t("output.weight"))
+        """Copy {GGUF name: array} (engine.model.Model.weights()) into the parameters, through
+        the engine's table (names, shapes and group layout from ParamTable alone)."""
+        table = ParamTable(self.cfg)
+        flat = torch.from_numpy(table.flatten(w))
+        for name, g in table.groups.items():
+            param = self._group_param(name)
+            param.copy_(flat[g.offset:g.offset + g.size].view_as(param))
 
     @torch.no_grad()
     def gguf_weights(self) -> dict[str, np.ndarray]:
         """{GGUF name: float32 array}, the inverse of load_gguf_weights."""
-        n = lambda x: x.detach().float().cpu().numpy().copy()  # noqa: E731
-        C, Fh = self.cfg.d_model, self.cfg.hidden_dim
-        out = {"token_embd.weight": n(self.token_embd)}
-        for i, blk in enumerate(self.blocks):
-            p = f"blk.{i}."
-            out[p + "attn_norm.weight"] = n(blk.attn_norm)
-            for j, name in enumerate(("attn_q", "attn_k", "attn_v")):
-                out[p + name + ".weight"] = n(blk.attn_qkv[j * C:(j + 1) * C])
-            out[p + "attn_output.weight"] = n(blk.attn_output)
-            out[p + "ffn_norm.weight"] = n(blk.ffn_norm)
-            out[p + "ffn_gate.weight"] = n(blk.ffn_gate_up[:Fh])
-            out[p + "ffn_up.weight"] = n(blk.ffn_gate_up[Fh:])
-            out[p + "ffn_down.weight"] = n(blk.ffn_down)
-        out["output_norm.weight"] = n(self.output_norm)
-        if self.output is not None:
-            out["output.weight"] = n(self.output)
-        return out
+        table = ParamTable(self.cfg)
+        flat = np.zeros(table.size, np.float32)
+        for name, g in table.groups.items():
+            flat[g.offset:g.offset + g.size] = self._group_param(name).detach().float().cpu() \
+                .numpy().reshape(-1)
+        return table.unflatten(flat)
 
 
 class TorchTrainer:

@@ -70,17 +70,39 @@ class ModelConfig:
         return self
 
     def param_count(self) -> int:
-        """Number of trainable parameters (elements)."""
-        d, f = self.d_model, self.hidden_dim
-        per_layer = 4 * d * d + 3 * d * f + 2 * d
-        out = 0 if self.tie_embeddings else self.vocab_size * d
-        return self.vocab_size * d + self.n_layer * per_layer + d + out
+        """Number of trainable parameters (elements): engine.params.ParamTable's entries."""
+        from engine.params import ParamTable  # params imports this module
+        return ParamTable(self).n_params
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
 
 
 VAL_SPLITS = ("docs", "tail")
+
+
+TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.tokenizer)
+DEFAULT_TOKENIZER = "bpe"
+CHECKPOINT_EVERY = 100  # steps between automatic checkpoints of a run (0: only at its end)
+MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (CLI, chat panel)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How engine.sampling.next_token picks a token; the defaults are the CLI's and the chat
+    panel's (llama.cpp's sampler chain order: temperature, top-k, top-p)."""
+    temperature: float = 0.8    # 0 or greedy=True: argmax
+    top_k: int = 40             # 0 disables
+    top_p: float = 0.95         # 1 disables
+    repetition_penalty: float = 1.0  # 1 disables
+    greedy: bool = False
+
+
+def run_steps(pretrain_steps: int, tune_steps: int, has_tune: bool) -> int:
+    """Total optimizer steps of a run: its pretraining steps, plus its tuning steps when it has
+    dialogues to tune on (a run without them has no tuning stage). The one rule for the
+    session, continuing a run, the CLI's nothing-to-train check and the Runs table."""
+    return pretrain_steps + (tune_steps if has_tune else 0)
 
 
 def parse_val_split(spec: str) -> tuple[str, float]:
@@ -134,7 +156,8 @@ class TrainConfig:
 
     @property
     def total_steps(self) -> int:
-        return self.pretrain_steps + self.tune_steps
+        """Steps of a run with dialogues (engine.config.run_steps)."""
+        return run_steps(self.pretrain_steps, self.tune_steps, True)
 
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
         """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""

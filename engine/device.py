@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from engine.errors import DeviceError
 
+DEVICE_ENV = "LLM_STUDIO_DEVICE"  # a device index or name part: select_device's default
+
 NO_DEVICE_HINT = (
     "Install an OpenCL driver for your GPU (Intel: intel-opencl-icd, AMD: ROCm, NVIDIA: the "
     "proprietary driver), or reinstall this app with `pip install \"pyopencl[pocl]\"`, which "
@@ -99,8 +101,27 @@ def list_devices() -> list[DeviceInfo]:
     return out
 
 
+def default_device(devices: list[DeviceInfo]) -> DeviceInfo:
+    """The device used when none is asked for: the first GPU, else the first CPU, else the
+    first device; simulators (Oclgrind) only when nothing else exists. devices: not empty."""
+    real = [d for d in devices if not d.is_simulator] or devices
+    gpus = [d for d in real if d.type == "GPU"]
+    return (gpus or [d for d in real if d.type == "CPU"] or real)[0]
+
+
+def _matching(devices: list[DeviceInfo], spec: int | str) -> DeviceInfo | None:
+    """The device `spec` names: an index (int or digits), else part of a name or platform, or a
+    type ("gpu", "cpu"); None when none matches."""
+    if isinstance(spec, int) or spec.strip().isdigit():
+        i = int(spec)
+        return devices[i] if 0 <= i < len(devices) else None
+    want = spec.strip().lower()
+    return next((d for d in devices if want in d.name.lower() or want in d.platform.lower()
+                 or want == d.type.lower()), None)
+
+
 def select_device(spec: int | str | None = None) -> DeviceInfo:
-    """Pick a device by index, by part of its name, or by default (first GPU, else first CPU).
+    """Pick a device by index, by part of its name, or by default (default_device).
 
     `spec` None also honours the environment variable LLM_STUDIO_DEVICE.
     Raises DeviceError when there is no device or the spec matches none (listing those found).
@@ -109,20 +130,12 @@ def select_device(spec: int | str | None = None) -> DeviceInfo:
     if not devices:
         raise DeviceError("No OpenCL device was found on this computer.", NO_DEVICE_HINT)
     if spec is None or spec == "":
-        spec = os.environ.get("LLM_STUDIO_DEVICE") or None
+        spec = os.environ.get(DEVICE_ENV) or None
     if spec is None:
-        real = [d for d in devices if not d.is_simulator] or devices
-        gpus = [d for d in real if d.type == "GPU"]
-        return (gpus or [d for d in real if d.type == "CPU"] or real)[0]
-    if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
-        i = int(spec)
-        if 0 <= i < len(devices):
-            return devices[i]
-    else:
-        want = spec.strip().lower()
-        for d in devices:
-            if want in d.name.lower() or want in d.platform.lower() or want == d.type.lower():
-                return d
+        return default_device(devices)
+    found = _matching(devices, spec)
+    if found is not None:
+        return found
     listing = "\n".join("  " + d.label() for d in devices)
     raise DeviceError(f"No OpenCL device matches '{spec}'.",
                       f"Use an index or part of a name from this list:\n{listing}")

@@ -33,6 +33,8 @@ import numpy as np
 from engine import fsutil
 from engine.config import ModelConfig
 from engine.errors import ExportError
+from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES, QK8_0
+from engine.params import ParamTable
 
 if TYPE_CHECKING:
     from engine.tokenizer import Tokenizer
@@ -42,9 +44,8 @@ PREFIX = "opencl_llm_studio"                       # our metadata keys live unde
 TOKENIZER_KEY = f"{PREFIX}.tokenizer.sentencepiece_model"   # base64 of the ModelProto bytes
 FORMAT_KEY = f"{PREFIX}.format_version"
 FORMAT_VERSION = 1
-QK8_0 = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0][0]   # 32 values per Q8_0 block
 
-# dtype name -> (ggml type of 2-D tensors, general.file_type)
+# export type (engine.export_types) -> (ggml type of 2-D tensors, general.file_type)
 DTYPES = {
     "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
@@ -82,25 +83,12 @@ class ExportResult:
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name -> numpy shape, in file order (docs/ENGINE_API.md, "Weights")."""
-    d, f, v = config.d_model, config.hidden_dim, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (v, d)}
-    for i in range(config.n_layer):
-        p = f"blk.{i}."
-        shapes[p + "attn_norm.weight"] = (d,)
-        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            shapes[p + n + ".weight"] = (d, d)
-        shapes[p + "ffn_norm.weight"] = (d,)
-        shapes[p + "ffn_gate.weight"] = (f, d)
-        shapes[p + "ffn_up.weight"] = (f, d)
-        shapes[p + "ffn_down.weight"] = (d, f)
-    shapes["output_norm.weight"] = (d,)
-    if not config.tie_embeddings:
-        shapes["output.weight"] = (v, d)
-    return shapes
+    """GGUF tensor name -> numpy shape, in file order: engine.params.ParamTable.shapes()
+    (docs/ENGINE_API.md, "Weights"); runtimes look tensors up by name, not position."""
+    return ParamTable(config).shapes()
 
 
-def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32",
+def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAULT_DTYPE,
                 force: bool = False, modelfile: str | None = "") -> ExportResult:
     """Write `bundle` to `path` as a llama GGUF, and an Ollama Modelfile `modelfile` beside it.
 
@@ -113,7 +101,7 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = "f32"
     """
     name = str(dtype).lower()
     if name not in DTYPES:
-        raise ExportError(f"Unknown export type {dtype!r}.", "Choose f32, f16 or q8_0.")
+        raise ExportError(f"Unknown export type {dtype!r}.", f"Choose {', '.join(DTYPE_NAMES)}.")
     qtype, file_type = DTYPES[name]
     path = Path(path)
     if modelfile == "":

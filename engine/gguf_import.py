@@ -26,6 +26,7 @@ import numpy as np
 
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import ExportError, StudioError
+from engine.params import tensors_per_layer
 from engine.gguf_export import (ARCH, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
                                 tensor_shapes)
 
@@ -171,7 +172,7 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
         raise ExportError(f"{fname} uses grouped-query attention, which this app does not train.",
                           _HINT_FOREIGN)
     ffn, n_layer = int(get(a + "feed_forward_length")), int(get(a + "block_count"))
-    if 9 * n_layer > len(reader.tensors):               # before tensor_shapes loops over layers
+    if tensors_per_layer() * n_layer > len(reader.tensors):  # before tables of n_layer blocks
         raise ExportError(f"{fname} says it has {n_layer} blocks but holds only "
                           f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
     config = ModelConfig(

@@ -2,14 +2,15 @@
 
 Counts float32 elements of what engine.model allocates: parameters, gradients and two AdamW
 moments (4 x the padded table), the training activations for (batch_size, context_length), the
-evaluation set of the same shape and the generation window (1, context_length). Attention keeps
+evaluation set of the same shape and the generation window (1, context_length); the activation
+sets are summed from their one declaration, engine.activations.BUFFERS. Attention keeps
 a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
 GEMM path; each activation set counts the path engine.attention_gemm.choose gives it.
 """
 
 from __future__ import annotations
 
-from engine import attention_gemm
+from engine import activations, attention_gemm
 from engine.config import ModelConfig
 from engine.device import DeviceInfo
 from engine.errors import ConfigError
@@ -18,16 +19,10 @@ from engine.params import ParamTable
 
 def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
                       path: str = "fused") -> tuple[int, int]:
-    """(total floats, largest single buffer in floats) of engine.model.Activations(B, T) with
-    attention on `path` ("fused" or "gemm")."""
-    C, F, V, H, L = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer
-    # per layer: a logsumexp per query row (fused), or the (T, T) probabilities (gemm)
-    BT, lse = B * T, B * H * T * (T if path == "gemm" else 1)
-    per_layer = BT * (C + C + 3 * C + C + C + C + 2 * F + F) + 2 * BT + lse
-    total = 2 * BT + (L + 1) * BT * C + L * per_layer + BT * C + BT * C + BT + BT * V + BT
-    if with_grad:
-        total += 3 * BT * C + 3 * BT * C + lse + 2 * BT * F + BT * F + 3 * BT + 1
-    return total, max(BT * V, BT * 2 * F, BT * 3 * C, lse)
+    """(total, largest single buffer) in 4-byte words of engine.model.Activations(B, T) with
+    attention on `path` ("fused" or "gemm"): the buffers engine.activations.BUFFERS declares."""
+    total, largest = activations.set_bytes(cfg, B, T, with_grad, path)
+    return total // 4, largest // 4
 
 
 def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine import attention, attention_gemm, ops
+from engine import activations, attention, attention_gemm, ops
 from engine.config import ModelConfig
 from engine.dropout import StepDropout
 from engine.params import ParamTable
@@ -19,40 +19,20 @@ from engine.runtime import Runtime
 
 
 class Activations:
-    """Device buffers for one (B, T): what backward needs from forward, plus gradient scratch."""
+    """Device buffers for one (B, T): what backward needs from forward, plus gradient scratch.
+    The buffers, their shapes and which are per layer are declared in engine/activations.py
+    (BUFFERS), which engine.memory counts; this allocates them as attributes of those names."""
 
     def __init__(self, rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool):
-        C, F, V, H, L = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer
-        BT = B * T
-        e = rt.empty
-        self.B, self.T = B, T
-        self.ids, self.targets = e(BT, np.int32), e(BT, np.int32)
-        self.x = [e(BT * C) for _ in range(L + 1)]        # residual stream entering layer l
-        self.xn = [e(BT * C) for _ in range(L)]           # attn RMSNorm output
-        self.rstd1 = [e(BT) for _ in range(L)]
-        self.qkv = [e(BT * 3 * C) for _ in range(L)]      # after RoPE on q, k
+        self.B, self.T, self.with_grad = B, T, with_grad
         # attention: fused kernels (logsumexp (B, H, T) per layer) or, where the device memory
         # allows, batched GEMMs (probabilities (B, H, T, T)): engine/attention_gemm.choose
         self.attention = attention_gemm.path_for(rt, cfg, B, T, with_grad)
         self.attend = attention_gemm if self.attention == "gemm" else attention
-        att = B * H * T * (T if self.attention == "gemm" else 1)
-        self.lse = [e(att) for _ in range(L)]             # logsumexp, or probabilities
-        self.y = [e(BT * C) for _ in range(L)]            # attention output before attn_output
-        self.xmid = [e(BT * C) for _ in range(L)]         # residual after attention
-        self.xn2 = [e(BT * C) for _ in range(L)]
-        self.rstd2 = [e(BT) for _ in range(L)]
-        self.gu = [e(BT * 2 * F) for _ in range(L)]       # gate | up
-        self.h = [e(BT * F) for _ in range(L)]            # silu(gate) * up
-        self.proj = e(BT * C)                             # attn_output / ffn_down result
-        self.xf, self.rstdf = e(BT * C), e(BT)
-        self.logits, self.losses = e(BT * V), e(BT)
-        if with_grad:
-            self.dres, self.dtmp, self.dy = e(BT * C), e(BT * C), e(BT * C)
-            self.ddrop = e(BT * C)                        # dout of a projection under dropout
-            self.dqkv, self.dsum = e(BT * 3 * C), e(att)  # rowsum(dy * y), or dP/dS scratch
-            self.dgu, self.dh = e(BT * 2 * F), e(BT * F)
-            self.uniq, self.starts, self.order = e(BT, np.int32), e(BT + 1, np.int32), e(BT, np.int32)
-        self.with_grad = with_grad
+        d = activations.Dims.of(cfg, B, T, self.attention)
+        for b in activations.buffers(with_grad):
+            bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d))]
+            setattr(self, b.name, bufs[0] if b.copies == activations.ONE else bufs)
 
 
 class Model:

@@ -37,6 +37,13 @@ class Group:
     size: int
 
 
+def tensors_per_layer() -> int:
+    """Tensors each transformer block holds (GGUF import checks a file's block_count with it
+    before building a table of that many layers)."""
+    one, none = ParamTable(ModelConfig(n_layer=1)), ParamTable(ModelConfig(n_layer=0))
+    return len(one.entries) - len(none.entries)
+
+
 class ParamTable:
     """Layout of all parameters of a ModelConfig. `entries` by name, `groups` by name."""
 
@@ -73,6 +80,17 @@ class ParamTable:
             self.entries[ename] = e
             self._cursor += e.size
         self.groups[name] = Group(name, start, self._cursor - start)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """GGUF tensor name -> numpy shape (linear weights (out, in)), in table order: the one
+        list of the model's tensors that GGUF export and import, the Hugging Face round trip and
+        tests/reference.py use."""
+        return {n: e.shape for n, e in self.entries.items()}
+
+    @property
+    def n_params(self) -> int:
+        """Trainable parameters (elements), padding excluded."""
+        return sum(e.size for e in self.entries.values())
 
     @property
     def output_group(self) -> str:

@@ -6,18 +6,11 @@ repetition penalty. Conventions: temperature scaling then top-k then nucleus (to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.8    # 0 or greedy=True: argmax
-    top_k: int = 40             # 0 disables
-    top_p: float = 0.95         # 1 disables
-    repetition_penalty: float = 1.0  # 1 disables
-    greedy: bool = False
+# SamplingParams and MAX_NEW_TOKENS live with the other configs (engine/config.py), which the
+# CLI's parser and the chat panel read for their defaults without importing numpy.
+from engine.config import MAX_NEW_TOKENS, SamplingParams  # noqa: F401  (re-exported)
 
 
 def next_token(logits: np.ndarray, sp: SamplingParams, rng: np.random.Generator,

@@ -20,7 +20,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine import checkpoint
-from engine.config import ModelConfig, TrainConfig
+from engine.config import DEFAULT_TOKENIZER, ModelConfig, TrainConfig, run_steps
 from engine.corpus import PretrainData
 from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
 from engine.chat import fit_messages as _fit_messages
@@ -28,6 +28,7 @@ from engine.decode import KVDecoder
 from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
                              encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
+from engine.export_types import DEFAULT_DTYPE
 from engine.budget import TimeBudget
 from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
 from engine.health import HealthMonitor
@@ -37,13 +38,14 @@ from engine.model import Model
 from engine.params import ParamTable
 from engine.progress import Cancelled, Monitor
 from engine.runtime import Runtime
-from engine.sampling import SamplingParams, next_token
+from engine.sampling import MAX_NEW_TOKENS, SamplingParams, next_token
 from engine.tokenizer import Tokenizer
 
 
 MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
 SAMPLE_PROMPT_CHARS = 200   # sample prompts come from the start of a document / question
+_SAMPLING = SamplingParams()  # the sampling defaults of generate and chat
 
 
 def _timed(budget: TimeBudget | None, kind: str, fn, *args):
@@ -61,7 +63,7 @@ def _sha256(text: str | None) -> str:
 
 def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
                        new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
-    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` + `tune_steps`,
+    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` and `tune_steps`,
     with dialogues to tune on or not) can be continued to the new totals; the one rule for
     TrainingSession.extend, `llm-studio train --resume` and the studio's Continue.
 
@@ -78,7 +80,7 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
             f"This run is already tuning (step {step}); its pretraining stage "
             f"({pretrain_steps} steps) is over: keep pretraining steps at {pretrain_steps}.",
             f"Raise the tuning steps instead (now {tune_steps}).")
-    total = new_pretrain + (new_tune if has_tune else 0)
+    total = run_steps(new_pretrain, new_tune, has_tune)
     if new_pretrain < min(step, pretrain_steps) or total < step:
         raise ConfigError(
             f"This run has already done {step} steps; the new totals ({new_pretrain} "
@@ -124,7 +126,7 @@ class TrainingSession:
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
-               tune_text: str | None = None, device=None, tokenizer_kind: str = "bpe",
+               tune_text: str | None = None, device=None, tokenizer_kind: str = DEFAULT_TOKENIZER,
                runtime: Runtime | None = None, monitor: Monitor | None = None
                ) -> "TrainingSession":
         """Train the tokenizer on both texts, size the vocabulary from it, build the model.
@@ -243,7 +245,7 @@ class TrainingSession:
     @property
     def total_steps(self) -> int:
         tc = self.train_config
-        return tc.pretrain_steps + (tc.tune_steps if self.tune else 0)
+        return run_steps(tc.pretrain_steps, tc.tune_steps, bool(self.tune))
 
     def lr_at(self, step: int) -> float:
         tc = self.train_config
@@ -428,7 +430,7 @@ class TrainingSession:
         if tc.evaluate_recall:   # fact_recall reads each document's first half, writes the rest
             recall = sum(len(self.tokenizer.encode(d)) + 3
                          for d in training_documents(self, MAX_FACTS))
-        self._tune_share = tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+        self._tune_share = tc.tune_steps / max(tc.total_steps, 1)
         return TimeBudget(tc.time_budget_s, len(self.pretrain.val_batches(tc.batch_size,
                                                                           tc.eval_tokens)),
                           tc.eval_interval, tc.sample_interval,
@@ -478,7 +480,7 @@ class TrainingSession:
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
 
-    def export_gguf(self, path, dtype: str = "f32", force: bool = False):
+    def export_gguf(self, path, dtype: str = DEFAULT_DTYPE, force: bool = False):
         """Write the GGUF (and an Ollama Modelfile beside it). Returns ExportResult."""
         from engine.gguf_export import export_gguf
         return export_gguf(self.bundle(), path, dtype=dtype, force=force)
@@ -548,8 +550,10 @@ class TrainingSession:
                 "a repetition penalty > 0 (1 = off).")
         return SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
 
-    def generate(self, prompt: str, max_new_tokens: int = 64, temperature: float = 0.8,
-                 top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+    def generate(self, prompt: str, max_new_tokens: int = MAX_NEW_TOKENS,
+                 temperature: float = _SAMPLING.temperature, top_k: int = _SAMPLING.top_k,
+                 top_p: float = _SAMPLING.top_p,
+                 repetition_penalty: float = _SAMPLING.repetition_penalty,
                  seed: int | None = None, greedy: bool = False,
                  on_token: Callable[[str], None] | None = None) -> str:
         """Plain continuation of `prompt` (BOS first). on_token gets each new piece of text."""
@@ -557,8 +561,10 @@ class TrainingSession:
         return self._decode_stream(ids, max_new_tokens, self._sampling(
             temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token)
 
-    def chat(self, messages: list[Message], max_new_tokens: int = 64, temperature: float = 0.8,
-             top_k: int = 40, top_p: float = 0.95, repetition_penalty: float = 1.0,
+    def chat(self, messages: list[Message], max_new_tokens: int = MAX_NEW_TOKENS,
+             temperature: float = _SAMPLING.temperature, top_k: int = _SAMPLING.top_k,
+             top_p: float = _SAMPLING.top_p,
+             repetition_penalty: float = _SAMPLING.repetition_penalty,
              seed: int | None = None, greedy: bool = False,
              on_token: Callable[[str], None] | None = None) -> ChatReply:
         """Answer `messages` (last one from the user), rendered with the tune format / GGUF chat

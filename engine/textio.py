@@ -40,6 +40,16 @@ _SAVE_AS_TEXT = ("Open it in a text editor (or the program that made it) and sav
                  "plain text (.txt) with UTF-8 encoding.")
 
 
+BUNDLED = {"pretrain": "pretrain.txt", "tune": "tune.txt"}  # the default corpora, in resources/
+
+
+def bundled_corpus(which: str) -> Path:
+    """Path of a bundled default text: which "pretrain" (short facts) or "tune" (dialogues),
+    files of the `resources` package. KeyError for another name."""
+    import resources
+    return Path(resources.__file__).parent / BUNDLED[which]
+
+
 def _fmt_size(n: int) -> str:
     """Human-readable size in binary units: 1536 -> '1.5 KiB'."""
     if n < 1024:

@@ -28,13 +28,14 @@ from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
+from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS
 from engine.errors import ConfigError, DataError
 from engine.longtext import SEARCH_CHARS, chunks
 
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256            # <0x00>..<0xFF>
 MIN_VOCAB = N_SPECIAL + N_BYTES   # 259: below this the fixed ids do not fit
-KINDS = ("bpe", "char")
+KINDS = TOKENIZER_KINDS
 
 # gguf.TokenType values (gguf-py constants.py), which equal SentencePiece's piece types.
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 1, 2, 3
@@ -155,7 +156,7 @@ class Tokenizer:
 
     # -- construction
     @classmethod
-    def train(cls, texts: list[str], vocab_size: int, kind: str = "bpe") -> "Tokenizer":
+    def train(cls, texts: list[str], vocab_size: int, kind: str = DEFAULT_TOKENIZER) -> "Tokenizer":
         """Train on `texts` (each split into lines) and return the tokenizer.
 
         vocab_size: the requested number of tokens including the 259 fixed ones; a small text

@@ -6,12 +6,14 @@ Every error a person can cause ends with a message, a hint and exit status 2 —
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
+from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
+                           TOKENIZER_KINDS, ModelConfig, SamplingParams, TrainConfig, run_steps)
 from engine.errors import StudioError
+from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
@@ -24,8 +26,9 @@ EXIT_USER_ERROR = 2
 
 
 def _bundled(name: str) -> Path:
-    import resources
-    return Path(resources.__file__).parent / name
+    """resources/NAME through engine.textio.bundled_corpus ("pretrain.txt" or "tune.txt")."""
+    from engine.textio import bundled_corpus
+    return bundled_corpus(Path(name).stem)
 
 
 def cmd_devices(args) -> int:
@@ -47,9 +50,6 @@ def cmd_devices(args) -> int:
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
                  "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
                  "preset")
-TRAIN_DEFAULTS = dict(d_model=128, n_layer=4, n_head=4, context_length=64, vocab_size=512,
-                      lr=3e-3, steps=600, tune_steps=200, batch_size=16, seed=1337, replay=0.25,
-                      val_split="docs:0.1", time_budget=0.0, dropout=0.0)
 # option -> (ModelConfig or TrainConfig, field)
 _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                n_head=("model", "n_head"), context_length=("model", "context_length"),
@@ -60,6 +60,17 @@ _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                time_budget=("train", "time_budget_s"))
 
 
+def _train_defaults() -> dict:
+    """option -> default: the engine's ModelConfig and TrainConfig defaults, never a copy."""
+    parts = {"model": ModelConfig(), "train": TrainConfig()}
+    out = {option: getattr(parts[part], field) for option, (part, field) in _FIELDS.items()}
+    out["val_split"] = f"{parts['train'].val_split}:{parts['train'].val_fraction:g}"
+    return out
+
+
+TRAIN_DEFAULTS = _train_defaults()
+
+
 def _opt(args, name):
     value = getattr(args, name)
     return TRAIN_DEFAULTS[name] if value is None else value
@@ -68,7 +79,7 @@ def _opt(args, name):
 def _configs(args):
     """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.presets),
     else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
-    from engine.config import ModelConfig, TrainConfig, parse_val_split
+    from engine.config import parse_val_split
     from engine.presets import get_preset
     preset = get_preset(args.preset) if args.preset else None
     parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
@@ -95,21 +106,6 @@ def _make_run_folder(out: Path):
     except OSError as e:
         raise StudioError(f"Cannot write the run folder {out}: {e.strerror or e}.",
                           "Choose a folder you can write to with --out.") from None
-
-
-def _write_metrics(path: Path, records: list[dict], keep_until: int | None = None):
-    """Rewrite metrics.jsonl keeping steps <= keep_until (what the checkpoint covers)."""
-    from engine import fsutil
-    lines = []
-    if keep_until is not None and path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= keep_until:
-                    lines.append(line)
-            except json.JSONDecodeError:
-                continue
-    lines += [json.dumps(r) for r in records]
-    fsutil.atomic_write_text(path, "".join(line + "\n" for line in lines))  # a kill keeps the old
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -172,7 +168,6 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         if args.time_budget is not None:   # this many seconds more
             session.train_config = session.train_config.replace(
                 time_budget_s=session.elapsed_s() + args.time_budget).validate()
-        _write_metrics(out / "metrics.jsonl", [], keep_until=session.step)
         line.say(f"Resuming {out} at step {session.step}/{session.total_steps} on "
                  f"{session.rt.info.name}")
         return session
@@ -183,7 +178,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     if args.preset:
         from engine.presets import get_preset
         line.say(f"preset {args.preset}: {get_preset(args.preset).description}")
-    if tc.pretrain_steps + (0 if args.no_tune else tc.tune_steps) == 0:
+    if run_steps(tc.pretrain_steps, tc.tune_steps, not args.no_tune) == 0:
         raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
                           "Give --steps (and --tune-steps) of at least 1.")
     _make_run_folder(out)
@@ -193,7 +188,6 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                      tokenizer_kind=args.tokenizer, monitor=monitor)
-    (out / "metrics.jsonl").write_text("")
     c = session.model_config
     if c.vocab_size < mc.vocab_size:
         line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
@@ -209,6 +203,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
     from engine import checkpoint
+    from studio.run_folder import MetricsLog
     line.pace.start(session.step)
     tc = session.train_config
     warmup = tc.warmup_note(session.tune is not None)
@@ -218,14 +213,13 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     if tc.time_budget_s:
         line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
                  "(evaluations included); the step count follows the measured speed.")
-    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
-    metrics_file = (out / "metrics.jsonl").open("a")
+    metrics = MetricsLog(out, keep_until=session.step)  # a resumed run: what the checkpoint covers
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
         try:
             for m in session.train():
-                metrics_file.write(json.dumps(m.to_dict()) + "\n")
-                metrics_file.flush()
+                metrics.write(m)
+                metrics.flush()
                 line.step(m)
                 watch(m)
                 if m.samples and not args.quiet:
@@ -237,7 +231,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
         except Cancelled:  # a stop between two steps
             pass
     finally:
-        metrics_file.close()
+        metrics.close()
         watch.close()
     session.save(out)
     if monitor.cancelled:
@@ -385,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"tokens per window ({d['context_length']})")
     t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),
                    help=f"requested vocabulary ({d['vocab_size']})")
-    t.add_argument("--tokenizer", choices=["bpe", "char"], default="bpe",
-                   help="SentencePiece BPE or one token per character (bpe)")
+    t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
+                   help=f"SentencePiece BPE or one token per character ({DEFAULT_TOKENIZER})")
     t.add_argument("--lr", type=number(0, 1, lo_open=True, hi_open=True),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--steps", type=count(0, MAX_STEPS),
@@ -411,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/presets.py); explicit options win")
-    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=100,
-                   help="steps between checkpoints; 0 = only at the end (100)")
+    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=CHECKPOINT_EVERY,
+                   help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard event files into OUT/tensorboard (tensorboardX)")
@@ -421,16 +415,19 @@ def build_parser() -> argparse.ArgumentParser:
     def gen_args(q):
         q.add_argument("dir", help="run folder, checkpoint file, or a GGUF this app exported")
         q.add_argument("--device", default=S, help="OpenCL device index or name part")
-        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=64,
-                       help="tokens to generate (64)")
-        q.add_argument("--temperature", type=number(0, 100), default=0.8,
-                       help="randomness; 0 = always the most likely token (0.8)")
-        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=40,
-                       help="sample among the k likeliest (40)")
-        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=0.95,
-                       help="nucleus sampling: smallest set with this probability (0.95)")
-        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True), default=1.0,
-                       help="divide the logits of tokens already generated (1.0 = off)")
+        sp = SamplingParams()  # the engine's defaults
+        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=MAX_NEW_TOKENS,
+                       help=f"tokens to generate ({MAX_NEW_TOKENS})")
+        q.add_argument("--temperature", type=number(0, 100), default=sp.temperature,
+                       help=f"randomness; 0 = always the most likely token ({sp.temperature})")
+        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=sp.top_k,
+                       help=f"sample among the k likeliest ({sp.top_k})")
+        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=sp.top_p,
+                       help=f"nucleus sampling: smallest set with this probability ({sp.top_p})")
+        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True),
+                       default=sp.repetition_penalty,
+                       help="divide the logits of tokens already generated "
+                            f"({sp.repetition_penalty} = off)")
         q.add_argument("--seed", type=count(0, MAX_SEED), default=None,
                        help="sampling seed (random)")
         q.add_argument("--greedy", action="store_true", help="always the most likely token")
@@ -453,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("output", help="the .gguf file to write (a folder with --format hf)")
     e.add_argument("--format", choices=["gguf", "hf"], default="gguf",
                    help="gguf (llama.cpp, Ollama, LM Studio) or hf (transformers) (gguf)")
-    e.add_argument("--dtype", choices=["f32", "f16", "q8_0"], default="f32",
+    e.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE,
                    help="weight type: f32 exact, f16 half size, q8_0 quarter size (f32)")
     e.add_argument("--force", action="store_true", help="overwrite existing files")
     e.add_argument("--device", default=S, help="OpenCL device index or name part")

@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 from engine import fsutil
+from engine.config import CHECKPOINT_EVERY
 from engine.errors import CheckpointError
 from engine.metrics import StepMetrics
 from engine.run_lock import RunLock
 
 log = logging.getLogger(__name__)
-DEFAULT_EVERY = 100  # steps between automatic checkpoints (0: only on stop, pause, end, close)
+DEFAULT_EVERY = CHECKPOINT_EVERY  # the studio also saves on stop, pause, end and close
 METRICS = "metrics.jsonl"
 
 
@@ -37,6 +38,48 @@ def new_run_dir(root, now: float | None = None) -> Path:
     return path
 
 
+class MetricsLog:
+    """The one writer of a run folder's metrics.jsonl (one StepMetrics.to_dict() per line):
+    `llm-studio train` and the studio's RunRecorder both write through it."""
+
+    def __init__(self, folder, history=(), keep_until: int | None = None):
+        """Start metrics.jsonl afresh with the `history` records after, when keep_until is given,
+        the lines already there of steps <= keep_until (what the checkpoint covers). Rewritten
+        atomically: a kill keeps the old file. Raises OSError."""
+        self.path = Path(folder) / METRICS
+        lines = _kept_lines(self.path, keep_until) if keep_until is not None else []
+        lines += [json.dumps(record) for record in history]
+        fsutil.atomic_write_text(self.path, "".join(line + "\n" for line in lines))
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def write(self, m: StepMetrics) -> None:
+        """Append one step's line (buffered until flush). Raises OSError, ValueError (closed)."""
+        self._file.write(json.dumps(m.to_dict()) + "\n")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def truncate(self, keep_until: int) -> None:
+        """Keep the lines of steps <= keep_until (after the engine restored an earlier state),
+        so metrics.jsonl and the checkpoint describe the same run. Raises OSError."""
+        self.close()
+        kept = _kept_lines(self.path, keep_until)
+        fsutil.atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _kept_lines(path: Path, keep_until: int) -> list[str]:
+    """The lines of metrics.jsonl at `path` of steps <= keep_until (none when it is missing;
+    an unreadable line counts as after every step)."""
+    if not path.exists():
+        return []
+    return [line for line in path.read_text(encoding="utf-8").splitlines()
+            if _step_of(line) <= keep_until]
+
+
 class RunRecorder:
     """metrics.jsonl and checkpoints of one run. `history` (a continued session's records)
     starts metrics.jsonl, so the folder is complete on its own."""
@@ -46,13 +89,10 @@ class RunRecorder:
         self.every = max(int(every), 0)
         self.saved_step: int | None = None  # step of the checkpoint on disk, None before one
         self.warned = False                 # an autosave problem is reported once per run
-        self._file = None
+        self._log: MetricsLog | None = None
         self._lock = RunLock(self.folder).acquire()  # RunFolderBusy: a CLI run is training there
         try:
-            self._file = (self.folder / METRICS).open("w", encoding="utf-8")
-            for record in history:
-                self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
+            self._log = MetricsLog(self.folder, history)
         except OSError as e:
             self._lock.release()
             raise CheckpointError(
@@ -62,13 +102,17 @@ class RunRecorder:
     def record(self, m: StepMetrics) -> None:
         """One line per step; a write error (full disk) is left to the next checkpoint's save
         to report, the training goes on."""
-        if self._file is None:
+        self._do(lambda log_: log_.write(m), "writing")
+
+    def _do(self, action, what: str) -> None:
+        """action(the MetricsLog); on an OSError/ValueError log it and stop writing."""
+        if self._log is None:
             return
         try:
-            self._file.write(json.dumps(m.to_dict()) + "\n")
+            action(self._log)
         except (OSError, ValueError):
-            log.exception("writing %s", self.folder / METRICS)
-            self._file = None
+            log.exception("%s %s", what, self.folder / METRICS)
+            self._log = None
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -84,36 +128,17 @@ class RunRecorder:
         return path
 
     def flush(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.flush()
-            except OSError:
-                log.exception("flushing %s", self.folder / METRICS)
+        self._do(MetricsLog.flush, "flushing")
 
     def truncate(self, keep_until: int) -> None:
         """Keep the lines of steps <= keep_until (after the engine restored an earlier state),
         so metrics.jsonl and the checkpoint describe the same run."""
-        self.flush()
-        path = self.folder / METRICS
-        try:
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if _step_of(line) <= keep_until]
-            if self._file is not None:
-                self._file.close()
-            fsutil.atomic_write_text(path, "".join(line + "\n" for line in kept))
-            self._file = path.open("a", encoding="utf-8")
-        except OSError:
-            log.exception("truncating %s", path)
-            self._file = None
+        self._do(lambda log_: log_.truncate(keep_until), "truncating")
 
     def close(self) -> None:
         """Close metrics.jsonl and give the folder's lock back."""
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                log.exception("closing %s", self.folder / METRICS)
-            self._file = None
+        self._do(MetricsLog.close, "closing")
+        self._log = None
         self._lock.release()
 
     def discard(self) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.checkpoint import FILENAME, PREVIOUS
-from engine.config import ModelConfig
+from engine.config import ModelConfig, run_steps
 from engine.errors import StudioError
 from studio.run_folder import METRICS
 
@@ -187,39 +187,54 @@ def _status(header, records, folder: Path, step_ck: int | None, total: int) -> s
     return "stopped"
 
 
+def _from_header(info: RunInfo, header: dict, side: dict) -> tuple[int, int]:
+    """Fill what the checkpoint header says (size, tokenizer, device); return (the checkpoint's
+    step, the run's total steps: engine.config.run_steps)."""
+    mc, tc = header.get("model_config") or {}, header.get("train_config") or {}
+    try:
+        info.params = ModelConfig(**mc).param_count()
+    except TypeError:
+        info.params = None
+    info.tokenizer = f"{header.get('tokenizer_kind', '?')} {mc.get('vocab_size', '?')}"
+    info.device = str(header.get("device") or side.get("device") or "")
+    tune = (header.get("data") or {}).get("tune_chars", 0) > 0
+    total = run_steps(int(tc.get("pretrain_steps", 0)), int(tc.get("tune_steps", 0)), tune)
+    return int(header.get("step", 0)), total
+
+
+def _from_records(info: RunInfo, records: list[dict], header: dict | None) -> None:
+    """Fill the losses, wall time and step counts metrics.jsonl gives; a run without records
+    keeps the header's last loss."""
+    info.loss = _last(records, "loss") if records else (header or {}).get("last_loss")
+    vals = [v for v in map(held_out, records) if v is not None and math.isfinite(v)]
+    info.val_loss = vals[-1] if vals else None
+    info.val_bpb = _last(records, "val_bpb")
+    info.wall_s = float(wall_times(records)[-1]) if records else 0.0
+    _count_flags(info, records, header)
+
+
+def _count_flags(info: RunInfo, records: list[dict], header: dict | None) -> None:
+    """Steps skipped (NaN/Inf gradient), steps clipped (grad norm above grad_clip), warnings."""
+    clip = float(((header or {}).get("train_config") or {}).get("grad_clip", 0) or 0)
+    info.skipped = sum(1 for r in records if r.get("skipped"))
+    info.clipped = sum(1 for r in records if clip > 0 and not r.get("skipped")
+                       and _num(r.get("grad_norm")) > clip)
+    info.warnings = [w for r in records for w in (r.get("warnings") or [])]
+
+
 def load_run(folder) -> RunInfo:
     """Everything the Runs table shows of one folder (weights never read)."""
     folder = Path(folder)
     side, header, records = read_sidecar(folder), read_header(folder), read_metrics(folder)
     info = RunInfo(folder, str(side.get("name") or folder.name), _date(folder, side),
                    header=header, records=records)
-    step_ck, total = None, 0
-    if header:
-        mc, tc = header.get("model_config") or {}, header.get("train_config") or {}
-        try:
-            info.params = ModelConfig(**mc).param_count()
-        except TypeError:
-            info.params = None
-        info.tokenizer = f"{header.get('tokenizer_kind', '?')} {mc.get('vocab_size', '?')}"
-        info.device = str(header.get("device") or side.get("device") or "")
-        step_ck = int(header.get("step", 0))
-        tune = (header.get("data") or {}).get("tune_chars", 0) > 0
-        total = int(tc.get("pretrain_steps", 0)) + (int(tc.get("tune_steps", 0)) if tune else 0)
+    step_ck, total = _from_header(info, header, side) if header else (None, 0)
     if records:
         total = total or int(records[-1].get("total_steps", 0))
     info.step = max(int(records[-1]["step"]) if records else 0, step_ck or 0)
     info.total_steps = total
-    info.loss = _last(records, "loss") if records else (header or {}).get("last_loss")
-    vals = [v for v in map(held_out, records) if v is not None and math.isfinite(v)]
-    info.val_loss = vals[-1] if vals else None
-    info.val_bpb = _last(records, "val_bpb")
-    info.wall_s = float(wall_times(records)[-1]) if records else 0.0
+    _from_records(info, records, header)
     info.status = _status(header, records, folder, step_ck, total)
-    clip = float(((header or {}).get("train_config") or {}).get("grad_clip", 0) or 0)
-    info.skipped = sum(1 for r in records if r.get("skipped"))
-    info.clipped = sum(1 for r in records if clip > 0 and not r.get("skipped")
-                       and _num(r.get("grad_norm")) > clip)
-    info.warnings = [w for r in records for w in (r.get("warnings") or [])]
     return info
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.params import ParamTable  # names and shapes only; the arithmetic here is independent
+
 # ----------------------------------------------------------------------------- layers
 
 
@@ -209,23 +211,12 @@ def adamw_update(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, clip_sca
 
 
 def init_weights(cfg, seed=0, std=0.02):
-    """Random float64 weights with the engine's names and shapes (norm weights 1)."""
+    """Random float64 weights with the engine's names and shapes (engine.params.ParamTable):
+    matrices N(0, std), norm weights 1 + N(0, 0.1)."""
     rng = np.random.default_rng(seed)
-    d, f, V = cfg.d_model, cfg.hidden_dim, cfg.vocab_size
-    w = {"token_embd.weight": rng.normal(0, std, (V, d))}
-    for i in range(cfg.n_layer):
-        p = f"blk.{i}."
-        w[p + "attn_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
-        for n in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            w[p + n + ".weight"] = rng.normal(0, std, (d, d))
-        w[p + "ffn_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
-        w[p + "ffn_gate.weight"] = rng.normal(0, std, (f, d))
-        w[p + "ffn_up.weight"] = rng.normal(0, std, (f, d))
-        w[p + "ffn_down.weight"] = rng.normal(0, std, (d, f))
-    w["output_norm.weight"] = 1.0 + rng.normal(0, 0.1, d)
-    if not cfg.tie_embeddings:
-        w["output.weight"] = rng.normal(0, std, (V, d))
-    return w
+    return {name: (1.0 + rng.normal(0, 0.1, shape)) if len(shape) == 1
+            else rng.normal(0, std, shape)
+            for name, shape in ParamTable(cfg).shapes().items()}
 
 
 def _out_weight(w, cfg):

@@ -145,8 +145,7 @@ def _dies_half_way(self, text, *a, **k):
 
 
 def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
-    from studio.cli import _write_metrics
-    from studio.run_folder import RunRecorder
+    from studio.run_folder import MetricsLog, RunRecorder
     lines = "".join(f'{{"step": {i}, "loss": 1.0}}\n' for i in range(1, 9))
     cli_file = tmp_path / "cli" / "metrics.jsonl"
     cli_file.parent.mkdir()
@@ -156,12 +155,12 @@ def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
     before = studio_file.read_text()
     monkeypatch.setattr(Path, "write_text", _dies_half_way)
     with pytest.raises(OSError):
-        _write_metrics(cli_file, [], keep_until=5)  # what `train --resume` does first
+        MetricsLog(cli_file.parent, keep_until=5)   # what `train --resume` does first
     recorder.truncate(5)                             # what the studio does after a NaN restore
     recorder.close()
     assert cli_file.read_text() == lines and studio_file.read_text() == before
     monkeypatch.undo()
-    _write_metrics(cli_file, [], keep_until=5)
+    MetricsLog(cli_file.parent, keep_until=5).close()
     assert cli_file.read_text().count("\n") == 5
     assert sorted(p.name for p in cli_file.parent.iterdir()) == ["metrics.jsonl"]
 

@@ -1,5 +1,7 @@
 """Device-kind detection and the GEMM variant chosen from it (issue 13: Intel's CPU runtime)."""
 
+import pytest
+
 from engine.device import DeviceInfo
 from engine.runtime import gemm_variant
 
@@ -26,3 +28,41 @@ def test_gemm_variant_per_device_kind():
     assert gemm_variant(intel, 4) == "vector"
     assert gemm_variant(intel, 16) == "vector"
     assert gemm_variant(_info("NVIDIA CUDA", "GPU"), 1) == "tiled"
+
+
+def _devices(*kinds):
+    """DeviceInfos from (platform, type) pairs, indexed in order."""
+    from dataclasses import replace
+    return [replace(_info(p, t), index=i, name=f"{p} device") for i, (p, t) in enumerate(kinds)]
+
+
+GRIND, POCL, CUDA = ("Oclgrind", "GPU"), ("Portable Computing Language", "CPU"), ("NVIDIA CUDA", "GPU")
+
+
+@pytest.mark.parametrize("kinds,want", [((GRIND, POCL, CUDA), 2), ((GRIND, POCL), 1),
+                                        ((GRIND,), 0), ((POCL, CUDA), 1), ((POCL,), 0)])
+def test_default_device_is_a_real_gpu_then_a_cpu(monkeypatch, qapp, kinds, want):
+    """The engine's default (select_device, the CLI's) and the studio's device picker agree: the
+    first GPU, else CPU, and a simulator such as Oclgrind (which says it is a GPU) only alone."""
+    from engine import device
+    from studio.ui.device_panel import DevicePanel
+    devices = _devices(*kinds)
+    monkeypatch.setattr(device, "list_devices", lambda: devices)
+    monkeypatch.delenv(device.DEVICE_ENV, raising=False)
+    assert device.select_device().index == want
+    assert DevicePanel().current().index == want
+    monkeypatch.setenv(device.DEVICE_ENV, "0")
+    assert device.select_device().index == 0 and DevicePanel().current().index == 0
+
+
+def test_select_device_by_index_name_or_type(monkeypatch):
+    from engine import device
+    from engine.errors import DeviceError
+    devices = _devices(GRIND, POCL, CUDA)
+    monkeypatch.setattr(device, "list_devices", lambda: devices)
+    assert [device.select_device(s).index for s in (1, " 2 ", "cpu", "nvidia", "GRIND")] == [1, 2, 1, 2, 0]
+    with pytest.raises(DeviceError, match="No OpenCL device matches '7'"):
+        device.select_device("7")
+    with pytest.raises(DeviceError, match="matches 'amd'") as e:
+        device.select_device("amd")
+    assert "NVIDIA CUDA device" in e.value.hint

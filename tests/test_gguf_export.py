@@ -19,6 +19,7 @@ import reference
 from engine.config import ModelConfig
 from engine.dialogue import CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt
 from engine.errors import ExportError
+from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
 from engine.gguf_export import (ModelBundle, export_gguf, import_gguf, modelfile_text,
                                 tensor_shapes)
 from engine.textio import read_text
@@ -176,6 +177,22 @@ def test_q8_0_row_length_error_names_tensor(tok, tmp_path):
         export_gguf(b, tmp_path / "m.gguf", "q8_0")
     assert not list(tmp_path.iterdir())                     # nothing written, no temp files
     export_gguf(b, tmp_path / "m.gguf", "f16")              # f16 has no such limit
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(d_model=80, n_head=4), dict(ffn_dim=100),
+                                 dict(d_model=96, n_head=3, tie_embeddings=False)])
+def test_q8_0_rule_and_size_estimate_are_the_writers(tok, tmp_path, cfg):
+    """engine.export_types (what the CLI and the export dialog offer and show) says Q8_0 fits
+    exactly when the writer accepts it, and its size is the file's within the keys' slack."""
+    b = make_bundle(tok, **cfg)
+    for dtype in DTYPE_NAMES:
+        if dtype == "q8_0" and not q8_0_fits(b.config):
+            with pytest.raises(ExportError, match="cannot be stored as Q8_0"):
+                export_gguf(b, tmp_path / f"{dtype}.gguf", dtype)
+            continue
+        size = export_gguf(b, tmp_path / f"{dtype}.gguf", dtype, modelfile=None).size_bytes
+        assert abs(estimated_bytes(b.config, dtype) - size) < 0.01 * size + 2048, dtype
+    assert q8_0_fits(b.config) == (b.config.d_model % 32 == 0 and b.config.hidden_dim % 32 == 0)
 
 
 def test_existing_file_needs_force(bundle, tmp_path):

@@ -202,7 +202,7 @@ def save(folder: Path, out: Path, model, opt, studio: dict) -> None:
     os.replace(tmp, out)
 
 
-def main(argv=None) -> int:
+def _parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--folder", default=str(HERE), help="the scale-out folder (this one)")
     ap.add_argument("--out", required=True, help="folder to write the continued model to")
@@ -212,81 +212,112 @@ def main(argv=None) -> int:
     ap.add_argument("--save-every", type=int, default=0, help="also save every N steps")
     ap.add_argument("--evaluate", action="store_true",
                     help="print the validation keys of the model as it is, train nothing")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+class Job:
+    """One process's share of the run: its rank, device, model (DDP-wrapped when distributed),
+    optimizer, data and schedule."""
+
+    def __init__(self, folder: Path, studio: dict, tc: dict):
+        self.distributed = "RANK" in os.environ
+        if self.distributed:
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        self.rank, self.world = ((dist.get_rank(), dist.get_world_size()) if self.distributed
+                                 else (0, 1))
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        self.device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = False   # fp32, as the engine trains
+        torch.manual_seed(tc["seed"])
+        self.tc = tc
+        self.model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(self.device)
+        self.data = Data(folder, studio["model_config"]["context_length"])
+        self.sched = Schedule(tc, self.data.tune_ids is not None)
+        self.opt = make_optimizer(self.model, tc, folder, self.device)
+        self.ddp = self.model
+        if self.distributed:
+            self.ddp = DDP(self.model, device_ids=[local] if self.device.type == "cuda" else None)
+        self.B = tc["batch_size"]
+        self.per_rank = -(-self.B // self.world)
+
+    def train_step(self, step: int, t0: float) -> dict:
+        """One optimizer step at global `step`; its metrics record (the studio's keys)."""
+        tc, sched = self.tc, self.sched
+        stage, lr = sched.stage(step), sched.lr(step)
+        rng = np.random.default_rng([tc["seed"], step, self.rank])
+        x, y = (torch.from_numpy(a).to(self.device)
+                for a in self.data.batch(rng, stage, self.per_rank, tc["replay_fraction"]))
+        t1 = time.perf_counter()
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        loss = loss_fn(self.ddp, x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = tc["grad_clip"] or float("inf")
+        gnorm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), clip))
+        self.opt.step()
+        loss = loss.detach()
+        if self.distributed:   # the mean over processes (gloo has no AVG)
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            loss /= self.world
+        tokens = self.per_rank * self.world * self.data.T
+        return {"step": step + 1, "total_steps": sched.total, "stage": stage,
+                "loss": float(loss), "grad_norm": gnorm, "lr": lr,
+                "elapsed_s": time.perf_counter() - t0,
+                "tokens_per_s": tokens / max(time.perf_counter() - t1, 1e-9)}
+
+    def leave(self, wait: bool) -> None:
+        """End the process group; wait: first let rank 0 finish its save."""
+        if self.distributed:
+            if wait:
+                dist.barrier()
+            dist.destroy_process_group()
+
+
+def _train(job: Job, args, folder: Path, out: Path, studio: dict) -> None:
+    tc, sched = job.tc, job.sched
+    step = start = int(studio["step"])
+    end = sched.total if not args.max_steps else min(sched.total, step + args.max_steps)
+    metrics, t0 = [], time.perf_counter()
+    if job.rank == 0:
+        print(f"continuing at step {step} of {sched.total} on {job.world} x {job.device.type}, "
+              f"global batch {job.per_rank * job.world}", flush=True)
+    while step < end:
+        stage = sched.stage(step)
+        m = job.train_step(step, t0)
+        step += 1
+        if job.rank != 0:
+            continue
+        if step % tc["eval_interval"] == 0 or step == end or sched.stage(step) != stage:
+            m.update(evaluate(job.model, job.data, stage, job.B, job.device))
+        metrics.append(m)
+        print(json.dumps(m), flush=True)
+        if args.save_every and step % args.save_every == 0:
+            _save(folder, out, job.model, job.opt, studio, tc, step, metrics)
+    if job.rank == 0:
+        _save(folder, out, job.model, job.opt, studio, tc, step, metrics)
+        print(f"wrote {out} at step {step} ({step - start} steps here)", flush=True)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
     folder, out = Path(args.folder).resolve(), Path(args.out).resolve()
     studio = json.loads((folder / "studio.json").read_text())
     tc = dict(studio["train_config"])
     for key, value in (("pretrain_steps", args.pretrain_steps), ("tune_steps", args.tune_steps)):
         if value is not None:
             tc[key] = value
-    distributed = "RANK" in os.environ
-    if distributed:
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = False   # fp32, as the engine trains
-    torch.manual_seed(tc["seed"])
-
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
-    data = Data(folder, studio["model_config"]["context_length"])
-    sched = Schedule(tc, data.tune_ids is not None)
-    opt = make_optimizer(model, tc, folder, device)
-    ddp = DDP(model, device_ids=[local] if device.type == "cuda" else None) if distributed else model
-    B = tc["batch_size"]
-    per_rank = -(-B // world)
+    job = Job(folder, studio, tc)
     if args.evaluate:
-        if rank == 0:
-            print(json.dumps(evaluate(model, data, sched.stage(max(studio["step"] - 1, 0)), B,
-                                      device)), flush=True)
-        if distributed:
-            dist.destroy_process_group()
+        if job.rank == 0:
+            stage = job.sched.stage(max(studio["step"] - 1, 0))
+            print(json.dumps(evaluate(job.model, job.data, stage, job.B, job.device)), flush=True)
+        job.leave(wait=False)
         return 0
-    step = start = int(studio["step"])
-    end = sched.total if not args.max_steps else min(sched.total, step + args.max_steps)
-    metrics, t0 = [], time.perf_counter()
-    if rank == 0:
-        print(f"continuing at step {step} of {sched.total} on {world} x {device.type}, "
-              f"global batch {per_rank * world}", flush=True)
-    while step < end:
-        stage, lr = sched.stage(step), sched.lr(step)
-        rng = np.random.default_rng([tc["seed"], step, rank])
-        x, y = (torch.from_numpy(a).to(device) for a in data.batch(rng, stage, per_rank,
-                                                                   tc["replay_fraction"]))
-        t1 = time.perf_counter()
-        for g in opt.param_groups:
-            g["lr"] = lr
-        loss = loss_fn(ddp, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = tc["grad_clip"] or float("inf")
-        gnorm = float(torch.nn.utils.clip_grad_norm_(ddp.parameters(), clip))
-        opt.step()
-        loss = loss.detach()
-        if distributed:   # the mean over processes (gloo has no AVG)
-            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
-            loss /= world
-        step += 1
-        m = {"step": step, "total_steps": sched.total, "stage": stage, "loss": float(loss),
-             "grad_norm": gnorm, "lr": lr, "elapsed_s": time.perf_counter() - t0,
-             "tokens_per_s": per_rank * world * data.T / max(time.perf_counter() - t1, 1e-9)}
-        if rank == 0 and (step % tc["eval_interval"] == 0 or step == end
-                          or sched.stage(step) != stage):
-            m.update(evaluate(model, data, stage, B, device))
-        if rank == 0:
-            metrics.append(m)
-            print(json.dumps(m), flush=True)
-            if args.save_every and step % args.save_every == 0:
-                _save(folder, out, model, opt, studio, tc, step, metrics)
-    if rank == 0:
-        _save(folder, out, model, opt, studio, tc, step, metrics)
-        print(f"wrote {out} at step {step} ({step - start} steps here)", flush=True)
-    if distributed:
-        dist.barrier()   # the others wait for rank 0's save, then all leave together
-        dist.destroy_process_group()
+    _train(job, args, folder, out, studio)
+    job.leave(wait=True)   # the others wait for rank 0's save, then all leave together
     return 0
 
 

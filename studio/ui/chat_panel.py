@@ -11,6 +11,8 @@ from PySide6.QtGui import QColor, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
+from engine.config import MAX_NEW_TOKENS, SamplingParams
+
 USER_COLOUR, MODEL_COLOUR, NOTE_COLOUR = "#1f5fa8", "#2d7a3a", "#7a7a7a"
 
 
@@ -44,11 +46,13 @@ class ChatPanel(QWidget):
         self.clear_button.setToolTip("Start a new conversation")
         self.clear_button.clicked.connect(self.clear)
 
-        self.temperature = self._dspin("temperatureSpin", 0.0, 2.0, 0.05, 0.8,
+        sp = SamplingParams()  # the engine's defaults
+        self.temperature = self._dspin("temperatureSpin", 0.0, 2.0, 0.05, sp.temperature,
                                        "0 = always the most likely token")
-        self.top_k = self._ispin("topKSpin", 0, 100_000, 40, "0 = no top-k limit")
-        self.top_p = self._dspin("topPSpin", 0.05, 1.0, 0.05, 0.95, "Nucleus sampling mass")
-        self.max_tokens = self._ispin("maxTokensSpin", 1, 4096, 64, "Longest answer in tokens")
+        self.top_k = self._ispin("topKSpin", 0, 100_000, sp.top_k, "0 = no top-k limit")
+        self.top_p = self._dspin("topPSpin", 0.05, 1.0, 0.05, sp.top_p, "Nucleus sampling mass")
+        self.max_tokens = self._ispin("maxTokensSpin", 1, 4096, MAX_NEW_TOKENS,
+                                      "Longest answer in tokens")
         knobs = QGridLayout()
         knobs.setHorizontalSpacing(6)
         for i, (label, w) in enumerate((("Temperature", self.temperature), ("Top-k", self.top_k),

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLab
                                QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout)
 
 from engine.errors import DataError, StudioError
+from engine.textio import bundled_corpus
 from studio.ui.widgets import ElidedLabel
 
 PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
@@ -20,8 +21,8 @@ TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
 
 
 def bundled_path(name: str) -> Path:
-    import resources
-    return Path(resources.__file__).parent / name
+    """resources/NAME through engine.textio.bundled_corpus ("pretrain.txt" or "tune.txt")."""
+    return bundled_corpus(Path(name).stem)
 
 
 def looks_like_dialogue(path: Path, text: str) -> bool:

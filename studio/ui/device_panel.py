@@ -3,8 +3,6 @@ and a message saying how to get one when there is none."""
 
 from __future__ import annotations
 
-import os
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
 
@@ -16,27 +14,10 @@ def _no_device_help() -> str:
     return f"No OpenCL device was found. {NO_DEVICE_HINT}"
 
 
-SIMULATORS = ("oclgrind",)  # checkers that run kernels ~1000x slower: never the default
-
-
-def is_simulator(d) -> bool:
-    return any(s in f"{d.platform} {d.name}".lower() for s in SIMULATORS)
-
-
 def describe_device(d) -> str:
     gib = d.global_mem_bytes / 2**30
-    slow = " (simulator, very slow)" if is_simulator(d) else ""
+    slow = " (simulator, very slow)" if d.is_simulator else ""
     return f"{d.name} · {d.type} · {gib:.1f} GiB{slow}"
-
-
-def default_device(devices, chosen):
-    """The engine's default (first GPU, else CPU), unless that is a simulator such as Oclgrind,
-    which reports itself as a GPU: then the first real GPU, else the first real CPU."""
-    if chosen is None or not is_simulator(chosen):
-        return chosen
-    real = [d for d in devices if not is_simulator(d)]
-    gpus = [d for d in real if d.type == "GPU"]
-    return (gpus or [d for d in real if d.type == "CPU"] or real or [chosen])[0]
 
 
 class DevicePanel(QGroupBox):
@@ -86,9 +67,7 @@ class DevicePanel(QGroupBox):
         else:
             self.combo.setEnabled(True)
             try:
-                chosen = select_device(preferred)
-                if preferred is None and not os.environ.get("LLM_STUDIO_DEVICE"):
-                    chosen = default_device(self.devices, chosen)
+                chosen = select_device(preferred)  # the engine's default (never a simulator)
                 self.combo.setCurrentIndex(max(self.combo.findData(chosen.index), 0))
                 self.error = ""
             except StudioError as e:

@@ -8,12 +8,14 @@ from pathlib import Path
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton)
 
-from studio.ui.settings_panel import export_bytes, human_bytes
+from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
+from studio.ui.settings_panel import human_bytes
 
 FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
            ("hf", "Hugging Face folder: transformers, PyTorch, torchrun")]
-DTYPES = [("f32", "F32: exact, largest"), ("f16", "F16: half the size, tiny rounding"),
-          ("q8_0", "Q8_0: about a quarter, 8-bit blocks of 32")]
+# what each of the engine's export types (engine.export_types.DTYPE_NAMES) means to a person
+DTYPE_TEXT = {"f32": "F32: exact, largest", "f16": "F16: half the size, tiny rounding",
+              "q8_0": "Q8_0: about a quarter, 8-bit blocks of 32"}
 
 
 class ExportDialog(QDialog):
@@ -30,11 +32,10 @@ class ExportDialog(QDialog):
         row.addWidget(browse)
         self.dtype_combo = QComboBox()
         self.dtype_combo.setObjectName("exportDtypeCombo")
-        q8_ok = all(n % 32 == 0 for n in (model_config.d_model, model_config.hidden_dim))
-        for key, text in DTYPES:
-            size = human_bytes(export_bytes(model_config, key))
-            self.dtype_combo.addItem(f"{text} (≈ {size})", key)
-            if key == "q8_0" and not q8_ok:
+        for key in DTYPE_NAMES:
+            size = human_bytes(estimated_bytes(model_config, key))
+            self.dtype_combo.addItem(f"{DTYPE_TEXT[key]} (≈ {size})", key)
+            if key == "q8_0" and not q8_0_fits(model_config):
                 item = self.dtype_combo.model().item(self.dtype_combo.count() - 1)
                 item.setEnabled(False)
                 item.setToolTip("Q8_0 needs d_model and the feed-forward width to be "

@@ -12,12 +12,14 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
                                QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
                                QVBoxLayout, QWidget)
 
-from engine.config import ModelConfig, TrainConfig
+from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
 from engine.errors import ConfigError
+from engine.export_types import estimated_bytes
 from engine.memory import training_bytes
 from engine.presets import PRESETS
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
+TOKENIZER_TEXT = {"bpe": "BPE (SentencePiece)", "char": "Characters"}  # engine's TOKENIZER_KINDS
 MODEL_FIELDS = [
     ("dModelSpin", "d_model", "Embedding size (d_model)", 8, 4096, 16,
      "Width of every token vector. Must be divisible by the number of heads."),
@@ -85,14 +87,6 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-def export_bytes(cfg: ModelConfig, dtype: str = "f32") -> int:
-    """GGUF size: tensors plus the tokenizer (~16 B per piece for text, score and type)."""
-    p = cfg.param_count()
-    norms = (2 * cfg.n_layer + 1) * cfg.d_model  # 1-D tensors stay f32
-    per = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}[dtype]
-    return int(4 * norms + per * (p - norms) + 16 * cfg.vocab_size + 4096)
-
-
 class SettingsPanel(QWidget):
     changed = Signal()
     validityChanged = Signal(bool)
@@ -111,8 +105,9 @@ class SettingsPanel(QWidget):
                       getattr(defaults_m, field))
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
-        self.tokenizer_combo.addItem("BPE (SentencePiece)", "bpe")
-        self.tokenizer_combo.addItem("Characters", "char")
+        for kind in TOKENIZER_KINDS:
+            self.tokenizer_combo.addItem(TOKENIZER_TEXT[kind], kind)
+        self.tokenizer_combo.setCurrentIndex(TOKENIZER_KINDS.index(DEFAULT_TOKENIZER))
         self.tokenizer_combo.setToolTip("BPE learns sub-word pieces from your text (byte "
                                         "fallback: any text encodes). Characters: one token "
                                         "per character.")
@@ -123,7 +118,7 @@ class SettingsPanel(QWidget):
         mform.addRow("Tokenizer", self.tokenizer_combo)
         self.tie_check = QCheckBox("Tie output to embedding")
         self.tie_check.setObjectName("tieEmbeddingsCheck")
-        self.tie_check.setChecked(True)
+        self.tie_check.setChecked(defaults_m.tie_embeddings)
         self.tie_check.setToolTip("Use the embedding matrix as the output layer too (fewer "
                                   "parameters)")
         self.tie_check.toggled.connect(self._on_change)
@@ -347,8 +342,8 @@ class SettingsPanel(QWidget):
             self.estimate_label.setText(
                 f"<b>{human_count(cfg.param_count())}</b> parameters · "
                 f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
-                f"GGUF ≈ {human_bytes(export_bytes(cfg, 'f32'))} (f32), "
-                f"{human_bytes(export_bytes(cfg, 'f16'))} (f16)")
+                f"GGUF ≈ {human_bytes(estimated_bytes(cfg, 'f32'))} (f32), "
+                f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
         note = tcfg.warmup_note() if tcfg is not None else None
@@ -402,9 +397,10 @@ class SettingsPanel(QWidget):
                 spin.setValue(float(v) if isinstance(spin, QDoubleSpinBox) else int(float(v)))
             except (TypeError, ValueError):
                 pass  # a corrupt value keeps the default
-        i = self.tokenizer_combo.findData(s.value("settings/tokenizer", "bpe"))
+        i = self.tokenizer_combo.findData(s.value("settings/tokenizer", DEFAULT_TOKENIZER))
         self.tokenizer_combo.setCurrentIndex(max(i, 0))
-        self.tie_check.setChecked(str(s.value("settings/tie", True)).lower() in ("true", "1"))
+        tie = s.value("settings/tie", ModelConfig().tie_embeddings)
+        self.tie_check.setChecked(str(tie).lower() in ("true", "1"))
         name = s.value("settings/preset", "")
         if name in PRESETS:  # its values without a field here come back with it
             self._preset_extra = {k: v for k, v in PRESETS[name].train.items()

@@ -1,0 +1,141 @@
+"""Each fact lives once (issue 16): tensor names and shapes come from engine.params.ParamTable
+alone; a second hand-written copy anywhere in the tree fails here."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tests.reference as ref
+from engine.config import ModelConfig
+from engine.gguf_export import tensor_shapes
+from engine.params import ParamTable, tensors_per_layer
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("engine", "studio", "benchmarks")
+
+
+def files_matching(pattern: str, dirs=PRODUCT + ("tests",)) -> list[str]:
+    """Python files under dirs (this file excepted) whose text matches the regex."""
+    rx = re.compile(pattern)
+    return sorted(str(p.relative_to(ROOT)) for d in dirs for p in (ROOT / d).rglob("*.py")
+                  if p.name != Path(__file__).name and rx.search(p.read_text(encoding="utf-8")))
+
+
+# (what the rule is, a regex that spells it out, the files allowed to). engine/hf/train_ddp.py
+# is self-contained on purpose (it runs without the engine); tests/test_hf.py compares it.
+RULES = [
+    ("simulator never the default device", r'(?i)"oclgrind"', ["engine/device.py"]),
+    ("device environment variable", r'"LLM_STUDIO_DEVICE"', ["engine/device.py"]),
+    ("total steps of a run", r"pretrain_steps\S*\)? \+ \(?\S*tune_steps",
+     ["engine/config.py", "engine/hf/train_ddp.py"]),
+    ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/export_types.py", "engine/gguf_export.py"]),
+    ("export size per type", r"34 / 32", []),
+    ("model and training defaults", r"steps=600|tune_steps=200|seed=1337", []),
+    ("the metrics.jsonl writer", r"json\.dumps\(m\.to_dict\(\)\)", ["studio/run_folder.py"]),
+    ("bundled corpus path", r'resources\.__file__|"resources"', ["engine/textio.py"]),
+    ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["engine/config.py"]),
+]
+
+
+@pytest.mark.parametrize("rule,pattern,homes", RULES, ids=[r[0] for r in RULES])
+def test_rule_is_written_once(rule, pattern, homes):
+    assert files_matching(pattern, PRODUCT) == homes
+
+
+def test_tensor_list_is_written_only_in_the_param_table():
+    # a per-layer list of tensor names with shapes, or the parameter-count formula
+    assert files_matching(r'"attn_q", "attn_k", "attn_v"') == ["engine/params.py"]
+    assert files_matching(r"4 \* d \* d \+ 3 \* d \* f") == []
+
+
+@pytest.mark.parametrize("cfg", [ModelConfig(), ModelConfig(n_layer=1, d_model=20, n_head=5,
+                                                           ffn_dim=7, tie_embeddings=False)])
+def test_every_use_of_the_tensor_list_agrees(cfg):
+    table = ParamTable(cfg)
+    assert tensor_shapes(cfg) == table.shapes()
+    assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
+    assert cfg.param_count() == sum(e.size for e in table.entries.values())
+    assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer()
+
+
+def subcommand_actions(name: str) -> dict:
+    """dest -> argparse action of `llm-studio NAME`."""
+    from studio.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return {a.dest: a for a in sub.choices[name]._actions}
+
+
+def test_export_types_are_the_engines(qapp):
+    import gguf
+
+    from engine import export_types, gguf_export
+    from studio.ui.export_dialog import ExportDialog
+    assert tuple(gguf_export.DTYPES) == export_types.DTYPE_NAMES
+    for name, (qtype, _) in gguf_export.DTYPES.items():
+        assert export_types.BLOCKS[name] == gguf.GGML_QUANT_SIZES[qtype]
+    dtype = subcommand_actions("export")["dtype"]
+    assert tuple(dtype.choices) == export_types.DTYPE_NAMES
+    assert dtype.default == export_types.DEFAULT_DTYPE
+    for cfg in (ModelConfig(), ModelConfig(d_model=80, n_head=4)):
+        dialog = ExportDialog(cfg, Path("m.gguf"))
+        combo = dialog.dtype_combo
+        assert tuple(combo.itemData(i) for i in range(combo.count())) == export_types.DTYPE_NAMES
+        q8 = combo.model().item(export_types.DTYPE_NAMES.index("q8_0"))
+        assert q8.isEnabled() == export_types.q8_0_fits(cfg)
+
+
+def test_sampling_defaults_are_the_engines(qapp):
+    """`llm-studio sample|chat` options, the chat panel's knobs and TrainingSession.generate /
+    chat all start from engine.config.SamplingParams and MAX_NEW_TOKENS."""
+    import inspect
+
+    from engine.config import MAX_NEW_TOKENS, SamplingParams
+    from engine.session import TrainingSession
+    from studio.ui.chat_panel import ChatPanel
+    sp = SamplingParams()
+    want = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+            "max_new_tokens": MAX_NEW_TOKENS}
+    for command in ("sample", "chat"):
+        acts = subcommand_actions(command)
+        assert {"temperature": acts["temperature"].default, "top_k": acts["top_k"].default,
+                "top_p": acts["top_p"].default, "max_new_tokens": acts["max_tokens"].default,
+                } == want
+        assert acts["repeat_penalty"].default == sp.repetition_penalty
+    assert ChatPanel().knobs() == want
+    for method in (TrainingSession.generate, TrainingSession.chat):
+        params = inspect.signature(method).parameters
+        assert {k: params[k].default for k in want} == want
+        assert params["repetition_penalty"].default == sp.repetition_penalty
+
+
+def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
+    """`llm-studio train` without options, the studio's settings column and a preset over the
+    defaults all start from engine.config.ModelConfig() and TrainConfig()."""
+    from engine.config import DEFAULT_TOKENIZER, TrainConfig
+    from engine.presets import PRESETS
+    from studio.cli import _configs, build_parser
+    from studio.ui.settings_panel import SettingsPanel
+    args = build_parser().parse_args(["train", "--out", str(tmp_path)])
+    assert _configs(args) == (ModelConfig(), TrainConfig())
+    assert args.tokenizer == DEFAULT_TOKENIZER
+    panel = SettingsPanel()
+    assert panel.model_config() == ModelConfig()
+    assert panel.train_config() == TrainConfig()
+    assert panel.tokenizer_kind() == DEFAULT_TOKENIZER
+    from engine.config import CHECKPOINT_EVERY
+    from studio.ui.autosave_box import AutosaveBox
+    assert args.checkpoint_every == CHECKPOINT_EVERY == AutosaveBox().every_spin.value()
+    for name, preset in PRESETS.items():
+        args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
+        assert _configs(args) == preset.configs()
+
+
+def test_bundled_corpus_is_one_path(qapp):
+    from engine.textio import BUNDLED, bundled_corpus
+    from studio.cli import _bundled
+    from studio.ui.data_panel import bundled_path
+    for which, name in BUNDLED.items():
+        path = bundled_corpus(which)
+        assert path.is_file() and path.name == name
+        assert _bundled(name) == bundled_path(name) == path
