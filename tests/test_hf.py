@@ -241,7 +241,7 @@ def test_scale_out_continues_under_torchrun_and_comes_back(trained, rt, tmp_path
     run = tmp_path / "run"
     assert main(["import", str(tmp_path / "continued"), str(run)]) == 0
     assert main(["export", str(run), str(tmp_path / "m.gguf")]) == 0
-    assert main(["train", "--out", str(run), "--resume", "--tune-steps",
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps",
                  str(s.train_config.tune_steps + 12), "--quiet"]) == 0
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["step"] == s.step + 12

@@ -57,7 +57,7 @@ def _killed_run(out, env, rng, span, kills_left):
     kills, steps = 0, []
     ck = checkpoint.checkpoint_path(out)
     while True:
-        resume = ["--resume"] if ck.exists() else []  # killed before its first save: restart
+        resume = ["--continue"] if ck.exists() else []  # killed before its first save: restart
         cmd = _train_cmd(out, "--checkpoint-every", "1", *resume)
         if kills == kills_left:
             subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=600)
@@ -242,7 +242,7 @@ def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp
         raise cl.MemoryError("clEnqueueNDRangeKernel", cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
                              "out of memory")
     monkeypatch.setattr(session.model, "train_step", out_of_memory)
-    session.extend(tune_steps=session.train_config.tune_steps + session.step + 5)
+    session.continue_training(tune_steps=session.train_config.tune_steps + session.step + 5)
     with pytest.raises(DeviceError, match="device failed") as err:
         next(session.train())
     assert "smaller batch size" in err.value.hint
