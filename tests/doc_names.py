@@ -128,27 +128,34 @@ def _literal(text: str):
         return False, None
 
 
-def check_signature(name: str, obj, arg_text: str) -> list[str]:
-    """Problems of the documented argument list `arg_text` against obj's signature."""
+def _params(obj) -> list | None:
+    """obj's parameters without self/cls, or None when it has no signature to check."""
     if isinstance(obj, _InstanceAttr):
-        return []
+        return None
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
-        return []
-    params = [p for p in sig.parameters.values() if p.name not in ("self", "cls")]
-    pos = {p.name: i for i, p in enumerate(params)}
-    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    args = _split_args(arg_text)
-    is_signature = any(re.fullmatch(r"\w+(\s*:.*)?", a) for a in args)
-    example = any(a.startswith("...") or not re.match(r"[A-Za-z_]\w*\s*(?:[:=]|$)", a)
-                  for a in args)
-    problems, seen = [], []
+        return None
+    return [p for p in sig.parameters.values() if p.name not in ("self", "cls")]
+
+
+def _documented(args: list[str]) -> list[tuple[str, str | None]]:
+    """(name, default text or None) of each argument written as `name`, `name: type` or
+    `name=default`; literals and `...` are skipped."""
+    out = []
     for a in args:
         m = re.match(r"([A-Za-z_]\w*)\s*(?::[^=]*)?(?:=\s*(.+))?$", a)
-        if not m:
-            continue
-        arg, default = m.group(1), m.group(2)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def _argument_problems(name, params, documented, is_signature) -> tuple[list[str], list[int]]:
+    """Unknown arguments and other defaults; returns them and the code positions seen."""
+    pos = {p.name: i for i, p in enumerate(params)}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    problems, seen = [], []
+    for arg, default in documented:
         if arg not in pos:
             if not var_kw:
                 problems.append(f"{name}: no argument {arg!r} (has {', '.join(pos)})")
@@ -158,15 +165,30 @@ def check_signature(name: str, obj, arg_text: str) -> list[str]:
         if is_signature and ok and params[pos[arg]].default != value:
             problems.append(f"{name}: {arg} defaults to {params[pos[arg]].default!r}, "
                             f"not {value!r}")
+    return problems, seen
+
+
+def check_signature(name: str, obj, arg_text: str) -> list[str]:
+    """Problems of the documented argument list `arg_text` against obj's signature. A list of
+    bare names is a signature (every required argument must be there, defaults must match);
+    one with literals or `...` is an example (only the names it uses are checked)."""
+    params = _params(obj)
+    if params is None:
+        return []
+    args = _split_args(arg_text)
+    is_signature = any(re.fullmatch(r"\w+(\s*:.*)?", a) for a in args)
+    example = any(a.startswith("...") or not re.match(r"[A-Za-z_]\w*\s*(?:[:=]|$)", a)
+                  for a in args)
+    documented = _documented(args)
+    problems, seen = _argument_problems(name, params, documented, is_signature)
     if seen != sorted(seen):
         problems.append(f"{name}: arguments in another order than the code's "
                         f"({', '.join(p.name for p in params)})")
     if is_signature and not example:
-        required = [p.name for p in params if p.default is p.empty
-                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        named = {re.match(r"\w+", a).group(0) for a in args if re.match(r"\w+", a)}
-        problems += [f"{name}: required argument {r!r} not documented"
-                     for r in required if r not in named]
+        named = {arg for arg, _ in documented}
+        problems += [f"{name}: required argument {p.name!r} not documented" for p in params
+                     if p.default is p.empty and p.name not in named
+                     and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return problems
 
 
