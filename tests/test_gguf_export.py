@@ -47,16 +47,6 @@ STRINGS = [
 
 # ---------------------------------------------------------------- fixtures
 
-@pytest.fixture(scope="module")
-def texts():
-    return [read_text(RES / "pretrain.txt"), read_text(RES / "tune.txt", "tune dialogues")]
-
-
-@pytest.fixture(scope="module")
-def tok(texts):
-    return Tokenizer.train(texts, 512, "bpe")
-
-
 def make_bundle(tok, seed=0, std=0.08, **cfg):
     """Random float32 weights (std large enough for non-trivial logits) for a small model."""
     args = dict(vocab_size=tok.vocab_size, d_model=64, n_layer=2, n_head=4, context_length=64)
