@@ -5,9 +5,9 @@ The "gemm" path (Vaswani et al. 2017, written out): S = Q K^T / sqrt(head_dim) a
 batched strided products (bmm_* in kernels/matmul*.cl, the tuned GEMM tiles) around the causal
 row softmax (kernels/softmax.cl); backward dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd),
 dQ = dS K, dK = dS^T Q, dV = P^T dY. It keeps the probabilities P (B, H, T, T) per layer and one
-dP/dS scratch of the same size, so its memory grows with T^2; on an H200 it ran config L's
-attention in 6.8 ms of a 37.5 ms step where the fused kernels (register-bound) took about 2x the
-step. The "fused" path keeps memory linear in T (long contexts, CPUs).
+dP/dS scratch of the same size, so its memory grows with T^2; on an H200 it is several times
+faster than the register-bound fused kernels (benchmarks/RESULTS.md, tuning timings). The
+"fused" path keeps memory linear in T (long contexts, CPUs).
 
 Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or Runtime.attention_path, for tests)
 forces one; otherwise CPUs take "fused" (PoCL runs it fastest: one work-item per row) and GPUs
@@ -19,6 +19,8 @@ allocation, else "fused". engine/memory.py counts whichever is chosen.
 from __future__ import annotations
 
 import os
+from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +37,31 @@ PATHS = ("gemm", "fused")
 # the GEMMs; a 4 GB laptop GPU: 512 MB, so it switches to the fused kernels much earlier).
 GEMM_SHARE = 1 / 8
 _INT_MAX = 2**31 - 1  # the bmm kernels index a (b, h) slice with int strides
+
+
+class Causal(IntEnum):
+    """Which part of a batched product the causal mask leaves (kernels/common.h CAUSAL_*, same
+    values; tile-granular, so a kernel skips whole tiles)."""
+
+    NONE = 0        # a plain product
+    SKIP_ABOVE = 1  # S = Q K^T: output tiles wholly above the diagonal are skipped (masked)
+    K_UPTO_M = 2    # X = P V: sum only k <= m (P is zero above the diagonal)
+    K_FROM_M = 3    # X = P^T Y: sum only k >= m (rows of P^T are keys)
+
+
+class Strided(NamedTuple):
+    """Where one (batch b, head h) operand of a batched product lies in its buffer, in floats:
+    element (r, c) at off + b * batch + h * head + r * row + c * col."""
+
+    off: int
+    row: int
+    col: int
+    batch: int
+    head: int
+
+    def at_batch(self, b0: int) -> "Strided":
+        """The same layout starting at batch b0 (a launch over batches b0.. of a split)."""
+        return self._replace(off=self.off + b0 * self.batch)
 
 
 def probability_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool) -> int:
@@ -67,36 +94,37 @@ def path_for(rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool) -> 
     return choose(rt.info, cfg, B, T, with_grad, getattr(rt, "attention_path", None))
 
 
-def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a, b, c,
-         alpha: float = 1.0, beta: float = 0.0, causal: int = 0):
-    """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h, b < nb.
-    a, b = (offset, row stride, column stride, batch stride, head stride) in floats; c = the same
-    without the column stride (it is 1). causal: 0 none, 1 skip tiles above the diagonal,
-    2 only k <= m, 3 only k >= m (kernels/matmul_tiled.cl, bmm_tiled). Batches go in chunks of
+def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strided,
+         b: Strided, c: Strided, alpha: float = 1.0, beta: float = 0.0,
+         causal: Causal = Causal.NONE):
+    """C[z] (M, N) = alpha * A[z] (M, K) @ B[z] (K, N) + beta * C[z] for z = b * H + h, b < nb,
+    each operand where its Strided says (C's column stride must be 1). Batches go in chunks of
     at most rt.max_launch_flops (display GPUs), by moving the offsets."""
+    if c.col != 1:
+        raise ValueError("the batched products write rows of C contiguous (col stride 1)")
     per_batch = 2.0 * M * N * K * H
     cap = rt.max_launch_flops
     step = nb if cap is None else max(1, min(nb, int(cap // max(per_batch, 1.0))))
     for b0 in range(0, nb, step):
         n = min(step, nb - b0)
-        sa = (a[0] + b0 * a[3],) + tuple(a[1:])
-        sb = (b[0] + b0 * b[3],) + tuple(b[1:])
-        sc = (c[0] + b0 * c[2],) + tuple(c[1:])
-        _bmm_launch(rt, C, A, B, M, N, K, H, n * H, sa, sb, sc, alpha, beta, causal)
+        _bmm_launch(rt, C, A, B, M, N, K, H, n * H, a.at_batch(b0), b.at_batch(b0),
+                    c.at_batch(b0), alpha, beta, causal)
 
 
-def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a, b, c, alpha, beta, causal):
+def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a: Strided, b: Strided, c: Strided, alpha, beta,
+                causal: Causal):
+    cs = (c.off, c.row, c.batch, c.head)  # the kernels take no column stride for C
     if rt.gemm in ("blocked", "vector"):
-        if b[2] != 1:
+        if b.col != 1:
             raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
         # CPUs take the fused kernels unless forced here; the scalar batched kernel serves both
-        tm, tn, name = 6, 16, "bmm_blocked"
+        tm, tn, name = 6, 16, "bmm_blocked"  # = MM_TM, MM_TN of kernels/matmul.cl
         grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
         rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
-                        b[0], b[1], b[3], b[4], *c, alpha, beta, causal)
+                        b.off, b.row, b.batch, b.head, *cs, alpha, beta, int(causal))
     else:
         rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
-                        C, A, B, M, N, K, H, *a, *b, *c, alpha, beta, causal,
+                        C, A, B, M, N, K, H, *a, *b, *cs, alpha, beta, int(causal),
                         *rt.gemm_tiles(64))
 
 
@@ -108,7 +136,7 @@ def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: in
     grid = _round((-(-hd // 4), -(-T // 4), B * H), (4, 4, 1))
     rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, H, part * C, C3,
                     T * C3, hd)
-    return out, (0, T, 1, H * hd * T, hd * T)
+    return out, Strided(0, T, 1, H * hd * T, hd * T)
 
 
 def _keys(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
@@ -116,20 +144,21 @@ def _keys(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
     read in place with strides on GPUs, copied out for the CPU kernels (contiguous rows)."""
     if rt.gemm in ("blocked", "vector"):
         return _heads_transposed(rt, qkv, part, B, T, C, H)
-    return qkv, (part * C, 1, 3 * C, T * 3 * C, C // H)
+    return qkv, Strided(part * C, 1, 3 * C, T * 3 * C, C // H)
 
 
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
     """Causal attention: y (B*T, C) and the probabilities att (B, H, T, T), query-major, zero
     above the diagonal, from qkv (B*T, 3C) (layouts as engine/attention.py)."""
     hd, C3 = C // H, 3 * C
-    q = (0, C3, 1, T * C3, hd)
-    p = (0, T, H * T * T, T * T)  # P as an output: (T_query, T_key) rows
+    q, v = (Strided(part * C, C3, 1, T * C3, hd) for part in (0, 2))  # inside qkv
+    p = Strided(0, T, 1, H * T * T, T * T)  # P: (T_query, T_key) per (b, h)
     kt, kt_s = _keys(rt, qkv, 1, B, T, C, H)
-    _bmm(rt, att, qkv, kt, T, T, hd, H, B, q, kt_s, p, 1.0 / np.sqrt(hd), causal=1)
+    _bmm(rt, att, qkv, kt, T, T, hd, H, B, q, kt_s, p, 1.0 / np.sqrt(hd),
+         causal=Causal.SKIP_ABOVE)
     _rows_launch(rt, "attention_softmax", B * H * T, att, B * H * T, T, 1.0)
-    _bmm(rt, y, att, qkv, T, hd, T, H, B, (0, T, 1, H * T * T, T * T),
-         (2 * C, C3, 1, T * C3, hd), (0, C, T * C, hd), causal=2)
+    _bmm(rt, y, att, qkv, T, hd, T, H, B, p, v, Strided(0, C, 1, T * C, hd),
+         causal=Causal.K_UPTO_M)
 
 
 def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, y, att, B: int, T: int, C: int,
@@ -138,14 +167,15 @@ def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, y, att, B: int, T: int,
     datt (B, H, T, T) is scratch. y is unused (the fused path's signature)."""
     del y
     hd, C3 = C // H, 3 * C
-    g = (0, C, 1, T * C, hd)                   # dy of head h: (T, hd)
-    p = (0, T, 1, H * T * T, T * T)            # P or dS: (T_query, T_key)
-    pt = (0, 1, T, H * T * T, T * T)           # their transpose
+    g = Strided(0, C, 1, T * C, hd)            # dy of head h: (T, hd)
+    p = Strided(0, T, 1, H * T * T, T * T)     # P or dS: (T_query, T_key)
+    pt = Strided(0, 1, T, H * T * T, T * T)    # their transpose
+    q, k, dq, dk, dv = (Strided(part * C, C3, 1, T * C3, hd)  # inside qkv and dqkv
+                        for part in (0, 1, 0, 1, 2))
     vt, vt_s = _keys(rt, qkv, 2, B, T, C, H)
-    _bmm(rt, datt, dy, vt, T, T, hd, H, B, g, vt_s, p[:2] + p[3:], causal=1)
+    _bmm(rt, datt, dy, vt, T, T, hd, H, B, g, vt_s, p, causal=Causal.SKIP_ABOVE)
     _rows_launch(rt, "attention_softmax_backward", B * H * T, datt, att, B * H * T, T,
                  1.0 / np.sqrt(hd))
-    dq, dk, dv = ((part * C, C3, T * C3, hd) for part in range(3))  # inside dqkv
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, p, (C, C3, 1, T * C3, hd), dq, causal=2)
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, pt, (0, C3, 1, T * C3, hd), dk, causal=3)
-    _bmm(rt, dqkv, att, dy, T, hd, T, H, B, pt, g, dv, causal=3)
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, p, k, dq, causal=Causal.K_UPTO_M)
+    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, pt, q, dk, causal=Causal.K_FROM_M)
+    _bmm(rt, dqkv, att, dy, T, hd, T, H, B, pt, g, dv, causal=Causal.K_FROM_M)

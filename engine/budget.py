@@ -1,7 +1,7 @@
 """A time budget for training: how many steps fit in the seconds left, re-planned every step.
 
 TrainConfig.time_budget_s > 0 makes TrainingSession.train() end when elapsed_s (wall seconds
-of train(), carried across resume) reaches the budget, with the cosine schedule ending there
+of train(), carried into a continued run) reaches the budget, with the cosine schedule ending there
 too: after every step the step count is re-planned from what was measured so far, so a machine
 that gets slower or faster mid-run is followed (the schedule shifts by a step or two, which
 moves the learning rate by a fraction of a percent).

@@ -3,8 +3,8 @@
 
 Content (numpy .npz, read with allow_pickle=False so loading never executes code): the flat
 parameters and both AdamW moments (layout from engine.params.ParamTable of the stored config),
-the tokenizer's SentencePiece model bytes, the corpora (so a resume is exact even if the files
-moved), and a JSON header with the configs, step, AdamW step, RNG state and data summary.
+the tokenizer's SentencePiece model bytes, the corpora (so continuing is exact even if the
+files moved), and a JSON header with the configs, step, AdamW step, RNG state and data summary.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
     target = checkpoint_path(path)
     if not np.all(np.isfinite(params)):
         raise CheckpointError("The weights contain NaN or Inf; the checkpoint was not written.",
-                              "Lower the learning rate and resume from the last checkpoint.")
+                              "Lower the learning rate and continue from the last checkpoint.")
     header = dict(header, format=FORMAT)
     arrays = {
         "params": params, "adam_m": m, "adam_v": v,

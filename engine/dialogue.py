@@ -272,7 +272,7 @@ class TuneData:
     tokenizer: trained Tokenizer. text_or_dialogues: dialogue text (parsed with
     parse_dialogues) or already parsed list[list[Message]]. context_length: T. seed: seeds the
     generator `train_batch` uses when given no rng. chat_format: the rendering (CHAT_FORMAT for
-    a new run; a resumed run keeps the one it was tuned with).
+    a new run; a continued run keeps the one it was tuned with).
     Attributes: dialogues, encoded (list of (ids, loss_mask)), n_truncated (dialogues longer
     than T+1 tokens, cut at T+1). Raises DataError (via parse_dialogues) for malformed text, or
     when truncation leaves no assistant token to learn in any dialogue; ConfigError for

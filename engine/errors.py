@@ -36,12 +36,13 @@ class CheckpointError(StudioError):
 
 
 class ExportError(StudioError):
-    """A GGUF export that cannot be written, or a GGUF file that cannot be imported."""
+    """A GGUF or Hugging Face export that cannot be written (reading one back raises
+    ModelImportError)."""
 
 
 class ModelImportError(StudioError):
-    """A model folder or file from elsewhere (e.g. a Hugging Face folder) that the engine cannot
-    read or run."""
+    """A model file or folder to read (a GGUF, a Hugging Face folder) that the engine cannot
+    read or run: missing, damaged, foreign, or with features the engine lacks."""
 
 
 class TrainingDiverged(StudioError):

@@ -374,6 +374,6 @@ def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
 
 
 def import_gguf(path: str | os.PathLike) -> ModelBundle:
-    """Read a GGUF written by export_gguf; see engine.gguf_import.import_gguf (ExportError)."""
+    """Read a GGUF written by export_gguf; see engine.gguf_import.import_gguf (ModelImportError)."""
     from engine.gguf_import import import_gguf as _import_gguf   # gguf_import imports this module
     return _import_gguf(path)

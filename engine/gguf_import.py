@@ -2,7 +2,7 @@
 
 Reading goes through gguf-py's GGUFReader, after a bounded walk over the header (`_check_layout`)
 that checks every length against the file size. That walk turns a truncated, corrupted or
-foreign file into an ExportError with a plain message (GGUFReader alone may raise IndexError,
+foreign file into a ModelImportError with a plain message (GGUFReader alone may raise IndexError,
 loop over a bogus array length, or fail deep inside numpy). Nothing in the file is executed:
 metadata are plain values and the tokenizer is a SentencePiece ModelProto (protobuf data).
 
@@ -25,7 +25,7 @@ import gguf
 import numpy as np
 
 from engine.config import ModelConfig, swiglu_hidden_dim
-from engine.errors import ExportError, StudioError
+from engine.errors import ModelImportError, StudioError
 from engine.params import tensors_per_layer
 from engine.gguf_export import (ARCH, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
                                 tensor_shapes)
@@ -47,22 +47,23 @@ class _Broken(Exception):
 def import_gguf(path) -> ModelBundle:
     """Read a GGUF written by export_gguf: config, tokenizer, float32 weights, training metadata.
 
-    Raises ExportError (never another exception for a bad file): missing or empty file, not a
-    GGUF, truncated or corrupted, not architecture llama, hyperparameters the engine does not
+    Raises ModelImportError (never another exception for a bad file): missing or empty file,
+    not a GGUF, truncated or corrupted, not architecture llama, hyperparameters the engine does not
     support (grouped-query attention, partial RoPE), tensors missing, misshapen or of a type
     other than F32/F16/Q8_0, or no stored tokenizer (a GGUF not written by this app).
     """
     path = Path(path)
     if not path.is_file():
-        raise ExportError(f"{path} does not exist or is not a file.", "Choose a .gguf model file.")
+        raise ModelImportError(f"{path} does not exist or is not a file.",
+                               "Choose a .gguf model file.")
     size = path.stat().st_size
     if size == 0:
-        raise ExportError(f"{path.name} is empty (0 bytes).", _HINT_BROKEN)
+        raise ModelImportError(f"{path.name} is empty (0 bytes).", _HINT_BROKEN)
     try:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
-                raise ExportError(f"{path.name} is not a GGUF file (it does not start with "
-                                  "'GGUF').", _HINT_FOREIGN)
+                raise ModelImportError(f"{path.name} is not a GGUF file (it does not start with "
+                                       "'GGUF').", _HINT_FOREIGN)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 _check_layout(buf, size)
         reader = gguf.GGUFReader(path)
@@ -70,14 +71,14 @@ def import_gguf(path) -> ModelBundle:
         del reader                                     # drops the memmap; weights are copies
         return bundle
     except _Broken as e:
-        raise ExportError(f"{path.name} is {e}.", _HINT_BROKEN) from None
+        raise ModelImportError(f"{path.name} is {e}.", _HINT_BROKEN) from None
     except OSError as e:
-        raise ExportError(f"Cannot read {path}: {e.strerror or e}.",
-                          "Check the file's permissions.") from None
+        raise ModelImportError(f"Cannot read {path}: {e.strerror or e}.",
+                               "Check the file's permissions.") from None
     except (ValueError, KeyError, IndexError, TypeError, OverflowError, UnicodeDecodeError,
             MemoryError, struct.error, binascii.Error) as e:
-        raise ExportError(f"{path.name} is corrupted ({type(e).__name__}: {e}).",
-                          _HINT_BROKEN) from None
+        raise ModelImportError(f"{path.name} is corrupted ({type(e).__name__}: {e}).",
+                               _HINT_BROKEN) from None
 
 
 def _check_layout(buf, size: int) -> None:
@@ -150,31 +151,31 @@ def _check_layout(buf, size: int) -> None:
 
 
 def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
-    """Fields and tensors of an opened reader -> ModelBundle; raises ExportError."""
+    """Fields and tensors of an opened reader -> ModelBundle; raises ModelImportError."""
     fields = reader.fields
 
     def get(key: str, default: Any = None) -> Any:
         f = fields.get(key)
         if f is None:
             if default is None:
-                raise ExportError(f"{fname} has no {key} value.", _HINT_FOREIGN)
+                raise ModelImportError(f"{fname} has no {key} value.", _HINT_FOREIGN)
             return default
         return f.contents()
 
     arch = get("general.architecture")
     if arch != ARCH:
-        raise ExportError(f"{fname} is a {arch!r} model; this app reads only 'llama' models.",
-                          _HINT_FOREIGN)
+        raise ModelImportError(f"{fname} is a {arch!r} model; this app reads only 'llama' models.",
+                               _HINT_FOREIGN)
     tokens = get("tokenizer.ggml.tokens")
     a = f"{ARCH}."
     d, n_head = int(get(a + "embedding_length")), int(get(a + "attention.head_count"))
     if int(get(a + "attention.head_count_kv", n_head)) != n_head:
-        raise ExportError(f"{fname} uses grouped-query attention, which this app does not train.",
-                          _HINT_FOREIGN)
+        raise ModelImportError(f"{fname} uses grouped-query attention, which this app does not "
+                               "train.", _HINT_FOREIGN)
     ffn, n_layer = int(get(a + "feed_forward_length")), int(get(a + "block_count"))
     if tensors_per_layer() * n_layer > len(reader.tensors):  # before tables of n_layer blocks
-        raise ExportError(f"{fname} says it has {n_layer} blocks but holds only "
-                          f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
+        raise ModelImportError(f"{fname} says it has {n_layer} blocks but holds only "
+                               f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
     config = ModelConfig(
         vocab_size=int(get(a + "vocab_size", len(tokens))), d_model=d,
         n_layer=n_layer, n_head=n_head,
@@ -186,10 +187,10 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
     try:
         config.validate()
     except StudioError as e:
-        raise ExportError(f"{fname} has settings this app cannot use: {e}", e.hint) from None
+        raise ModelImportError(f"{fname} has settings this app cannot use: {e}", e.hint) from None
     if int(get(a + "rope.dimension_count", config.head_dim)) != config.head_dim:
-        raise ExportError(f"{fname} rotates only part of each head (partial RoPE), which this app "
-                          "does not train.", _HINT_FOREIGN)
+        raise ModelImportError(f"{fname} rotates only part of each head (partial RoPE), which "
+                               "this app does not train.", _HINT_FOREIGN)
     weights = _read_tensors(reader, config, fname)
     tokenizer = _read_tokenizer(fields, tokens, config, fname)
     return ModelBundle(config, tokenizer, weights, _read_metadata(fields))
@@ -202,21 +203,21 @@ def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
     found = {t.name: t for t in reader.tensors}
     for name in shapes:
         if name not in found:
-            raise ExportError(f"{fname} lacks the tensor {name}.", _HINT_BROKEN)
+            raise ModelImportError(f"{fname} lacks the tensor {name}.", _HINT_BROKEN)
     extra = sorted(set(found) - set(shapes))
     if extra:
-        raise ExportError(f"{fname} has a tensor this app does not know: {extra[0]}.",
-                          _HINT_FOREIGN)
+        raise ModelImportError(f"{fname} has a tensor this app does not know: {extra[0]}.",
+                               _HINT_FOREIGN)
     weights = {}
     for name, shape in shapes.items():
         t = found[name]
         got = tuple(int(x) for x in reversed(t.shape.tolist()))   # ggml ne is numpy shape reversed
         if got != shape:
-            raise ExportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
-                              _HINT_BROKEN)
+            raise ModelImportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
+                                   _HINT_BROKEN)
         if t.tensor_type not in _READABLE:
-            raise ExportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
-                              "which this app cannot read.", "Export as f32, f16 or q8_0.")
+            raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
+                                   "which this app cannot read.", "Export as f32, f16 or q8_0.")
         w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         weights[name] = np.array(w, dtype=np.float32).reshape(shape)
     return weights
@@ -227,16 +228,16 @@ def _read_tokenizer(fields, tokens: list[str], config: ModelConfig, fname: str):
     from engine.tokenizer import Tokenizer
     f = fields.get(TOKENIZER_KEY)
     if f is None:
-        raise ExportError(f"{fname} was not exported by this app: it has no stored tokenizer.",
-                          _HINT_FOREIGN)
+        raise ModelImportError(f"{fname} was not exported by this app: it has no stored tokenizer.",
+                               _HINT_FOREIGN)
     try:
         tokenizer = Tokenizer.from_bytes(base64.b64decode(f.contents(), validate=True))
     except (StudioError, ValueError, RuntimeError) as e:
-        raise ExportError(f"{fname}: the stored tokenizer is damaged ({e}).",
-                          _HINT_BROKEN) from None
+        raise ModelImportError(f"{fname}: the stored tokenizer is damaged ({e}).",
+                               _HINT_BROKEN) from None
     if tokenizer.vocab_size != config.vocab_size or list(tokenizer.pieces()) != list(tokens):
-        raise ExportError(f"{fname}: the stored tokenizer does not match tokenizer.ggml.tokens.",
-                          _HINT_BROKEN)
+        raise ModelImportError(f"{fname}: the stored tokenizer does not match "
+                               "tokenizer.ggml.tokens.", _HINT_BROKEN)
     return tokenizer
 
 

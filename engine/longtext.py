@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.progress import Monitor
 
-ENCODE_CHUNK_CHARS = 65_536   # encode this much between two cancellation checks (~50 ms)
+ENCODE_CHUNK_CHARS = 65_536   # encode this much between two cancellation checks (a stop is felt)
 SEARCH_CHARS = 4_096          # how far past the target length to look for a safe cut
 _CUT = re.compile(r"(?<=[^ ]) |(?<=\n)")
 

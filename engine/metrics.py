@@ -46,7 +46,7 @@ def score_validation(batches, loss_fn, token_bytes) -> ValScore:
 class StepMetrics:
     """One optimizer step. Losses are mean cross-entropy in nats per token; lr per step;
     tokens_per_s counts every input position of the batch; elapsed_s is wall seconds of
-    training since the run began (train() calls add up across resume; evaluations, samples and
+    training since the run began (train() calls add up when a run is continued; evaluations, samples and
     recall included), taken when this step's record is complete."""
 
     step: int                 # 1-based count of optimizer steps done, over both stages

@@ -238,8 +238,8 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
 
 def grad_norm_partials(rt: Runtime) -> int:
     """Work-items of grad_norm_partial: fixed per device kind, so the reduction order (and the
-    result) never changes between steps. 1024 keep 2 CPU cores busy; a GPU needs more (1024
-    threads walking 10.8 M gradients took 1.2 ms on an H200)."""
+    result) never changes between steps. 1024 keep 2 CPU cores busy; a GPU needs more to
+    fill its units (benchmarks/RESULTS.md, tuning timings)."""
     return 1024 if rt.is_cpu else 8192
 
 

@@ -7,7 +7,7 @@ second (encoding a text, validation batches, recall and sample generation) calls
 was called, from any thread or a signal handler. Nothing here imports Qt; the CLI prints the
 phases and the studio's worker forwards them to the progress bar.
 
-`Pace` gives the ETA from the step rate of the steps this process ran (so a resumed run is
+`Pace` gives the ETA from the step rate of the steps this process ran (so a continued run is
 not credited with the steps of an earlier process) over the last `window_s` seconds of
 running time (paused time excluded); the CLI and the studio share it.
 """

@@ -4,8 +4,8 @@ The main program is kernels/common.h followed by every kernels/*.cl file except 
 ones, which are built on demand with their own -D options (attention.cl once per head_dim:
 engine/attention.py). Each file includes what it shares through common.h, never through the
 order of concatenation. Scalar argument dtypes are read from the kernel signatures, so launches
-skip pyopencl's per-call type inference (docs/DESIGN.md: ~200 us per `program.name` lookup vs ~3-5 us
-for a cached kernel).
+skip pyopencl's per-call type inference (docs/DESIGN.md: a `program.name` lookup per call
+costs far more than a cached kernel).
 
 Device limits (issue 13): no buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE (`empty` refuses with a
 DeviceError; LLM_STUDIO_MAX_ALLOC_MB or the max_alloc_bytes argument lowers the reported limit,
@@ -204,10 +204,11 @@ class Runtime:
         # Fixed local sizes (see class docstring). CPU: small groups keep both cores busy.
         self.local_1d = (16,) if self.is_cpu else (64,)
         # Long element-wise 1-D kernels (AdamW, split-K sums): PoCL pays per work-group, so on a
-        # CPU they take big groups (adamw_update spent 2.7 ms of a 48 ms step with 16).
+        # CPU they take big groups (with 16, adamw_update took a visible share of a step:
+        # benchmarks/RESULTS.md, tuning timings).
         self.local_1d_long = (1024,) if self.is_cpu else (256,)
         # CPU: PoCL pays per work-group, so 2-D element-wise kernels take long rows
-        # (swiglu ran 3-4x faster with (64, 1) than (4, 4), measured here).
+        # (swiglu ran several times faster with (64, 1) than (4, 4): benchmarks/RESULTS.md).
         self.local_2d = (64, 1) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
         # Float SIMD width of the CPU kernels (matmul_vec.cl, attention_blocked.cl): 16 on
@@ -239,7 +240,7 @@ class Runtime:
 
     def build(self, files: tuple[str, ...], defines: tuple[tuple[str, int], ...]) -> Built:
         """common.h + the SPECIALIZED `files` built with -D name=value for each define (cached:
-        a build per distinct set; PoCL compiles each once, ~1 s)."""
+        a build per distinct set; PoCL compiles each once and keeps a disk cache)."""
         key = (files, defines)
         if key not in self._built:
             opts = self.build_options + [f"-D{k}={v}" for k, v in defines]

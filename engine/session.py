@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -65,7 +66,7 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
                        new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
     """Whether a run at optimizer step `step` (stage totals `pretrain_steps` and `tune_steps`,
     with dialogues to tune on or not) can be continued to the new totals; the one rule for
-    TrainingSession.extend, `llm-studio train --resume` and the studio's Continue.
+    TrainingSession.continue_training, `llm-studio train --continue` and the studio's Continue.
 
     Steps done cannot be undone; pretraining cannot grow once tuning has begun (the stages run
     in order), but tuning can, before or after; a run without dialogues has no tuning stage.
@@ -146,7 +147,8 @@ class TrainingSession:
     @classmethod
     def load(cls, path, device=None, runtime: Runtime | None = None,
              monitor: Monitor | None = None) -> "TrainingSession":
-        """Resume from a run folder's checkpoint (weights, AdamW state, step, RNG)."""
+        """Open a run folder's checkpoint (weights, AdamW state, step, RNG) to continue,
+        chat with or export it."""
         ck = checkpoint.load(path)
         h = ck["header"]
         known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
@@ -178,8 +180,8 @@ class TrainingSession:
                   runtime: Runtime | None = None, monitor: Monitor | None = None
                   ) -> "TrainingSession":
         """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
-        or keep training on the given texts. AdamW state starts fresh. Raises ExportError for a
-        file that is not such a GGUF."""
+        or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
+        for a file that is not such a GGUF."""
         from engine.gguf_export import import_gguf
         b = import_gguf(path)
         rt = runtime or Runtime(device)
@@ -205,16 +207,26 @@ class TrainingSession:
                                m.read_flat("v"), self.tokenizer.to_bytes(), self.pretrain_text,
                                self.tune_text)
 
-    def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None):
-        """Set new step totals per stage (e.g. to keep training a finished run).
+    def continue_training(self, pretrain_steps: int | None = None,
+                          tune_steps: int | None = None) -> None:
+        """Continue a saved run: set new step totals per stage, then train() goes on to them.
 
-        Both are totals, not additions; the rule is `check_continuation`. Raises ConfigError."""
+        "Continue" is this (more steps of a run, in this or a later process; the CLI's
+        `train --continue`, the studio's Continue); "resume" is only the studio's going on
+        after Pause. Both are totals, not additions; the rule is `check_continuation`.
+        Raises ConfigError."""
         tc = self.train_config
         pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
         tune = tc.tune_steps if tune_steps is None else tune_steps
         check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.tune is not None,
                            pre, tune)
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
+
+    def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None) -> None:
+        """Deprecated name of continue_training (kept so older scripts run)."""
+        warnings.warn("TrainingSession.extend is now continue_training", DeprecationWarning,
+                      stacklevel=2)
+        self.continue_training(pretrain_steps, tune_steps)
 
     def data_summary(self) -> dict:
         return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
@@ -330,7 +342,7 @@ class TrainingSession:
         record is still yielded with what was computed (extra["interrupted"] names the phase);
         asking for a step after a cancel raises engine.progress.Cancelled."""
         tc = self.train_config
-        t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues on resume
+        t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues in a continued run
         budget = self._time_budget()
         self._snapshot()
         bad = 0

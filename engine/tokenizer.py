@@ -98,7 +98,7 @@ _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}  # TrainerSpec.Mod
 # ---------------------------------------------------------------- the tokenizer
 
 # Bounds on SentencePiece's input (its training cannot be interrupted, so it must stay short):
-# about 1-2 s on a 2-core CPU for any text, measured with 16 MB one-line and many-line texts.
+# these caps bound its time for any text, one-line or many-line (benchmarks/RESULTS.md).
 TRAIN_SENTENCE_CHARS = 4_096    # longer lines are cut (at spaces) into sentences of about this
 TRAIN_SAMPLE_CHARS = 8_000_000  # BPE training time grows with the text; merges settle long before
 
@@ -114,7 +114,7 @@ def _sentences(texts: Iterable[str]) -> list[str]:
 
 def _chars(sentences: list[str]) -> set[str]:
     """The characters BPE must keep as pieces: those of the text (spaces as "▁"), and "▁".
-    One set() of the joined text: per-sentence sets cost ~1 s on 16 MB."""
+    One set() of the joined text: per-sentence sets are far slower on big texts."""
     return (set("".join(sentences)) - {" "}) | {_WS}
 
 
@@ -127,7 +127,7 @@ def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> 
         return sentences
     k = -(-total // budget)
     sample = sentences[::k]
-    # set() of one joined string: per-sentence sets cost ~1 s on 16 MB of short lines
+    # set() of one joined string: per-sentence sets are far slower on many short lines
     missing = set("".join(sentences)) - set("".join(sample))
     for s in sentences:
         if missing and any(c in s for c in missing):

@@ -17,9 +17,6 @@
 #error "attention.cl is built per head_dim with -DATT_HD, -DATT_BK, -DATT_BQ (engine/attention.py)"
 #endif
 
-/* The head-h channels of row t of batch b in the fused qkv rows (part 0 q, 1 k, 2 v). */
-#define QKV_ROW(qkv, b, t, part, C, h) ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
-
 /* dst = xr . P over ATT_HD floats. */
 #define DOT(dst, xr, P)                                                                         \
     {                                                                                          \

@@ -22,7 +22,6 @@
 
 #define ATT_KB (2 * ATT_VW)
 #define ATT_TP(T) (((T) + ATT_KB - 1) / ATT_KB * ATT_KB)
-#define QKV_ROW(qkv, b, t, part, C, h) ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
 #define VMAX(a, b) ((a) > (b) ? (a) : (b))
 
 #if ATT_VW == 16

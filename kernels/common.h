@@ -56,3 +56,32 @@ inline float lanes_reduce(__local float* red, float v, int lane, int is_max) {
     return v;
 }
 
+/* Attention's shared layout (engine/attention.py, attention_gemm.py): the fused qkv rows
+ * (B*T, 3C) hold q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels
+ * [h*ATT_HD, (h+1)*ATT_HD) of each part. QKV_ROW is the head-h channels of row t of batch b
+ * (part 0 q, 1 k, 2 v); T comes from the kernel, ATT_HD from the build options. */
+#define QKV_ROW(qkv, b, t, part, C, h) \
+    ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
+
+/* The causal mode of a batched attention product (engine.attention_gemm.Causal, same values):
+ * NONE a plain product; SKIP_ABOVE skips output tiles wholly above the diagonal (n > m
+ * everywhere: masked scores, never read); K_UPTO_M sums only k <= m (the product with causal
+ * probabilities P, zero above the diagonal), bounded per tile; K_FROM_M only k >= m (P^T @ X:
+ * rows are keys). */
+#define CAUSAL_NONE 0
+#define CAUSAL_SKIP_ABOVE 1
+#define CAUSAL_K_UPTO_M 2
+#define CAUSAL_K_FROM_M 3
+
+/* The part the batched attention products (bmm_blocked, bmm_tiled: same arguments) share, for
+ * the tile of tm rows at (m0, n0): return when the tile lies wholly above the diagonal under
+ * CAUSAL_SKIP_ABOVE; Az, Bz, Cz = A, B, C of this (b, h), z = b * H + h the third grid index;
+ * [kb, ke) = the K range the causal mode leaves (tile-granular). */
+#define BMM_SLICE(tm)                                                                          \
+    if (causal == CAUSAL_SKIP_ABOVE && n0 > m0 + (tm) - 1) return;                            \
+    const int z = get_global_id(2), b = z / H, h = z % H;                                      \
+    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;                \
+    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;                \
+    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;                      \
+    const int kb = causal == CAUSAL_K_FROM_M ? m0 : 0;                                         \
+    const int ke = causal == CAUSAL_K_UPTO_M ? min(K, m0 + (tm)) : K;

@@ -89,7 +89,7 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
 
 /* Only rows k0 <= k < k1 of A and B are summed: the launcher walks a long K (= B*T for a
  * weight gradient) in slices with beta = 1, so the slice of A and B stays in cache while
- * every tile passes over it (1.7x faster on M shapes, ~5x on L, measured here). */
+ * every tile passes over it (benchmarks/RESULTS.md, tuning timings). */
 __kernel void matmul_tn(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, int k0, int k1) {
     const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;
@@ -107,26 +107,13 @@ __kernel void transpose(__global float* out, __global const float* in, int R, in
             out[(size_t)(c0 + j) * R + r0 + i] = in[(size_t)(r0 + i) * C + c0 + j];
 }
 
-/* The part every batched attention product (bmm_blocked, bmm_tiled, bmm_vec: same arguments)
- * shares, for the tile of tm rows at (m0, n0): return when causal == 1 and the tile lies wholly
- * above the diagonal; Az, Bz, Cz = A, B, C of this (b, h), z = b * H + h the third grid index;
- * [kb, ke) = the K range the causal mode leaves (2: k < m0 + tm, 3: k >= m0). */
-#define BMM_SLICE(tm)                                                                          \
-    if (causal == 1 && n0 > m0 + (tm) - 1) return;                                            \
-    const int z = get_global_id(2), b = z / H, h = z % H;                                      \
-    __global const float* Az = A + a_off + (size_t)b * a_bs + (size_t)h * a_hs;                \
-    __global const float* Bz = B + b_off + (size_t)b * b_bs + (size_t)h * b_hs;                \
-    __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;                      \
-    const int kb = causal == 3 ? m0 : 0, ke = causal == 2 ? min(K, m0 + (tm)) : K;
-
 /* Batched strided product for attention (CPU), one MM_TM x MM_TN tile per work-item and one
  * (b, h) per index z = b * H + h of the third dimension:
  *   C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z],
  *   A[z](m, k) = A[a_off + b * a_bs + h * a_hs + m * a_rs + k * a_cs], B[z](k, n) likewise with
  *   unit column stride: B[b_off + b * b_bs + h * b_hs + k * b_rs + n]
  * (rows of B and C contiguous, so the MM_TN-wide row vectorises; the launcher transposes K or
- * V first where a product needs their transpose). causal as in bmm_tiled (matmul_tiled.cl):
- * 1 skip tiles wholly above the diagonal, 2 only k <= m, 3 only k >= m (tile-granular). */
+ * V first where a product needs their transpose). causal: a CAUSAL_* mode (common.h). */
 __kernel void bmm_blocked(__global float* C, __global const float* A, __global const float* B,
                           int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs,
                           int a_hs, int b_off, int b_rs, int b_bs, int b_hs, int c_off, int c_rs,

@@ -295,9 +295,7 @@ __kernel void sum_slices(__global float* C, __global const float* parts, int n_s
  * dimension z = b * H + h:  C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z], with
  *   A[z](m, k) = A[a_off + b * a_bs + h * a_hs + m * a_rs + k * a_cs]   (likewise B; C has unit
  *   column stride). The offsets pick q, k or v out of the fused qkv rows.
- * causal: 0 plain; 1 skip output tiles wholly above the diagonal (n > m everywhere: masked
- * scores, never read); 2 only k <= m (the product with causal probabilities P, whose entries
- * above the diagonal are zero), bounded per tile; 3 only k >= m (P^T @ X: rows are keys). */
+ * causal: a CAUSAL_* mode (common.h). */
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void bmm_tiled(__global float* C, __global const float* A, __global const float* B,
                int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs, int a_hs,
@@ -306,7 +304,7 @@ void bmm_tiled(__global float* C, __global const float* A, __global const float*
                __local float4* Bs4) {
     TILES;
     const int n0 = get_group_id(0) * BMM_TL, m0 = get_group_id(1) * BMM_TL;
-    BMM_SLICE(BMM_TL)  /* (matmul.cl) a whole work-group returns or none: before any barrier */
+    BMM_SLICE(BMM_TL)  /* (common.h) a whole work-group returns or none: before any barrier */
     gemm_tile(Cz, c_rs, Az, a_rs, a_cs, Bz, b_rs, b_cs, M, N, kb, ke, alpha, beta, m0, n0, As,
               Bs, BMM_TL);
 }

@@ -4,7 +4,7 @@
 
 /* partial[i] = sum of g[j]^2 over work-item i's share of j < n (P = global size work-items).
  * GPU: j = i, i + P, ... (neighbours read neighbouring words); CPU: one contiguous chunk per
- * work-item (the strided walk ran at ~1.3 GB/s under PoCL, measured here). */
+ * work-item (the strided walk is slow under PoCL: benchmarks/RESULTS.md, tuning timings). */
 __kernel void grad_norm_partial(__global float* partial, __global const float* g, int n) {
     const int i = get_global_id(0), P = get_global_size(0);
     float acc = 0.0f;

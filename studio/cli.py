@@ -124,7 +124,10 @@ def cmd_train(args) -> int:
     """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid."""
     from engine.run_lock import RunLock
     out = Path(args.out)
-    if not out.is_dir() and (args.resume or out.exists()):
+    if args.resume:  # the old spelling of --continue ("resume" is going on after a pause)
+        print("note: --resume is now --continue; the old spelling still works.", file=sys.stderr)
+        args.continue_run = True
+    if not out.is_dir() and (args.continue_run or out.exists()):
         return _train(args)  # nothing to lock: _train reports the missing folder or the file
     with RunLock(out):
         return _train(args)
@@ -151,29 +154,30 @@ def _train(args) -> int:
 
 
 def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
-    """The session to train: resumed from --out, or new from the options (run folder made)."""
+    """The session to train: the run in --out continued, or new from the options (run folder
+    made)."""
     from engine import checkpoint
     from engine.session import TrainingSession
     from engine.textio import read_text
-    if args.resume:
+    if args.continue_run:
         session = TrainingSession.load(out, device=args.device, monitor=monitor)
         _note_fallback(session)
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
                    if getattr(args, k) is not None]
         if ignored:
-            line.say(f"note: {', '.join(ignored)} ignored: a resumed run keeps its model, data "
+            line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model, data "
                      "and settings")
         if args.steps is not None or args.tune_steps is not None:
-            session.extend(args.steps, args.tune_steps)
+            session.continue_training(args.steps, args.tune_steps)
         if args.time_budget is not None:   # this many seconds more
             session.train_config = session.train_config.replace(
                 time_budget_s=session.elapsed_s() + args.time_budget).validate()
-        line.say(f"Resuming {out} at step {session.step}/{session.total_steps} on "
+        line.say(f"Continuing {out} at step {session.step}/{session.total_steps} on "
                  f"{session.rt.info.name}")
         return session
     if checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.",
-                          "Add --resume to continue it, or choose another --out folder.")
+                          "Add --continue to train it further, or choose another --out folder.")
     mc, tc = _configs(args)
     if args.preset:
         from engine.presets import get_preset
@@ -213,7 +217,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     if tc.time_budget_s:
         line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
                  "(evaluations included); the step count follows the measured speed.")
-    metrics = MetricsLog(out, keep_until=session.step)  # a resumed run: what the checkpoint covers
+    metrics = MetricsLog(out, keep_until=session.step)  # a continued run: what the checkpoint covers
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:
         try:
@@ -235,7 +239,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
         watch.close()
     session.save(out)
     if monitor.cancelled:
-        line.say(f"Stopped at step {session.step}; saved to {out}. Continue with --resume.")
+        line.say(f"Stopped at step {session.step}; saved to {out}. Go on with --continue.")
         return 130
     loss = "none" if session.last_loss is None else f"{session.last_loss:.4f}"
     line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
@@ -364,9 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = TRAIN_DEFAULTS
     t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl",
                        description="Train a model headless. Step counts are totals per stage; "
-                       "with --resume, larger totals continue a run.")
+                       "with --continue, larger totals train a saved run further.")
     t.add_argument("--out", required=True, help="run folder for checkpoint and metrics.jsonl")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out")
+    t.add_argument("--continue", dest="continue_run", action="store_true",
+                   help="train the run saved in --out further (to the step totals given)")
+    t.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # old --continue
     t.add_argument("--pretrain", default=S, help="pretraining text (default: bundled)")
     t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")
     t.add_argument("--no-tune", action="store_true", help="pretraining only")
@@ -400,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--time-budget", type=number(0, 1e9), metavar="SECONDS",
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "
-                   "--resume: seconds more (off)")
+                   "--continue: seconds more (off)")
     t.add_argument("--dropout", type=number(0, 1, hi_open=True), help="drop probability after the attention output "
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "

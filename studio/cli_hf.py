@@ -40,7 +40,7 @@ def cmd_import(args) -> int:
     c = s.model_config
     print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "
-          f"{out}`, continue with `llm-studio train --out {out} --resume`.", file=sys.stderr)
+          f"{out}`, continue with `llm-studio train --out {out} --continue`.", file=sys.stderr)
     return 0
 
 

@@ -20,3 +20,18 @@ def rt_lanes(rt):
     (the GPU layout, whatever the device), so CI on a CPU checks that path too."""
     from engine.runtime import Runtime
     return Runtime(rt.info, row_lanes=(64, 4))
+
+
+@pytest.fixture(scope="session")
+def texts():
+    """[pretraining text, tune dialogues], bundled (tests/helpers.bundled_texts)."""
+    from tests.helpers import bundled_texts
+    return list(bundled_texts())
+
+
+@pytest.fixture(scope="session")
+def tok(texts):
+    """The SentencePiece BPE tokenizer (vocab 512) of the bundled texts; files that test
+    another tokenizer define their own `tok`."""
+    from engine.tokenizer import Tokenizer
+    return Tokenizer.train(texts, 512, "bpe")

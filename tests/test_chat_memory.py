@@ -11,8 +11,7 @@ from engine.config import ModelConfig, TrainConfig
 from engine.dialogue import CHAT_TEMPLATES, Message, encode_prompt
 from engine.gguf_export import import_gguf
 from engine.session import TrainingSession
-from engine.textio import read_text
-from studio.cli import _bundled
+from tests.helpers import trained_session
 
 U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))
 
@@ -20,13 +19,10 @@ U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))
 @pytest.fixture(scope="module")
 def trained(rt, tmp_path_factory):
     """The defaults that matter here (context 64, vocab 512), a small fast model."""
-    pre, tune = read_text(_bundled("pretrain.txt")), read_text(_bundled("tune.txt"))
     mc = ModelConfig(d_model=64, n_layer=2, n_head=4, context_length=64, vocab_size=512)
     tc = TrainConfig(pretrain_steps=150, tune_steps=100, batch_size=8, learning_rate=4e-3,
                      eval_interval=1000, sample_interval=0, evaluate_recall=False)
-    s = TrainingSession.create(mc, tc, pre, tune, runtime=rt)
-    for _ in s.train():
-        pass
+    s = trained_session(rt, mc, tc)
     path = tmp_path_factory.mktemp("gguf") / "model.gguf"
     s.export_gguf(path)
     return s, path

@@ -155,7 +155,7 @@ def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
     before = studio_file.read_text()
     monkeypatch.setattr(Path, "write_text", _dies_half_way)
     with pytest.raises(OSError):
-        MetricsLog(cli_file.parent, keep_until=5)   # what `train --resume` does first
+        MetricsLog(cli_file.parent, keep_until=5)   # what `train --continue` does first
     recorder.truncate(5)                             # what the studio does after a NaN restore
     recorder.close()
     assert cli_file.read_text() == lines and studio_file.read_text() == before

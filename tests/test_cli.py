@@ -1,4 +1,4 @@
-"""The llm-studio command line: a tiny training run end to end, resume, and bad input."""
+"""The llm-studio command line: a tiny training run end to end, continued, and bad input."""
 
 import json
 import math
@@ -46,14 +46,25 @@ def test_sample_tokenize_chat(run, capsys):
     assert capsys.readouterr().out.endswith("\n")  # a tiny model's answer may be blank
 
 
-def test_resume_extends_a_finished_run(run, tmp_path):
+@pytest.mark.parametrize("flag", ["--continue", "--resume"])
+def test_continue_trains_a_finished_run_further(run, tmp_path, capsys, flag):
+    """`--continue` (one term: more steps of a saved run); the old `--resume` still works and
+    says it is now --continue ("resume" is the studio's going on after Pause)."""
     import shutil
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
-    assert main(["train", "--out", str(copy), "--resume", "--tune-steps", "15", "--quiet"]) == 0
+    assert main(["train", "--out", str(copy), flag, "--tune-steps", "15", "--quiet"]) == 0
     rows = metrics(copy)
     assert [r["step"] for r in rows] == list(range(1, 56))
     assert rows[:50] == metrics(run)
+    assert ("--resume is now --continue" in capsys.readouterr().err) == (flag == "--resume")
+
+
+def test_help_names_one_term_per_meaning(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert "--continue" in text and "resume" not in text.lower()
 
 
 def test_existing_run_is_not_overwritten(run, capsys):

@@ -18,11 +18,6 @@ def pretrain():
     return read_text(RES / "pretrain.txt")
 
 
-@pytest.fixture(scope="module")
-def tok(pretrain):
-    return Tokenizer.train([pretrain, read_text(RES / "tune.txt")], 512)
-
-
 # ---------------------------------------------------------------- documents
 
 def test_paragraphs_are_documents():

@@ -1,7 +1,6 @@
 """engine.dialogue: parsing, chat template, loss mask, tune batches."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,10 +10,7 @@ from engine.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMP
                              TuneData, answer_text, check_chat_format, encode_dialogue,
                              encode_prompt, parse_dialogues, render_prompt)
 from engine.errors import DataError
-from engine.textio import read_text
-from engine.tokenizer import Tokenizer
 
-RES = Path(__file__).resolve().parents[1] / "resources"
 U, A, S = (lambda c: Message("user", c)), (lambda c: Message("assistant", c)), \
     (lambda c: Message("system", c))
 
@@ -23,13 +19,8 @@ MULTI = [U("What is the capital of France?"), A("Paris is the capital of France.
 
 
 @pytest.fixture(scope="module")
-def tune_text():
-    return read_text(RES / "tune.txt", "tune dialogues")
-
-
-@pytest.fixture(scope="module")
-def tok(tune_text):
-    return Tokenizer.train([read_text(RES / "pretrain.txt"), tune_text], 512)
+def tune_text(texts):
+    return texts[1]
 
 
 # ---------------------------------------------------------------- parsing

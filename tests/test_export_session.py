@@ -5,22 +5,16 @@ import numpy as np
 import pytest
 
 from engine.config import ModelConfig, TrainConfig
-from engine.dialogue import Message
 from engine.session import TrainingSession
-from engine.textio import read_text
-from studio.cli import _bundled
+from tests.helpers import trained_session
 
 
 @pytest.fixture(scope="module")
 def trained(rt, tmp_path_factory):
-    pre = read_text(_bundled("pretrain.txt"))
-    tune = read_text(_bundled("tune.txt"))
     mc = ModelConfig(d_model=64, n_layer=2, n_head=4, context_length=64, vocab_size=512)
     tc = TrainConfig(pretrain_steps=150, tune_steps=100, batch_size=8, learning_rate=4e-3,
                      eval_interval=1000, sample_interval=0)
-    s = TrainingSession.create(mc, tc, pre, tune, runtime=rt)
-    for _ in s.train():
-        pass
+    s = trained_session(rt, mc, tc)
     path = tmp_path_factory.mktemp("gguf") / "model.gguf"
     result = s.export_gguf(path)
     assert result.size_bytes == path.stat().st_size > 0

@@ -18,7 +18,7 @@ import pytest
 import reference
 from engine.config import ModelConfig
 from engine.dialogue import CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt
-from engine.errors import ExportError
+from engine.errors import ExportError, ModelImportError
 from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
 from engine.gguf_export import (ModelBundle, export_gguf, import_gguf, modelfile_text,
                                 tensor_shapes)
@@ -47,16 +47,6 @@ STRINGS = [
 
 
 # ---------------------------------------------------------------- fixtures
-
-@pytest.fixture(scope="module")
-def texts():
-    return [read_text(RES / "pretrain.txt"), read_text(RES / "tune.txt", "tune dialogues")]
-
-
-@pytest.fixture(scope="module")
-def tok(texts):
-    return Tokenizer.train(texts, 512, "bpe")
-
 
 def make_bundle(tok, seed=0, std=0.08, **cfg):
     """Random float32 weights (std large enough for non-trivial logits) for a small model."""
@@ -272,12 +262,13 @@ def test_import_rejects_bad_files(exported, tmp_path):
              "magic_garbage.gguf": b"GGUF" + os.urandom(5000)}
     for name, blob in cases.items():
         (tmp_path / name).write_bytes(blob)
-        with pytest.raises(ExportError) as e:
+        with pytest.raises(ModelImportError) as e:
             import_gguf(tmp_path / name)
         assert name in str(e.value) and e.value.hint, name
-    with pytest.raises(ExportError, match="does not exist"):
+        assert not isinstance(e.value, ExportError), "reading is not exporting"
+    with pytest.raises(ModelImportError, match="does not exist"):
         import_gguf(tmp_path / "missing.gguf")
-    with pytest.raises(ExportError, match="not a file"):
+    with pytest.raises(ModelImportError, match="not a file"):
         import_gguf(tmp_path)
 
 
@@ -286,18 +277,18 @@ def test_import_huge_counts_do_not_hang(exported, tmp_path):
     data = bytearray(exported["f32"].read_bytes())
     data[16:24] = (2**62).to_bytes(8, "little")              # kv count
     (tmp_path / "kv.gguf").write_bytes(data)
-    with pytest.raises(ExportError, match="truncated"):
+    with pytest.raises(ModelImportError, match="truncated"):
         import_gguf(tmp_path / "kv.gguf")
     data = bytearray(exported["f32"].read_bytes())
     at = data.find(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens") + 8  # after type, itype
     data[at:at + 8] = (2**60).to_bytes(8, "little")
     (tmp_path / "arr.gguf").write_bytes(data)
-    with pytest.raises(ExportError, match="truncated"):
+    with pytest.raises(ModelImportError, match="truncated"):
         import_gguf(tmp_path / "arr.gguf")
 
 
 def test_import_corrupted_bytes_fuzz(exported, tmp_path):
-    """Random byte flips in the header give a bundle or an ExportError, never another exception."""
+    """Random byte flips in the header give a bundle or an ModelImportError, never another exception."""
     data = exported["f32"].read_bytes()
     rng = np.random.default_rng(0)
     header_end = data.find(b"token_embd.weight") + 200
@@ -308,7 +299,7 @@ def test_import_corrupted_bytes_fuzz(exported, tmp_path):
         (tmp_path / "f.gguf").write_bytes(blob)
         try:
             import_gguf(tmp_path / "f.gguf")
-        except ExportError:
+        except ModelImportError:
             pass
 
 
@@ -316,7 +307,7 @@ def test_import_refuses_foreign_gguf(tmp_path):
     w = gguf.GGUFWriter(tmp_path / "gpt2.gguf", "gpt2")
     w.add_tensor("x", np.zeros(4, np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    with pytest.raises(ExportError, match="'gpt2' model"):
+    with pytest.raises(ModelImportError, match="'gpt2' model"):
         import_gguf(tmp_path / "gpt2.gguf")
 
 

@@ -9,17 +9,12 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.config import ModelConfig, TrainConfig
+from tests.helpers import tiny_config
+from engine.config import TrainConfig
 from engine.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
                            unigram_entropy)
 from engine.metrics import StepMetrics
 from engine.model import Model
-
-
-def tiny(**kw):
-    base = dict(vocab_size=300, d_model=24, n_layer=2, n_head=3, context_length=16, ffn_dim=40)
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 def ref_group_norms(grads: dict) -> dict:
@@ -39,8 +34,8 @@ def test_group_of_names_every_tensor():
     assert group_of("output.weight") == "embedding"
 
 
-@pytest.mark.parametrize("cfg,B,T", [(tiny(), 2, 16),
-                                     (tiny(tie_embeddings=False, n_layer=1, d_model=16,
+@pytest.mark.parametrize("cfg,B,T", [(tiny_config(), 2, 16),
+                                     (tiny_config(tie_embeddings=False, n_layer=1, d_model=16,
                                            n_head=2), 1, 5)])
 def test_group_grad_norms_match_reference(rt, cfg, B, T):
     model = Model(rt, cfg, seed=4)
@@ -86,7 +81,7 @@ def step(i, loss, stage="pretrain", gnorm=0.5, skipped=False, lr=3e-3, total=600
 
 def test_clipped_and_skipped_counted_per_window(rt):
     tc = TrainConfig(eval_interval=4, grad_clip=1.0)
-    model = Model(rt, tiny(n_layer=1), seed=0)
+    model = Model(rt, tiny_config(n_layer=1), seed=0)
     mon = HealthMonitor(model, tc)
     records = []
     for i, (g, skip) in enumerate([(2.0, False), (0.5, False), (math.nan, True), (3.0, False)],

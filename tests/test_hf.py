@@ -25,9 +25,9 @@ from engine.hf.export import export_hf, export_session  # noqa: E402
 from engine.hf.load import import_hf, session_from_hf  # noqa: E402
 from engine.hf.names import from_hf_rows, to_hf_rows  # noqa: E402
 from engine.hf.scale_out import SCRIPT, scale_out  # noqa: E402
-from engine.session import TrainingSession  # noqa: E402
 from engine.textio import read_text  # noqa: E402
 from studio.cli import _bundled, main  # noqa: E402
+from tests.helpers import trained_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STRINGS = ["Paris is the capital of France.", "  two  spaces\n\nand newlines\tand a tab",
@@ -37,13 +37,10 @@ STRINGS = ["Paris is the capital of France.", "  two  spaces\n\nand newlines\tan
 
 @pytest.fixture(scope="module")
 def trained(rt, tmp_path_factory):
-    pre, tune = read_text(_bundled("pretrain.txt")), read_text(_bundled("tune.txt"))
     mc = ModelConfig(d_model=64, n_layer=2, n_head=4, context_length=64, vocab_size=512)
     tc = TrainConfig(pretrain_steps=60, tune_steps=30, batch_size=8, learning_rate=4e-3,
                      eval_interval=30, sample_interval=0, evaluate_recall=False)
-    s = TrainingSession.create(mc, tc, pre, tune, runtime=rt)
-    for _ in s.train():
-        pass
+    s = trained_session(rt, mc, tc)
     folder = export_session(s, tmp_path_factory.mktemp("hf") / "model")
     return s, folder
 
@@ -212,28 +209,40 @@ def _torchrun(folder: Path, *args, nproc=2):
                           timeout=600, env=env)
 
 
-def test_scale_out_continues_under_torchrun_and_comes_back(trained, rt, tmp_path):
-    s, _ = trained
-    folder = scale_out(s, tmp_path / "scale")
+def check_scale_out_folder(folder: Path) -> None:
     for name in ("train_ddp.py", "optimizer.safetensors", "data/pretrain.txt", "data/tune.txt",
                  "data/pretrain_train.npy", "README.md"):
         assert (folder / name).exists(), name
-    assert "torchrun --standalone --nproc_per_node=N train_ddp.py" in (folder / "README.md").read_text()
-    # The model as it is: the same validation numbers as the studio's last evaluation.
+    readme = (folder / "README.md").read_text()
+    assert "torchrun --standalone --nproc_per_node=N train_ddp.py" in readme
+
+
+def check_same_evaluation(folder: Path, s) -> None:
+    """train_ddp.py --evaluate gives the studio's last validation numbers for the model."""
     r = _torchrun(folder, "--out", "unused", "--evaluate", nproc=1)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     last = [h for h in s.history if "val_loss" in h][-1]
     assert got["val_loss"] == pytest.approx(last["val_loss"], rel=1e-4)
     assert got["pretrain_val_loss"] == pytest.approx(last["pretrain_val_loss"], rel=1e-4)
-    # Two processes continue 10 tuning steps; the first losses continue the curve.
-    r = _torchrun(folder, "--out", str(tmp_path / "continued"), "--tune-steps",
-                  str(s.train_config.tune_steps + 10))
+
+
+def continue_on_two_processes(folder: Path, out: Path, s, more: int) -> None:
+    """Two torchrun processes train `more` tuning steps; the first losses continue the curve."""
+    r = _torchrun(folder, "--out", str(out), "--tune-steps", str(s.train_config.tune_steps + more))
     assert r.returncode == 0, r.stderr[-3000:]
     steps = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    assert [m["step"] for m in steps] == list(range(s.step + 1, s.step + 11))
+    assert [m["step"] for m in steps] == list(range(s.step + 1, s.step + more + 1))
     before = np.mean([h["loss"] for h in s.history[-10:]])
     assert abs(steps[0]["loss"] - before) < 0.5 and all(np.isfinite(m["loss"]) for m in steps)
+
+
+def test_scale_out_continues_under_torchrun_and_comes_back(trained, rt, tmp_path):
+    s, _ = trained
+    folder = scale_out(s, tmp_path / "scale")
+    check_scale_out_folder(folder)
+    check_same_evaluation(folder, s)
+    continue_on_two_processes(folder, tmp_path / "continued", s, 10)
     # ... and come back: a run folder that chats, continues and exports GGUF.
     back = session_from_hf(tmp_path / "continued", runtime=rt)
     assert back.step == s.step + 10 and len(back.history) == len(s.history) + 10
@@ -241,7 +250,7 @@ def test_scale_out_continues_under_torchrun_and_comes_back(trained, rt, tmp_path
     run = tmp_path / "run"
     assert main(["import", str(tmp_path / "continued"), str(run)]) == 0
     assert main(["export", str(run), str(tmp_path / "m.gguf")]) == 0
-    assert main(["train", "--out", str(run), "--resume", "--tune-steps",
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps",
                  str(s.train_config.tune_steps + 12), "--quiet"]) == 0
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["step"] == s.step + 12

@@ -5,14 +5,9 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.config import ModelConfig, TrainConfig
+from tests.helpers import tiny_config
+from engine.config import TrainConfig
 from engine.model import Model
-
-
-def tiny(**kw):
-    base = dict(vocab_size=300, d_model=24, n_layer=2, n_head=3, context_length=16, ffn_dim=40)
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 def batch(cfg, B, T, seed=0, mask=False):
@@ -40,9 +35,9 @@ def assert_step_matches(model, x, y, tc, rloss, rgrads) -> float:
 
 
 @pytest.mark.parametrize("cfg,B,T", [
-    (tiny(), 2, 16),
-    (tiny(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1),
-    (tiny(n_layer=1, d_model=20, n_head=5, ffn_dim=0), 3, 7),
+    (tiny_config(), 2, 16),
+    (tiny_config(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1),
+    (tiny_config(n_layer=1, d_model=20, n_head=5, ffn_dim=0), 3, 7),
 ])
 def test_logits_loss_and_every_gradient(rt, cfg, B, T):
     model = Model(rt, cfg, seed=3)
@@ -63,7 +58,7 @@ def test_logits_loss_and_every_gradient(rt, cfg, B, T):
 
 
 def test_loss_trajectory_matches_reference_adamw(rt):
-    cfg = tiny(n_layer=1)
+    cfg = tiny_config(n_layer=1)
     tc = TrainConfig(weight_decay=0.1, grad_clip=1.0)
     model = Model(rt, cfg, seed=1)
     w = {k: v.astype(np.float64) for k, v in model.weights().items()}
@@ -89,7 +84,7 @@ def test_loss_trajectory_matches_reference_adamw(rt):
 
 
 def test_reference_gradients_by_finite_differences():
-    cfg = tiny(vocab_size=11, d_model=8, n_layer=1, n_head=2, context_length=5, ffn_dim=6)
+    cfg = tiny_config(vocab_size=11, d_model=8, n_layer=1, n_head=2, context_length=5, ffn_dim=6)
     w = ref.init_weights(cfg, seed=2, std=0.3)
     x, y = batch(cfg, 2, 5, seed=1)
     _, _, cache = ref.forward(w, cfg, x, y)
@@ -118,7 +113,7 @@ def test_side_queue_training_is_identical(rt):
     two.side_queue = two.side_queue or cl.CommandQueue(two.ctx)
     one = Runtime(rt.info)
     one.side_queue = None
-    cfg = tiny(n_layer=2, d_model=64, n_head=4, context_length=32, vocab_size=300)
+    cfg = tiny_config(n_layer=2, d_model=64, n_head=4, context_length=32, vocab_size=300)
     tc = TrainConfig(learning_rate=3e-3)
     models = [Model(r, cfg, seed=5) for r in (one, two)]
     rng = np.random.default_rng(2)

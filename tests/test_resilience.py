@@ -17,8 +17,7 @@ from engine import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import CheckpointError, ConfigError, TrainingDiverged
 from engine.session import TrainingSession
-from engine.textio import read_text
-from studio.cli import _bundled
+from tests.helpers import bundled_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
@@ -57,7 +56,7 @@ def _killed_run(out, env, rng, span, kills_left):
     kills, steps = 0, []
     ck = checkpoint.checkpoint_path(out)
     while True:
-        resume = ["--resume"] if ck.exists() else []  # killed before its first save: restart
+        resume = ["--continue"] if ck.exists() else []  # killed before its first save: restart
         cmd = _train_cmd(out, "--checkpoint-every", "1", *resume)
         if kills == kills_left:
             subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=600)
@@ -94,11 +93,10 @@ def test_sigkill_then_resume_gives_the_same_losses(tmp_path):
 
 @pytest.fixture(scope="module")
 def session(rt):
-    pre, tune = read_text(_bundled("pretrain.txt")), read_text(_bundled("tune.txt"))
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=320)
     tc = TrainConfig(pretrain_steps=6, tune_steps=2, batch_size=4, eval_interval=2,
                      sample_interval=0, evaluate_recall=False)
-    return TrainingSession.create(mc, tc, pre, tune, runtime=rt)
+    return TrainingSession.create(mc, tc, *bundled_texts(), runtime=rt)
 
 
 def test_nan_weights_stop_training_and_restore_the_last_good_state(session, tmp_path):
@@ -242,7 +240,7 @@ def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp
         raise cl.MemoryError("clEnqueueNDRangeKernel", cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
                              "out of memory")
     monkeypatch.setattr(session.model, "train_step", out_of_memory)
-    session.extend(tune_steps=session.train_config.tune_steps + session.step + 5)
+    session.continue_training(tune_steps=session.train_config.tune_steps + session.step + 5)
     with pytest.raises(DeviceError, match="device failed") as err:
         next(session.train())
     assert "smaller batch size" in err.value.hint

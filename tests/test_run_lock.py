@@ -50,7 +50,7 @@ def test_a_second_train_into_a_folder_in_use_exits_2_naming_the_pid(tmp_path):
             assert first.poll() is None
             time.sleep(0.05)
         lines_before = mfile.read_text().count("\n")
-        for extra in ([], ["--resume"]):
+        for extra in ([], ["--continue"]):
             second = _train(out, "--steps", "3", "--tune-steps", "0", *extra)
             assert second.returncode == 2, second.stderr
             assert str(out) in second.stderr and f"process {first.pid}" in second.stderr
@@ -59,7 +59,7 @@ def test_a_second_train_into_a_folder_in_use_exits_2_naming_the_pid(tmp_path):
         first.send_signal(signal.SIGKILL)  # the crash releases the lock with the process
         first.wait()
         step = checkpoint.load(out)["header"]["step"]
-        resumed = _train(out, "--resume", "--steps", str(step + 1), "--tune-steps", "0")
+        resumed = _train(out, "--continue", "--steps", str(step + 1), "--tune-steps", "0")
         assert resumed.returncode == 0, resumed.stderr
     finally:
         if first.poll() is None:

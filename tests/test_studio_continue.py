@@ -1,5 +1,5 @@
 """Continue in the studio follows the engine's one rule (engine.session.check_continuation, as
-`llm-studio train --resume` applies it): more tuning after tuning began, more pretraining before,
+`llm-studio train --continue` applies it): more tuning after tuning began, more pretraining before,
 a pretraining-only run, a run stopped mid-stage."""
 
 import itertools
@@ -47,7 +47,7 @@ CASES = [
 def test_the_continuation_rule(case):
     *args, expected = case
     assert allowed(*args) == expected
-    if expected:  # nothing left to do is allowed for extend, not for Continue
+    if expected:  # nothing left to do: allowed for continue_training, not the studio's Continue
         step, pre, tune, has_tune, new_pre, new_tune = args
         total = new_pre + (new_tune if has_tune else 0)
         assert allowed(*args, require_more=True) == (total > step)
@@ -63,16 +63,19 @@ def test_the_rule_messages_say_what_to_do():
     assert "900" in str(e.value) and "tuning" in e.value.hint
 
 
-def test_extend_uses_the_rule(rt):
+def test_continue_training_uses_the_rule(rt):
     mc = ModelConfig(d_model=16, n_layer=1, n_head=2, context_length=32, vocab_size=259)
     s = TrainingSession(rt, mc, TrainConfig(pretrain_steps=6, tune_steps=3),
                         _tiny_tokenizer(), "Cats sleep a lot.\n\nDogs bark at night.\n" * 20,
                         "User: Hi?\nAssistant: Hello.\n\nUser: Cats?\nAssistant: Sleep.\n")
     s.step = 9
-    s.extend(tune_steps=5)
+    s.continue_training(tune_steps=5)
     assert s.total_steps == 11
     with pytest.raises(ConfigError, match="already tuning"):
-        s.extend(pretrain_steps=9)
+        s.continue_training(pretrain_steps=9)
+    with pytest.warns(DeprecationWarning, match="continue_training"):
+        s.extend(tune_steps=6)  # the old name still works
+    assert s.total_steps == 12
 
 
 def set_steps(win, pretrain: int, tune: int) -> None:

@@ -45,6 +45,67 @@ def random_delay(rng: random.Random) -> int:
     return 0 if rng.random() < 0.15 else int(rng.uniform(5, 300))
 
 
+def start_random_run(qtbot, win, rng: random.Random) -> None:
+    """Train with random settings: mostly runs that Stop/close interrupt; some short enough to
+    finish (with recall)."""
+    configure(win, batchSizeSpin=4, vocabSizeSpin=384,
+              pretrainStepsSpin=rng.choice([6, 40, 400, 400]),
+              tuneStepsSpin=rng.choice([0, 0, 5]), sampleIntervalSpin=rng.choice([0, 0, 7]),
+              evalIntervalSpin=rng.choice([4, 50]))
+    win.autosave_box.every_spin.setValue(rng.choice([0, 1, 5, 100]))
+    qtbot.waitUntil(lambda: win.state == "idle" and win.run_bar.train_button.isEnabled(),
+                    timeout=SETTLE_MS)
+    win.run_bar.train_button.click()
+    qtbot.wait(random_delay(rng))
+
+
+def interrupt(qtbot, win, rng: random.Random) -> tuple[str, list[str]]:
+    """Stop, close, or Pause then Resume/Stop/close, at random moments. Returns the final action
+    ("stop" | "close") and the steps taken, each with the state it met."""
+    plan = rng.choice(["stop", "pause", "close"])
+    steps = [f"{plan}@{win.state}"]
+    if plan != "pause":
+        return plan, steps
+    if win.run_bar.pause_button.isEnabled():
+        win.run_bar.pause_button.click()
+    qtbot.wait(random_delay(rng))
+    then = rng.choice(["resume", "stop", "close"])
+    steps.append(f"{then}@{win.state}")
+    if then == "resume":
+        if win.state == "paused":
+            win.run_bar.pause_button.click()
+        qtbot.wait(random_delay(rng))
+        then = rng.choice(["stop", "close"])
+        steps.append(f"{then}@{win.state}")
+    return then, steps
+
+
+def finish(qtbot, win, plan: str, rep: int, early: bool):
+    """Close the window (returns None) or Stop and wait for idle (returns the window)."""
+    if plan == "close":
+        t = time.perf_counter()
+        win.close()
+        took = time.perf_counter() - t
+        assert not win.host.thread.isRunning(), f"repetition {rep}: thread still running"
+        assert took < CLOSE_S, f"repetition {rep}: closing took {took:.1f} s"
+        return None
+    if win.run_bar.stop_button.isEnabled():
+        win.run_bar.stop_button.click()
+    qtbot.waitUntil(lambda: win.state == "idle", timeout=SETTLE_MS)
+    assert win.last_error is None, (rep, win.last_error)
+    assert win.run_bar.train_button.isEnabled() and (win.has_model or early)
+    return win
+
+
+def check_saved_run(folder, rt, what: str) -> int:
+    """The run folder holds a complete checkpoint and one metrics line per step; its step."""
+    assert not list(folder.glob("*.tmp")), f"{what}: a checkpoint was left half-written"
+    session = TrainingSession.load(folder, runtime=rt)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, session.step + 1))
+    return session.step
+
+
 def test_stop_pause_close_at_random_moments(qtbot, tmp_path, rt):
     rng = random.Random(SEED)
     runs = tmp_path / "runs"
@@ -55,62 +116,20 @@ def test_stop_pause_close_at_random_moments(qtbot, tmp_path, rt):
     for rep in range(REPETITIONS):
         if win is None:
             win = new_window(qtbot, settings)
-        # Mostly runs that Stop/close interrupt; some short enough to finish (with recall).
-        configure(win, batchSizeSpin=4, vocabSizeSpin=384,
-                  pretrainStepsSpin=rng.choice([6, 40, 400, 400]),
-                  tuneStepsSpin=rng.choice([0, 0, 5]), sampleIntervalSpin=rng.choice([0, 0, 7]),
-                  evalIntervalSpin=rng.choice([4, 50]))
-        win.autosave_box.every_spin.setValue(rng.choice([0, 1, 5, 100]))
-        qtbot.waitUntil(lambda: win.state == "idle" and win.run_bar.train_button.isEnabled(),
-                        timeout=SETTLE_MS)
-        win.run_bar.train_button.click()
-        qtbot.wait(random_delay(rng))
-
-        plan = rng.choice(["stop", "pause", "close"])
-        steps = [f"{plan}@{win.state}"]
-        if plan == "pause":
-            if win.run_bar.pause_button.isEnabled():
-                win.run_bar.pause_button.click()
-            qtbot.wait(random_delay(rng))
-            then = rng.choice(["resume", "stop", "close"])
-            steps.append(f"{then}@{win.state}")
-            if then == "resume":
-                if win.state == "paused":
-                    win.run_bar.pause_button.click()
-                qtbot.wait(random_delay(rng))
-                then = rng.choice(["stop", "close"])
-                steps.append(f"{then}@{win.state}")
-            plan = then
+        start_random_run(qtbot, win, rng)
+        plan, steps = interrupt(qtbot, win, rng)
         done["+".join(steps)] += 1
         early = steps[0].endswith("@preparing")
-
-        if plan == "close":
-            t = time.perf_counter()
-            win.close()
-            took = time.perf_counter() - t
-            assert not win.host.thread.isRunning(), f"repetition {rep}: thread still running"
-            assert took < CLOSE_S, f"repetition {rep}: closing took {took:.1f} s"
-            win = None
-        else:
-            if win.run_bar.stop_button.isEnabled():
-                win.run_bar.stop_button.click()
-            qtbot.waitUntil(lambda: win.state == "idle", timeout=SETTLE_MS)
-            assert win.last_error is None, (rep, win.last_error)
-            assert win.run_bar.train_button.isEnabled() and (win.has_model or early)
-
+        win = finish(qtbot, win, plan, rep, early)
         # Stop / close while the session is still being built cancels the build (issue 11:
         # within 2 s even for a 16 MB text): then no step was run and no run folder is left.
         new = {p for p in runs.iterdir() if p.is_dir()} - seen
         if early and not new:
             continue
-        assert len(new) == 1, f"repetition {rep} ({'+'.join(steps)}): run folders {new}"
+        what = f"repetition {rep} ({'+'.join(steps)})"
+        assert len(new) == 1, f"{what}: run folders {new}"
         seen |= new
-        folder = new.pop()
-        assert not list(folder.glob("*.tmp")), "a checkpoint was left half-written"
-        session = TrainingSession.load(folder, runtime=rt)
-        lines = (folder / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in lines] == list(range(1, session.step + 1))
-        saved_at.append(session.step)
+        saved_at.append(check_saved_run(new.pop(), rt, what))
     elapsed = time.perf_counter() - t0
     print(f"\n{REPETITIONS} repetitions in {elapsed:.1f} s; checkpoints at steps "
           f"{sorted(saved_at)}")

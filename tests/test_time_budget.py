@@ -63,7 +63,7 @@ def test_elapsed_s_continues_across_resume(tmp_path):
     s.save(tmp_path)
     r = TrainingSession.load(tmp_path)
     assert r.elapsed_s() == pytest.approx(first[-1])
-    r.extend(pretrain_steps=6)
+    r.continue_training(pretrain_steps=6)
     second = [m.elapsed_s for m in r.train()]
     assert second[0] > first[-1] and second == sorted(second)
 

@@ -1,7 +1,6 @@
 """engine.tokenizer.Tokenizer: id layout, round trips, serialization, errors."""
 
 import io
-from pathlib import Path
 
 import gguf
 import pytest
@@ -9,15 +8,7 @@ import sentencepiece as spm
 from hypothesis import given, settings, strategies as st
 
 from engine.errors import ConfigError, DataError
-from engine.textio import read_text
 from engine.tokenizer import Tokenizer
-
-RES = Path(__file__).resolve().parents[1] / "resources"
-
-
-@pytest.fixture(scope="module")
-def texts():
-    return [read_text(RES / "pretrain.txt"), read_text(RES / "tune.txt", "tune dialogues")]
 
 
 @pytest.fixture(scope="module")
