@@ -26,6 +26,7 @@ from engine.corpus import PretrainData
 from engine.chat import ChatReply, answer_reserve, drop_oldest_exchange
 from engine.chat import fit_messages as _fit_messages
 from engine.decode import KVDecoder
+from engine.device import DeviceInfo
 from engine.dialogue import (CHAT_FORMAT, Message, TuneData, answer_text, check_chat_format,
                              encode_prompt)
 from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
@@ -247,8 +248,19 @@ class TrainingSession:
         return {}
 
     @property
-    def device_info(self):
+    def device_info(self) -> DeviceInfo:
+        """The OpenCL device this session runs on (name, memory limits)."""
         return self.rt.info
+
+    @property
+    def has_tune(self) -> bool:
+        """The session has tune dialogues, so a tuning stage follows pretraining."""
+        return self.tune is not None
+
+    @property
+    def tune_tokens(self) -> int:
+        """Tokens in the encoded tune dialogues (0 without them)."""
+        return sum(len(ids) for ids, _ in self.tune.encoded) if self.tune else 0
 
     # ------------------------------------------------------------------ training
     def stage_at(self, step: int) -> str:

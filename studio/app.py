@@ -1,7 +1,9 @@
 """The main window: settings on the left, live plots in the middle, samples / chat / data on the
-right. All engine work happens on the worker thread (studio.worker); this module only wires
-signals, keeps the button states honest and shows errors without ever closing the app. Training
-runs are driven by studio.training_actions, model files by studio.window_actions."""
+right. All engine work happens on the worker thread (studio.worker); studio.run_controller owns
+the run and its RunState. This module only lays out the panels, wires signals, applies the
+control table of the current state (studio.protocol.CONTROLS) and shows errors without ever
+closing the app. Training runs are driven by studio.training_actions, model files by
+studio.window_actions."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from studio.protocol import FileTask, RunState
+from studio.run_controller import RunController
 from studio.runs_actions import install_runs
 from studio.training_actions import TrainingActions
 from studio.ui import theme
@@ -25,7 +29,6 @@ from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
 from studio.ui.widgets import ColumnScrollArea
 from studio.window_actions import WindowActions
-from studio.worker_host import WorkerHost
 
 APP_NAME = "OpenCL LLM Studio"
 
@@ -47,8 +50,8 @@ def _collect_garbage_in_gui_thread():
 
 
 class MainWindow(TrainingActions, WindowActions, QMainWindow):
-    trainingFinished = Signal(object)  # the worker's finished dict
-    modelOpened = Signal(object)       # info of an opened checkpoint / GGUF
+    trainingFinished = Signal(object)  # RunResult of any run's end, after the window showed it
+    modelOpened = Signal(object)       # SessionInfo of an opened checkpoint / GGUF / HF folder
     chatFinished = Signal(object)      # the answer, or None
     exportFinished = Signal(object)    # ExportResult
     errorShown = Signal(str, str)      # title, message
@@ -60,12 +63,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         theme.apply_plot_theme()
         self.settings = settings or (QSettings() if QCoreApplication.organizationName()
                                      else QSettings(APP_NAME, "studio"))
-        self.state = "idle"          # idle | preparing | running | pausing | paused | stopping
-        self.resume_info = None      # an opened model that Train continues (TrainingActions)
-        self.has_model = False
-        self.model_config = None     # of the current session (real vocab size)
         self.last_error: tuple[str, str] | None = None
-        self._busy = ""              # "export" / "save" / "load" while the worker does one
         self.setWindowTitle(APP_NAME)
         self.setAcceptDrops(True)
         self.setStyleSheet(theme.STYLESHEET)
@@ -144,17 +142,18 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         self.data_panel.errorOccurred.connect(self.show_error)
         self.chat_panel.sendRequested.connect(self._chat)
 
-        self.host = WorkerHost(self)
-        w = self.host.worker
+        self.controller = c = RunController(self)
+        w = c.worker
         # Explicitly queued: these run in the GUI thread whatever PySide guesses for a callable.
-        for signal, slot in ((w.preparing, self._on_preparing), (w.sessionReady, self._on_session),
-                             (w.metrics, self._on_metrics), (w.paused, self._on_paused),
-                             (w.finished, self._on_finished), (w.failed, self.show_error),
-                             (w.token, self.chat_panel.append_token),
-                             (w.chatDone, self._on_chat_done), (w.exported, self._on_exported),
-                             (w.saved, self._on_saved), (w.loaded, self._on_loaded),
-                             (w.autosaved, self._on_autosaved)):
+        for signal, slot in ((w.preparing, self._on_preparing), (w.metrics, self._on_metrics),
+                             (w.error, self.show_error), (w.token, self.chat_panel.append_token),
+                             (w.chatDone, self._on_chat_done), (w.autosaved, self._on_autosaved)):
             signal.connect(slot, Qt.QueuedConnection)
+        for signal, slot in ((c.changed, self._update_actions), (c.sessionReady, self._on_session),
+                             (c.paused, self._on_paused), (c.resumed, self._on_resumed),
+                             (c.ended, self._on_ended), (c.loaded, self._on_loaded),
+                             (c.exported, self._on_exported), (c.saved, self._on_saved)):
+            signal.connect(slot)  # the controller lives in this thread: direct
 
     def _menus(self) -> None:
         m = self.menuBar().addMenu("&File")
@@ -193,61 +192,60 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
 
     # -- state ---------------------------------------------------------------------------
     def _update_actions(self) -> None:
-        idle = self.state == "idle"
-        rb = self.run_bar
-        why = None
-        if not self.settings_panel.is_valid():
-            why = "Fix the setting marked in red to train."
-        elif self.device_panel.spec() is None:
-            why = "No OpenCL device: see the Device box."
-        elif self.resume_info is not None:
-            why = self._continue_problem()
-        else:
-            why = self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
-        rb.train_button.setEnabled(idle and why is None and not self._busy)
-        rb.set_hint(why if idle else None)
-        rb.pause_button.setEnabled(self.state in ("running", "paused"))
-        rb.pause_button.setText("Resume" if self.state == "paused" else "Pause")
-        rb.stop_button.setEnabled(self.state in ("preparing", "running", "pausing", "paused"))
-        can_use = self.has_model and self.state in ("idle", "paused") and not self._busy
+        """Apply the controls of the run state (studio.protocol.CONTROLS), narrowed by what the
+        state does not know: the settings, data and device, the model, a file task in progress."""
+        c, rb = self.controller, self.run_bar
+        ctl, free = c.controls, c.task is FileTask.NONE
+        why = self._train_problem()
+        rb.train_button.setEnabled(ctl.train and free and why is None)
+        rb.set_hint(why if ctl.hint else None)
+        rb.pause_button.setEnabled(ctl.pause)
+        rb.pause_button.setText("Resume" if ctl.resume else "Pause")
+        rb.stop_button.setEnabled(ctl.stop)
+        use = ctl.use_model and free and c.has_model
         for w in (rb.export_button, self.export_action, self.save_action):
-            w.setEnabled(can_use)
-        cont = self.resume_info is not None
-        only = None
-        if cont:  # the opened model fixes everything but how far to train it
-            only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if self.resume_info["has_tune"]
-                                             else ())
-        self.settings_panel.set_editable(idle, only)
-        self.data_panel.set_editable(idle and not cont)
-        for act in self._data_actions:
-            act.setEnabled(idle and not cont)
-        self.device_panel.set_editable(idle and not cont)
-        self.autosave_box.set_editable(idle)
-        rb.new_button.setEnabled(idle and not self._busy)
-        self.new_model_action.setEnabled(cont and idle and not self._busy)
-        for act in self._open_actions:
-            act.setEnabled(idle and not self._busy)
-        if can_use:
+            w.setEnabled(use)
+        self._apply_editable(ctl.edit)
+        opening = ctl.open_model and free
+        for w in [rb.new_button, *self._open_actions]:
+            w.setEnabled(opening)
+        self.new_model_action.setEnabled(opening and c.continue_from is not None)
+        if use:
             self.chat_panel.set_available(True)
-        elif self.state in ("preparing", "running", "pausing", "stopping"):
-            self.chat_panel.set_available(False, "Training is running: pause it to chat with "
-                                                 "the current weights.")
         else:
-            self.chat_panel.set_available(False, "No model yet: train one or open a checkpoint.")
+            self.chat_panel.set_available(
+                False, ctl.chat_note or "No model yet: train one or open a checkpoint.")
+
+    def _train_problem(self) -> str | None:
+        """Why Train (or Continue) cannot start with what is on screen, or None."""
+        if not self.settings_panel.is_valid():
+            return "Fix the setting marked in red to train."
+        if self.device_panel.spec() is None:
+            return "No OpenCL device: see the Device box."
+        if self.controller.continue_from is not None:
+            return self._continue_problem()
+        return self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
+
+    def _apply_editable(self, edit: bool) -> None:
+        """The inputs of a run; an opened model fixes everything but how far to train it."""
+        opened = self.controller.continue_from
+        only = None
+        if opened is not None:
+            only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if opened.has_tune else ())
+        self.settings_panel.set_editable(edit, only)
+        for w in (self.data_panel, self.device_panel):
+            w.set_editable(edit and opened is None)
+        for act in self._data_actions:
+            act.setEnabled(edit and opened is None)
+        self.autosave_box.set_editable(edit)
 
     def _preview_run(self) -> None:
         """Before the first run, frame the plots for the run the settings describe."""
         sp = self.settings_panel
-        if self.state != "idle" or self.plots.point_count() or not sp.is_valid():
+        if (self.controller.state is not RunState.IDLE or self.plots.point_count()
+                or not sp.is_valid()):
             return
-        m, t = sp.model_config(), sp.train_config()
-        tune = t.tune_steps if self.data_panel.tune_text else 0
-        self.plots.start_run(t.pretrain_steps + tune, t.pretrain_steps, tune, m.vocab_size,
-                             t.grad_clip, preview=True)
-
-    def _set_state(self, state: str) -> None:
-        self.state = state
-        self._update_actions()
+        self.frame_run(preview=True)
 
     def show_error(self, title: str, message: str) -> None:
         """Errors never close the app: a non-blocking dialog with what to do."""
@@ -281,9 +279,9 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         """Closing during training sets the stop flag and waits for the step to end."""
         self._save_settings()
         self.plots.timer.stop()
-        if self.state != "idle":  # the worker saves the run's checkpoint before its thread ends
+        if self.controller.state is not RunState.IDLE:  # the worker saves before its thread ends
             self.statusBar().showMessage("Stopping training and saving…")
-        self.host.shutdown()
+        self.controller.shutdown()
         super().closeEvent(event)
 
 

@@ -9,10 +9,13 @@ non-blocking message: training goes on, the person decides.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMessageBox
 
+from studio.protocol import RunState
 from studio.ui.runs_panel import RunsPanel
 
 
@@ -29,7 +32,7 @@ def install_runs(window) -> None:
     # A QObject of the GUI thread receives the worker's signal: connected to a plain callable,
     # a queued signal would run it in the worker's thread.
     window.runs_hooks = _Hooks(window)
-    window.host.worker.metrics.connect(window.runs_hooks.warn, Qt.QueuedConnection)
+    window.controller.worker.metrics.connect(window.runs_hooks.warn, Qt.QueuedConnection)
     window.trainingFinished.connect(window.runs_hooks.refresh)
 
 
@@ -44,12 +47,12 @@ def show_runs(window) -> RunsPanel:
         panel.setObjectName("runsPanel")
         panel.resize(1200, 820)
         panel.openRequested.connect(lambda p: _open(window, p))
-        panel.continueRequested.connect(lambda p: _open(window, p, then="continue"))
-        panel.exportRequested.connect(lambda p: _open(window, p, then="export"))
+        panel.continueRequested.connect(lambda p: _open(window, p, then=_ask_for_steps))
+        panel.exportRequested.connect(lambda p: _open(window, p, then=_export))
         window.runs_panel = panel
     else:
         panel.set_root(window.autosave_box.runs_root())
-    panel.set_busy(window.state != "idle")
+    panel.set_busy(window.controller.state is not RunState.IDLE)
     panel.show()
     panel.raise_()
     return panel
@@ -72,27 +75,33 @@ class _Hooks(QObject):
             panel.refresh()
 
 
-def _open(window, path: str, then: str | None = None) -> None:
-    if window.state != "idle" or window._busy:
+def _open(window, path: str, then: Callable[[object], None] | None = None) -> None:
+    """Open `path` as File › Open checkpoint does; then(window) once the model is open."""
+    if not window.controller.free:
         window.statusBar().showMessage("Stop or finish the training first.", 6000)
         return
-    if then:
+    if then is not None:
         def after(_info):
             window.modelOpened.disconnect(after)
-            if then == "export":
-                window.export_clicked()
-            else:
-                window.run_bar.train_button.setFocus()
-                window.statusBar().showMessage("Set the step counts on the left, then press "
-                                               "Train to continue this run.", 12000)
+            then(window)
         window.modelOpened.connect(after)
     window.open_checkpoint(path)
     window.activateWindow()
 
 
+def _export(window) -> None:
+    window.export_clicked()
+
+
+def _ask_for_steps(window) -> None:
+    window.run_bar.train_button.setFocus()
+    window.statusBar().showMessage("Set the step counts on the left, then press Train to "
+                                   "continue this run.", 12000)
+
+
 def _warn(window, records) -> None:
     for m in records:
-        for text in getattr(m, "warnings", None) or ():
+        for text in m.warnings or ():
             window.statusBar().showMessage(f"Training health: {text}", 30000)
             box = QMessageBox(QMessageBox.Warning, "Training health", text, QMessageBox.Ok,
                               window)

@@ -2,83 +2,85 @@
 the worker reports back (metrics, stage-end recall, autosaves, the end of a run). A mixin of
 studio.app.MainWindow, split out to keep each file near 300 lines.
 
-Continue: after File › Open checkpoint (or an exported GGUF), `resume_info` holds the opened
-model's step and step counts; Train then asks the worker to `session.extend` to the step counts
-on the left and keep going, into a new run folder that starts with the model's history.
+Continue: after File › Open checkpoint (or an exported GGUF), the controller's `continue_from`
+(studio.protocol.ContinuePoint) holds the opened model's step and step counts; Train then asks
+the worker to `session.continue_training` to the step counts on the left and keep going, into a new run
+folder that starts with the model's history. The run's state lives in studio.run_controller.
 """
 
 from __future__ import annotations
 
+from engine.config import run_steps
 from engine.errors import ConfigError
 from engine.session import check_continuation
+from studio.protocol import (CONTROLS, ContinueJob, ModelSource, Outcome, RunPoint, RunResult,
+                             RunState, SessionInfo, TrainJob)
 from studio.run_folder import new_run_dir
 
 
 class TrainingActions:
-    resume_info: dict | None = None  # step, pretrain_steps, tune_steps, has_tune, path
+    def frame_run(self, preview: bool = False) -> None:
+        """Clear the plots and frame them for the run the settings describe: its total steps
+        (engine.config.run_steps: no tuning stage without a dialogue text), stage boundary,
+        ln(vocab) and clip threshold."""
+        m, t = self.settings_panel.model_config(), self.settings_panel.train_config()
+        tune = bool(self.data_panel.tune_text)
+        self.plots.start_run(run_steps(t.pretrain_steps, t.tune_steps, tune), t.pretrain_steps,
+                             t.tune_steps if tune else 0, m.vocab_size, t.grad_clip,
+                             preview=preview)
 
     # -- Train / Continue, Pause, Stop -------------------------------------------------------
     def start_training(self) -> None:
         if not self.run_bar.train_button.isEnabled():
             return
-        sp = self.settings_panel
+        sp, c = self.settings_panel, self.controller
         mcfg, tcfg = sp.model_config(), sp.train_config()
         run_dir = new_run_dir(self.autosave_box.runs_root())
-        job = {"run_dir": str(run_dir), "checkpoint_every": self.autosave_box.every()}
+        every = self.autosave_box.every()
         self.run_bar.reset_pace()
         self.run_bar.show_run_folder(run_dir, None)
         self.tabs.setCurrentWidget(self.samples_panel)
-        if self.resume_info is not None:
-            job.update(pretrain_steps=tcfg.pretrain_steps, tune_steps=tcfg.tune_steps)
-            self._set_state("preparing")
-            self.host.proceed(job)  # the plots are reframed when the worker answers
+        if c.continue_from is not None:  # the plots are reframed when sessionReady comes
+            c.continue_run(ContinueJob(tcfg.pretrain_steps, tcfg.tune_steps, str(run_dir),
+                                       every))
             return
         self.samples_panel.clear()
-        self.plots.start_run(tcfg.total_steps, tcfg.pretrain_steps, tcfg.tune_steps,
-                             mcfg.vocab_size, tcfg.grad_clip)
-        self.has_model = False
-        self._set_state("preparing")
-        job.update(model_config=mcfg, train_config=tcfg,
-                   pretrain_text=self.data_panel.pretrain_text,
-                   tune_text=self.data_panel.tune_text if tcfg.tune_steps else None,
-                   device=self.device_panel.spec(), tokenizer_kind=sp.tokenizer_kind())
-        self.host.start(job)
+        self.frame_run()
+        c.train(TrainJob(mcfg, tcfg, self.data_panel.pretrain_text, str(run_dir),
+                         tune_text=self.data_panel.tune_text if tcfg.tune_steps else None,
+                         device=self.device_panel.spec(), tokenizer_kind=sp.tokenizer_kind(),
+                         checkpoint_every=every))
 
     def toggle_pause(self) -> None:
-        if self.state == "running":
-            self.host.pause()
-            self.run_bar.pause_button.setEnabled(False)
-            self.state = "pausing"
+        c = self.controller
+        if c.state is RunState.RUNNING:
+            c.pause()
             self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
-        elif self.state == "paused":
-            self.run_bar.resume_pace()
-            self._set_state("running")
-            self.host.resume()
+        elif c.state is RunState.PAUSED:
+            c.resume()
 
     def stop_training(self) -> None:
-        if self.state in ("preparing", "running", "pausing", "paused"):
+        if CONTROLS[self.controller.state].stop:
             self.run_bar.show_text(self.run_bar.progress.format() + " · stopping and saving…")
-            self._set_state("stopping")  # no Pause/Resume/Stop until the worker has finished
-            self.host.stop()
+            self.controller.stop()
 
     def new_model(self) -> None:
         """Leave continue mode: Train builds a new model from the settings and data."""
-        if self.state != "idle" or self.resume_info is None:
+        c = self.controller
+        if c.state is not RunState.IDLE or c.continue_from is None:
             return
-        self.resume_info = None
+        c.forget_model()
         self.run_bar.set_continue(None)
         self.statusBar().showMessage("Train now starts a new model from scratch.", 8000)
-        self._update_actions()
 
     def _continue_problem(self) -> str | None:
         """Why the opened model cannot be continued to the step counts on the left, or None:
         the engine's own rule (engine.session.check_continuation, as TrainingSession.extend
         and `llm-studio train --resume` apply it)."""
-        r, tc = self.resume_info, self.settings_panel.train_config()
+        r, tc = self.controller.continue_from, self.settings_panel.train_config()
         try:
-            check_continuation(r["step"], r["pretrain_steps"], r["tune_steps"],
-                               bool(r["has_tune"]), tc.pretrain_steps, tc.tune_steps,
-                               require_more=True)
+            check_continuation(r.step, r.pretrain_steps, r.tune_steps, r.has_tune,
+                               tc.pretrain_steps, tc.tune_steps, require_more=True)
         except ConfigError as e:
             return e.describe().replace("\n", " ")
         return None
@@ -86,38 +88,36 @@ class TrainingActions:
     # -- what the worker reports -------------------------------------------------------------
     def _on_preparing(self, text: str) -> None:
         """A long phase: before the first step (tokenizer, encoding), or inside a step."""
-        if self.state == "running":
+        state = self.controller.state
+        if state is RunState.RUNNING:
             self.run_bar.show_phase(text)
-        elif self.state not in ("pausing", "stopping"):  # their own text stays
+        elif state not in (RunState.PAUSING, RunState.STOPPING):  # their own text stays
             self.run_bar.show_text(text, reset=True)
 
-    def _adopt_model(self, info: dict) -> None:
-        self.model_config = info["model_config"]
-        self.has_model = True
-        self.plots.set_reference(self.model_config.vocab_size)
-        self.data_panel.set_token_counts(info.get("pretrain_tokens"), info.get("tune_tokens"))
-        dev = info.get("device")
+    def _adopt_model(self, info: SessionInfo) -> None:
+        mc = info.model_config
+        self.plots.set_reference(mc.vocab_size)
+        self.data_panel.set_token_counts(info.pretrain_tokens, info.tune_tokens)
         self.statusBar().showMessage(
-            f"Model ready: {self.model_config.param_count():,} parameters, vocabulary "
-            f"{self.model_config.vocab_size} on {getattr(dev, 'name', dev)}", 10000)
+            f"Model ready: {mc.param_count():,} parameters, vocabulary {mc.vocab_size} on "
+            f"{info.device.name}", 10000)
 
-    def _on_session(self, info: dict) -> None:
+    def _on_session(self, info: SessionInfo) -> None:
+        """Before the state moves on to RUNNING (studio.run_controller)."""
         self._adopt_model(info)
-        if info.get("history") is not None:  # continuing: frame the longer run, refill
+        if info.history is not None:  # continuing: frame the longer run, refill
             self._show_history(info, recall=False)
-        if info.get("run_dir"):
-            self.run_bar.show_run_folder(info["run_dir"], None)
-        if self.state == "preparing":
-            self._set_state("running")
+        if info.run_dir:
+            self.run_bar.show_run_folder(info.run_dir, None)
 
-    def _show_history(self, info: dict, recall: bool) -> None:
+    def _show_history(self, info: SessionInfo, recall: bool) -> None:
         """Frame the session's run and plot its history (session.history as StepMetrics);
         recall: also list its stage-end recall results."""
-        tc = info["train_config"]
-        tune = tc.tune_steps if info.get("has_tune") else 0
+        tc = info.train_config
+        tune = tc.tune_steps if info.has_tune else 0
         self.plots.start_run(tc.pretrain_steps + tune, tc.pretrain_steps, tune,
-                             info["model_config"].vocab_size, tc.grad_clip)
-        records = info.get("history") or []  # StepMetrics
+                             info.model_config.vocab_size, tc.grad_clip)
+        records = info.history or ()  # StepMetrics
         if records:
             self.plots.add_metrics(records)
         if recall:
@@ -134,59 +134,49 @@ class TrainingActions:
             if m.recall:
                 line = self.samples_panel.add_recall(m.step, m.recall)
                 self.statusBar().showMessage(line, 20000)
-        if self.state in ("running", "preparing"):
+        if self.controller.state in (RunState.RUNNING, RunState.PREPARING):
             self.run_bar.show_step(records[-1])
 
     def _on_autosaved(self, folder: str, step: int) -> None:
         self.run_bar.show_run_folder(folder, step)
 
-    def _on_paused(self, step: int) -> None:
-        if self.state == "stopping":  # Stop came while pausing: finished follows
-            return
-        self._set_state("paused")
+    def _on_paused(self, point: RunPoint) -> None:
         self.run_bar.pause_pace()
-        self.run_bar.show_text(f"Paused at step {step}: chat or export now, or Resume.")
+        self.run_bar.show_text(f"Paused at step {point.step}: chat or export now, or Resume.")
 
-    def _on_finished(self, result: dict) -> None:
+    def _on_resumed(self, _point: RunPoint) -> None:
+        self.run_bar.resume_pace()  # the time paused does not count in the ETA
+
+    def _on_ended(self, result: RunResult) -> None:
+        """After the state went back to IDLE (studio.run_controller); trainingFinished last."""
         self.plots.redraw()
-        run_dir, saved = result.get("run_dir"), result.get("saved_step")
+        run_dir, saved, step = result.run_dir, result.saved_step, result.step
         where = f" Saved (step {saved})." if run_dir and saved is not None else ""
-        if result.get("failed"):
-            text = "Training stopped with an error: see the message." + where
-        elif result.get("stopped"):
-            text = f"Stopped at step {result['step']}.{where} Chat with the model or export it."
-        else:
-            text = f"Finished {result['step']} steps.{where} Chat with the model or export it."
-        self.run_bar.show_text(text)
+        self.run_bar.show_text({
+            Outcome.FAILED: "Training stopped with an error: see the message." + where,
+            Outcome.STOPPED: f"Stopped at step {step}.{where} Chat with the model or export it.",
+            Outcome.FINISHED: f"Finished {step} steps.{where} Chat with the model or export it.",
+        }[result.outcome])
         if run_dir:
             self.run_bar.show_run_folder(run_dir, saved, saving=False)
-        tc = result.get("train_config")
-        if self.resume_info is not None and tc is not None:  # Continue goes on from here
-            self.resume_info.update(step=result["step"], pretrain_steps=tc.pretrain_steps,
-                                    tune_steps=tc.tune_steps)
-            self.run_bar.set_continue(result["step"])
-        self._set_state("idle")
-        if self.has_model and not result.get("failed"):
+        if self.controller.continue_from is not None and result.train_config is not None:
+            self.run_bar.set_continue(step)  # Continue goes on from here
+        if self.controller.has_model and result.outcome is not Outcome.FAILED:
             self.tabs.setCurrentWidget(self.samples_panel)
         self.trainingFinished.emit(result)
 
-    def _on_loaded(self, info: dict | None) -> None:
-        """A checkpoint or GGUF was opened (None: it could not be; the error is shown)."""
-        self._busy = ""
+    def _on_loaded(self, info: SessionInfo | None) -> None:
+        """A checkpoint, GGUF or HF folder was opened (None: it could not be; the error is
+        shown); the controller holds it as the model Train continues."""
         if info is None:
-            self._update_actions()
             return
-        tc = info["train_config"]
-        self.resume_info = {"step": info["step"], "pretrain_steps": tc.pretrain_steps,
-                            "tune_steps": tc.tune_steps, "has_tune": info.get("has_tune"),
-                            "path": info.get("path")}
         self._adopt_model(info)
-        self.settings_panel.set_from_configs(info["model_config"], tc)
+        self.settings_panel.set_from_configs(info.model_config, info.train_config)
         self.samples_panel.clear()
         self._show_history(info, recall=True)
-        self.run_bar.set_continue(info["step"])
-        what = "GGUF" if info.get("source") == "gguf" else "Checkpoint"
-        self.run_bar.show_text(f"{what} opened at step {info['step']}: chat, export, or "
+        self.run_bar.set_continue(info.step)
+        what = "GGUF" if info.source is ModelSource.GGUF else "Checkpoint"
+        self.run_bar.show_text(f"{what} opened at step {info.step}: chat, export, or "
                                "Continue training.", reset=True)
         self._update_actions()
         self.modelOpened.emit(info)

@@ -4,11 +4,14 @@ keep each file near 300 lines; it uses the window's panels, worker host and sign
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from engine.export_types import DEFAULT_DTYPE
+from studio.protocol import ChatRequest, ExportRequest, LoadJob, RunState, SaveRequest
 from studio.ui.data_panel import bundled_path
 from studio.ui.export_dialog import ExportDialog
 from studio.ui.settings_panel import human_bytes
@@ -55,17 +58,17 @@ class WindowActions:
 
     # -- chat, export, checkpoints -------------------------------------------------------
     def _chat(self, messages, knobs) -> None:
-        self.host.chat(messages, knobs)
+        self.controller.chat(ChatRequest.from_panel(messages, knobs))
 
     def _on_chat_done(self, answer) -> None:
         self.chat_panel.finish_answer(answer)
         self.chatFinished.emit(answer)
 
     def export_clicked(self) -> None:
-        if not self.has_model:
+        if not self.controller.has_model:
             return
         default = Path(self.settings.value("export/dir", str(Path.home()))) / "model.gguf"
-        dialog = ExportDialog(self.model_config, default, self)
+        dialog = ExportDialog(self.controller.model_config, default, self)
         if dialog.exec() != ExportDialog.Accepted:
             return
         path, dtype = dialog.choice()
@@ -75,17 +78,13 @@ class WindowActions:
         if path:
             self.export_to(path, dtype)
 
-    def export_to(self, path, dtype: str = "f32") -> None:
+    def export_to(self, path, dtype: str = DEFAULT_DTYPE) -> None:
         """Write the GGUF (and Modelfile) on the worker thread; exportFinished reports it."""
-        self._busy = "export"
-        self._update_actions()
         self.settings.setValue("export/dir", str(Path(path).parent))
         self.statusBar().showMessage(f"Exporting {Path(path).name}…")
-        self.host.export(str(path), dtype)
+        self.controller.export(ExportRequest(str(path), dtype))
 
     def _on_exported(self, result) -> None:
-        self._busy = ""
-        self._update_actions()
         if result is None:  # it failed; the message is shown
             return
         size = human_bytes(result.size_bytes)
@@ -93,7 +92,7 @@ class WindowActions:
         if result.dtype == "hf":
             text += ("\nLoad it with transformers: LlamaForCausalLM.from_pretrained(folder) and "
                      "AutoTokenizer.from_pretrained(folder).")
-        if getattr(result, "modelfile", None):
+        if result.modelfile:
             text += f"\nand the Ollama Modelfile {result.modelfile}"
         self.statusBar().showMessage(f"Exported {result.path} ({size})", 15000)
         box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok, self)
@@ -102,18 +101,14 @@ class WindowActions:
         self.exportFinished.emit(result)
 
     def save_checkpoint(self) -> None:
-        if not self.has_model:
+        if not self.controller.has_model:
             return
         path, _ = QFileDialog.getSaveFileName(self, "Save checkpoint (a folder)",
                                               str(Path.home() / "checkpoint"))
         if path:
-            self._busy = "save"
-            self._update_actions()
-            self.host.save(path)
+            self.controller.save(SaveRequest(path))
 
     def _on_saved(self, path: str) -> None:
-        self._busy = ""
-        self._update_actions()
         if not path:  # it failed; the message is shown
             return
         self.statusBar().showMessage(f"Checkpoint saved to {path}", 10000)
@@ -121,7 +116,7 @@ class WindowActions:
     def open_checkpoint(self, path: str | None = None) -> None:
         """A run folder, its checkpoint.npz or checkpoint.prev.npz, or a GGUF this app exported:
         chat with it, export it, or Continue it."""
-        if self.state != "idle" or self._busy:
+        if not self.controller.free:
             return
         start = str(self.run_bar.run_dir or self.autosave_box.runs_root())
         if not path:
@@ -133,7 +128,7 @@ class WindowActions:
 
     def open_gguf(self, path: str | None = None) -> None:
         """A GGUF this app exported; Continue trains it further on the texts loaded now."""
-        if self.state != "idle" or self._busy:
+        if not self.controller.free:
             return
         if not path:
             start = str(self.settings.value("export/dir", str(Path.home())))
@@ -145,7 +140,7 @@ class WindowActions:
     def open_hf(self, path: str | None = None) -> None:
         """A Hugging Face transformers Llama folder (exported by this app, continued with its
         train_ddp.py, or any plain Llama the engine runs): chat, export or Continue."""
-        if self.state != "idle" or self._busy:
+        if not self.controller.free:
             return
         if not path:
             start = str(self.settings.value("export/dir", str(Path.home())))
@@ -156,7 +151,7 @@ class WindowActions:
 
     def _open_model(self, path) -> None:
         p = Path(path)
-        job = {"path": str(p), "device": self.device_panel.spec()}
+        job = LoadJob(str(p), device=self.device_panel.spec())
         from engine.hf.load import has_texts, is_model_folder
         hf_without_texts = is_model_folder(p) and not has_texts(p)
         if p.suffix.lower() == ".gguf" or hf_without_texts:
@@ -167,17 +162,16 @@ class WindowActions:
                                 "pretraining text (and dialogues) to train it further.")
                 return
             sp = self.settings_panel
-            job.update(pretrain_text=self.data_panel.pretrain_text,
-                       tune_text=self.data_panel.tune_text or None,
-                       train_config=sp.train_config() if sp.is_valid() else None)
-        self._busy = "load"
-        self._update_actions()
+            job = dataclasses.replace(
+                job, pretrain_text=self.data_panel.pretrain_text,
+                tune_text=self.data_panel.tune_text or None,
+                train_config=sp.train_config() if sp.is_valid() else None)
         self.statusBar().showMessage(f"Opening {p.name}…")
-        self.host.load(job)
+        self.controller.load(job)
 
     # -- drag and drop, closing --------------------------------------------------------
     def dragEnterEvent(self, event):
-        if event.mimeData().hasUrls() and self.state == "idle":
+        if event.mimeData().hasUrls() and self.controller.state is RunState.IDLE:
             event.acceptProposedAction()
 
     def dropEvent(self, event):
@@ -187,6 +181,6 @@ class WindowActions:
                 self.open_checkpoint(str(path))
             elif path.suffix.lower() == ".gguf":
                 self.open_gguf(str(path))
-            elif path.is_file() and self.resume_info is None:  # an opened model keeps its data
+            elif path.is_file() and self.controller.continue_from is None:  # it keeps its data
                 self.data_panel.load_dropped(str(path))
         event.acceptProposedAction()

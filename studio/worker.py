@@ -10,7 +10,9 @@ Pausing returns to the thread's event loop with the generator kept, which
 is what lets chat and export run on the paused weights; Resume re-enters the loop.
 Every run writes into its run folder (studio.run_folder): metrics.jsonl each step, a checkpoint
 every N steps, on pause, on stop, at the end and when the window closes, all between steps.
-The GUI talks to the worker only through queued signals (WorkerHost) and the two flags.
+The GUI talks to the worker only through queued signals (WorkerHost) and the two flags; jobs
+and results are the frozen dataclasses of studio.protocol, and a run ends with exactly one of
+finished / stopped / failed (paused and resumed mark a hold in between).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.progress import Cancelled, Monitor
 from engine.run_lock import ensure_free
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, ModelSource,
+                             Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob)
 from studio.run_folder import RunRecorder, metrics_from_dict
 
 log = logging.getLogger(__name__)
@@ -46,17 +50,21 @@ def _is_device_failure(exc: BaseException) -> bool:
 
 class TrainingWorker(QObject):
     preparing = Signal(str)        # status text of a long phase (tokenizer, encoding, recall…)
-    sessionReady = Signal(object)  # dict: model_config, train_config, device, history, ...
+    sessionReady = Signal(object)  # SessionInfo: the run takes its first step next
     metrics = Signal(object)       # list of StepMetrics, oldest first
-    paused = Signal(int)           # step
-    finished = Signal(object)      # dict: stopped, failed, step, summary, run_dir, saved_step
-    failed = Signal(str, str)      # title, message with what to do
+    # A run ends with exactly one of these three, each with its RunResult:
+    finished = Signal(object)      # every planned step trained
+    stopped = Signal(object)       # Stop or close (also while preparing)
+    failed = Signal(object)        # an error ended it or it could not start (error says why)
+    paused = Signal(object)        # RunPoint: the worker waits in its event loop
+    resumed = Signal(object)       # RunPoint: steps go on after a pause
+    error = Signal(str, str)       # title, message with what to do (any job)
     autosaved = Signal(str, int)   # run folder, step of the checkpoint just written
     token = Signal(str)            # one streamed piece of a chat answer
-    chatDone = Signal(object)      # the whole answer, or None when it failed
-    exported = Signal(object)      # ExportResult, or None when it failed
-    saved = Signal(str)            # checkpoint file, or "" when it failed
-    loaded = Signal(object)        # dict like sessionReady (+ path, source), or None
+    chatDone = Signal(object)      # the whole answer (ChatReply), or None when it failed
+    exported = Signal(object)      # ExportResult, or None when it failed (error says why)
+    saved = Signal(str)            # checkpoint file, or "" when it failed (error says why)
+    loaded = Signal(object)        # SessionInfo with path and source, or None when it failed
 
     def __init__(self):
         super().__init__()
@@ -90,61 +98,54 @@ class TrainingWorker(QObject):
             log.error("%s\n%s", title, "".join(traceback.format_exception(exc)))
             text = (f"{type(exc).__name__}: {exc}\n"
                     "This is a bug in the studio; the details are in the log.")
-        self.failed.emit(title, text + (f"\n\n{note}" if note else ""))
+        self.error.emit(title, text + (f"\n\n{note}" if note else ""))
 
-    def _info(self, pretrain_text=None, tune_text=None, history=False) -> dict:
+    def _info(self, encoded: bool = False, history: bool = False, **opened) -> SessionInfo:
+        """encoded: the session just encoded its texts (token counts are known, not counted
+        again: 16 MB); history: with its StepMetrics; opened: path and source of a load."""
         s = self.session
-        device = getattr(s, "device_info", None) or getattr(getattr(s, "rt", None), "info", None)
-        info = {"model_config": s.model_config, "train_config": s.train_config,
-                "device": device, "step": s.step, "total_steps": s.total_steps,
-                "has_tune": getattr(s, "tune", None) is not None,
-                "pretrain_tokens": None, "tune_tokens": None,
-                "run_dir": str(self.recorder.folder) if self.recorder else None,
-                # StepMetrics built here, not on the GUI thread (a long run has many)
-                "history": ([metrics_from_dict(d) for d in getattr(s, "history", [])]
-                            if history else None)}
-        if pretrain_text:  # counted while the session encoded the texts (not again: 16 MB)
-            info["pretrain_tokens"] = s.pretrain.n_tokens
-        if tune_text and s.tune is not None:
-            info["tune_tokens"] = sum(len(ids) for ids, _ in s.tune.encoded)
-        return info
+        return SessionInfo(
+            model_config=s.model_config, train_config=s.train_config, device=s.device_info,
+            step=s.step, total_steps=s.total_steps, has_tune=s.has_tune,
+            run_dir=str(self.recorder.folder) if self.recorder else None,
+            pretrain_tokens=s.pretrain.n_tokens if encoded else None,
+            tune_tokens=s.tune_tokens if encoded and s.has_tune else None,
+            # StepMetrics built here, not on the GUI thread (a long run has many)
+            history=tuple(metrics_from_dict(d) for d in s.history) if history else None,
+            **opened)
 
     # -- training ----------------------------------------------------------------------------
     @Slot(object)
-    def start(self, job: dict) -> None:
-        """job: model_config, train_config, pretrain_text, tune_text, device, tokenizer_kind,
-        run_dir, checkpoint_every."""
+    def start(self, job: TrainJob) -> None:
+        """Train a new model; sessionReady, metrics, then one of finished/stopped/failed."""
         from engine.session import TrainingSession
         self._close_steps()
         self._end_run()
         self.session = None
         self.preparing.emit("Training the tokenizer and building the model…")
         try:
-            recorder = RunRecorder(job["run_dir"], job.get("checkpoint_every", 100))
+            recorder = RunRecorder(job.run_dir, job.checkpoint_every)
         except Exception as e:
             return self._not_started("Could not start training", e)
         try:
             self.session = TrainingSession.create(
-                job["model_config"], job["train_config"], job["pretrain_text"],
-                job.get("tune_text") or None, device=job.get("device"),
-                tokenizer_kind=job.get("tokenizer_kind", "bpe"), monitor=self.monitor)
+                job.model_config, job.train_config, job.pretrain_text, job.tune_text or None,
+                device=job.device, tokenizer_kind=job.tokenizer_kind, monitor=self.monitor)
         except Cancelled:  # Stop or window close while preparing: nothing to save
             recorder.discard()
-            self.finished.emit({"stopped": True, "failed": False, "summary": None, "step": 0,
-                                "run_dir": None, "saved_step": None})
+            self.stopped.emit(RunResult(Outcome.STOPPED, step=0))
             return
         except Exception as e:
             recorder.discard()
             return self._not_started("Could not start training", e)
         self.recorder = recorder
-        self.sessionReady.emit(self._info(job["pretrain_text"], job.get("tune_text")))
+        self.sessionReady.emit(self._info(encoded=True))
         self._steps = self.session.train()
         self._run()
 
     @Slot(object)
-    def proceed(self, job: dict) -> None:
-        """Continue the loaded (or last) session. job: pretrain_steps, tune_steps (new totals,
-        given to session.extend), run_dir, checkpoint_every."""
+    def proceed(self, job: ContinueJob) -> None:
+        """Continue the loaded (or last) session to the job's step totals (session.continue_training)."""
         self._close_steps()
         self._end_run()
         if self.session is None:
@@ -154,9 +155,8 @@ class TrainingWorker(QObject):
         s = self.session
         self.preparing.emit(f"Continuing from step {s.step}…")
         try:
-            s.extend(job.get("pretrain_steps"), job.get("tune_steps"))
-            self.recorder = RunRecorder(job["run_dir"], job.get("checkpoint_every", 100),
-                                        history=s.history)
+            s.continue_training(job.pretrain_steps, job.tune_steps)
+            self.recorder = RunRecorder(job.run_dir, job.checkpoint_every, history=s.history)
         except Exception as e:
             return self._not_started("Could not continue training", e)
         self.sessionReady.emit(self._info(history=True))
@@ -165,14 +165,19 @@ class TrainingWorker(QObject):
 
     def _not_started(self, title: str, exc: BaseException) -> None:
         self._fail(title, exc)
-        self.finished.emit({"stopped": False, "failed": True, "summary": None,
-                            "step": self.session.step if self.session else 0,
-                            "run_dir": None, "saved_step": None})
+        s = self.session
+        self.failed.emit(RunResult(Outcome.FAILED, step=s.step if s else 0))
+
+    def _point(self) -> RunPoint:
+        rec = self.recorder
+        return RunPoint(self.session.step, str(rec.folder) if rec else None,
+                        rec.saved_step if rec else None)
 
     @Slot()
     def resume(self) -> None:
         self._pause.clear()
         if self._steps is not None:
+            self.resumed.emit(self._point())
             self._run()
 
     @Slot()
@@ -181,7 +186,7 @@ class TrainingWorker(QObject):
         the run ended on its own: then the flag must not linger and cancel the next chat)."""
         if self._steps is not None and self._stop.is_set():
             self._close_steps()
-            self.finished.emit(self._result(stopped=True))
+            self.stopped.emit(self._result(Outcome.STOPPED))
         self._stop.clear()
 
     @Slot()
@@ -192,23 +197,39 @@ class TrainingWorker(QObject):
         self.thread().quit()
 
     def _run(self) -> None:
-        batch, last_emit = [], time.monotonic()
-        outcome, summary = None, None
+        """Take steps until the run ends (one of finished / stopped / failed) or holds: on a
+        pause this returns to the thread's event loop with the generator kept (resume())."""
         try:
-            while True:
-                if self._stop.is_set():
-                    outcome = "stopped"
-                    break
+            outcome, summary = self._take_steps()
+        except Exception as e:
+            self._close_steps()
+            self._training_error(e)
+            return
+        if outcome is None:
+            self._autosave()  # the moment a person walks away from the laptop
+            self.paused.emit(self._point())
+            return
+        self._close_steps()
+        if outcome is Outcome.STOPPED:
+            self._stop.clear()
+            self.stopped.emit(self._result(Outcome.STOPPED))
+        else:
+            self.finished.emit(self._result(Outcome.FINISHED, summary=summary))
+
+    def _take_steps(self) -> tuple[Outcome | None, dict | None]:
+        """Steps until Stop (STOPPED), Pause (None) or the last step (FINISHED, with what
+        session.train() returned); metrics are emitted in batches, all of them before this
+        returns or raises."""
+        batch, last_emit = [], time.monotonic()
+        try:
+            while not self._stop.is_set():
                 if self._pause.is_set():
-                    outcome = "paused"
-                    break
+                    return None, None
                 try:
                     record = next(self._steps)
                 except StopIteration as done:
-                    outcome, summary = "done", done.value
-                    break
+                    return Outcome.FINISHED, done.value
                 except Cancelled:  # Stop landed between the flag check and the step
-                    outcome = "stopped"
                     break
                 batch.append(record)
                 if self.recorder is not None:  # between steps: the generator is suspended
@@ -219,36 +240,21 @@ class TrainingWorker(QObject):
                 if now - last_emit >= EMIT_INTERVAL_S or record.samples or record.recall:
                     self.metrics.emit(batch)
                     batch, last_emit = [], now
-        except Exception as e:
+            return Outcome.STOPPED, None
+        finally:
             if batch:
                 self.metrics.emit(batch)
-            self._close_steps()
-            self._training_error(e)
-            return
-        if batch:
-            self.metrics.emit(batch)
-        if outcome == "paused":
-            self._autosave()  # the moment a person walks away from the laptop
-            self.paused.emit(self.session.step)
-            return
-        self._close_steps()
-        if outcome == "stopped":
-            self._stop.clear()
-        self.finished.emit(self._result(stopped=outcome == "stopped",
-                                        summary=summary if outcome == "done" else None))
 
-    def _result(self, stopped: bool, failed: bool = False, summary=None, save=True) -> dict:
+    def _result(self, outcome: Outcome, summary: dict | None = None,
+                save: bool = True) -> RunResult:
         """Save (unless told not to), close the run folder, and describe the run's end."""
-        rec = self.recorder
+        rec, s = self.recorder, self.session
         if save:
             self._autosave()
         self._end_run(save=False)
-        s = self.session
-        return {"stopped": stopped, "failed": failed, "summary": summary,
-                "step": s.step if s else 0, "train_config": getattr(s, "train_config", None),
-                "has_tune": getattr(s, "tune", None) is not None,
-                "run_dir": str(rec.folder) if rec else None,
-                "saved_step": rec.saved_step if rec else None}
+        return RunResult(outcome, step=s.step, run_dir=str(rec.folder) if rec else None,
+                         saved_step=rec.saved_step if rec else None, summary=summary,
+                         train_config=s.train_config, has_tune=s.has_tune)
 
     def _training_error(self, exc: BaseException) -> None:
         """Non-fatal for the app: say what happened and where the last good checkpoint is."""
@@ -264,10 +270,10 @@ class TrainingWorker(QObject):
             title = "Training stopped with an error"
         # After a device failure the device's buffers cannot be trusted: keep the last
         # checkpoint on disk as it is instead of overwriting it with what the device returns.
-        result = self._result(stopped=True, failed=True, save=not device_failed)
+        result = self._result(Outcome.FAILED, save=not device_failed)
         note = ""
-        if rec is not None and result["saved_step"] is not None:
-            note = (f"The last checkpoint (step {result['saved_step']}) is in {rec.folder}; "
+        if rec is not None and result.saved_step is not None:
+            note = (f"The last checkpoint (step {result.saved_step}) is in {rec.folder}; "
                     "File › Open checkpoint continues from it.")
         elif rec is not None:
             note = f"No checkpoint was written in this run ({rec.folder})."
@@ -276,7 +282,7 @@ class TrainingWorker(QObject):
                               "It may have run out of memory: use a smaller batch size, "
                               "context length or model, or another device.")
         self._fail(title, exc, note)
-        self.finished.emit(result)
+        self.failed.emit(result)
 
     def _autosave(self) -> bool:
         """Checkpoint into the run folder if the session moved since the last one. A failure
@@ -313,9 +319,8 @@ class TrainingWorker(QObject):
             self._steps = None
 
     # -- chat, export, checkpoints (all between steps, on this thread) -------------------
-    @Slot(object, object)
-    def chat(self, messages: list, knobs: dict) -> None:
-        from engine.dialogue import Message
+    @Slot(object)
+    def chat(self, request: ChatRequest) -> None:
         if self.session is None:
             self.chatDone.emit(None)
             return
@@ -328,8 +333,8 @@ class TrainingWorker(QObject):
                 self.token.emit(piece)
 
         try:
-            answer = self.session.chat([Message(role=m["role"], content=m["content"])
-                                        for m in messages], on_token=on_token, **knobs)
+            answer = self.session.chat(list(request.messages), on_token=on_token,
+                                       **request.sampling())
         except Cancelled:
             answer = None
         except Exception as e:
@@ -337,22 +342,23 @@ class TrainingWorker(QObject):
             answer = None
         self.chatDone.emit(answer)
 
-    @Slot(str, str)
-    def export(self, path: str, dtype: str) -> None:
+    @Slot(object)
+    def export(self, request: ExportRequest) -> None:
         """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf)."""
         try:
-            if dtype == "hf":
+            if request.dtype == "hf":
                 from engine.hf.export import export_result, export_session
-                result = export_result(export_session(self.session, path, force=True))
+                result = export_result(export_session(self.session, request.path, force=True))
             else:
-                result = self.session.export_gguf(path, dtype=dtype, force=True)
+                result = self.session.export_gguf(request.path, dtype=request.dtype, force=True)
         except Exception as e:
             self._fail("Export failed", e)
             result = None
         self.exported.emit(result)
 
-    @Slot(str)
-    def save(self, directory: str) -> None:
+    @Slot(object)
+    def save(self, request: SaveRequest) -> None:
+        directory = request.directory
         try:
             if self.recorder is None or Path(directory) != self.recorder.folder:
                 ensure_free(directory)  # not into a folder another process is training in
@@ -363,29 +369,26 @@ class TrainingWorker(QObject):
         self.saved.emit(str(path))
 
     @Slot(object)
-    def load(self, job: dict) -> None:
-        """job: path (a run folder, checkpoint file or exported .gguf), device; for a GGUF also
-        pretrain_text, tune_text, train_config (its weights are trained further on those)."""
+    def load(self, job: LoadJob) -> None:
+        """Open the job's model (a GGUF or a folder without texts is trained further on the
+        job's texts and train_config); loaded carries its SessionInfo, or None."""
         from engine.session import TrainingSession
         self._close_steps()
         self._end_run()
-        path = Path(job["path"])
+        path = Path(job.path)
         gguf = path.suffix.lower() == ".gguf"
         from engine.hf.load import has_texts, is_model_folder, session_from_hf
         hf = is_model_folder(path)
         try:
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
-                texts = () if has_texts(path) else (
-                    job.get("pretrain_text"), job.get("tune_text") or None)
-                session = session_from_hf(path, *texts, device=job.get("device"))
+                texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
+                session = session_from_hf(path, *texts, device=job.device)
             elif gguf:
                 session = TrainingSession.from_gguf(
-                    path, job["pretrain_text"], job.get("tune_text") or None,
-                    train_cfg=job.get("train_config"), device=job.get("device"),
-                    monitor=self.monitor)
+                    path, job.pretrain_text, job.tune_text or None, train_cfg=job.train_config,
+                    device=job.device, monitor=self.monitor)
             else:
-                session = TrainingSession.load(path, device=job.get("device"),
-                                               monitor=self.monitor)
+                session = TrainingSession.load(path, device=job.device, monitor=self.monitor)
         except Cancelled:  # the window closes while a large checkpoint is read
             self.loaded.emit(None)
             return
@@ -394,6 +397,5 @@ class TrainingWorker(QObject):
             self.loaded.emit(None)
             return
         self.session = session
-        info = self._info(history=True)
-        info.update(path=str(path), source="hf" if hf else "gguf" if gguf else "checkpoint")
-        self.loaded.emit(info)
+        source = ModelSource.HF if hf else ModelSource.GGUF if gguf else ModelSource.CHECKPOINT
+        self.loaded.emit(self._info(history=True, path=str(path), source=source))

@@ -1,5 +1,6 @@
 """The GUI thread's handle on the training worker: starts its QThread and forwards requests as
-queued signals, so every slot of studio.worker.TrainingWorker runs on the worker's thread."""
+queued signals, so every slot of studio.worker.TrainingWorker runs on the worker's thread. The
+requests are studio.protocol's frozen jobs; studio.run_controller decides when to send them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 
 from PySide6.QtCore import QObject, QThread, Signal
 
+from studio.protocol import ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest, TrainJob
 from studio.worker import TrainingWorker
 
 log = logging.getLogger(__name__)
@@ -20,9 +22,9 @@ class WorkerHost(QObject):
     _resume = Signal()
     _finish = Signal()
     _shutdown = Signal()
-    _chat = Signal(object, object)
-    _export = Signal(str, str)
-    _save = Signal(str)
+    _chat = Signal(object)
+    _export = Signal(object)
+    _save = Signal(object)
     _load = Signal(object)
 
     def __init__(self, parent=None):
@@ -39,12 +41,12 @@ class WorkerHost(QObject):
             sig.connect(slot)
         self.thread.start()
 
-    def start(self, job: dict) -> None:
+    def start(self, job: TrainJob) -> None:
         self.worker.reset_flags()
         self._start.emit(job)
 
-    def proceed(self, job: dict) -> None:
-        """Continue the worker's session (session.extend to the job's step counts)."""
+    def proceed(self, job: ContinueJob) -> None:
+        """Continue the worker's session (session.continue_training to the job's step counts)."""
         self.worker.reset_flags()
         self._proceed.emit(job)
 
@@ -58,16 +60,16 @@ class WorkerHost(QObject):
         self.worker.request_stop()
         self._finish.emit()
 
-    def chat(self, messages, knobs) -> None:
-        self._chat.emit(messages, knobs)
+    def chat(self, request: ChatRequest) -> None:
+        self._chat.emit(request)
 
-    def export(self, path: str, dtype: str) -> None:
-        self._export.emit(path, dtype)
+    def export(self, request: ExportRequest) -> None:
+        self._export.emit(request)
 
-    def save(self, directory: str) -> None:
-        self._save.emit(directory)
+    def save(self, request: SaveRequest) -> None:
+        self._save.emit(request)
 
-    def load(self, job: dict) -> None:
+    def load(self, job: LoadJob) -> None:
         self._load.emit(job)
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:

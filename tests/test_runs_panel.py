@@ -127,7 +127,7 @@ def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     assert win.runs_panel.isVisible() and win.runs_panel.table.rowCount() == 3
     m = StepMetrics(100, 600, "pretrain", 4.4, 1.0, 0.5, 1.0, 1.0,
                     warnings=["the learning rate 5.00e-01 is far too high"])
-    win.host.worker.metrics.emit([m])
+    win.controller.host.worker.metrics.emit([m])
     qtbot.waitUntil(lambda: "far too high" in win.statusBar().currentMessage(), timeout=3000)
     win.close()
 

@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
 
 from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
+from studio.protocol import Outcome, RunState  # noqa: E402
 
 RUN_TIMEOUT_MS = 600_000  # a bound for hangs, not a speed test: a loaded 2-core CI is slow
 TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
@@ -111,7 +112,7 @@ def test_live_estimates_follow_settings(window):
 def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypatch):
     configure(window)
     result = train(qtbot, window)
-    assert not result["failed"] and not result["stopped"] and result["step"] == 30
+    assert result.outcome is Outcome.FINISHED and result.step == 30
     steps = list(curve_x(window, "lossPlot", "train loss"))
     assert steps == list(range(1, 31))                      # one point per step
     assert len(curve_x(window, "gradNormPlot", "grad norm")) == 30
@@ -142,7 +143,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     assert path.with_suffix(".Modelfile").is_file()
     gguf_export = pytest.importorskip("engine.gguf_export")
     bundle = gguf_export.import_gguf(path)
-    assert bundle.config == window.model_config
+    assert bundle.config == window.controller.model_config
     assert window.last_error is None
 
 
@@ -152,7 +153,7 @@ def test_pause_chat_resume_stop(qtbot, window):
     window.run_bar.train_button.click()
     qtbot.waitUntil(lambda: window.plots.point_count() >= 3, timeout=RUN_TIMEOUT_MS)
     window.run_bar.pause_button.click()
-    qtbot.waitUntil(lambda: window.state == "paused", timeout=30_000)
+    qtbot.waitUntil(lambda: window.controller.state is RunState.PAUSED, timeout=30_000)
     assert window.run_bar.pause_button.text() == "Resume"
     assert window.run_bar.export_button.isEnabled() and window.chat_panel.send_button.isEnabled()
     paused_at = window.plots.point_count()
@@ -164,9 +165,9 @@ def test_pause_chat_resume_stop(qtbot, window):
     with qtbot.waitSignal(window.trainingFinished, timeout=60_000) as blocker:
         window.run_bar.stop_button.click()
     result = blocker.args[0]
-    assert result["stopped"] and result["step"] < 400
+    assert result.outcome is Outcome.STOPPED and result.step < 400
     window.plots.redraw()
-    assert len(curve_x(window, "lossPlot", "train loss")) == result["step"]
+    assert len(curve_x(window, "lossPlot", "train loss")) == result.step
     assert window.run_bar.train_button.isEnabled() and window.run_bar.export_button.isEnabled()
 
 
@@ -200,7 +201,7 @@ def test_event_loop_never_blocks_while_training(qtbot, window, checkpoint_every)
     window.autosave_box.every_spin.setValue(checkpoint_every)
     with GuiBusyMeter() as meter:
         result = train(qtbot, window)
-    assert not result["failed"] and result["step"] == 60, (result, window.last_error)
+    assert result.outcome is Outcome.FINISHED and result.step == 60, (result, window.last_error)
     assert_gui_never_blocked(meter)
 
 
@@ -237,7 +238,7 @@ def test_close_during_training_stops_cleanly(qtbot, settings):
     qtbot.waitUntil(lambda: win.plots.point_count() >= 2, timeout=RUN_TIMEOUT_MS)
     t0 = time.perf_counter()
     win.close()
-    assert not win.host.thread.isRunning()
+    assert not win.controller.host.thread.isRunning()
     assert time.perf_counter() - t0 < 10
     assert win.plots.point_count() < 10_000
 
@@ -258,9 +259,9 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     monkeypatch.setattr(session_mod.TrainingSession, "create", classmethod(broken))
     configure(window)
     result = train(qtbot, window)
-    assert result["failed"]
+    assert result.outcome is Outcome.FAILED
     assert "ran out of memory" in window.last_error[1] and "smaller model" in window.last_error[1]
-    assert window.state == "idle" and window.run_bar.train_button.isEnabled()
+    assert window.controller.state is RunState.IDLE and window.run_bar.train_button.isEnabled()
 
 
 def test_settings_are_remembered(qtbot, settings, tmp_path):

@@ -18,6 +18,7 @@ from test_studio import configure, curve_x, settings, train, window  # noqa: E40
 
 from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
 from engine.session import TrainingSession  # noqa: E402
+from studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
 
 
 def run_folders(win) -> list[Path]:
@@ -41,12 +42,12 @@ def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=10)
     window.autosave_box.every_spin.setValue(7)
     saves = []
-    window.host.worker.autosaved.connect(lambda folder, step: saves.append(step))
+    window.controller.host.worker.autosaved.connect(lambda folder, step: saves.append(step))
     result = train(qtbot, window)
-    assert not result["failed"] and result["step"] == 30 and result["saved_step"] == 30
+    assert result.outcome is Outcome.FINISHED and result.step == 30 and result.saved_step == 30
     assert saves == [7, 14, 21, 28, 30]
     [folder] = run_folders(window)
-    assert Path(result["run_dir"]) == folder and folder.parent == window.autosave_box.runs_root()
+    assert Path(result.run_dir) == folder and folder.parent == window.autosave_box.runs_root()
     assert metrics_steps(folder) == list(range(1, 31))     # one line per step, like the CLI
     assert not list(folder.glob("*.tmp"))
     session = TrainingSession.load(folder, runtime=rt)
@@ -66,7 +67,7 @@ def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
 
     # A second run gets a folder of its own.
     result = train(qtbot, window)
-    assert len(run_folders(window)) == 2 and Path(result["run_dir"]) != folder
+    assert len(run_folders(window)) == 2 and Path(result.run_dir) != folder
 
 
 def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
@@ -74,8 +75,8 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     first = train(qtbot, window)
     window.new_model()  # no-op: a run trained here is not in continue mode
     window.plots.start_run(1, 1, 0, 512, 1.0)  # forget the curves: they must come back
-    info = open_model(qtbot, window, first["run_dir"])
-    assert info["step"] == 20 and window.run_bar.train_button.text().endswith("Continue")
+    info = open_model(qtbot, window, first.run_dir)
+    assert info.step == 20 and window.run_bar.train_button.text().endswith("Continue")
     assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 21))
     assert "Fact recall after pretraining" in window.samples_panel.recall_label.text()
     assert not window.run_bar.train_button.isEnabled()       # 20 of 20 steps done
@@ -83,13 +84,13 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     assert not window.settings_panel.spins["dModelSpin"].isEnabled()  # the model is fixed
     window.settings_panel.set_value("pretrainStepsSpin", 32)
     result = train(qtbot, window)
-    assert not result["failed"] and result["step"] == 32
+    assert result.outcome is Outcome.FINISHED and result.step == 32
     window.plots.redraw()
     assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 33))
-    folder = Path(result["run_dir"])
-    assert folder != Path(first["run_dir"]) and metrics_steps(folder) == list(range(1, 33))
+    folder = Path(result.run_dir)
+    assert folder != Path(first.run_dir) and metrics_steps(folder) == list(range(1, 33))
     assert TrainingSession.load(folder, runtime=rt).step == 32
-    assert TrainingSession.load(first["run_dir"], runtime=rt).step == 20  # left as it was
+    assert TrainingSession.load(first.run_dir, runtime=rt).step == 20  # left as it was
     window.run_bar.new_button.click()
     assert window.run_bar.train_button.text().endswith("Train")
     assert window.settings_panel.spins["dModelSpin"].isEnabled()
@@ -102,11 +103,11 @@ def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
     with qtbot.waitSignal(window.exportFinished, timeout=60_000):
         window.export_to(path, "f32")
     info = open_model(qtbot, window, path)
-    assert info["source"] == "gguf" and info["step"] == 0
+    assert info.source is ModelSource.GGUF and info.step == 0
     window.settings_panel.set_value("pretrainStepsSpin", 6)
     result = train(qtbot, window)
-    assert not result["failed"] and result["step"] == 6
-    assert TrainingSession.load(result["run_dir"], runtime=rt).step == 6
+    assert result.outcome is Outcome.FINISHED and result.step == 6
+    assert TrainingSession.load(result.run_dir, runtime=rt).step == 6
 
 
 def failing_at(step, exc, restore=False):
@@ -137,21 +138,21 @@ def test_training_errors_are_shown_and_the_checkpoint_stays(qtbot, window, monke
               evalIntervalSpin=5)
     window.autosave_box.every_spin.setValue(4)
     result = train(qtbot, window)
-    assert result["failed"] and window.state == "idle"
+    assert result.outcome is Outcome.FAILED and window.controller.state is RunState.IDLE
     title, message = window.last_error
-    assert exc.hint in message and str(exc) in message and result["run_dir"] in message
+    assert exc.hint in message and str(exc) in message and result.run_dir in message
     assert title == ("Training diverged" if kind == "diverged" else "The OpenCL device failed")
     # Diverged: the restored state (step 5, the last validation) is saved; device failure: the
     # checkpoint of step 8 is kept, not overwritten with what the failed device holds.
     expected = 5 if kind == "diverged" else 8
-    assert result["saved_step"] == expected
-    session = TrainingSession.load(result["run_dir"], runtime=rt)
+    assert result.saved_step == expected
+    session = TrainingSession.load(result.run_dir, runtime=rt)
     assert session.step == expected
     if kind == "diverged":
-        assert metrics_steps(Path(result["run_dir"])) == list(range(1, 6))
+        assert metrics_steps(Path(result.run_dir)) == list(range(1, 6))
     monkeypatch.undo()
     configure(window, pretrainStepsSpin=5)
-    assert not train(qtbot, window)["failed"]  # the app keeps working
+    assert train(qtbot, window).outcome is Outcome.FINISHED  # the app keeps working
 
 
 def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, monkeypatch):
@@ -164,7 +165,7 @@ def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, m
     configure(window, pretrainStepsSpin=12, tuneStepsSpin=0, sampleIntervalSpin=0)
     window.autosave_box.every_spin.setValue(3)
     result = train(qtbot, window)
-    assert not result["failed"] and result["step"] == 12 and result["saved_step"] is None
+    assert result.outcome is Outcome.FINISHED and result.step == 12 and result.saved_step is None
     assert shown == ["Autosave failed"]
     assert "No space left" in window.last_error[1] and "Training goes on" in window.last_error[1]
 
@@ -179,11 +180,11 @@ def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
     win.run_bar.train_button.click()
     qtbot.waitUntil(lambda: win.plots.point_count() >= 3, timeout=60_000)
     win.run_bar.pause_button.click()
-    qtbot.waitUntil(lambda: win.state == "paused", timeout=30_000)
+    qtbot.waitUntil(lambda: win.controller.state is RunState.PAUSED, timeout=30_000)
     win.run_bar.pause_button.click()  # resume, train a little more, then close
     qtbot.waitUntil(lambda: win.plots.point_count() >= 8, timeout=60_000)
     win.close()
-    assert not win.host.thread.isRunning()
+    assert not win.controller.host.thread.isRunning()
     [folder] = run_folders(win)
     session = TrainingSession.load(folder, runtime=rt)
     assert session.step >= 8 and metrics_steps(folder) == list(range(1, session.step + 1))
@@ -193,7 +194,7 @@ def test_stop_just_after_the_run_ended_does_not_cancel_the_next_chat(qtbot, wind
     from test_studio import chat
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=0, sampleIntervalSpin=0)
     train(qtbot, window)
-    window.host.stop()  # what a Stop click racing the end of the run sends
+    window.controller.host.stop()  # what a Stop click racing the end of the run sends
     qtbot.wait(100)
-    assert window.state == "idle"
+    assert window.controller.state is RunState.IDLE
     assert isinstance(chat(qtbot, window, "Hello"), str)

@@ -18,6 +18,7 @@ from test_studio_autosave import metrics_steps, open_model  # noqa: E402
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
 from engine.session import TrainingSession, check_continuation  # noqa: E402
+from studio.protocol import ContinuePoint, Outcome  # noqa: E402
 
 
 def allowed(*args, **kw) -> bool:
@@ -92,11 +93,9 @@ def _tiny_tokenizer():
 def test_studio_hint_and_train_button_follow_the_engine_rule(window):
     """Every combination the engine allows (with something left to train) enables Continue;
     every one it refuses disables it and shows the engine's reason."""
-    window.resume_info = {"step": 0, "pretrain_steps": 0, "tune_steps": 0, "has_tune": True,
-                          "path": None}
     for step, has_tune in ((900, True), (600, True), (300, True), (600, False)):
-        window.resume_info.update(step=step, pretrain_steps=600, tune_steps=300 if has_tune else 0,
-                                  has_tune=has_tune)
+        window.controller.continue_from = ContinuePoint(step, 600, 300 if has_tune else 0,
+                                                        has_tune)
         window._update_actions()  # the spins that stay editable follow has_tune
         for new_pre, new_tune in itertools.product((300, 600, 900), (0, 300, 400)):
             if not has_tune and new_tune:
@@ -114,19 +113,19 @@ def test_continue_after_tuning_trains_to_the_new_total(qtbot, window):
     steps raised to 20, and Continue trains it to step 40 without touching pretraining."""
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
     first = train(qtbot, window)
-    assert not first["failed"] and first["step"] == 30
-    info = open_model(qtbot, window, first["run_dir"])
-    assert info["step"] == 30 and info["has_tune"]
+    assert first.outcome is Outcome.FINISHED and first.step == 30
+    info = open_model(qtbot, window, first.run_dir)
+    assert info.step == 30 and info.has_tune
     assert window.run_bar.train_button.text().endswith("Continue")
 
     set_steps(window, 20, 20)
     assert window.run_bar.train_button.isEnabled(), window.run_bar.hint.text()
     assert window.run_bar.hint.text() == ""
     second = train(qtbot, window)
-    assert not second["failed"] and second["step"] == 40
-    tc = second["train_config"]
+    assert second.outcome is Outcome.FINISHED and second.step == 40
+    tc = second.train_config
     assert (tc.pretrain_steps, tc.tune_steps) == (20, 20)
-    assert metrics_steps(Path(second["run_dir"])) == list(range(1, 41))
+    assert metrics_steps(Path(second.run_dir)) == list(range(1, 41))
 
     # growing pretraining now is refused, with the engine's reason, and Continue is disabled
     set_steps(window, 40, 20)

@@ -13,6 +13,7 @@ pytest.importorskip("tokenizers")
 from PySide6.QtCore import QObject  # noqa: E402
 
 from tests.test_studio import configure, settings, train, window  # noqa: E402,F401
+from studio.protocol import ModelSource, Outcome  # noqa: E402
 
 
 def test_export_dialog_checks_the_target_by_format(qtbot, tmp_path):
@@ -34,7 +35,7 @@ def test_export_dialog_checks_the_target_by_format(qtbot, tmp_path):
 
 def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     configure(window, pretrainStepsSpin=6, tuneStepsSpin=4)
-    assert not train(qtbot, window)["failed"]
+    assert train(qtbot, window).outcome is Outcome.FINISHED
     folder = tmp_path / "hf-model"
     from studio.ui.export_dialog import ExportDialog
 
@@ -47,9 +48,9 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
         window.findChild(QObject, "exportButton").click()
     assert blocker.args[0].dtype == "hf" and (folder / "config.json").is_file()
     from engine.hf.load import import_hf
-    assert import_hf(folder)[0].config == window.model_config
-    with qtbot.waitSignal(window.host.worker.loaded, timeout=60_000) as loaded:
+    assert import_hf(folder)[0].config == window.controller.model_config
+    with qtbot.waitSignal(window.controller.host.worker.loaded, timeout=60_000) as loaded:
         window.open_hf(str(folder))
     info = loaded.args[0]
-    assert info is not None and info["source"] == "hf" and info["step"] == 10
+    assert info is not None and info.source is ModelSource.HF and info.step == 10
     assert window.last_error is None

@@ -12,6 +12,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
 from test_studio import configure, settings, train, window  # noqa: E402,F401
+from studio.protocol import Outcome  # noqa: E402
 
 MAX_MIN_WIDTH = 1200  # leaves room on a 1280 px screen for the window frame and other fonts
 
@@ -48,7 +49,7 @@ def test_window_fits_a_laptop_screen_and_never_grows(qtbot, window, size):
     result = train(qtbot, window)
     timer.stop()
     sample()
-    assert not result["failed"] and result["step"] == 30
+    assert result.outcome is Outcome.FINISHED and result.step == 30
     assert max(widths) <= MAX_MIN_WIDTH, max(widths)
     assert set(sizes) == {size}, set(sizes)  # the run never resized the window
     check_every_tab(window)

@@ -7,6 +7,7 @@ from engine.config import ModelConfig, TrainConfig
 from engine.progress import Pace
 from engine.textio import read_text
 from studio.cli import _bundled
+from studio.protocol import Outcome, TrainJob
 from studio.ui.run_bar import RunBar
 from studio.worker import TrainingWorker
 
@@ -55,12 +56,13 @@ def test_stop_while_a_large_text_is_encoded_ends_the_start_at_once(qtbot, tmp_pa
             worker.request_stop()
 
     worker.preparing.connect(on_phase)
-    worker.finished.connect(results.append)
-    worker.start({"model_config": ModelConfig(d_model=32, n_layer=1, n_head=2,
-                                              context_length=32, vocab_size=400),
-                  "train_config": TrainConfig(pretrain_steps=5, tune_steps=0, batch_size=4),
-                  "pretrain_text": text, "tune_text": None, "run_dir": str(tmp_path / "run")})
+    for signal in (worker.finished, worker.stopped, worker.failed):
+        signal.connect(results.append)
+    worker.start(TrainJob(ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32,
+                                      vocab_size=400),
+                          TrainConfig(pretrain_steps=5, tune_steps=0, batch_size=4),
+                          text, run_dir=str(tmp_path / "run")))
     encoding = [t for t in texts if t.startswith("Encoding the pretraining text")]
     assert encoding and texts[-1] == encoding[0]  # nothing ran after the stop
-    assert results and results[0]["stopped"] and not results[0]["failed"]
+    assert [r.outcome for r in results] == [Outcome.STOPPED]
     assert worker.session is None

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog  # noqa: E402
 from test_studio import configure, settings, train, window  # noqa: E402,F401
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
+from studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
 
 
 def menu_action(win, text):
@@ -48,8 +49,7 @@ def test_no_action_is_enabled_where_it_cannot_act(qtbot, window):
     assert not window.run_bar.export_button.isEnabled()
     assert all(a.isEnabled() for a in texts + opens)
     # an opened model keeps its texts: no menu action (or drop) replaces them
-    window.resume_info = {"step": 30, "pretrain_steps": 20, "tune_steps": 10, "has_tune": True,
-                          "path": None}
+    window.controller.continue_from = ContinuePoint(30, 20, 10, has_tune=True)
     window._update_actions()
     assert not any(a.isEnabled() for a in texts) and new.isEnabled()
     assert not window.data_panel.pretrain.button.isEnabled()
@@ -59,15 +59,15 @@ def test_no_action_is_enabled_where_it_cannot_act(qtbot, window):
     window.dropEvent(_Drop([other]))
     assert window.data_panel.pretrain_text == before
     # while training nothing that needs the worker or changes the run is enabled
-    window.resume_info = None
-    window.has_model = True
-    window._set_state("running")
+    window.controller.continue_from = None
+    window.controller.has_model = True
+    window.controller._set_state(RunState.RUNNING)
     assert not any(a.isEnabled() for a in texts + opens + [export, save, new])
     assert not window.run_bar.export_button.isEnabled()
-    window._set_state("paused")  # paused: export and save act on the current weights
+    window.controller._set_state(RunState.PAUSED)  # export and save act on the current weights
     assert export.isEnabled() and save.isEnabled()
     assert not any(a.isEnabled() for a in texts + opens)
-    window._set_state("idle")
+    window.controller._set_state(RunState.IDLE)
 
 
 class _Drop:
@@ -102,23 +102,23 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
     window.autosave_box.every_spin.setValue(7)
     result = train(qtbot, window)
-    folder = Path(result["run_dir"])
+    folder = Path(result.run_dir)
     assert (folder / "checkpoint.prev.npz").exists()
     from engine.session import TrainingSession
     gguf = tmp_path / "tiny.gguf"
     TrainingSession.load(folder, runtime=rt).export_gguf(gguf)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
-    for chosen, step, source in ((folder / "checkpoint.npz", 30, "checkpoint"),
-                                 (folder / "checkpoint.prev.npz", 28, "checkpoint"),
-                                 (gguf, 0, "gguf")):
+    for chosen, step, source in ((folder / "checkpoint.npz", 30, ModelSource.CHECKPOINT),
+                                 (folder / "checkpoint.prev.npz", 28, ModelSource.CHECKPOINT),
+                                 (gguf, 0, ModelSource.GGUF)):
         monkeypatch.setattr(QFileDialog, "getOpenFileName",
                             lambda *a, chosen=chosen, **k: (str(chosen), ""))
         with qtbot.waitSignal(window.modelOpened, timeout=60_000) as blocker:
             menu_action(window, "Open checkpoint").trigger()
-        assert (blocker.args[0]["step"], blocker.args[0]["source"]) == (step, source), chosen
+        assert (blocker.args[0].step, blocker.args[0].source) == (step, source), chosen
     with qtbot.waitSignal(window.modelOpened, timeout=60_000) as blocker:  # dropped too
         window.dropEvent(_Drop([folder / "checkpoint.prev.npz"]))
-    assert blocker.args[0]["step"] == 28
+    assert blocker.args[0].step == 28
 
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])

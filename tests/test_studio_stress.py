@@ -26,6 +26,7 @@ from test_studio import TEST_DEVICE, configure  # noqa: E402
 
 from engine.session import TrainingSession  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
+from studio.protocol import RunState  # noqa: E402
 
 REPETITIONS = int(os.environ.get("STUDIO_STRESS_REPETITIONS", "60"))
 SEED = int(os.environ.get("STUDIO_STRESS_SEED", "7"))
@@ -53,7 +54,7 @@ def start_random_run(qtbot, win, rng: random.Random) -> None:
               tuneStepsSpin=rng.choice([0, 0, 5]), sampleIntervalSpin=rng.choice([0, 0, 7]),
               evalIntervalSpin=rng.choice([4, 50]))
     win.autosave_box.every_spin.setValue(rng.choice([0, 1, 5, 100]))
-    qtbot.waitUntil(lambda: win.state == "idle" and win.run_bar.train_button.isEnabled(),
+    qtbot.waitUntil(lambda: win.controller.state is RunState.IDLE and win.run_bar.train_button.isEnabled(),
                     timeout=SETTLE_MS)
     win.run_bar.train_button.click()
     qtbot.wait(random_delay(rng))
@@ -63,20 +64,20 @@ def interrupt(qtbot, win, rng: random.Random) -> tuple[str, list[str]]:
     """Stop, close, or Pause then Resume/Stop/close, at random moments. Returns the final action
     ("stop" | "close") and the steps taken, each with the state it met."""
     plan = rng.choice(["stop", "pause", "close"])
-    steps = [f"{plan}@{win.state}"]
+    steps = [f"{plan}@{win.controller.state.value}"]
     if plan != "pause":
         return plan, steps
     if win.run_bar.pause_button.isEnabled():
         win.run_bar.pause_button.click()
     qtbot.wait(random_delay(rng))
     then = rng.choice(["resume", "stop", "close"])
-    steps.append(f"{then}@{win.state}")
+    steps.append(f"{then}@{win.controller.state.value}")
     if then == "resume":
-        if win.state == "paused":
+        if win.controller.state is RunState.PAUSED:
             win.run_bar.pause_button.click()
         qtbot.wait(random_delay(rng))
         then = rng.choice(["stop", "close"])
-        steps.append(f"{then}@{win.state}")
+        steps.append(f"{then}@{win.controller.state.value}")
     return then, steps
 
 
@@ -86,14 +87,14 @@ def finish(qtbot, win, plan: str, rep: int, early: bool):
         t = time.perf_counter()
         win.close()
         took = time.perf_counter() - t
-        assert not win.host.thread.isRunning(), f"repetition {rep}: thread still running"
+        assert not win.controller.host.thread.isRunning(), f"repetition {rep}: thread still running"
         assert took < CLOSE_S, f"repetition {rep}: closing took {took:.1f} s"
         return None
     if win.run_bar.stop_button.isEnabled():
         win.run_bar.stop_button.click()
-    qtbot.waitUntil(lambda: win.state == "idle", timeout=SETTLE_MS)
+    qtbot.waitUntil(lambda: win.controller.state is RunState.IDLE, timeout=SETTLE_MS)
     assert win.last_error is None, (rep, win.last_error)
-    assert win.run_bar.train_button.isEnabled() and (win.has_model or early)
+    assert win.run_bar.train_button.isEnabled() and (win.controller.has_model or early)
     return win
 
 
