@@ -15,7 +15,8 @@ from engine.memory import activation_floats, check_fits, training_bytes
 from engine.model import Model
 from engine.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
 from tests.test_kernels import close, down, up
-from tests.test_model import batch, rel_err, tiny
+from tests.helpers import tiny_config
+from tests.test_model import batch, rel_err
 
 
 @pytest.fixture(params=["blocked", "vector", "tiled", "tiled-lanes"])
@@ -124,8 +125,8 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["gemm", "fused"])
-@pytest.mark.parametrize("cfg,B,T", [(tiny(), 2, 16), (tiny(n_layer=1, d_model=20, n_head=5), 3, 7),
-                                     (tiny(n_layer=1, d_model=16, n_head=2), 1, 1)])
+@pytest.mark.parametrize("cfg,B,T", [(tiny_config(), 2, 16), (tiny_config(n_layer=1, d_model=20, n_head=5), 3, 7),
+                                     (tiny_config(n_layer=1, d_model=16, n_head=2), 1, 1)])
 def test_model_on_both_paths(rt, path, cfg, B, T):
     """Loss and every gradient of the whole model against the reference on each path."""
     before, rt.attention_path = rt.attention_path, path

@@ -9,7 +9,8 @@ from engine import dropout, ops
 from engine.config import TrainConfig
 from engine.errors import ConfigError
 from engine.model import Model
-from tests.test_model import assert_step_matches, batch, tiny
+from tests.helpers import tiny_config
+from tests.test_model import assert_step_matches, batch
 
 
 def _close(got, want, tol=1e-6):
@@ -56,9 +57,9 @@ def test_masks_drop_p_and_differ_per_site_and_step():
 
 
 @pytest.mark.parametrize("cfg,B,T,p", [
-    (tiny(), 2, 16, 0.3),
-    (tiny(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1, 0.5),
-    (tiny(n_layer=2, d_model=20, n_head=5, ffn_dim=0), 3, 7, 0.1),
+    (tiny_config(), 2, 16, 0.3),
+    (tiny_config(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1, 0.5),
+    (tiny_config(n_layer=2, d_model=20, n_head=5, ffn_dim=0), 3, 7, 0.1),
 ])
 def test_model_gradients_with_dropout_match_reference(rt, cfg, B, T, p):
     model = Model(rt, cfg, seed=4)
@@ -79,7 +80,7 @@ def test_model_gradients_with_dropout_match_reference(rt, cfg, B, T, p):
 
 
 def test_dropout_is_reproducible_and_changes_each_step(rt):
-    cfg = tiny(n_layer=1)
+    cfg = tiny_config(n_layer=1)
     x, y = batch(cfg, 2, 8, seed=5)
     tc = TrainConfig(dropout=0.2)
     runs = []
