@@ -39,7 +39,6 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-TILE_EDGES = (64, 128)  # tile edges of the GPU GEMM (kernels/matmul_tiled.cl)
 
 
 def gemm_shapes(cfg, B):
@@ -55,7 +54,7 @@ def gemm_shapes(cfg, B):
 
 
 def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
-    from engine import ops
+    from engine import gemm_tiles, ops
     rng = np.random.default_rng(0)
     rows = []
     for label, kind, M, N, K in gemm_shapes(cfg, B):
@@ -66,7 +65,7 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
         ours = timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish)
         got = rt.read(bc, M * N).reshape(M, N)
         per_tile = []  # tiled GEMM: each tile edge forced, and scalar fetches, beside the choice
-        for tile, fetch4 in ([(t, True) for t in TILE_EDGES] + [(None, False)]
+        for tile, fetch4 in ([(t, True) for t in gemm_tiles.TILED_EDGES] + [(None, False)]
                              if rt.gemm == "tiled" else ()):
             rt.gemm_tile, rt.gemm_fetch4 = tile, fetch4
             per_tile.append(timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish))
@@ -174,7 +173,7 @@ def main(argv=None):
     ap.add_argument("--build-options", default="",
                     help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
-    from engine import ops
+    from engine import gemm_tiles, ops
     from engine.runtime import Runtime
     if args.groups_per_cu:
         ops.GROUPS_PER_CU = args.groups_per_cu
@@ -194,7 +193,8 @@ def main(argv=None):
             from benchmarks.common import wait_idle
             wait_idle(args.idle_busy, 300.0)
         head = ["product", "shape (M x N x K)", "ours GFLOP/s"]
-        head += ([f"ours {t}x{t} tiles" for t in TILE_EDGES] + ["ours scalar fetches"]
+        head += ([f"ours {t}x{t} tiles" for t in gemm_tiles.TILED_EDGES]
+                 + ["ours scalar fetches"]
                  if rt.gemm == "tiled" else [])
         head += [] if args.no_numpy else ["numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []

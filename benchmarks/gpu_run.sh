@@ -39,12 +39,9 @@ if [ "$PART" = gemm ]; then
     # of L and XL beside torch.mm, and one profiled XL step against PyTorch eager.
     timeout 60 python3 - > "$OUT/gpu_gemm_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
-from engine.device import select_device
-from engine.runtime import KERNEL_DIR
-dev = select_device("NVIDIA").cl_device()
-src = "".join((KERNEL_DIR / f).read_text() for f in ("common.h", "matmul.cl", "matmul_tiled.cl"))
-prg = cl.Program(cl.Context([dev]), src).build(options=["-cl-std=CL1.2", "-cl-nv-verbose"])
-print(prg.get_build_info(dev, cl.program_build_info.LOG))
+from engine.runtime import Runtime
+rt = Runtime("NVIDIA", build_options=("-cl-nv-verbose",))  # the main program, verbose log
+print(rt.main.program.get_build_info(rt.device, cl.program_build_info.LOG))
 PY
     grep -A4 -E "entry function 'matmul_(nn|tn)_tiled" "$OUT/gpu_gemm_build_log.txt" \
         | grep -E "entry|Used|spill"
@@ -74,16 +71,13 @@ if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
-from engine.device import select_device
-from engine.runtime import KERNEL_DIR
-dev = select_device("NVIDIA").cl_device()
-ctx = cl.Context([dev])
-common = (KERNEL_DIR / "common.h").read_text()
-for f in sorted(KERNEL_DIR.glob("*.cl")):  # one file at a time: the driver's log is short
-    att = ["-DATT_HD=64", "-DATT_BK=32", "-DATT_BQ=64"] if f.name == "attention.cl" else []
-    prg = cl.Program(ctx, common + f.read_text()).build(
-        options=["-cl-std=CL1.2", "-DSM_LANES=64", "-DSM_ROWS=4", "-cl-nv-verbose"] + att)
-    print(f.name, prg.get_build_info(dev, cl.program_build_info.LOG))
+from engine import attention
+from engine.runtime import Runtime
+# the programs as the engine builds them (its -D options), with NVIDIA's verbose log
+rt = Runtime("NVIDIA", build_options=("-cl-nv-verbose",))
+info = cl.program_build_info.LOG
+print("main", rt.main.program.get_build_info(rt.device, info))
+print("attention.cl", attention.program(rt, 64)[0].program.get_build_info(rt.device, info))
 PY
 grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled|attention_.*_tiled)" \
     "$OUT/gpu_build_log.txt" \

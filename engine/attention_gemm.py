@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine import gemm_tiles
 from engine.config import ModelConfig
 from engine.device import DeviceInfo
 from engine.ops import _round, _rows_launch
@@ -118,14 +119,15 @@ def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a: Strided, b: Strided, c: Strided,
         if b.col != 1:
             raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
         # CPUs take the fused kernels unless forced here; the scalar batched kernel serves both
-        tm, tn, name = 6, 16, "bmm_blocked"  # = MM_TM, MM_TN of kernels/matmul.cl
+        tm, tn = gemm_tiles.BLOCKED  # MM_TM, MM_TN of kernels/matmul.cl
         grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
-        rt.launch_local(name, grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
+        rt.launch_local("bmm_blocked", grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
                         b.off, b.row, b.batch, b.head, *cs, alpha, beta, int(causal))
     else:
-        rt.launch_local("bmm_tiled", (16 * -(-N // 64), 16 * -(-M // 64), nz), (16, 16, 1),
+        tl, (gx, gy) = gemm_tiles.BMM_EDGE, gemm_tiles.TILED_GROUP
+        rt.launch_local("bmm_tiled", (gx * -(-N // tl), gy * -(-M // tl), nz), (gx, gy, 1),
                         C, A, B, M, N, K, H, *a, *b, *cs, alpha, beta, int(causal),
-                        *rt.gemm_tiles(64))
+                        *rt.gemm_tiles(tl))
 
 
 def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):

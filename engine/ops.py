@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine import gemm_tiles
 from engine.runtime import Runtime
 
 f32, i32 = np.float32, np.int32
@@ -17,7 +18,6 @@ TN_SLICE = 256  # rows of K per CPU matmul_tn (and vector matmul_nn) launch: cac
 # Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
 GROUPS_PER_CU = 2
-VEC_TILES = {16: (8, 32), 8: (6, 16)}  # (rows, columns) per work-item of matmul_vec.cl by VEC_W
 TK = 16  # K slice of the tiled GEMM (kernels/matmul_tiled.cl); split-K slices are multiples
 
 
@@ -26,8 +26,9 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
         # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl), or in vectors of
         # the device's width (matmul_vec.cl): 8x32 in float16 (AVX-512), 6x16 in float8 (AVX2)
         vec = rt.gemm == "vector"
-        tm, tn = VEC_TILES[rt.vector_width] if vec else (6, 16)
-        built = rt.build(("matmul_vec.cl",), (("VEC_W", rt.vector_width),)) if vec else None
+        tm, tn = gemm_tiles.VECTOR[rt.vector_width] if vec else gemm_tiles.BLOCKED
+        built = (rt.build(("matmul_vec.cl",), gemm_tiles.vector_defines(rt.vector_width))
+                 if vec else None)
         grid, local = (-(-N // tn), -(-M // tm)), (4, 4)
         if form == "nn" and not vec:
             rt.launch_local("matmul_nn", _round(grid, local), local, C, A, B, M, N, K, beta)

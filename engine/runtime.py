@@ -25,6 +25,7 @@ import numpy as np
 import pyopencl as cl
 
 import kernels as _kernels_pkg
+from engine import gemm_tiles
 from engine.device import DeviceInfo, select_device
 from engine.errors import DeviceError
 
@@ -195,6 +196,7 @@ class Runtime:
         self.row_lanes, self.row_group_rows = row_lanes or default_rows
         opts = ["-cl-std=CL1.2", f"-DSM_LANES={self.row_lanes}",
                 f"-DSM_ROWS={self.row_group_rows}"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
+        opts += gemm_tiles.main_defines()
         self.build_options = opts + list(build_options)
         self.main = Built(self, src, self.build_options)
         self.program = self.main.program

@@ -10,11 +10,8 @@
  * Edge tiles take a guarded path, so no size needs to be a multiple of the tile.
  */
 
-#ifndef MM_TM
-#define MM_TM 6
-#endif
-#ifndef MM_TN
-#define MM_TN 16
+#if !defined(MM_TM) || !defined(MM_TN)
+#error "matmul.cl is built with -DMM_TM and -DMM_TN (engine/gemm_tiles.py)"
 #endif
 
 /* C tile = beta * C + acc; with beta 0, C is never read (it may be uninitialised). */

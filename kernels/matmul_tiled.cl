@@ -289,7 +289,9 @@ __kernel void sum_slices(__global float* C, __global const float* parts, int n_s
     C[i] = beta == 0.0f ? acc : beta * C[i] + acc;
 }
 
-#define BMM_TL 64  /* output tile edge of bmm_tiled */
+#ifndef BMM_TL
+#error "matmul_tiled.cl is built with -DBMM_TL, the output tile edge of bmm_tiled (engine/gemm_tiles.py)"
+#endif
 
 /* Batched strided product for attention (GPU), one (b, h) per group of the third grid
  * dimension z = b * H + h:  C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z], with

@@ -11,14 +11,14 @@
  * Built only where the engine picks these kernels (CPUs; tests also run them under Oclgrind),
  * so a GPU compiler that rejected the unaligned vector type is never asked. */
 
+/* VM_TM x VM_TN: the tile, -D options from engine/gemm_tiles.py (VM_TN a multiple of VEC_W) */
+#if !defined(VM_TM) || !defined(VM_TN)
+#error "matmul_vec.cl is built with -DVM_TM and -DVM_TN (engine/gemm_tiles.py)"
+#endif
 #if VEC_W == 16
-#define VM_TM 8
-#define VM_TN 32
 typedef float16 vm_float;
 typedef float16 __attribute__((aligned(4))) vm_float_u;  /* rows of B and C start anywhere */
 #elif VEC_W == 8
-#define VM_TM 6
-#define VM_TN 16
 typedef float8 vm_float;
 typedef float8 __attribute__((aligned(4))) vm_float_u;
 #else

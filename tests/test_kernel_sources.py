@@ -39,3 +39,16 @@ def test_common_h_causal_modes_equal_the_python_enum():
     text = (KERNELS / "common.h").read_text()
     modes = {m: int(v) for m, v in re.findall(r"#define CAUSAL_(\w+) (\d+)", text)}
     assert modes == {c.name: c.value for c in Causal}
+
+
+def test_gemm_tile_sizes_come_from_the_python_table():
+    """The GEMM tile sizes are -D options from engine/gemm_tiles.py (which the launchers size
+    their grids from), never a literal in a kernel file, not even as an #ifndef default."""
+    from engine import gemm_tiles
+    tile_macros = {"MM_TM", "MM_TN", "VM_TM", "VM_TN", "BMM_TL"}
+    for p in sorted(KERNELS.glob("*.cl")):
+        defined = set(_DEFINE.findall(_code(p.read_text())))
+        assert not defined & tile_macros, f"{p.name} defines {defined & tile_macros}"
+    given = {d[2:].split("=")[0] for d in gemm_tiles.main_defines()}
+    given |= {name for name, _ in gemm_tiles.vector_defines(16)}
+    assert tile_macros <= given
