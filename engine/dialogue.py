@@ -311,6 +311,14 @@ class TuneData:
             self._ids[r, :k] = ids[:k]
             self._mask[r, :k] = np.asarray(mask[:k], dtype=bool)
 
+    @property
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32 (N, T+1), loss mask bool (N, T+1)): one dialogue per row, padded with EOS,
+        mask 1 on assistant content and its EOS (what train_batch draws from; read-only views)."""
+        ids, mask = self._ids.view(), self._mask.view()
+        ids.flags.writeable = mask.flags.writeable = False
+        return ids, mask
+
     def train_batch(self, rng: np.random.Generator | None, batch_size: int
                     ) -> tuple[np.ndarray, np.ndarray]:
         """B dialogues drawn at random (with replacement): (inputs, targets) int32 (B, T).

@@ -147,8 +147,9 @@ def held_out(r: dict) -> float | None:
 
 
 def wall_times(records) -> np.ndarray:
-    """Cumulative wall time (s) per record: elapsed_s restarts at each resume, so segments
-    are chained end to end."""
+    """Cumulative wall time (s) per record. elapsed_s keeps counting across a continued run,
+    but runs written before it did restarted it at each continuation: a drop starts a new
+    segment, chained to the previous one's end."""
     out, offset, prev = np.zeros(len(records)), 0.0, 0.0
     for i, r in enumerate(records):
         e = _num(r.get("elapsed_s"))

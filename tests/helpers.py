@@ -1,12 +1,10 @@
 """Helpers several test files share: the bundled texts, a tiny model config, a trained session
 (fixtures built on them live in tests/conftest.py; run folders in tests/runs_helpers.py)."""
 
-from pathlib import Path
-
 from engine.config import ModelConfig, TrainConfig
-from engine.textio import read_text
+from engine.textio import bundled_corpus, read_text
 
-RESOURCES = Path(__file__).resolve().parents[1] / "resources"
+RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.textio)
 
 
 def bundled_texts() -> tuple[str, str]:

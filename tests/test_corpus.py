@@ -1,6 +1,5 @@
 """engine.corpus: document split, token stream, validation split, training windows."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ from engine.errors import ConfigError, DataError
 from engine.textio import read_text
 from engine.tokenizer import Tokenizer
 
-RES = Path(__file__).resolve().parents[1] / "resources"
+from tests.helpers import RESOURCES as RES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -206,6 +206,14 @@ def test_tune_batch(tok, tune_text):
         assert row_x[0] == tok.bos_id
         assert (row_x, row_y) in expected
     assert (y != -1).any() and (y == -1).any()
+    ids, mask = data.rows     # the rows batches are drawn from (scale-out writes them)
+    assert ids.shape == mask.shape == (len(data.encoded), 65) and mask.dtype == bool
+    for r, (e_ids, e_mask) in enumerate(data.encoded):
+        k = min(len(e_ids), 65)
+        assert ids[r, :k].tolist() == e_ids[:k] and (ids[r, k:] == tok.eos_id).all()
+        assert mask[r, :k].tolist() == [bool(v) for v in e_mask[:k]] and not mask[r, k:].any()
+    with pytest.raises(ValueError):
+        ids[0, 0] = 7     # read-only: a caller cannot change what training draws
 
 
 def test_tune_truncation_and_determinism(tok, tune_text):

@@ -25,7 +25,7 @@ from engine.gguf_export import (ModelBundle, export_gguf, import_gguf, modelfile
 from engine.textio import read_text
 from engine.tokenizer import Tokenizer
 
-RES = Path(__file__).resolve().parents[1] / "resources"
+from tests.helpers import RESOURCES as RES  # noqa: E402
 META = {"learning_rate": 3e-3, "pretrain_steps": 600, "final_loss": 2.125, "seed": 1337,
         "tie_embeddings": True, "loss_curve": [4.5, 3.25, 2.125],
         "data": {"pretrain": {"bytes": 2713, "sha256": "9f" * 32}, "tune": {"dialogues": 13}}}

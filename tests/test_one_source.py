@@ -139,3 +139,15 @@ def test_bundled_corpus_is_one_path(qapp):
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
         assert _bundled(name) == bundled_path(name) == path
+
+
+def test_scale_out_data_names_are_one_table():
+    """The scale-out folder's data files are named once (engine.hf.export.DATA); the
+    standalone train_ddp.py reads each array and text by that same name."""
+    from engine.hf.export import DATA
+    script = (ROOT / "engine" / "hf" / "train_ddp.py").read_text()
+    for key, rel in DATA.items():
+        if key not in ("pretrain_text", "tune_text"):  # the texts are for people, not the script
+            assert f'"{rel.split("/", 1)[1]}"' in script, f"train_ddp.py does not read {rel}"
+    for path in ("engine/hf/scale_out.py", "engine/hf/load.py"):
+        assert '"data/' not in (ROOT / path).read_text(), f"{path} spells a data file name"

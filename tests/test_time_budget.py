@@ -3,7 +3,6 @@ ends on time, and elapsed_s is wall time that keeps counting across resume."""
 
 import math
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,7 @@ from engine.config import ModelConfig, TrainConfig
 from engine.session import TrainingSession
 from engine.textio import read_text
 
-RES = Path(__file__).resolve().parents[1] / "resources"
+from tests.helpers import RESOURCES as RES  # noqa: E402
 MODEL = ModelConfig(d_model=64, n_layer=2, n_head=4, context_length=32)
 
 

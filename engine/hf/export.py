@@ -29,6 +29,13 @@ from engine.errors import ExportError
 from engine.hf.names import hf_name, is_rotated, to_hf_rows
 
 STUDIO_FILE = "studio.json"
+# The training data a scale-out folder carries (engine.hf.scale_out writes them, engine.hf.load
+# reads the texts back; train_ddp.py, standalone on purpose, reads the arrays by these names)
+DATA = {"pretrain_text": "data/pretrain.txt", "tune_text": "data/tune.txt",
+        "pretrain_train": "data/pretrain_train.npy", "val_inputs": "data/pretrain_val_inputs.npy",
+        "val_targets": "data/pretrain_val_targets.npy", "token_bytes": "data/token_bytes.npy",
+        "val_source": "data/val_source.txt", "tune_ids": "data/tune_ids.npy",
+        "tune_mask": "data/tune_mask.npy"}
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "tokenizer.model", "generation_config.json", STUDIO_FILE, "README.md")
 

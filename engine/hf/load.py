@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import DataError, ModelImportError
-from engine.hf.export import STUDIO_FILE
+from engine.hf.export import DATA, STUDIO_FILE
 from engine.hf.names import from_hf_rows, gguf_name, hf_name, is_rotated
 from engine.tokenizer import Tokenizer
 
@@ -32,7 +32,7 @@ def is_model_folder(path) -> bool:
 
 def has_texts(folder) -> bool:
     """Whether the folder carries its training texts (data/pretrain.txt: scale-out, DDP)."""
-    return (Path(folder) / "data" / "pretrain.txt").is_file()
+    return (Path(folder) / DATA["pretrain_text"]).is_file()
 
 
 def read_config(folder: Path) -> dict:
@@ -193,13 +193,12 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     from engine.session import TrainingSession
     folder = Path(folder)
     bundle, studio = import_hf(folder)
-    data = folder / "data"
     if pretrain_text is None and has_texts(folder):
-        pretrain_text = (data / "pretrain.txt").read_text(encoding="utf-8")
-    if tune_text is None and (data / "tune.txt").is_file():
-        tune_text = (data / "tune.txt").read_text(encoding="utf-8")
+        pretrain_text = (folder / DATA["pretrain_text"]).read_text(encoding="utf-8")
+    if tune_text is None and (folder / DATA["tune_text"]).is_file():
+        tune_text = (folder / DATA["tune_text"]).read_text(encoding="utf-8")
     if pretrain_text is None:
-        raise ModelImportError(f"{folder} holds no training text (data/pretrain.txt).",
+        raise ModelImportError(f"{folder} holds no training text ({DATA['pretrain_text']}).",
                                "Give a pretraining text to continue training on.")
     tc = TrainConfig()
     if "train_config" in studio:

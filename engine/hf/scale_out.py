@@ -14,12 +14,11 @@ The DDP run writes the same kind of folder, which `llm-studio import` turns back
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 
-from engine.hf.export import export_hf, studio_state
+from engine.hf.export import DATA, export_hf, studio_state
 from engine.hf.names import hf_name, is_rotated, to_hf_rows
 from engine.params import ParamTable
 
@@ -56,16 +55,17 @@ def data_files(session) -> dict[str, bytes | str]:
     bytes per token for bits per byte, and the tune rows with their loss masks."""
     tc, pre = session.train_config, session.pretrain
     vx, vy = (np.concatenate(a) for a in zip(*pre.val_batches(tc.batch_size, tc.eval_tokens)))
-    files: dict[str, bytes | str] = {"data/pretrain.txt": session.pretrain_text,
-                                     "data/pretrain_train.npy": _npy(pre.train_stream),
-                                     "data/pretrain_val_inputs.npy": _npy(vx),
-                                     "data/pretrain_val_targets.npy": _npy(vy),
-                                     "data/token_bytes.npy": _npy(np.asarray(pre.token_bytes)),
-                                     "data/val_source.txt": pre.val_source}
+    files: dict[str, bytes | str] = {DATA["pretrain_text"]: session.pretrain_text,
+                                     DATA["pretrain_train"]: _npy(pre.train_stream),
+                                     DATA["val_inputs"]: _npy(vx),
+                                     DATA["val_targets"]: _npy(vy),
+                                     DATA["token_bytes"]: _npy(np.asarray(pre.token_bytes)),
+                                     DATA["val_source"]: pre.val_source}
     if session.tune is not None:
-        files["data/tune.txt"] = session.tune_text
-        files["data/tune_ids.npy"] = _npy(session.tune._ids)
-        files["data/tune_mask.npy"] = _npy(session.tune._mask)
+        ids, mask = session.tune.rows
+        files[DATA["tune_text"]] = session.tune_text
+        files[DATA["tune_ids"]] = _npy(ids)
+        files[DATA["tune_mask"]] = _npy(mask)
     return files
 
 
