@@ -69,9 +69,9 @@ class Heads(NamedTuple):
 
 
 def variant(rt: Runtime) -> str:
-    """The kernel variant for rt: its `attention` attribute when set (tests run both on one
+    """The kernel variant for rt: rt.attention_variant when set (tests run both on one
     device), else "blocked" on CPUs and "tiled" on GPUs."""
-    return getattr(rt, "attention", None) or ("blocked" if rt.is_cpu else "tiled")
+    return rt.attention_variant or ("blocked" if rt.is_cpu else "tiled")
 
 
 def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | None = None

@@ -92,7 +92,7 @@ def choose(info: DeviceInfo, cfg: ModelConfig, B: int, T: int, with_grad: bool,
 
 def path_for(rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool) -> str:
     """choose() on rt's device, honouring rt.attention_path when set."""
-    return choose(rt.info, cfg, B, T, with_grad, getattr(rt, "attention_path", None))
+    return choose(rt.info, cfg, B, T, with_grad, rt.attention_path)
 
 
 def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strided,

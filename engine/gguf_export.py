@@ -233,7 +233,7 @@ def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name:
     w.add_remove_extra_whitespaces(False)
     w.add_chat_template(chat_template(bundle))
     w.add_uint32(FORMAT_KEY, FORMAT_VERSION)
-    w.add_string(f"{PREFIX}.tokenizer.kind", str(getattr(tok, "kind", "bpe")))
+    w.add_string(f"{PREFIX}.tokenizer.kind", tok.kind)
     w.add_string(TOKENIZER_KEY, base64.b64encode(tok.to_bytes()).decode("ascii"))
     for key, value in _flatten(bundle.metadata):
         _add_value(w, f"{PREFIX}.{key}", value)

@@ -185,7 +185,7 @@ class HealthMonitor:
         return None
 
     def _ratio(self, m) -> str | None:
-        h = getattr(m, "health", None)
+        h = m.health
         if not h:
             return None
         ratio = float(h["update_ratio"]["norms"])

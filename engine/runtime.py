@@ -234,6 +234,9 @@ class Runtime:
         # Attention path: None lets engine/attention_gemm.choose pick; "gemm" or "fused" forces
         # one (tests run both on one device).
         self.attention_path: str | None = None
+        # Fused attention kernels: None picks by device type (engine/attention.variant);
+        # "blocked" or "tiled" forces one (tests run both on one device).
+        self.attention_variant: str | None = None
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
 

@@ -59,6 +59,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
     def __init__(self, pretrain_path=None, tune_path=None, device=None,
                  settings: QSettings | None = None):
         super().__init__()
+        self._sized = False  # the splitters get their sizes at the first show (real width)
         _collect_garbage_in_gui_thread()
         theme.apply_plot_theme()
         self.settings = settings or (QSettings() if QCoreApplication.organizationName()
@@ -258,7 +259,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
 
     def showEvent(self, event):
         super().showEvent(event)
-        if not getattr(self, "_sized", False):  # splitter sizes need the real width
+        if not self._sized:  # splitter sizes need the real width
             self._sized = True
             main, work = self._splitters
             column = main.widget(0)

@@ -19,12 +19,12 @@ from tests.test_kernels import close, down, up
 def att_rt(rt, request):
     """The test runtime with attention forced to one kernel variant: the CPU's register-blocked
     kernels in float8 (AVX2) or float16 (AVX-512) vectors, or the GPU's tiled ones."""
-    before = getattr(rt, "attention", None), rt.vector_width
-    rt.attention = request.param.rstrip("0123456789")
-    if rt.attention == "blocked":
+    before = rt.attention_variant, rt.vector_width
+    rt.attention_variant = request.param.rstrip("0123456789")
+    if rt.attention_variant == "blocked":
         rt.vector_width = int(request.param[7:])
     yield rt
-    rt.attention, rt.vector_width = before
+    rt.attention_variant, rt.vector_width = before
 
 
 def run_attention(rt, B, T, H, hd, seed):

@@ -151,3 +151,16 @@ def test_scale_out_data_names_are_one_table():
             assert f'"{rel.split("/", 1)[1]}"' in script, f"train_ddp.py does not read {rel}"
     for path in ("engine/hf/scale_out.py", "engine/hf/load.py"):
         assert '"data/' not in (ROOT / path).read_text(), f"{path} spells a data file name"
+
+
+def test_no_getattr_hedges():
+    """Objects say what they have: no getattr(obj, "name", default) guessing at an attribute
+    in the engine or the studio (a Qt sort key compared with a foreign item, and an OSError's
+    optional strerror, are the two places where the other side really may lack it)."""
+    allowed = {("studio/ui/runs_panel.py", 'getattr(other, "key", None)'),
+               ("studio/cli_runs.py", "getattr(e, 'strerror', None)")}
+    hedge = re.compile(r"getattr\([^,()]+, *[\"'][A-Za-z_]+[\"'], [^)]*\)")
+    found = [(str(p.relative_to(ROOT)), m.group(0))
+             for d in ("engine", "studio") for p in sorted((ROOT / d).rglob("*.py"))
+             for m in hedge.finditer(p.read_text())]
+    assert [f for f in found if f not in allowed] == []

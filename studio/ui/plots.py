@@ -337,16 +337,16 @@ class LivePlots(QWidget):
             self._stage_lines.append((p, line))
 
     def add_metrics(self, records) -> None:
-        """Append a batch of StepMetrics (or anything with the same attributes)."""
+        """Append a batch of StepMetrics (engine.metrics), oldest first."""
         s = self.series
         for m in records:
             t = m.elapsed_s
             s["loss"].append(m.step, m.loss, t)
             s["grad"].append(m.step, m.grad_norm, t)
             s["lr"].append(m.step, m.lr, t)
-            if getattr(m, "val_source", None):
+            if m.val_source:
                 self.set_val_source(m.val_source)
-            if getattr(m, "val_bpb", None) is not None:
+            if m.val_bpb is not None:
                 self.val_bpb = m.val_bpb
             if m.stage == "pretrain" and m.val_loss is not None:
                 s["val"].append(m.step, m.val_loss, t)
