@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+import engine.generation as generation_module
 import engine.session as session_module
 from engine import evaluate
 from engine.config import ModelConfig, TrainConfig
@@ -76,8 +77,8 @@ def test_a_stop_during_a_phase_ends_it_and_keeps_the_step(one_line_session, monk
     s = one_line_session
     s.monitor.clear()
     tokens, at_cancel = [], []
-    real = session_module.next_token
-    monkeypatch.setattr(session_module, "next_token", lambda *a: tokens.append(1) or real(*a))
+    real = generation_module.next_token
+    monkeypatch.setattr(generation_module, "next_token", lambda *a: tokens.append(1) or real(*a))
 
     def on_phase(name, done, total):
         if name == phase and not at_cancel:
@@ -172,9 +173,10 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
         tokens.clear()
         return real_recall(s, *a, **k)
 
-    real_next = session_module.next_token
+    real_next = generation_module.next_token
     monkeypatch.setattr(session_module, "fact_recall", recall_after_ctrl_c)
-    monkeypatch.setattr(session_module, "next_token", lambda *a: tokens.append(1) or real_next(*a))
+    monkeypatch.setattr(generation_module, "next_token",
+                        lambda *a: tokens.append(1) or real_next(*a))
     out = tmp_path / "run"
     rc = main(["train", "--out", str(out), "--pretrain", str(text), "--no-tune", "--steps", "2",
                *TINY])
