@@ -10,6 +10,8 @@ folder that starts with the model's history. The run's state lives in studio.run
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine.config import run_steps
 from engine.errors import ConfigError
 from engine.session import check_continuation
@@ -175,8 +177,18 @@ class TrainingActions:
         self.samples_panel.clear()
         self._show_history(info, recall=True)
         self.run_bar.set_continue(info.step)
+        self._show_opened_folder(info)
         what = "GGUF" if info.source is ModelSource.GGUF else "Checkpoint"
         self.run_bar.show_text(f"{what} opened at step {info.step}: chat, export, or "
                                "Continue training.", reset=True)
         self._update_actions()
         self.modelOpened.emit(info)
+
+    def _show_opened_folder(self, info: SessionInfo) -> None:
+        """The opened checkpoint's run folder (Open folder, Copy path); a GGUF or transformers
+        folder has none: the row of the last run trained here would name the wrong model."""
+        if info.source is ModelSource.CHECKPOINT and info.path:
+            p = Path(info.path)
+            self.run_bar.show_run_folder(p if p.is_dir() else p.parent, info.step, opened=True)
+        else:
+            self.run_bar.hide_run_folder()
