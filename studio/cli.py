@@ -157,6 +157,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     """The session to train: the run in --out continued, or new from the options (run folder
     made)."""
     from engine import checkpoint
+    from engine.dialogue import read_dialogues
     from engine.session import TrainingSession
     from engine.textio import read_text
     if args.continue_run:
@@ -189,7 +190,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
     tune = None
     if not args.no_tune:
-        tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
+        tune, _ = read_dialogues(args.tune or _bundled("tune.txt"))  # DataError names the file
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                      tokenizer_kind=args.tokenizer, monitor=monitor)
     c = session.model_config

@@ -150,15 +150,14 @@ class DataPanel(QGroupBox):
         path = Path(path)
         slot = self.pretrain if which == "pretrain" else self.tune
         try:
-            text = read_text(path, what="pretraining text" if which == "pretrain"
-                             else "tune dialogues")
             if which == "pretrain":
+                text = read_text(path, what="pretraining text")
                 docs = _split_documents(text)
                 stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
                         f"{len(docs):,} documents"
             else:
-                from engine.dialogue import parse_dialogues
-                dialogues = parse_dialogues(text, str(path))
+                from engine.dialogue import read_dialogues
+                text, dialogues = read_dialogues(path)
                 if not dialogues:
                     raise DataError(f"{path.name} contains no dialogues.",
                                     "Write turns as 'User: ...' and 'Assistant: ...' lines, "
