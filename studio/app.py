@@ -224,7 +224,9 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
             return "No OpenCL device: see the Device box."
         if self.controller.continue_from is not None:
             return self._continue_problem()
-        return self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
+        sp = self.settings_panel
+        return self.data_panel.problem(sp.spins["tuneStepsSpin"].value(),
+                                       sp.spins["vocabSizeSpin"].value(), sp.tokenizer_kind())
 
     def _apply_editable(self, edit: bool) -> None:
         """The inputs of a run; an opened model fixes everything but how far to train it."""

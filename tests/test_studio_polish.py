@@ -159,3 +159,27 @@ def test_warmup_note_in_the_engine():
     assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
         "Warmup: 20 steps in pretraining (at most 1/5 of a stage), not 30.")
     assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
+
+
+def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window):
+    """Vocabulary 300 on the bundled texts (54 distinct characters: BPE needs 313) left Train
+    on, and pressing it failed at once with "Could not start training". The hint gives the
+    engine's own minimum (Tokenizer.train accepts exactly that, refuses one less)."""
+    from engine.errors import ConfigError
+    from engine.tokenizer import Tokenizer
+    sp, rb, data = window.settings_panel, window.run_bar, window.data_panel
+    texts = [data.pretrain_text, data.tune_text]
+    sp.set_value("tuneStepsSpin", 10)
+    sp.set_value("vocabSizeSpin", 300)
+    assert not rb.train_button.isEnabled()
+    hint = rb.hint.text()
+    assert "too small for BPE" in hint, hint
+    need = int(hint.split("use at least ")[1].split(",")[0])
+    with pytest.raises(ConfigError):
+        Tokenizer.train(texts, need - 1, "bpe")
+    Tokenizer.train(texts, need, "bpe")
+    sp.set_value("vocabSizeSpin", need)
+    assert rb.train_button.isEnabled() and rb.hint.text() == ""
+    sp.set_value("vocabSizeSpin", need - 1)
+    sp.tokenizer_combo.setCurrentIndex(sp.tokenizer_combo.findData("char"))
+    assert rb.train_button.isEnabled(), rb.hint.text()

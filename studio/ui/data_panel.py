@@ -105,6 +105,8 @@ class DataPanel(QGroupBox):
         self.tune_path: Path | None = None
         self.n_dialogues = 0
         self._base_stats: dict[str, str] = {}  # statistics before token counts are known
+        # engine.tokenizer.bpe_characters of each text loaded: the smallest BPE vocabulary
+        self._chars: dict[str, frozenset[str]] = {"pretrain": frozenset(), "tune": frozenset()}
         self.pretrain = FileSlot("Pretraining text", "openPretrainButton")
         self.tune = FileSlot("Tune dialogues (User: … Assistant: …)", "openTuneButton")
         self.pretrain.button.clicked.connect(lambda: self._ask("pretrain"))
@@ -168,6 +170,8 @@ class DataPanel(QGroupBox):
             slot.set_error(f"{path.name}: {e.describe()}")
             self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
             return False
+        from engine.tokenizer import bpe_characters
+        self._chars[which] = bpe_characters(text)  # once per file: a big text takes a while
         slot.set_error("")
         slot.name.setText(path.name)
         slot.name.setToolTip(str(path))
@@ -201,12 +205,22 @@ class DataPanel(QGroupBox):
             if n is not None and which in base:
                 slot.stats.setText(f"{base[which]} · {n:,} tokens")
 
-    def problem(self, tune_steps: int) -> str | None:
-        """Why training cannot start with this data, or None."""
+    def problem(self, tune_steps: int, vocab_size: int | None = None,
+                tokenizer_kind: str = "bpe") -> str | None:
+        """Why training cannot start with this data (and, when given, this vocabulary size for
+        a BPE tokenizer: engine.tokenizer.min_bpe_vocab), or None."""
         if not self.pretrain_text:
             return "Open a pretraining text file (or drop one on the window)."
         if tune_steps > 0 and not self.tune_text:
             return "Open a tune dialogue file, or set Tuning steps to 0."
+        if vocab_size is not None and tokenizer_kind == "bpe":
+            from engine.tokenizer import MIN_VOCAB, min_bpe_vocab
+            sets = [self._chars["pretrain"]] + ([self._chars["tune"]] if tune_steps > 0 else [])
+            need = min_bpe_vocab(sets)
+            if vocab_size < need:
+                return (f"Vocabulary size {vocab_size} is too small for BPE on these texts "
+                        f"({need - MIN_VOCAB} distinct characters, each a token): use at least "
+                        f"{need}, or the Characters tokenizer.")
         return None
 
     def set_editable(self, on: bool) -> None:
