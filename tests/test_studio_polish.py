@@ -183,3 +183,22 @@ def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window)
     sp.set_value("vocabSizeSpin", need - 1)
     sp.tokenizer_combo.setCurrentIndex(sp.tokenizer_combo.findData("char"))
     assert rb.train_button.isEnabled(), rb.hint.text()
+
+
+def test_stop_before_the_first_step_says_nothing_was_trained(qtbot, window):
+    """Stop while the tokenizer trains: the bar said "Stopped at step 0. Chat with the model or
+    export it." (there is no model; Export is off) under "Autosave: <folder> · first checkpoint
+    still to come" (the folder was removed)."""
+    from pathlib import Path as P
+    configure(window)
+    rb = window.run_bar
+    with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
+        rb.train_button.click()
+        planned = rb.run_dir
+        rb.stop_button.click()
+    result = blocker.args[0]
+    assert result.run_dir is None and result.step == 0
+    assert not P(planned).exists()
+    assert rb.progress.format() == "Stopped before the first step: nothing was trained."
+    assert rb.run_dir is None and not rb.folder_label.isVisible()
+    assert not rb.export_button.isEnabled()
