@@ -102,9 +102,11 @@ def _export(window) -> None:
 
 
 def _ask_for_steps(window) -> None:
-    window.run_bar.train_button.setFocus()
-    window.statusBar().showMessage("Set the step counts on the left, then press Train to "
-                                   "continue this run.", 12000)
+    button = window.run_bar.train_button  # it reads "Continue" for an opened run
+    button.setFocus()
+    window.statusBar().showMessage(f"Raise the step counts on the left, then press "
+                                   f"{button.text().lstrip('▶ ')} to train this run further.",
+                                   12000)
 
 
 def _warn(window, records) -> None:

@@ -76,7 +76,7 @@ def _cells(r: RunInfo) -> list[_Item]:
 BUSY_TIP = ("The studio is training (or opening / exporting a model): Stop it or let it finish, "
             "then open a run.")
 OPEN_TIPS = {"open": "Open the selected run: chat with it or export it",
-             "continue": "Open the selected run for Train to continue it",
+             "continue": "Open the selected run to train it further (the Continue button)",
              "export": "Open the selected run and export it (GGUF or Hugging Face)"}
 
 
