@@ -202,3 +202,24 @@ def test_stop_before_the_first_step_says_nothing_was_trained(qtbot, window):
     assert rb.progress.format() == "Stopped before the first step: nothing was trained."
     assert rb.run_dir is None and not rb.folder_label.isVisible()
     assert not rb.export_button.isEnabled()
+
+
+def test_open_gguf_and_open_hf_errors_name_what_was_asked_for(qtbot, window, tmp_path):
+    """File › Open Hugging Face folder on a plain folder said "Could not open the checkpoint: No
+    checkpoint at .../checkpoint.npz"; Open exported GGUF on a file not named .gguf said it is
+    "not a readable checkpoint". Each now reports on the kind the person asked to open."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("hello")
+    not_gguf = tmp_path / "model.bin"
+    not_gguf.write_bytes(b"\x00\x01" * 64)
+    for opener, path, title, says in (
+            (window.open_hf, plain, "Could not open the Hugging Face folder",
+             "not a transformers model folder"),
+            (window.open_gguf, not_gguf, "Could not open the GGUF", "GGUF")):
+        with qtbot.waitSignal(window.errorShown, timeout=60_000) as blocker:
+            opener(str(path))
+        got_title, message = blocker.args
+        assert got_title == title and says in message, blocker.args
+        assert "checkpoint" not in message.split("\n")[0].lower(), message
+        qtbot.waitUntil(lambda: window.controller.free, timeout=10_000)
