@@ -181,11 +181,13 @@ def _parse_jsonl(text: str, source: str) -> list[list[Message]]:
     return dialogues
 
 
-def read_dialogues(path: str | os.PathLike) -> tuple[str, list[list[Message]]]:
+def read_dialogues(path: str | os.PathLike,
+                   notes: list[str] | None = None) -> tuple[str, list[list[Message]]]:
     """Read and check a tune file: (its text, parse_dialogues of it). Raises DataError naming
-    the file, as engine.textio.read_text does (and the line, for a format error)."""
+    the file, as engine.textio.read_text does (and the line, for a format error); notes: as
+    read_text's."""
     from engine.textio import read_text
-    text = read_text(path, TUNE_WHAT)
+    text = read_text(path, TUNE_WHAT, notes=notes)
     return text, parse_dialogues(text, f"{TUNE_WHAT} file {str(path)!r}")
 
 

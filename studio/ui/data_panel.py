@@ -151,15 +151,16 @@ class DataPanel(QGroupBox):
         from engine.textio import read_text
         path = Path(path)
         slot = self.pretrain if which == "pretrain" else self.tune
+        notes: list[str] = []  # e.g. read as Latin-1: said in the statistics line
         try:
             if which == "pretrain":
-                text = read_text(path, what="pretraining text")
+                text = read_text(path, what="pretraining text", notes=notes)
                 docs = _split_documents(text)
                 stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
                         f"{len(docs):,} documents"
             else:
                 from engine.dialogue import read_dialogues
-                text, dialogues = read_dialogues(path)
+                text, dialogues = read_dialogues(path, notes)
                 if not dialogues:
                     raise DataError(f"{path.name} contains no dialogues.",
                                     "Write turns as 'User: ...' and 'Assistant: ...' lines, "
@@ -170,6 +171,7 @@ class DataPanel(QGroupBox):
             slot.set_error(f"{path.name}: {e.describe()}")
             self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
             return False
+        stats += "".join(f" · {note}" for note in notes)
         from engine.tokenizer import bpe_characters
         self._chars[which] = bpe_characters(text)  # once per file: a big text takes a while
         slot.set_error("")
