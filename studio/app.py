@@ -31,6 +31,12 @@ from studio.ui.widgets import ColumnScrollArea
 from studio.window_actions import WindowActions
 
 APP_NAME = "OpenCL LLM Studio"
+# Why an input of a run is off (its tooltip):
+BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
+OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
+              "Continue) trains one from scratch with other settings.")
+NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage to go on with. "
+               "New model (beside Continue) trains one with tuning.")
 
 
 _gc = None
@@ -229,17 +235,20 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                                        sp.spins["vocabSizeSpin"].value(), sp.tokenizer_kind())
 
     def _apply_editable(self, edit: bool) -> None:
-        """The inputs of a run; an opened model fixes everything but how far to train it."""
+        """The inputs of a run; an opened model fixes everything but how far to train it. A
+        control that is off says why in its tooltip."""
         opened = self.controller.continue_from
-        only = None
+        only, why = None, {"": BUSY_WHY}
         if opened is not None:
             only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if opened.has_tune else ())
-        self.settings_panel.set_editable(edit, only)
+            if edit:
+                why = {"": OPENED_WHY, "tuneStepsSpin": NO_TUNE_WHY}
+        self.settings_panel.set_editable(edit, only, why)
         for w in (self.data_panel, self.device_panel):
-            w.set_editable(edit and opened is None)
+            w.set_editable(edit and opened is None, why[""])
         for act in self._data_actions:
             act.setEnabled(edit and opened is None)
-        self.autosave_box.set_editable(edit)
+        self.autosave_box.set_editable(edit, BUSY_WHY)
 
     def _preview_run(self) -> None:
         """Before the first run, frame the plots for the run the settings describe."""

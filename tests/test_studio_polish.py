@@ -223,3 +223,29 @@ def test_open_gguf_and_open_hf_errors_name_what_was_asked_for(qtbot, window, tmp
         assert got_title == title and says in message, blocker.args
         assert "checkpoint" not in message.split("\n")[0].lower(), message
         qtbot.waitUntil(lambda: window.controller.free, timeout=10_000)
+
+
+def test_inputs_that_are_off_say_why(qtbot, window):
+    """The settings, data and device of an opened run (and the Tuning steps of a run without a
+    tuning stage) were disabled with no word on why, as was everything while training; each
+    now says why in its tooltip, and gets its own tooltip back when it is on again."""
+    sp, rb = window.settings_panel, window.run_bar
+    d_model, tune = sp.spins["dModelSpin"], sp.spins["tuneStepsSpin"]
+    own = d_model.toolTip()
+    configure(window, pretrainStepsSpin=100_000, tuneStepsSpin=0)
+    rb.train_button.click()
+    qtbot.waitUntil(lambda: window.controller.state is RunState.RUNNING, timeout=120_000)
+    off = [d_model, window.data_panel.pretrain.button, window.device_panel.combo,
+           window.autosave_box.every_spin]
+    for w in off:
+        assert not w.isEnabled() and w.toolTip().startswith("Fixed while a run"), w.objectName()
+    with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
+        rb.stop_button.click()
+    assert d_model.isEnabled() and d_model.toolTip() == own
+    with qtbot.waitSignal(window.modelOpened, timeout=60_000):
+        window.open_checkpoint(blocker.args[0].run_dir)
+    assert not d_model.isEnabled() and d_model.toolTip().startswith("The opened model fixes")
+    assert d_model.toolTip().endswith(own)
+    assert not tune.isEnabled() and "without dialogues" in tune.toolTip()
+    assert "opened model" in window.data_panel.pretrain.button.toolTip()
+    assert sp.spins["pretrainStepsSpin"].isEnabled()

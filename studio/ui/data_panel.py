@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLab
 
 from engine.errors import DataError, StudioError
 from engine.textio import bundled_corpus
-from studio.ui.widgets import ElidedLabel
+from studio.ui.widgets import ElidedLabel, enable_with_reason
 
 PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
 TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
@@ -225,8 +225,9 @@ class DataPanel(QGroupBox):
                         f"{need}, or the Characters tokenizer.")
         return None
 
-    def set_editable(self, on: bool) -> None:
-        self.pretrain.button.setEnabled(on)
-        self.tune.button.setEnabled(on)
+    def set_editable(self, on: bool, why: str = "") -> None:
+        """why: the reason the Open buttons are off (in their tooltips)."""
+        enable_with_reason(self.pretrain.button, on, why)
+        enable_with_reason(self.tune.button, on, why)
         self.pretrain.setAcceptDrops(on)
         self.tune.setAcceptDrops(on)
