@@ -27,10 +27,14 @@ from studio.ui.plots import LivePlots
 from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
-from studio.ui.widgets import ColumnScrollArea
+from studio.ui.widgets import ColumnScrollArea, enable_with_reason
 from studio.window_actions import WindowActions
 
 APP_NAME = "OpenCL LLM Studio"
+# Why Export is off (its tooltip):
+NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
+BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
+TASK_WHY = "Wait for the export, save or opening in progress."
 # Why an input of a run is off (its tooltip):
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
 OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
@@ -209,8 +213,10 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         rb.pause_button.setText("Resume" if ctl.resume else "Pause")
         rb.stop_button.setEnabled(ctl.stop)
         use = ctl.use_model and free and c.has_model
-        for w in (rb.export_button, self.export_action, self.save_action):
+        for w in (self.export_action, self.save_action):
             w.setEnabled(use)
+        enable_with_reason(rb.export_button, use, NO_MODEL_WHY if not c.has_model else
+                           BUSY_MODEL_WHY if not ctl.use_model else TASK_WHY)
         self._apply_editable(ctl.edit)
         opening = ctl.open_model and free
         for w in [rb.new_button, *self._open_actions]:

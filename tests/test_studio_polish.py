@@ -232,9 +232,11 @@ def test_inputs_that_are_off_say_why(qtbot, window):
     sp, rb = window.settings_panel, window.run_bar
     d_model, tune = sp.spins["dModelSpin"], sp.spins["tuneStepsSpin"]
     own = d_model.toolTip()
+    assert rb.export_button.toolTip().startswith("No model yet")
     configure(window, pretrainStepsSpin=100_000, tuneStepsSpin=0)
     rb.train_button.click()
     qtbot.waitUntil(lambda: window.controller.state is RunState.RUNNING, timeout=120_000)
+    assert rb.export_button.toolTip().startswith("Training is running: pause it")
     off = [d_model, window.data_panel.pretrain.button, window.device_panel.combo,
            window.autosave_box.every_spin]
     for w in off:
@@ -242,6 +244,7 @@ def test_inputs_that_are_off_say_why(qtbot, window):
     with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
         rb.stop_button.click()
     assert d_model.isEnabled() and d_model.toolTip() == own
+    assert rb.export_button.isEnabled() and rb.export_button.toolTip().startswith("Write")
     with qtbot.waitSignal(window.modelOpened, timeout=60_000):
         window.open_checkpoint(blocker.args[0].run_dir)
     assert not d_model.isEnabled() and d_model.toolTip().startswith("The opened model fixes")
