@@ -82,6 +82,11 @@ class TrainingWorker(QObject):
     def request_stop(self) -> None:
         self._stop.set()
 
+    def cancel_pause(self) -> None:
+        """Resume pressed: cleared here, on the GUI thread, before the queued resume() runs, so
+        a Pause pressed after it (while the worker still answers a chat) is not lost."""
+        self._pause.clear()
+
     def reset_flags(self) -> None:
         self._stop.clear()
         self._pause.clear()
@@ -175,7 +180,8 @@ class TrainingWorker(QObject):
 
     @Slot()
     def resume(self) -> None:
-        self._pause.clear()
+        """Go on after a pause (the flag was cleared by cancel_pause; set again, the run holds
+        again after one step's check: paused follows resumed)."""
         if self._steps is not None:
             self.resumed.emit(self._point())
             self._run()

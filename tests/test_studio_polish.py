@@ -252,3 +252,23 @@ def test_inputs_that_are_off_say_why(qtbot, window):
     assert not tune.isEnabled() and "without dialogues" in tune.toolTip()
     assert "opened model" in window.data_panel.pretrain.button.toolTip()
     assert sp.spins["pretrainStepsSpin"].isEnabled()
+
+
+def test_pause_pressed_right_after_resume_holds_the_run(qtbot, window):
+    """Paused, chatting; Resume, then Pause again before the answer ended: the worker's queued
+    resume cleared the new pause request, so the run went on while the bar said "pausing…" and
+    Pause stayed off until the run's end. Now the run holds again."""
+    configure(window, pretrainStepsSpin=100_000, tuneStepsSpin=0)
+    rb, c = window.run_bar, window.controller
+    rb.train_button.click()
+    qtbot.waitUntil(lambda: c.state is RunState.RUNNING, timeout=120_000)
+    rb.pause_button.click()
+    qtbot.waitUntil(lambda: c.state is RunState.PAUSED, timeout=60_000)
+    window.chat_panel.input.setText("Tell me about Paris.")
+    window.chat_panel.send_button.click()  # the worker is busy answering from here
+    rb.pause_button.click()                # Resume
+    assert c.state is RunState.RUNNING
+    rb.pause_button.click()                # Pause, before the worker took the resume
+    assert c.state is RunState.PAUSING
+    qtbot.waitUntil(lambda: c.state is RunState.PAUSED, timeout=60_000)
+    assert rb.pause_button.text() == "Resume" and rb.pause_button.isEnabled()
