@@ -32,6 +32,7 @@ way it was trained; `answer_text` removes its separator space.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ import numpy as np
 
 from engine.errors import ConfigError, DataError
 from engine.tokenizer import Tokenizer
+
+TUNE_WHAT = "tune dialogues"  # how messages name a tune file
 
 ROLES = ("system", "user", "assistant")
 _TAG_LINE = re.compile(r"^(user|assistant|system):", re.IGNORECASE)   # "User:", "user:", ...
@@ -176,6 +179,16 @@ def _parse_jsonl(text: str, source: str) -> list[list[Message]]:
             turns.append((n, Message(role, msg["content"].strip())))
         dialogues.append(_check_dialogue(turns, source))
     return dialogues
+
+
+def read_dialogues(path: str | os.PathLike,
+                   notes: list[str] | None = None) -> tuple[str, list[list[Message]]]:
+    """Read and check a tune file: (its text, parse_dialogues of it). Raises DataError naming
+    the file, as engine.textio.read_text does (and the line, for a format error); notes: as
+    read_text's."""
+    from engine.textio import read_text
+    text = read_text(path, TUNE_WHAT, notes=notes)
+    return text, parse_dialogues(text, f"{TUNE_WHAT} file {str(path)!r}")
 
 
 def parse_dialogues(text: str, source: str = "tune file") -> list[list[Message]]:

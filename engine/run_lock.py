@@ -95,6 +95,28 @@ def ensure_free(folder: str | os.PathLike) -> None:
         RunLock(folder).acquire().release()
 
 
+def in_use(folder: str | os.PathLike) -> bool | None:
+    """Whether a process (this one included) trains in `folder` now: True when its lock is held,
+    False when the lock file is there and free (the run ended: finished, stopped or killed),
+    None when there is no lock file (a folder written before run locks, or by another tool).
+    Probes without writing: the file and its "<pid> <host>" stay as they are."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    with f:
+        try:
+            _lock(f, path)
+        except RunFolderBusy:
+            return True
+        try:
+            _unlock(f)
+        except OSError:  # locked by pid only (a filesystem without locks): nothing to undo
+            pass
+    return False
+
+
 def holder(path: Path) -> tuple[int | None, str]:
     """(pid, host) written in a lock file by its holder; (None, "") if unreadable or empty."""
     try:

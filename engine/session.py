@@ -191,7 +191,15 @@ class TrainingSession(GenerationMixin):
         return s
 
     def save(self, path) -> Path:
-        """Write the checkpoint atomically into folder `path`; returns the file."""
+        """Write the checkpoint atomically into folder `path` (made if missing) as
+        checkpoint.npz, whatever the folder's name looks like; returns the file. Raises
+        CheckpointError when `path` is a file (never overwritten) or cannot be written."""
+        folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise CheckpointError(
+                f"{folder} is a file, not a folder: a checkpoint is saved into a folder, as "
+                f"{checkpoint.FILENAME}.",
+                "Choose a new folder name or a run folder to save into; the file is unchanged.")
         header = {
             "model_config": self.model_config.__dict__, "train_config": self.train_config.__dict__,
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
@@ -201,9 +209,9 @@ class TrainingSession(GenerationMixin):
             "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
         }
         m = self.model
-        return checkpoint.save(path, header, m.read_flat("params"), m.read_flat("m"),
-                               m.read_flat("v"), self.tokenizer.to_bytes(), self.pretrain_text,
-                               self.tune_text)
+        return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
+                               m.read_flat("m"), m.read_flat("v"), self.tokenizer.to_bytes(),
+                               self.pretrain_text, self.tune_text)
 
     def continue_training(self, pretrain_steps: int | None = None,
                           tune_steps: int | None = None) -> None:

@@ -133,11 +133,12 @@ def _surely_latin1(data: bytes) -> bool:
 
 
 def read_text(path: str | os.PathLike, what: str = "pretraining text",
-              max_bytes: int = MAX_BYTES) -> str:
+              max_bytes: int = MAX_BYTES, notes: list[str] | None = None) -> str:
     """Read a plain-text file as `str`, UTF-8 with or without BOM, line endings normalised to "\\n".
 
     path: the file. what: how to name it in messages ("pretraining text", "tune dialogues").
-    max_bytes: size limit in bytes (default 64 MiB).
+    max_bytes: size limit in bytes (default 64 MiB). notes: a list that gets a sentence for each
+    thing done that the person should know (the Latin-1 reading below), for a GUI to show.
     Raises DataError (message + hint) when the file is missing, a folder, unreadable, larger than
     `max_bytes` (size and limit are named), empty or whitespace-only, binary (NUL bytes or more
     than 10% control bytes, or a known document/image format), or not UTF-8 (the byte offset of
@@ -158,6 +159,8 @@ def read_text(path: str | os.PathLike, what: str = "pretraining text",
     except UnicodeDecodeError as e:
         if not start and _surely_latin1(data):
             log.warning("%s file %s is not UTF-8; read it as Latin-1 (ISO-8859-1)", what, path)
+            if notes is not None:
+                notes.append("not UTF-8: read as Latin-1 (ISO-8859-1)")
             text = data.decode("latin-1")
         else:
             offset = start + e.start

@@ -118,6 +118,19 @@ def _chars(sentences: list[str]) -> set[str]:
     return (set("".join(sentences)) - {" "}) | {_WS}
 
 
+def bpe_characters(text: str) -> frozenset[str]:
+    """The characters of `text` that a BPE tokenizer trained on it keeps as pieces (spaces as
+    "▁", and "▁" itself): Tokenizer.train needs a vocab_size of at least MIN_VOCAB + the size of
+    the union of these sets over its texts (min_bpe_vocab)."""
+    return frozenset(_chars(_sentences([text])))
+
+
+def min_bpe_vocab(char_sets: Iterable[frozenset[str]]) -> int:
+    """The smallest vocab_size Tokenizer.train accepts for BPE on texts with these
+    bpe_characters: 3 control + 256 byte tokens + one per distinct character."""
+    return MIN_VOCAB + len(frozenset().union(*char_sets))
+
+
 def _training_sample(sentences: list[str], budget: int = TRAIN_SAMPLE_CHARS) -> list[str]:
     """Every k-th sentence so that about `budget` characters remain (all of a small text).
     Deterministic, and it keeps every distinct character: sentences holding a character the

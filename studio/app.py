@@ -27,10 +27,20 @@ from studio.ui.plots import LivePlots
 from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
-from studio.ui.widgets import ColumnScrollArea
+from studio.ui.widgets import ColumnScrollArea, enable_with_reason
 from studio.window_actions import WindowActions
 
 APP_NAME = "OpenCL LLM Studio"
+# Why Export is off (its tooltip):
+NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
+BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
+TASK_WHY = "Wait for the export, save or opening in progress."
+# Why an input of a run is off (its tooltip):
+BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
+OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
+              "Continue) trains one from scratch with other settings.")
+NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage to go on with. "
+               "New model (beside Continue) trains one with tuning.")
 
 
 _gc = None
@@ -204,8 +214,10 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         rb.pause_button.setText("Resume" if ctl.resume else "Pause")
         rb.stop_button.setEnabled(ctl.stop)
         use = ctl.use_model and free and c.has_model
-        for w in (rb.export_button, self.export_action, self.save_action):
+        for w in (self.export_action, self.save_action):
             w.setEnabled(use)
+        enable_with_reason(rb.export_button, use, NO_MODEL_WHY if not c.has_model else
+                           BUSY_MODEL_WHY if not ctl.use_model else TASK_WHY)
         self._apply_editable(ctl.edit)
         opening = ctl.open_model and free
         for w in [rb.new_button, *self._open_actions]:
@@ -225,20 +237,25 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
             return "No OpenCL device: see the Device box."
         if self.controller.continue_from is not None:
             return self._continue_problem()
-        return self.data_panel.problem(self.settings_panel.spins["tuneStepsSpin"].value())
+        sp = self.settings_panel
+        return self.data_panel.problem(sp.spins["tuneStepsSpin"].value(),
+                                       sp.spins["vocabSizeSpin"].value(), sp.tokenizer_kind())
 
     def _apply_editable(self, edit: bool) -> None:
-        """The inputs of a run; an opened model fixes everything but how far to train it."""
+        """The inputs of a run; an opened model fixes everything but how far to train it. A
+        control that is off says why in its tooltip."""
         opened = self.controller.continue_from
-        only = None
+        only, why = None, {"": BUSY_WHY}
         if opened is not None:
             only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if opened.has_tune else ())
-        self.settings_panel.set_editable(edit, only)
+            if edit:
+                why = {"": OPENED_WHY, "tuneStepsSpin": NO_TUNE_WHY}
+        self.settings_panel.set_editable(edit, only, why)
         for w in (self.data_panel, self.device_panel):
-            w.set_editable(edit and opened is None)
+            w.set_editable(edit and opened is None, why[""])
         for act in self._data_actions:
             act.setEnabled(edit and opened is None)
-        self.autosave_box.set_editable(edit)
+        self.autosave_box.set_editable(edit, BUSY_WHY)
 
     def _preview_run(self) -> None:
         """Before the first run, frame the plots for the run the settings describe."""

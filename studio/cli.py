@@ -147,6 +147,8 @@ def _train(args) -> int:
         except Cancelled:
             line.say(f"Stopped before training began; nothing was trained in {out}.")
             return 130
+        if args.continue_run and _nothing_left(session, line):
+            return 0
         return _train_loop(session, args, out, monitor, line)
     finally:
         for sig, handler in previous.items():
@@ -157,6 +159,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     """The session to train: the run in --out continued, or new from the options (run folder
     made)."""
     from engine import checkpoint
+    from engine.dialogue import read_dialogues
     from engine.session import TrainingSession
     from engine.textio import read_text
     if args.continue_run:
@@ -189,7 +192,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
     tune = None
     if not args.no_tune:
-        tune = read_text(args.tune or _bundled("tune.txt"), "tune (dialogue) text")
+        tune, _ = read_dialogues(args.tune or _bundled("tune.txt"))  # DataError names the file
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                      tokenizer_kind=args.tokenizer, monitor=monitor)
     c = session.model_config
@@ -245,6 +248,19 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
              f"{checkpoint.checkpoint_path(out)}")
     return 0
+
+
+def _nothing_left(session, line: ProgressLine) -> bool:
+    """A continued run already at its step totals (no time budget to re-plan them): say so and
+    leave the folder as it is, instead of "Done" after re-validating and re-saving it."""
+    if session.step < session.total_steps or session.train_config.time_budget_s:
+        return False
+    tc = session.train_config
+    tune = f" + {tc.tune_steps} tuning" if session.has_tune else ""
+    line.say(f"Nothing to train: the run has done all of its {session.total_steps} steps "
+             f"({tc.pretrain_steps} pretraining{tune}); nothing was changed. Give larger totals "
+             "to train it further: --tune-steps once tuning began, else --steps.")
+    return True
 
 
 def _note_fallback(session):

@@ -19,6 +19,7 @@ def export_hf(session, args) -> int:
 def cmd_import(args) -> int:
     from engine import checkpoint
     from engine.errors import StudioError
+    from engine.dialogue import read_dialogues
     from engine.hf.load import has_texts, session_from_hf
     from engine.textio import read_text
     from studio.cli import _bundled, _make_run_folder
@@ -27,7 +28,7 @@ def cmd_import(args) -> int:
     if checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.", "Choose a new run folder.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
-    tune = read_text(args.tune, "tune (dialogue) text") if args.tune else None
+    tune = read_dialogues(args.tune)[0] if args.tune else None
     if pre is None and not has_texts(folder):
         print("note: the folder holds no training text; the run uses the bundled corpora "
               "(give --pretrain / --tune for your own)", file=sys.stderr)

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 
 
+class ModelSource(Enum):
+    """What an opened model was read from."""
+    CHECKPOINT = "checkpoint"          # a run folder or checkpoint .npz
+    GGUF = "gguf"                      # a GGUF this app exported
+    HF = "hf"                          # a Hugging Face transformers folder
+
+
 # -- jobs: GUI thread -> worker ---------------------------------------------------------------
 @dataclass(frozen=True)
 class TrainJob:
@@ -52,6 +59,9 @@ class LoadJob:
     or a Hugging Face transformers folder."""
     path: str
     device: int | str | None = None    # as TrainJob.device
+    # What the person asked to open (File › Open exported GGUF / Hugging Face folder): its
+    # errors then name that kind; None: told by the path (Open checkpoint takes all three).
+    source: ModelSource | None = None
     # A GGUF, or a transformers folder without data/, holds no training text: these are the
     # texts it is trained further on, and the training settings for that (None: defaults).
     pretrain_text: str | None = None
@@ -95,13 +105,6 @@ class SaveRequest:
 
 
 # -- what comes back: worker -> GUI thread ---------------------------------------------------
-class ModelSource(Enum):
-    """What an opened model was read from."""
-    CHECKPOINT = "checkpoint"          # a run folder or checkpoint .npz
-    GGUF = "gguf"                      # a GGUF this app exported
-    HF = "hf"                          # a Hugging Face transformers folder
-
-
 @dataclass(frozen=True)
 class SessionInfo:
     """The worker's session as the window shows it: the payload of sessionReady (a run is about

@@ -6,7 +6,9 @@ checkpoint's JSON header is one small member of the .npz archive and np.load rea
 lazily. Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
-  running   metrics.jsonl was written in the last RUNNING_S seconds and the run is not finished;
+  running   a process holds the folder's training lock (engine.run_lock); a folder without a
+            lock file (older runs): metrics.jsonl was written in the last RUNNING_S seconds and
+            the run is not finished;
   finished  the checkpoint's step reached the run's total (pretraining + tuning steps);
   stopped   a checkpoint exists and metrics.jsonl has no step after it (Stop, Pause then quit,
             Ctrl-C, a divergence the engine stopped: the work up to the stop is saved);
@@ -31,10 +33,11 @@ import numpy as np
 from engine.checkpoint import FILENAME, PREVIOUS
 from engine.config import ModelConfig, run_steps
 from engine.errors import StudioError
+from engine.run_lock import in_use
 from studio.run_folder import METRICS
 
 RUN_JSON = "run.json"
-RUNNING_S = 60.0  # metrics.jsonl written this recently: the run is still going
+RUNNING_S = 60.0  # without a lock file: metrics.jsonl written this recently, still going
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
 
@@ -175,17 +178,23 @@ def _date(folder: Path, side: dict) -> float | None:
 
 def _status(header, records, folder: Path, step_ck: int | None, total: int) -> str:
     last = int(records[-1]["step"]) if records else 0
+    training = in_use(folder)  # the lock says it for sure; the clock only guesses
+    if training:
+        return "running"
     if step_ck is not None and total and step_ck >= total:
         return "finished"
-    try:
-        recent = time.time() - (folder / METRICS).stat().st_mtime < RUNNING_S
-    except OSError:
-        recent = False
-    if recent and records:
+    if training is None and records and _written_lately(folder):
         return "running"
     if header is None or last > (step_ck or 0):
         return "crashed"
     return "stopped"
+
+
+def _written_lately(folder: Path) -> bool:
+    try:
+        return time.time() - (folder / METRICS).stat().st_mtime < RUNNING_S
+    except OSError:
+        return False
 
 
 def _from_header(info: RunInfo, header: dict, side: dict) -> tuple[int, int]:

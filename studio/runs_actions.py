@@ -15,7 +15,6 @@ from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMessageBox
 
-from studio.protocol import RunState
 from studio.ui.runs_panel import RunsPanel
 
 
@@ -34,6 +33,9 @@ def install_runs(window) -> None:
     window.runs_hooks = _Hooks(window)
     window.controller.worker.metrics.connect(window.runs_hooks.warn, Qt.QueuedConnection)
     window.trainingFinished.connect(window.runs_hooks.refresh)
+    # Open / Continue / Export follow the run state while the window is open (Train pressed,
+    # a checkpoint loading), as the main window's own File menu does.
+    window.controller.changed.connect(window.runs_hooks.follow)
 
 
 def show_runs(window) -> RunsPanel:
@@ -52,7 +54,7 @@ def show_runs(window) -> RunsPanel:
         window.runs_panel = panel
     else:
         panel.set_root(window.autosave_box.runs_root())
-    panel.set_busy(window.controller.state is not RunState.IDLE)
+    panel.set_busy(not window.controller.free)
     panel.show()
     panel.raise_()
     return panel
@@ -71,8 +73,14 @@ class _Hooks(QObject):
     def refresh(self, _result=None) -> None:
         panel = self.window.runs_panel
         if panel is not None and panel.isVisible():
-            panel.set_busy(False)
+            panel.set_busy(not self.window.controller.free)
             panel.refresh()
+
+    @Slot()
+    def follow(self) -> None:
+        panel = self.window.runs_panel
+        if panel is not None:
+            panel.set_busy(not self.window.controller.free)
 
 
 def _open(window, path: str, then: Callable[[object], None] | None = None) -> None:
@@ -94,9 +102,11 @@ def _export(window) -> None:
 
 
 def _ask_for_steps(window) -> None:
-    window.run_bar.train_button.setFocus()
-    window.statusBar().showMessage("Set the step counts on the left, then press Train to "
-                                   "continue this run.", 12000)
+    button = window.run_bar.train_button  # it reads "Continue" for an opened run
+    button.setFocus()
+    window.statusBar().showMessage(f"Raise the step counts on the left, then press "
+                                   f"{button.text().lstrip('▶ ')} to train this run further.",
+                                   12000)
 
 
 def _warn(window, records) -> None:

@@ -10,6 +10,8 @@ folder that starts with the model's history. The run's state lives in studio.run
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from engine.config import run_steps
 from engine.errors import ConfigError
 from engine.session import check_continuation
@@ -151,19 +153,28 @@ class TrainingActions:
         """After the state went back to IDLE (studio.run_controller); trainingFinished last."""
         self.plots.redraw()
         run_dir, saved, step = result.run_dir, result.saved_step, result.step
-        where = f" Saved (step {saved})." if run_dir and saved is not None else ""
-        self.run_bar.show_text({
-            Outcome.FAILED: "Training stopped with an error: see the message." + where,
-            Outcome.STOPPED: f"Stopped at step {step}.{where} Chat with the model or export it.",
-            Outcome.FINISHED: f"Finished {step} steps.{where} Chat with the model or export it.",
-        }[result.outcome])
+        self.run_bar.show_text(self._end_text(result))
         if run_dir:
             self.run_bar.show_run_folder(run_dir, saved, saving=False)
+        else:  # it never started: its folder was removed (studio.run_folder.RunRecorder.discard)
+            self.run_bar.hide_run_folder()
         if self.controller.continue_from is not None and result.train_config is not None:
             self.run_bar.set_continue(step)  # Continue goes on from here
         if self.controller.has_model and result.outcome is not Outcome.FAILED:
             self.tabs.setCurrentWidget(self.samples_panel)
         self.trainingFinished.emit(result)
+
+    def _end_text(self, result: RunResult) -> str:
+        """The run bar's line at a run's end; chat and export are offered only with a model."""
+        if result.run_dir is None:  # stopped or failed before its first step
+            return ("Could not start training: see the message." if result.outcome is
+                    Outcome.FAILED else "Stopped before the first step: nothing was trained.")
+        saved = result.saved_step
+        where = f" Saved (step {saved})." if saved is not None else ""
+        use = " Chat with the model or export it." if self.controller.has_model else ""
+        return {Outcome.FAILED: "Training stopped with an error: see the message." + where,
+                Outcome.STOPPED: f"Stopped at step {result.step}.{where}{use}",
+                Outcome.FINISHED: f"Finished {result.step} steps.{where}{use}"}[result.outcome]
 
     def _on_loaded(self, info: SessionInfo | None) -> None:
         """A checkpoint, GGUF or HF folder was opened (None: it could not be; the error is
@@ -175,8 +186,18 @@ class TrainingActions:
         self.samples_panel.clear()
         self._show_history(info, recall=True)
         self.run_bar.set_continue(info.step)
+        self._show_opened_folder(info)
         what = "GGUF" if info.source is ModelSource.GGUF else "Checkpoint"
         self.run_bar.show_text(f"{what} opened at step {info.step}: chat, export, or "
                                "Continue training.", reset=True)
         self._update_actions()
         self.modelOpened.emit(info)
+
+    def _show_opened_folder(self, info: SessionInfo) -> None:
+        """The opened checkpoint's run folder (Open folder, Copy path); a GGUF or transformers
+        folder has none: the row of the last run trained here would name the wrong model."""
+        if info.source is ModelSource.CHECKPOINT and info.path:
+            p = Path(info.path)
+            self.run_bar.show_run_folder(p if p.is_dir() else p.parent, info.step, opened=True)
+        else:
+            self.run_bar.hide_run_folder()

@@ -11,7 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from engine.export_types import DEFAULT_DTYPE
-from studio.protocol import ChatRequest, ExportRequest, LoadJob, RunState, SaveRequest
+from studio.protocol import (ChatRequest, ExportRequest, LoadJob, ModelSource, RunState,
+                             SaveRequest)
 from studio.ui.data_panel import bundled_path
 from studio.ui.export_dialog import ExportDialog
 from studio.ui.settings_panel import human_bytes
@@ -135,7 +136,7 @@ class WindowActions:
             path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF exported by this app",
                                                   start, "GGUF models (*.gguf)")
         if path:
-            self._open_model(path)
+            self._open_model(path, ModelSource.GGUF)
 
     def open_hf(self, path: str | None = None) -> None:
         """A Hugging Face transformers Llama folder (exported by this app, continued with its
@@ -147,14 +148,16 @@ class WindowActions:
             path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder",
                                                     start)
         if path:
-            self._open_model(path)
+            self._open_model(path, ModelSource.HF)
 
-    def _open_model(self, path) -> None:
+    def _open_model(self, path, source: ModelSource | None = None) -> None:
+        """source: the kind asked for (its errors name it); None: told by the path."""
         p = Path(path)
-        job = LoadJob(str(p), device=self.device_panel.spec())
+        job = LoadJob(str(p), device=self.device_panel.spec(), source=source)
         from engine.hf.load import has_texts, is_model_folder
         hf_without_texts = is_model_folder(p) and not has_texts(p)
-        if p.suffix.lower() == ".gguf" or hf_without_texts:
+        gguf = source is ModelSource.GGUF or (source is None and p.suffix.lower() == ".gguf")
+        if gguf or hf_without_texts:
             if not self.data_panel.pretrain_text:
                 self.show_error("Open a pretraining text first",
                                 "A GGUF (or a Hugging Face folder from elsewhere) holds the model but not "

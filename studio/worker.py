@@ -82,6 +82,11 @@ class TrainingWorker(QObject):
     def request_stop(self) -> None:
         self._stop.set()
 
+    def cancel_pause(self) -> None:
+        """Resume pressed: cleared here, on the GUI thread, before the queued resume() runs, so
+        a Pause pressed after it (while the worker still answers a chat) is not lost."""
+        self._pause.clear()
+
     def reset_flags(self) -> None:
         self._stop.clear()
         self._pause.clear()
@@ -175,7 +180,8 @@ class TrainingWorker(QObject):
 
     @Slot()
     def resume(self) -> None:
-        self._pause.clear()
+        """Go on after a pause (the flag was cleared by cancel_pause; set again, the run holds
+        again after one step's check: paused follows resumed)."""
         if self._steps is not None:
             self.resumed.emit(self._point())
             self._run()
@@ -376,9 +382,10 @@ class TrainingWorker(QObject):
         self._close_steps()
         self._end_run()
         path = Path(job.path)
-        gguf = path.suffix.lower() == ".gguf"
         from engine.hf.load import has_texts, is_model_folder, session_from_hf
-        hf = is_model_folder(path)
+        guess = job.source is None  # Open checkpoint: the path tells
+        hf = job.source is ModelSource.HF or (guess and is_model_folder(path))
+        gguf = job.source is ModelSource.GGUF or (guess and path.suffix.lower() == ".gguf")
         try:
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
                 texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
@@ -393,7 +400,8 @@ class TrainingWorker(QObject):
             self.loaded.emit(None)
             return
         except Exception as e:
-            self._fail("Could not open the GGUF" if gguf else "Could not open the checkpoint", e)
+            self._fail("Could not open the GGUF" if gguf else "Could not open the Hugging Face "
+                       "folder" if hf else "Could not open the checkpoint", e)
             self.loaded.emit(None)
             return
         self.session = session

@@ -54,6 +54,7 @@ class WorkerHost(QObject):
         self.worker.request_pause()
 
     def resume(self) -> None:
+        self.worker.cancel_pause()
         self._resume.emit()
 
     def stop(self) -> None:

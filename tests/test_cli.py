@@ -60,6 +60,24 @@ def test_continue_trains_a_finished_run_further(run, tmp_path, capsys, flag):
     assert ("--resume is now --continue" in capsys.readouterr().err) == (flag == "--resume")
 
 
+@pytest.mark.parametrize("totals", [[], ["--tune-steps", "10"], ["--steps", "40"]])
+def test_continue_with_nothing_left_says_so_and_changes_nothing(run, tmp_path, capsys, totals):
+    """`--continue` of a run already at its totals printed "Done: 50 steps" after validating
+    and re-saving it (the previous checkpoint rotated away): now it says there is nothing to
+    train and how to ask for more, and leaves the folder as it was."""
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    assert main(["train", "--out", str(copy), "--continue", *totals]) == 0
+    err = capsys.readouterr().err
+    assert "Nothing to train: the run has done all of its 50 steps" in err, err
+    assert "--tune-steps" in err and "Done:" not in err
+    assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()
+            and p.name in before} == before
+    assert not (copy / "checkpoint.prev.npz").exists() or "checkpoint.prev.npz" in before
+
+
 def test_help_names_one_term_per_meaning(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -170,3 +170,24 @@ def test_sighup_saves_the_run(tmp_path):
     from engine.session import TrainingSession
     steps = len(mfile.read_text().splitlines())
     assert TrainingSession.load(out).step == steps >= 3
+
+
+@pytest.mark.parametrize("body,says", [
+    ("User: hi\nBot: hello\n", "has no line starting with 'Assistant:'"),
+    ("Hello\nUser: hi\nAssistant: yo\n", "line 1: expected a line starting with 'User:'")])
+def test_a_bad_tune_file_is_named_in_the_cli_and_the_studio(tmp_path, capsys, qtbot, body, says):
+    """`train --tune bad.txt` said "The tune file has no line ..." (which file?) and the studio
+    "The /path/bad.txt has no line ...": both now name the tune dialogues file and its path."""
+    bad = tmp_path / "bad dialogues.txt"
+    bad.write_text(body, encoding="utf-8")
+    named = f"tune dialogues file '{bad}'"
+    rc, err = _exit_code(["train", "--out", str(tmp_path / "run"), "--tune", str(bad), *TINY,
+                          "--steps", "1"], capsys)
+    assert rc == 2 and named in err and says in err, err
+    from studio.ui.data_panel import DataPanel
+    panel = DataPanel()
+    qtbot.addWidget(panel)
+    errors = []
+    panel.errorOccurred.connect(lambda title, text: errors.append(text))
+    assert not panel.load("tune", bad)
+    assert named in errors[0] and says in errors[0], errors

@@ -48,3 +48,38 @@ def test_wall_time_axis(qtbot):
     assert all(not line.isVisible() for _, line in w._stage_lines)
     w.time_check.setChecked(False)
     assert np.allclose(w.curves["loss"].getData()[0], np.arange(1, 11))
+
+
+def _label_gaps(axis, lo: float, hi: float, height: int) -> list[float]:
+    """Pixel gaps between the labelled ticks of a log axis `height` px high showing lo..hi."""
+    import math
+    a, b = math.log10(lo), math.log10(hi)
+    placed = set()  # a decade can be in two tick levels: one label
+    for spacing, values in axis.tickValues(a, b, height):
+        for v, text in zip(values, axis.tickStrings(values, 1.0, spacing)):
+            if text and a <= v <= b:
+                placed.add(round((v - a) / (b - a) * height, 6))
+    placed = sorted(placed)
+    return [q - p for p, q in zip(placed, placed[1:])]
+
+
+def test_log_axis_labels_never_overlap(qapp):
+    """The Runs window's learning-rate plot (lr 8e-5 .. 3e-3, ~150 px high) drew "0.001 0.0009
+    0.0008 ..." on top of each other: pyqtgraph labels every minor tick of a log axis. The
+    studio's axis labels the 1-2-5 series, each label at least a text line from the next."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QFontMetrics
+
+    from studio.ui.compare_plot import ComparePlots
+    from studio.ui.log_axis import LogAxis
+    from studio.ui.plots import LivePlots
+    for axis_class, expect_ok in ((pg.AxisItem, False), (LogAxis, True)):
+        axis = axis_class("left")
+        axis.setLogMode(False, True)
+        line = QFontMetrics(axis.style.get("tickFont") or qapp.font()).height()
+        gaps = [g for lo, hi, h in ((8e-5, 3e-3, 150), (0.3, 4.0, 120), (1e-4, 0.1, 150))
+                for g in _label_gaps(axis, lo, hi, h)]
+        assert (min(gaps) >= line) == expect_ok, (axis_class, line, gaps)
+    compare, live = ComparePlots(), LivePlots()
+    for plot in (compare.lr_plot, compare.grad_plot, live.loss_plot, live.grad_plot):
+        assert isinstance(plot.getPlotItem().getAxis("left"), LogAxis)

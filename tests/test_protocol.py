@@ -147,6 +147,7 @@ def test_pause_resume_stop_fire_their_own_signals(qtbot, tmp_path, monkeypatch):
     worker.start(_tiny_job(tmp_path, steps=400))
     assert [n for n, _ in seen] == ["paused"]      # returned to the event loop, run kept
     assert seen[0][1].step == 2 and seen[0][1].saved_step == 2  # a pause autosaves
+    worker.cancel_pause()  # as WorkerHost.resume: the flag is cleared on the GUI thread
     worker.resume()
     assert [n for n, _ in seen] == ["paused", "resumed", "stopped"]
     stopped = seen[-1][1]

@@ -146,6 +146,21 @@ def test_unwritable_checkpoint_folder(session, tmp_path):
         session.save(blocker / "run")
 
 
+def test_save_never_writes_over_a_file_and_a_dotted_name_is_a_folder(session, tmp_path):
+    """save(a file) wrote the checkpoint over that file (File › Save checkpoint onto notes.txt
+    left an .npz named notes.txt), and a new folder name with a dot ("backup.v2") became a
+    file: save is into a folder, always."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(CheckpointError, match="is a file, not a folder"):
+        session.save(notes)
+    assert notes.read_text() == "my notes" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "notes.txt"]
+    path = session.save(tmp_path / "backup.v2")
+    assert path == tmp_path / "backup.v2" / "checkpoint.npz"
+    assert TrainingSession.load(tmp_path / "backup.v2", runtime=session.rt).step == session.step
+
+
 def _damage(path, how):
     data = path.read_bytes()
     path.write_bytes({"truncate": data[: len(data) // 2], "garbage": os.urandom(4096),

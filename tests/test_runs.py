@@ -59,6 +59,27 @@ def test_status_running_while_metrics_are_written(tmp_path):
     assert R.load_run(folder).status == "running"
 
 
+def test_status_follows_the_run_lock_not_the_clock(tmp_path):
+    """A run stopped a moment ago is "stopped" (its lock is free), not "running" for a minute
+    with Open / Continue / Delete off; a run whose lock is held is "running" however old its
+    files look (a continued run before its first new checkpoint looks finished)."""
+    from engine.run_lock import RunLock, in_use
+    stopped = make_run(tmp_path, "stopped", steps_done=20, saved_step=20, stamp="20261101-1")
+    RunLock(stopped).acquire().release()           # as the studio and `train` leave it
+    os.utime(stopped / "metrics.jsonl")            # written just now
+    assert in_use(stopped) is False
+    assert R.load_run(stopped).status == "stopped"
+    busy = make_run(tmp_path, "busy", steps_done=40, saved_step=40, stamp="20261101-2")
+    lock = RunLock(busy).acquire()                 # this process trains in it
+    try:
+        assert in_use(busy) is True
+        assert R.load_run(busy).status == "running"
+    finally:
+        lock.release()
+    assert R.load_run(busy).status == "finished"
+    assert in_use(tmp_path) is None                # no lock file: the clock decides
+
+
 def test_damaged_checkpoint_and_torn_metrics_line(tmp_path):
     folder = make_run(tmp_path, "r", steps_done=20, saved_step=20)
     os.replace(folder / "checkpoint.npz", folder / "checkpoint.prev.npz")

@@ -154,3 +154,68 @@ def test_runs_screenshot(qtbot, tmp_path):
     qtbot.wait(200)
     assert p.grab().save(str(out))
     assert out.stat().st_size > 10_000
+
+
+def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, runs_root,
+                                                                       tmp_path):
+    """Train pressed with the Runs window already open turns Open / Continue / Export off (with
+    the reason as tooltip) until the run ends; they were left on, and clicking did nothing."""
+    import os
+
+    from PySide6.QtCore import QSettings
+
+    from studio.app import MainWindow
+    from studio.protocol import RunState
+    win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
+                     settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.autosave_box.set_runs_root(runs_root)
+    for name, value in dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=16,
+                            vocabSizeSpin=512, pretrainStepsSpin=100_000, tuneStepsSpin=0,
+                            batchSizeSpin=2, warmupSpin=2).items():
+        win.settings_panel.set_value(name, value)
+    win.runs_action.trigger()
+    panel = win.runs_panel
+    panel.select(str(runs_root / "20261102-100000"))
+    opens = [panel.buttons[k] for k in ("open", "continue", "export")]
+    assert all(b.isEnabled() for b in opens)
+    win.run_bar.train_button.click()
+    assert not any(b.isEnabled() for b in opens)
+    assert "Stop it" in opens[0].toolTip()
+    qtbot.waitUntil(lambda: win.controller.state is not RunState.PREPARING, timeout=120_000)
+    assert win.controller.state is RunState.RUNNING, win.last_error
+    assert not any(b.isEnabled() for b in opens)
+    with qtbot.waitSignal(win.trainingFinished, timeout=120_000):
+        win.run_bar.stop_button.click()
+    panel.select(str(runs_root / "20261102-100000"))
+    assert all(b.isEnabled() for b in opens) and opens[0].toolTip().startswith("Open the")
+    win.close()
+
+
+def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path):
+    """Runs › Continue said "then press Train to continue this run", but the button then
+    reads "Continue" (an opened run); the status line names the button as it reads."""
+    import os
+
+    from PySide6.QtCore import QSettings
+
+    from studio.app import MainWindow
+    win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
+                     settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.autosave_box.set_runs_root(tmp_path / "runs")
+    for name, value in dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=16,
+                            vocabSizeSpin=512, pretrainStepsSpin=4, tuneStepsSpin=0,
+                            batchSizeSpin=2, warmupSpin=1, sampleIntervalSpin=0).items():
+        win.settings_panel.set_value(name, value)
+    with qtbot.waitSignal(win.trainingFinished, timeout=120_000) as blocker:
+        win.run_bar.train_button.click()
+    win.runs_action.trigger()
+    win.runs_panel.select(blocker.args[0].run_dir)
+    with qtbot.waitSignal(win.modelOpened, timeout=60_000):
+        win.runs_panel.buttons["continue"].click()
+    label = win.run_bar.train_button.text().lstrip("▶ ")
+    assert label == "Continue"
+    assert f"press {label} " in win.statusBar().currentMessage()
+    assert "press Train" not in win.statusBar().currentMessage()
+    win.close()

@@ -131,3 +131,24 @@ def test_continue_after_tuning_trains_to_the_new_total(qtbot, window):
     set_steps(window, 40, 20)
     assert not window.run_bar.train_button.isEnabled()
     assert "keep pretraining steps at 20" in window.run_bar.hint.text()
+
+
+def test_opened_model_shows_its_own_run_folder_not_the_last_run(qtbot, window, tmp_path):
+    """After a run, opening a GGUF left "Autosave: <that run> · checkpoint at step N" with Open
+    folder / Copy path pointing at a run the GGUF is not; opening a run folder names that one."""
+    configure(window, pretrainStepsSpin=10, tuneStepsSpin=0, sampleIntervalSpin=0)
+    first = train(qtbot, window)
+    rb = window.run_bar
+    assert rb.run_dir == Path(first.run_dir) and rb.folder_label.isVisible()
+    gguf = tmp_path / "m.gguf"
+    with qtbot.waitSignal(window.exportFinished, timeout=60_000):
+        window.export_to(gguf, "f32")
+    second = train(qtbot, window)
+    open_model(qtbot, window, gguf)
+    assert rb.run_dir is None
+    assert not rb.folder_label.isVisible() and not rb.open_folder_button.isVisible()
+    open_model(qtbot, window, first.run_dir)
+    assert rb.run_dir == Path(first.run_dir) != Path(second.run_dir)
+    assert rb.folder_label.isVisible()
+    assert rb.folder_label.text().startswith("Opened: ")
+    assert "step 10" in rb.folder_label.text()

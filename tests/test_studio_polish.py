@@ -159,3 +159,116 @@ def test_warmup_note_in_the_engine():
     assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
         "Warmup: 20 steps in pretraining (at most 1/5 of a stage), not 30.")
     assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
+
+
+def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window):
+    """Vocabulary 300 on the bundled texts (54 distinct characters: BPE needs 313) left Train
+    on, and pressing it failed at once with "Could not start training". The hint gives the
+    engine's own minimum (Tokenizer.train accepts exactly that, refuses one less)."""
+    from engine.errors import ConfigError
+    from engine.tokenizer import Tokenizer
+    sp, rb, data = window.settings_panel, window.run_bar, window.data_panel
+    texts = [data.pretrain_text, data.tune_text]
+    sp.set_value("tuneStepsSpin", 10)
+    sp.set_value("vocabSizeSpin", 300)
+    assert not rb.train_button.isEnabled()
+    hint = rb.hint.text()
+    assert "too small for BPE" in hint, hint
+    need = int(hint.split("use at least ")[1].split(",")[0])
+    with pytest.raises(ConfigError):
+        Tokenizer.train(texts, need - 1, "bpe")
+    Tokenizer.train(texts, need, "bpe")
+    sp.set_value("vocabSizeSpin", need)
+    assert rb.train_button.isEnabled() and rb.hint.text() == ""
+    sp.set_value("vocabSizeSpin", need - 1)
+    sp.tokenizer_combo.setCurrentIndex(sp.tokenizer_combo.findData("char"))
+    assert rb.train_button.isEnabled(), rb.hint.text()
+
+
+def test_stop_before_the_first_step_says_nothing_was_trained(qtbot, window):
+    """Stop while the tokenizer trains: the bar said "Stopped at step 0. Chat with the model or
+    export it." (there is no model; Export is off) under "Autosave: <folder> · first checkpoint
+    still to come" (the folder was removed)."""
+    from pathlib import Path as P
+    configure(window)
+    rb = window.run_bar
+    with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
+        rb.train_button.click()
+        planned = rb.run_dir
+        rb.stop_button.click()
+    result = blocker.args[0]
+    assert result.run_dir is None and result.step == 0
+    assert not P(planned).exists()
+    assert rb.progress.format() == "Stopped before the first step: nothing was trained."
+    assert rb.run_dir is None and not rb.folder_label.isVisible()
+    assert not rb.export_button.isEnabled()
+
+
+def test_open_gguf_and_open_hf_errors_name_what_was_asked_for(qtbot, window, tmp_path):
+    """File › Open Hugging Face folder on a plain folder said "Could not open the checkpoint: No
+    checkpoint at .../checkpoint.npz"; Open exported GGUF on a file not named .gguf said it is
+    "not a readable checkpoint". Each now reports on the kind the person asked to open."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("hello")
+    not_gguf = tmp_path / "model.bin"
+    not_gguf.write_bytes(b"\x00\x01" * 64)
+    for opener, path, title, says in (
+            (window.open_hf, plain, "Could not open the Hugging Face folder",
+             "not a transformers model folder"),
+            (window.open_gguf, not_gguf, "Could not open the GGUF", "GGUF")):
+        with qtbot.waitSignal(window.errorShown, timeout=60_000) as blocker:
+            opener(str(path))
+        got_title, message = blocker.args
+        assert got_title == title and says in message, blocker.args
+        assert "checkpoint" not in message.split("\n")[0].lower(), message
+        qtbot.waitUntil(lambda: window.controller.free, timeout=10_000)
+
+
+def test_inputs_that_are_off_say_why(qtbot, window):
+    """The settings, data and device of an opened run (and the Tuning steps of a run without a
+    tuning stage) were disabled with no word on why, as was everything while training; each
+    now says why in its tooltip, and gets its own tooltip back when it is on again."""
+    sp, rb = window.settings_panel, window.run_bar
+    d_model, tune = sp.spins["dModelSpin"], sp.spins["tuneStepsSpin"]
+    own = d_model.toolTip()
+    assert rb.export_button.toolTip().startswith("No model yet")
+    configure(window, pretrainStepsSpin=100_000, tuneStepsSpin=0)
+    rb.train_button.click()
+    qtbot.waitUntil(lambda: window.controller.state is RunState.RUNNING, timeout=120_000)
+    assert rb.export_button.toolTip().startswith("Training is running: pause it")
+    off = [d_model, window.data_panel.pretrain.button, window.device_panel.combo,
+           window.autosave_box.every_spin]
+    for w in off:
+        assert not w.isEnabled() and w.toolTip().startswith("Fixed while a run"), w.objectName()
+    with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
+        rb.stop_button.click()
+    assert d_model.isEnabled() and d_model.toolTip() == own
+    assert rb.export_button.isEnabled() and rb.export_button.toolTip().startswith("Write")
+    with qtbot.waitSignal(window.modelOpened, timeout=60_000):
+        window.open_checkpoint(blocker.args[0].run_dir)
+    assert not d_model.isEnabled() and d_model.toolTip().startswith("The opened model fixes")
+    assert d_model.toolTip().endswith(own)
+    assert not tune.isEnabled() and "without dialogues" in tune.toolTip()
+    assert "opened model" in window.data_panel.pretrain.button.toolTip()
+    assert sp.spins["pretrainStepsSpin"].isEnabled()
+
+
+def test_pause_pressed_right_after_resume_holds_the_run(qtbot, window):
+    """Paused, chatting; Resume, then Pause again before the answer ended: the worker's queued
+    resume cleared the new pause request, so the run went on while the bar said "pausing…" and
+    Pause stayed off until the run's end. Now the run holds again."""
+    configure(window, pretrainStepsSpin=100_000, tuneStepsSpin=0)
+    rb, c = window.run_bar, window.controller
+    rb.train_button.click()
+    qtbot.waitUntil(lambda: c.state is RunState.RUNNING, timeout=120_000)
+    rb.pause_button.click()
+    qtbot.waitUntil(lambda: c.state is RunState.PAUSED, timeout=60_000)
+    window.chat_panel.input.setText("Tell me about Paris.")
+    window.chat_panel.send_button.click()  # the worker is busy answering from here
+    rb.pause_button.click()                # Resume
+    assert c.state is RunState.RUNNING
+    rb.pause_button.click()                # Pause, before the worker took the resume
+    assert c.state is RunState.PAUSING
+    qtbot.waitUntil(lambda: c.state is RunState.PAUSED, timeout=60_000)
+    assert rb.pause_button.text() == "Resume" and rb.pause_button.isEnabled()

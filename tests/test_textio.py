@@ -130,3 +130,23 @@ def test_size_limit_is_inclusive(tmp_path):
 
 def test_what_names_the_file_kind(tmp_path):
     raises(tmp_path / "none.txt", "tune dialogues file", what="tune dialogues")
+
+
+def test_a_latin1_file_is_said_in_the_studio_not_only_in_the_log(tmp_path, qtbot):
+    """A Latin-1 file was read as Latin-1 with a log line only: the studio showed nothing.
+    read_text's `notes` carries the sentence, and the Data tab's statistics line shows it."""
+    p = write(tmp_path, "Le caf\xe9 est \xe0 c\xf4t\xe9 de l'\xe9glise.\n".encode("latin-1"))
+    notes = []
+    assert read_text(p, notes=notes) == "Le café est à côté de l'église.\n"
+    assert notes == ["not UTF-8: read as Latin-1 (ISO-8859-1)"]
+    utf8 = tmp_path / "utf8.txt"
+    utf8.write_text("café\n", encoding="utf-8")
+    read_text(utf8, notes=notes)
+    assert len(notes) == 1  # nothing to say about a UTF-8 file
+    from studio.ui.data_panel import DataPanel
+    panel = DataPanel()
+    qtbot.addWidget(panel)
+    assert panel.load("pretrain", p)
+    assert "read as Latin-1" in panel.pretrain.stats.text()
+    assert panel.load("pretrain", utf8)
+    assert "Latin-1" not in panel.pretrain.stats.text()

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
                                QSpinBox, QWidget)
 
 from studio.run_folder import DEFAULT_EVERY
-from studio.ui.widgets import ElidedLabel
+from studio.ui.widgets import ElidedLabel, enable_with_reason
 
 
 def default_runs_root() -> Path:
@@ -76,9 +76,10 @@ class AutosaveBox(QGroupBox):
         if path:
             self.set_runs_root(path)
 
-    def set_editable(self, on: bool) -> None:
-        self.every_spin.setEnabled(on)
-        self.change_button.setEnabled(on)
+    def set_editable(self, on: bool, why: str = "") -> None:
+        """why: the reason the autosave settings are off (in their tooltips)."""
+        enable_with_reason(self.every_spin, on, why)
+        enable_with_reason(self.change_button, on, why)
 
     def save(self, s: QSettings) -> None:
         s.setValue("autosave/every", self.every())

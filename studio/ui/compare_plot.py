@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSiz
 
 from studio.runs import HEALTH_GROUPS, X_AXES, RunInfo, curves
 from studio.ui import theme
+from studio.ui.log_axis import LogAxis
 
 # Tableau 10 (matplotlib's default cycle): distinct on white, readable by most colour-blind eyes.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -34,7 +35,7 @@ def run_colour(i: int) -> str:
 
 
 def _plot(name: str, y_label: str, log_y: bool = False) -> pg.PlotWidget:
-    w = pg.PlotWidget()
+    w = pg.PlotWidget(axisItems={"left": LogAxis("left")})
     w.setObjectName(name)
     item = w.getPlotItem()
     item.setLabel("left", y_label)

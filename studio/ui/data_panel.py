@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLab
 
 from engine.errors import DataError, StudioError
 from engine.textio import bundled_corpus
-from studio.ui.widgets import ElidedLabel
+from studio.ui.widgets import ElidedLabel, enable_with_reason
 
 PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
 TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
@@ -105,6 +105,8 @@ class DataPanel(QGroupBox):
         self.tune_path: Path | None = None
         self.n_dialogues = 0
         self._base_stats: dict[str, str] = {}  # statistics before token counts are known
+        # engine.tokenizer.bpe_characters of each text loaded: the smallest BPE vocabulary
+        self._chars: dict[str, frozenset[str]] = {"pretrain": frozenset(), "tune": frozenset()}
         self.pretrain = FileSlot("Pretraining text", "openPretrainButton")
         self.tune = FileSlot("Tune dialogues (User: … Assistant: …)", "openTuneButton")
         self.pretrain.button.clicked.connect(lambda: self._ask("pretrain"))
@@ -149,16 +151,16 @@ class DataPanel(QGroupBox):
         from engine.textio import read_text
         path = Path(path)
         slot = self.pretrain if which == "pretrain" else self.tune
+        notes: list[str] = []  # e.g. read as Latin-1: said in the statistics line
         try:
-            text = read_text(path, what="pretraining text" if which == "pretrain"
-                             else "tune dialogues")
             if which == "pretrain":
+                text = read_text(path, what="pretraining text", notes=notes)
                 docs = _split_documents(text)
                 stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
                         f"{len(docs):,} documents"
             else:
-                from engine.dialogue import parse_dialogues
-                dialogues = parse_dialogues(text, str(path))
+                from engine.dialogue import read_dialogues
+                text, dialogues = read_dialogues(path, notes)
                 if not dialogues:
                     raise DataError(f"{path.name} contains no dialogues.",
                                     "Write turns as 'User: ...' and 'Assistant: ...' lines, "
@@ -169,6 +171,9 @@ class DataPanel(QGroupBox):
             slot.set_error(f"{path.name}: {e.describe()}")
             self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
             return False
+        stats += "".join(f" · {note}" for note in notes)
+        from engine.tokenizer import bpe_characters
+        self._chars[which] = bpe_characters(text)  # once per file: a big text takes a while
         slot.set_error("")
         slot.name.setText(path.name)
         slot.name.setToolTip(str(path))
@@ -202,16 +207,27 @@ class DataPanel(QGroupBox):
             if n is not None and which in base:
                 slot.stats.setText(f"{base[which]} · {n:,} tokens")
 
-    def problem(self, tune_steps: int) -> str | None:
-        """Why training cannot start with this data, or None."""
+    def problem(self, tune_steps: int, vocab_size: int | None = None,
+                tokenizer_kind: str = "bpe") -> str | None:
+        """Why training cannot start with this data (and, when given, this vocabulary size for
+        a BPE tokenizer: engine.tokenizer.min_bpe_vocab), or None."""
         if not self.pretrain_text:
             return "Open a pretraining text file (or drop one on the window)."
         if tune_steps > 0 and not self.tune_text:
             return "Open a tune dialogue file, or set Tuning steps to 0."
+        if vocab_size is not None and tokenizer_kind == "bpe":
+            from engine.tokenizer import MIN_VOCAB, min_bpe_vocab
+            sets = [self._chars["pretrain"]] + ([self._chars["tune"]] if tune_steps > 0 else [])
+            need = min_bpe_vocab(sets)
+            if vocab_size < need:
+                return (f"Vocabulary size {vocab_size} is too small for BPE on these texts "
+                        f"({need - MIN_VOCAB} distinct characters, each a token): use at least "
+                        f"{need}, or the Characters tokenizer.")
         return None
 
-    def set_editable(self, on: bool) -> None:
-        self.pretrain.button.setEnabled(on)
-        self.tune.button.setEnabled(on)
+    def set_editable(self, on: bool, why: str = "") -> None:
+        """why: the reason the Open buttons are off (in their tooltips)."""
+        enable_with_reason(self.pretrain.button, on, why)
+        enable_with_reason(self.tune.button, on, why)
         self.pretrain.setAcceptDrops(on)
         self.tune.setAcceptDrops(on)

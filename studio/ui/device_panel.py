@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QLabel, QVBoxLayout
 
 from engine.errors import StudioError
+from studio.ui.widgets import enable_with_reason
 
 
 def _no_device_help() -> str:
@@ -102,5 +103,6 @@ class DevicePanel(QGroupBox):
         self.details.style().unpolish(self.details)
         self.details.style().polish(self.details)
 
-    def set_editable(self, on: bool) -> None:
-        self.combo.setEnabled(on and bool(self.devices))
+    def set_editable(self, on: bool, why: str = "") -> None:
+        """why: the reason the device cannot be changed now (in the tooltip)."""
+        enable_with_reason(self.combo, on and bool(self.devices), why if self.devices else "")

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
                                QWhatsThis, QWidget)
 
+from studio.ui.log_axis import LogAxis
 from studio.ui.widgets import ElidedLabel
 
 REDRAW_MS = 66  # ~15 Hz
@@ -106,7 +107,7 @@ def _clock(seconds: float) -> str:
 
 
 def _plot_widget(name: str, y_label: str, min_height: int) -> pg.PlotWidget:
-    w = pg.PlotWidget()
+    w = pg.PlotWidget(axisItems={"left": LogAxis("left")})
     w.setObjectName(name)
     item = w.getPlotItem()
     item.setLabel("bottom", "step")

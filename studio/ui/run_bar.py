@@ -106,8 +106,10 @@ class RunBar(QWidget):
                                          "up to the step counts on the left")
         self.new_button.setVisible(step is not None)
 
-    def show_run_folder(self, path, saved_step: int | None, saving: bool = True) -> None:
-        """The run folder and the step of its checkpoint (None: none written yet)."""
+    def show_run_folder(self, path, saved_step: int | None, saving: bool = True,
+                        opened: bool = False) -> None:
+        """The run folder and the step of its checkpoint (None: none written yet); opened: the
+        folder of a checkpoint just opened, not one this session writes."""
         self.run_dir = Path(path)
         shown = str(self.run_dir)
         home = str(Path.home())
@@ -117,10 +119,16 @@ class RunBar(QWidget):
             state = f"checkpoint at step {saved_step}"
         else:
             state = "first checkpoint still to come" if saving else "no checkpoint written"
-        self.folder_label.setText(f"Autosave: {shown} · {state}")
+        self.folder_label.setText(f"{'Opened' if opened else 'Autosave'}: {shown} · {state}")
         self.folder_label.setToolTip(str(self.run_dir))
         for w in self._folder_widgets:
             w.show()
+
+    def hide_run_folder(self) -> None:
+        """No run folder goes with what is on screen (an opened GGUF or transformers folder)."""
+        self.run_dir = None
+        for w in self._folder_widgets:
+            w.hide()
 
     def open_run_folder(self) -> None:
         if self.run_dir is not None:

@@ -73,6 +73,13 @@ def _cells(r: RunInfo) -> list[_Item]:
                                                            (r.clipped, r.skipped))]
 
 
+BUSY_TIP = ("The studio is training (or opening / exporting a model): Stop it or let it finish, "
+            "then open a run.")
+OPEN_TIPS = {"open": "Open the selected run: chat with it or export it",
+             "continue": "Open the selected run to train it further (the Continue button)",
+             "export": "Open the selected run and export it (GGUF or Hugging Face)"}
+
+
 class RunsPanel(QWidget):
     openRequested = Signal(str)      # run folder: open it (chat, export)
     continueRequested = Signal(str)  # run folder: open it and train further
@@ -278,11 +285,19 @@ class RunsPanel(QWidget):
         path = self.selected_path()
         run = self.runs.get(path) if path else None
         has_ck = run is not None and run.header is not None
-        free = not self._busy
+        running = run is not None and run.status == "running"
+        why = ("Select a run in the table." if run is None
+               else "This run is training now: wait for it to end." if running
+               else "This run has no readable checkpoint." if not has_ck
+               else BUSY_TIP if self._busy else "")
         for key in ("open", "continue", "export"):
-            self.buttons[key].setEnabled(has_ck and free and run.status != "running")
+            self.buttons[key].setEnabled(not why)
+            self.buttons[key].setToolTip(why or OPEN_TIPS[key])
         self.buttons["rename"].setEnabled(run is not None)
-        self.buttons["delete"].setEnabled(run is not None and run.status != "running")
+        self.buttons["delete"].setEnabled(run is not None and not running)
+        self.buttons["delete"].setToolTip(
+            "This run is training now: wait for it to end." if running
+            else "Move the selected run folder to the trash")
 
     # -- comparison ------------------------------------------------------------------------------
     def _compare(self) -> None:

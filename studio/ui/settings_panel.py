@@ -17,6 +17,7 @@ from engine.errors import ConfigError
 from engine.export_types import estimated_bytes
 from engine.memory import training_bytes
 from engine.presets import PRESETS
+from studio.ui.widgets import enable_with_reason
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
 TOKENIZER_TEXT = {"bpe": "BPE (SentencePiece)", "char": "Characters"}  # engine's TOKENIZER_KINDS
@@ -375,11 +376,15 @@ class SettingsPanel(QWidget):
             self.more.setChecked(True)   # never hide the field at fault
 
     # -- state -----------------------------------------------------------------------------
-    def set_editable(self, on: bool, only: tuple[str, ...] | None = None) -> None:
-        """only: the spins that stay editable (continuing an opened model: the step counts)."""
+    def set_editable(self, on: bool, only: tuple[str, ...] | None = None,
+                     why: dict[str, str] | None = None) -> None:
+        """only: the spins that stay editable (continuing an opened model: the step counts);
+        why: the reason a control is off, by spin name ("" for any other), in its tooltip."""
+        why = why or {}
         for name, w in list(self.spins.items()) + [("", self.tokenizer_combo),
                                                    ("", self.tie_check), ("", self.preset_combo)]:
-            w.setEnabled(on and (only is None or name in only))
+            enable_with_reason(w, on and (only is None or name in only),
+                               why.get(name, why.get("", "")))
 
     def save(self, s: QSettings) -> None:
         for name, spin in self.spins.items():

@@ -83,3 +83,14 @@ class ColumnScrollArea(QScrollArea):
 
     def sizeHint(self) -> QSize:
         return QSize(self.widget().sizeHint().width() + self._extra(), super().sizeHint().height())
+
+
+def enable_with_reason(widget, on: bool, why: str = "") -> None:
+    """Enable or disable `widget`; disabled with a reason, its tooltip starts with the reason
+    (Qt shows tooltips on disabled widgets), then its own tip, which comes back when enabled."""
+    base = widget.property("ownToolTip")
+    if base is None:
+        base = widget.toolTip()
+        widget.setProperty("ownToolTip", base)
+    widget.setEnabled(on)
+    widget.setToolTip(base if on or not why else f"{why}\n\n{base}".rstrip())
