@@ -81,7 +81,7 @@ def test_embedding_gpu_form(rt, gpu_form, B, T, V, C, cols):
 
 def test_cpu_launches_one_work_item_per_row(rt, monkeypatch):
     """On a CPU device the element-wise kernels run one work-item per row (one per element ran
-    2-10x slower under PoCL: benchmarks/RESULTS.md), and their results stay right."""
+    2-5x slower under PoCL: benchmarks/RESULTS.md), and their results stay right."""
     if not rt.info.is_cpu:
         pytest.skip("the row-per-work-item form is the CPU device's")
     sizes = []
