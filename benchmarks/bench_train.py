@@ -34,7 +34,7 @@ from benchmarks.profile_step import profile_engine_step  # noqa: E402
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default="S,M", help="comma-separated subset of S,M,L,XL")
+    p.add_argument("--configs", default="S,M", help="comma-separated subset of S,M,L,L6T256,XL")
     p.add_argument("--compile", action="store_true",
                    help="PyTorch side through torch.compile (else eager)")
     p.add_argument("--device", default=None, help="OpenCL device: index or part of its name")

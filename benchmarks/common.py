@@ -17,6 +17,8 @@ CONFIGS = {
     "S": dict(d_model=128, n_layer=4, n_head=4, context_length=64, batch=12),
     "M": dict(d_model=256, n_layer=4, n_head=8, context_length=128, batch=32),
     "L": dict(d_model=384, n_layer=6, n_head=6, context_length=256, batch=64),
+    # issue 13's new-user run on an AVX2 CPU (d256 L6 T256 V2048)
+    "L6T256": dict(d_model=256, n_layer=6, n_head=4, context_length=256, batch=8, vocab=2048),
     # issue 13's XL (its own vocabulary: the output projection weighs as much as a block)
     "XL": dict(d_model=768, n_layer=12, n_head=12, context_length=512, batch=16, vocab=4096),
 }

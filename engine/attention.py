@@ -195,7 +195,7 @@ def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: in
 
 def _rope(rt: Runtime, qkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int, pos0: int,
           sign: float):
-    rt.launch("rope", (C, BT), qkv, cos_t, sin_t, BT, T, C, head_dim, pos0, sign)
+    rt.launch_elementwise("rope", C, BT, qkv, cos_t, sin_t, BT, T, C, head_dim, pos0, sign)
 
 
 def rope_forward(rt: Runtime, qkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int,

@@ -189,7 +189,9 @@ def residual_rmsnorm_forward(rt: Runtime, xsum, out, rstd, a, b, w, R: int, C: i
 def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
     """dinp (R, C) += ...; dw (C,) += ... (both accumulate)."""
     _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)
-    slices = 1 if rt.is_cpu else max(1, min(256, R // 64))
+    # dw walks columns of (R, C): in slices of >= 64 rows on every device (a GPU: 9% of a step
+    # unsplit; a CPU: 4-6x faster at R 4096, RESULTS.md tuning timings), summed by sum_slices
+    slices = max(1, min(256, R // 64))
     if slices == 1:
         rt.launch("rmsnorm_backward_dweight", (C, 1), dw, dout, inp, rstd, R, C, max(R, 1), 1)
         return
@@ -201,13 +203,13 @@ def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
 
 def embedding_forward(rt: Runtime, out, ids, wte, BT: int, C: int):
     """out (BT, C) = wte[ids]."""
-    rt.launch("embedding_forward", (C, BT), out, ids, wte, BT, C)
+    rt.launch_elementwise("embedding_forward", C, BT, out, ids, wte, BT, C)
 
 
 def embedding_backward(rt: Runtime, dwte, dout, uniq, starts, order, U: int, C: int):
     """dwte[uniq[u]] += sum of dout rows grouped by token (see `group_positions`)."""
     if U:
-        rt.launch("embedding_backward", (C, U), dwte, dout, uniq, starts, order, U, C)
+        rt.launch_elementwise("embedding_backward", C, U, dwte, dout, uniq, starts, order, U, C)
 
 
 def group_positions(ids: np.ndarray):
@@ -222,11 +224,11 @@ def group_positions(ids: np.ndarray):
 
 def swiglu_forward(rt: Runtime, h, gu, BT: int, F: int):
     """h (BT, F) = silu(gu[:, :F]) * gu[:, F:]."""
-    rt.launch("swiglu_forward", (F, BT), h, gu, BT, F)
+    rt.launch_elementwise("swiglu_forward", F, BT, h, gu, BT, F)
 
 
 def swiglu_backward(rt: Runtime, dgu, dh, gu, BT: int, F: int):
-    rt.launch("swiglu_backward", (F, BT), dgu, dh, gu, BT, F)
+    rt.launch_elementwise("swiglu_backward", F, BT, dgu, dh, gu, BT, F)
 
 
 def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, V: int,

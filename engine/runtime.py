@@ -270,6 +270,14 @@ class Runtime:
         gs = tuple(-(-g // l) * l for g, l in zip(global_size, local))
         return self.launch_local(name, gs, local, *args)
 
+    def launch_elementwise(self, name: str, columns: int, rows: int, *args):
+        """Enqueue an element-wise kernel over (rows, columns) written with FOR_COLUMNS
+        (kernels/common.h): on a CPU device (built with CPU_DEVICE) 16 rows per work-group, one
+        work-item per row walking its columns; on a GPU one work-item per element."""
+        if self.info.is_cpu:  # as the build was made (tests flip self.is_cpu for launch layouts)
+            return self.launch_local(name, (1, -(-rows // 16) * 16), (1, 16), *args)
+        return self.launch(name, (columns, rows), *args)
+
     def launch_long(self, name: str, n: int, *args):
         """Enqueue a 1-D element-wise kernel over n items with the long-kernel group size."""
         local = self.local_1d_long

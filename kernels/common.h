@@ -31,6 +31,18 @@ inline float fast_exp(float x) {
 #define EXP(x) exp(x)
 #endif
 
+/* Element-wise kernels over (rows, columns) walk the columns of their row with FOR_COLUMNS:
+ * on CPUs one work-item takes a whole row (a contiguous loop the compiler vectorises; one
+ * work-item per element ran 2-5x slower under PoCL: benchmarks/RESULTS.md, tuning timings),
+ * on GPUs a work-item takes every get_global_size(0)-th column (one, as launched). The
+ * launcher (engine/ops.py elementwise) runs (1, rows) work-items on CPUs, (columns, rows) on
+ * GPUs. */
+#ifdef CPU_DEVICE
+#define FOR_COLUMNS(f, n) for (int f = 0; f < (n); f++)
+#else
+#define FOR_COLUMNS(f, n) for (int f = get_global_id(0); f < (n); f += get_global_size(0))
+#endif
+
 /* Scaled sum of squares helpers use plain a*b+c: mad()/fma() are calls on PoCL. */
 #define MADD(a, b, c) ((a) * (b) + (c))
 

@@ -3,9 +3,10 @@
 /* out (BT, C) <- wte (V, C) rows picked by ids (BT) */
 __kernel void embedding_forward(__global float* out, __global const int* ids,
                                 __global const float* wte, int BT, int C) {
-    const int c = get_global_id(0), i = get_global_id(1);
-    if (c >= C || i >= BT) return;
-    out[(size_t)i * C + c] = wte[(size_t)ids[i] * C + c];
+    const int i = get_global_id(1);
+    if (i >= BT) return;
+    const __global float* src = wte + (size_t)ids[i] * C;
+    FOR_COLUMNS(c, C) out[(size_t)i * C + c] = src[c];
 }
 
 /* dwte[uniq[u], c] += sum of dout rows at positions order[starts[u] .. starts[u+1]).
@@ -14,9 +15,11 @@ __kernel void embedding_forward(__global float* out, __global const int* ids,
 __kernel void embedding_backward(__global float* dwte, __global const float* dout,
                                  __global const int* uniq, __global const int* starts,
                                  __global const int* order, int U, int C) {
-    const int c = get_global_id(0), u = get_global_id(1);
-    if (c >= C || u >= U) return;
-    float acc = 0.0f;
-    for (int p = starts[u]; p < starts[u + 1]; p++) acc += dout[(size_t)order[p] * C + c];
-    dwte[(size_t)uniq[u] * C + c] += acc;
+    const int u = get_global_id(1);
+    if (u >= U) return;
+    FOR_COLUMNS(c, C) {
+        float acc = 0.0f;
+        for (int p = starts[u]; p < starts[u + 1]; p++) acc += dout[(size_t)order[p] * C + c];
+        dwte[(size_t)uniq[u] * C + c] += acc;
+    }
 }

@@ -68,8 +68,8 @@ __kernel void rmsnorm_backward(__global float* dinp, __global const float* dout,
 
 /* dw (C) += sum_r dout[r,c] * inp[r,c] * rstd[r], one work-item per column c and row slice z
  * (rows [z * slice_rows, (z+1) * slice_rows)): with one slice it adds into dw; with several
- * (GPUs: a column walk of R = B*T rows was 9% of a step) each writes its partial sum to
- * dw + z * C, and sum_slices (matmul_tiled.cl) adds them up. */
+ * (any device once R >= 128: one column walk of R = B*T rows was slow on GPUs and CPUs) each
+ * writes its partial sum to dw + z * C, and sum_slices (matmul_tiled.cl) adds them up. */
 __kernel void rmsnorm_backward_dweight(__global float* dw, __global const float* dout,
                                        __global const float* inp, __global const float* rstd,
                                        int R, int C, int slice_rows, int accumulate) {

@@ -5,17 +5,26 @@
  * sign +1 rotates by +angle (forward); sign -1 by -angle, which is the backward: the rotation
  * is orthogonal, so its gradient is the inverse rotation, applied in place on dqkv. */
 
+/* Rotates pair p of row x by the angle whose cosine is c and sine s. */
+#define ROPE_PAIR(x, p, c, s)                                                                      \
+    {                                                                                              \
+        const float a_ = x[2 * (p)], b_ = x[2 * (p) + 1];                                          \
+        x[2 * (p)] = a_ * (c) - b_ * (s);                                                          \
+        x[2 * (p) + 1] = a_ * (s) + b_ * (c);                                                      \
+    }
+
 __kernel void rope(__global float* qkv, __global const float* cos_t, __global const float* sin_t,
                    int BT, int T, int C, int head_dim, int pos0, float sign) {
-    const int pair = get_global_id(0), i = get_global_id(1);  /* pair over 2 * C/2: q then k */
-    const int half_c = C / 2;
-    if (pair >= 2 * half_c || i >= BT) return;
-    const int part = pair / half_c, p = pair % half_c;            /* part 0 = q, 1 = k */
-    const int hp = head_dim / 2, j = p % hp;
-    const int pos = i % T + pos0;
-    const float c = cos_t[pos * hp + j], s = sign * sin_t[pos * hp + j];
-    __global float* x = qkv + (size_t)i * 3 * C + part * C + 2 * p;
-    const float a = x[0], b = x[1];
-    x[0] = a * c - b * s;
-    x[1] = a * s + b * c;
+    const int i = get_global_id(1);  /* row; columns: the C pairs of q then k (C/2 each) */
+    if (i >= BT) return;
+    const int hp = head_dim / 2, pos = i % T + pos0;
+    const __global float* ct = cos_t + (size_t)pos * hp;
+    const __global float* st = sin_t + (size_t)pos * hp;
+    __global float* x = qkv + (size_t)i * 3 * C;  /* q at [0, C), k at [C, 2C): contiguous */
+#ifdef CPU_DEVICE  /* head by head: contiguous inner loops, no modulo (vectorised) */
+    for (int p0 = 0; p0 < C; p0 += hp)
+        for (int j = 0; j < hp; j++) ROPE_PAIR(x, p0 + j, ct[j], sign * st[j])
+#else
+    FOR_COLUMNS(p, C) ROPE_PAIR(x, p, ct[p % hp], sign * st[p % hp])
+#endif
 }
