@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from PySide6.QtCore import QCoreApplication, QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from studio.app_settings import APP_NAME, open_settings
 from studio.protocol import FileTask, RunState
 from studio.run_controller import RunController
 from studio.runs_actions import install_runs
@@ -30,7 +31,6 @@ from studio.ui.settings_panel import SettingsPanel
 from studio.ui.widgets import ColumnScrollArea, enable_with_reason
 from studio.window_actions import WindowActions
 
-APP_NAME = "OpenCL LLM Studio"
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
 BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
@@ -72,8 +72,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         self._sized = False  # the splitters get their sizes at the first show (real width)
         _collect_garbage_in_gui_thread()
         theme.apply_plot_theme()
-        self.settings = settings or (QSettings() if QCoreApplication.organizationName()
-                                     else QSettings(APP_NAME, "studio"))
+        self.settings = settings or open_settings()
         self.last_error: tuple[str, str] | None = None
         self.setWindowTitle(APP_NAME)
         self.setAcceptDrops(True)

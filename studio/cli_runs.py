@@ -16,14 +16,9 @@ TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or te
 
 
 def default_root() -> Path:
-    """The studio's runs folder (Autosave › Runs folder; QSettings when it was changed)."""
-    from PySide6.QtCore import QCoreApplication, QSettings
-    from studio.app import APP_NAME
-    from studio.ui.autosave_box import default_runs_root
-    QCoreApplication.setOrganizationName(APP_NAME)  # as run_app: the same app-data folder
-    QCoreApplication.setApplicationName(APP_NAME)
-    value = QSettings(APP_NAME, APP_NAME).value("autosave/runs_dir")
-    return Path(value) if value else default_runs_root()
+    """The studio's runs folder (Autosave › Runs folder; studio.app_settings)."""
+    from studio.app_settings import runs_root
+    return runs_root()
 
 
 def _fmt(v, spec: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
-from PySide6.QtCore import QCoreApplication  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QSettings  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
 from test_studio import configure, settings, train, window  # noqa: E402,F401
@@ -27,13 +27,37 @@ def menu_action(win, text):
 
 
 def test_runs_folder_names_the_app_once(qapp):
-    from studio.app import APP_NAME, configure_application
-    from studio.ui.autosave_box import default_runs_root
+    from studio.app import configure_application
+    from studio.app_settings import APP_NAME, default_runs_root
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
         configure_application(qapp)
         root = default_runs_root()
         assert root.parts.count(APP_NAME) == 1 and root.name == "runs", root
+    finally:
+        QCoreApplication.setOrganizationName(names[0])
+        QCoreApplication.setApplicationName(names[1])
+
+
+def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, monkeypatch):
+    """`llm-studio runs` (studio.cli_runs.default_root) and the window's Autosave box agree on
+    the runs folder, by default and once the user chose another one; they read one settings
+    store (studio.app_settings). The command used to look in <data>/APP/APP/runs and another
+    settings file, so it listed nothing the studio had written."""
+    from studio import app_settings
+    from studio.app import configure_application
+    from studio.cli_runs import default_root
+    from studio.ui.autosave_box import AutosaveBox
+    store = QSettings(str(tmp_path / "studio.conf"), QSettings.IniFormat)
+    monkeypatch.setattr(app_settings, "open_settings", lambda: store)
+    names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
+    try:
+        configure_application(qapp)              # as the studio names itself
+        box = AutosaveBox()
+        assert default_root() == box.runs_root() == app_settings.default_runs_root()
+        box.set_runs_root(str(tmp_path / "my runs"))
+        box.save(store)                          # what the window does when it closes
+        assert default_root() == tmp_path / "my runs"
     finally:
         QCoreApplication.setOrganizationName(names[0])
         QCoreApplication.setApplicationName(names[1])

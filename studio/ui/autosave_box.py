@@ -1,24 +1,20 @@
 """Autosave settings: how often a run checkpoints, and where run folders go.
 
 Each run gets <runs folder>/<YYYYmmdd-HHMMSS>/ with checkpoint.npz and metrics.jsonl (see
-studio.run_folder); the default runs folder is under the platform's application-data location.
+studio.run_folder); the default runs folder is studio.app_settings.default_runs_root().
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, Qt
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton,
                                QSpinBox, QWidget)
 
+from studio.app_settings import RUNS_DIR_KEY, default_runs_root
 from studio.run_folder import DEFAULT_EVERY
 from studio.ui.widgets import ElidedLabel, enable_with_reason
-
-
-def default_runs_root() -> Path:
-    base = QStandardPaths.writableLocation(QStandardPaths.AppDataLocation)
-    return (Path(base) if base else Path.home() / ".opencl-llm-studio") / "runs"
 
 
 class AutosaveBox(QGroupBox):
@@ -83,13 +79,13 @@ class AutosaveBox(QGroupBox):
 
     def save(self, s: QSettings) -> None:
         s.setValue("autosave/every", self.every())
-        s.setValue("autosave/runs_dir", str(self._root))
+        s.setValue(RUNS_DIR_KEY, str(self._root))
 
     def restore(self, s: QSettings) -> None:
         try:
             self.every_spin.setValue(int(float(s.value("autosave/every", DEFAULT_EVERY))))
         except (TypeError, ValueError):
             pass
-        root = s.value("autosave/runs_dir")
+        root = s.value(RUNS_DIR_KEY)
         if root:
             self.set_runs_root(root)
