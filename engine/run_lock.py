@@ -27,6 +27,9 @@ _BUSY = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK}
 _WIN_LOCK_OFFSET = 1 << 20  # Windows locks are mandatory: lock a byte past the "<pid> <host>" text
 
 
+ELSEWHERE = "train into another run folder"  # the way out a refusal offers (RunLock)
+
+
 class RunFolderBusy(CheckpointError):
     """Another process is training in this run folder."""
 
@@ -37,9 +40,11 @@ class RunLock:
     created or written. Not re-entrant: a second RunLock on the same folder in the same process
     is refused too (two runs of one studio must not share a folder either)."""
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(self, folder: str | os.PathLike, elsewhere: str = ELSEWHERE):
+        """elsewhere: the way out the refusal offers (the CLI names its --out option)."""
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
+        self.elsewhere = elsewhere
         self._file = None
 
     def acquire(self) -> "RunLock":
@@ -50,7 +55,7 @@ class RunLock:
             raise CheckpointError(f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
                                   "Choose a folder you can write to.") from e
         try:
-            _lock(f, self.path)
+            _lock(f, self.path, self.elsewhere)
             f.seek(0)
             f.truncate()
             f.write(f"{os.getpid()} {socket.gethostname()}\n")
@@ -126,7 +131,7 @@ def holder(path: Path) -> tuple[int | None, str]:
         return None, ""
 
 
-def _busy(path: Path) -> RunFolderBusy:
+def _busy(path: Path, elsewhere: str = ELSEWHERE) -> RunFolderBusy:
     pid, host = holder(path)
     who = f"process {pid}" if pid else "another process"
     if host and host != socket.gethostname():
@@ -134,10 +139,10 @@ def _busy(path: Path) -> RunFolderBusy:
     return RunFolderBusy(
         f"The run folder {path.parent} is in use: {who} is training in it.",
         "Wait for that run to end or stop it (Ctrl-C in its terminal, Stop in the studio), or "
-        "choose another folder (--out). A second run would mix its metrics and checkpoints in.")
+        f"{elsewhere}. A second run would mix its metrics and checkpoints in.")
 
 
-def _lock(f, path: Path) -> None:
+def _lock(f, path: Path, elsewhere: str = ELSEWHERE) -> None:
     try:
         if sys.platform == "win32":
             import msvcrt
@@ -148,14 +153,14 @@ def _lock(f, path: Path) -> None:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in _BUSY:
-            raise _busy(path) from None
-        _lock_by_pid(path)  # no OS locks on this filesystem
+            raise _busy(path, elsewhere) from None
+        _lock_by_pid(path, elsewhere)  # no OS locks on this filesystem
 
 
-def _lock_by_pid(path: Path) -> None:
+def _lock_by_pid(path: Path, elsewhere: str = ELSEWHERE) -> None:
     pid, host = holder(path)
     if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
-        raise _busy(path)
+        raise _busy(path, elsewhere)
 
 
 def _unlock(f) -> None:

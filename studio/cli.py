@@ -129,7 +129,7 @@ def cmd_train(args) -> int:
         args.continue_run = True
     if not out.is_dir() and (args.continue_run or out.exists()):
         return _train(args)  # nothing to lock: _train reports the missing folder or the file
-    with RunLock(out):
+    with RunLock(out, elsewhere="choose another folder (--out)"):
         return _train(args)
 
 

@@ -28,14 +28,35 @@ METRICS = "metrics.jsonl"
 
 
 def new_run_dir(root, now: float | None = None) -> Path:
-    """root/<YYYYmmdd-HHMMSS>, with -2, -3, ... when a run already started in that second."""
+    """root/<YYYYmmdd-HHMMSS>, with -2, -3, ... when a run already started in that second.
+    The folder is claimed here (created; mkdir fails for the second of two studios starting a
+    run in the same second, which then takes the next name), so two runs never share one.
+    Where root cannot be written the path is returned unclaimed: the run's own start reports
+    that (RunRecorder raises CheckpointError with what to do)."""
     root = Path(root)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    path, n = root / stamp, 1
-    while path.exists():
-        n += 1
-        path = root / f"{stamp}-{n}"
-    return path
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return root / stamp
+    n = 1
+    while True:
+        path = root / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+        except OSError:
+            return path
+
+
+def remove_if_empty(folder) -> None:
+    """Give back a claimed run folder that no run wrote into (new_run_dir)."""
+    try:
+        Path(folder).rmdir()   # only an empty folder goes
+    except OSError:
+        pass
 
 
 class MetricsLog:

@@ -30,7 +30,7 @@ from engine.progress import Cancelled, Monitor
 from engine.run_lock import ensure_free
 from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, ModelSource,
                              Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob)
-from studio.run_folder import RunRecorder, metrics_from_dict
+from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -131,6 +131,7 @@ class TrainingWorker(QObject):
         try:
             recorder = RunRecorder(job.run_dir, job.checkpoint_every)
         except Exception as e:
+            remove_if_empty(job.run_dir)   # claimed by new_run_dir, never written
             return self._not_started("Could not start training", e)
         try:
             self.session = TrainingSession.create(
@@ -154,6 +155,7 @@ class TrainingWorker(QObject):
         self._close_steps()
         self._end_run()
         if self.session is None:
+            remove_if_empty(job.run_dir)
             return self._not_started("Nothing to continue",
                                      StudioError("No model is loaded.",
                                                  "Open a checkpoint or a GGUF first."))
@@ -163,6 +165,7 @@ class TrainingWorker(QObject):
             s.continue_training(job.pretrain_steps, job.tune_steps)
             self.recorder = RunRecorder(job.run_dir, job.checkpoint_every, history=s.history)
         except Exception as e:
+            remove_if_empty(job.run_dir)
             return self._not_started("Could not continue training", e)
         self.sessionReady.emit(self._info(history=True))
         self._steps = s.train()

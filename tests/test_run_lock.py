@@ -113,3 +113,35 @@ def test_without_os_locks_the_holders_pid_is_checked(tmp_path, monkeypatch):
     (tmp_path / "dead" / run_lock.LOCK_NAME).write_text(f"{2**22 + 1} {os.uname().nodename}\n")
     with RunLock(tmp_path / "dead"):  # a holder that is gone does not count
         pass
+
+
+def test_two_studios_starting_in_the_same_second_get_two_folders(tmp_path):
+    """new_run_dir claims the folder it names: two windows pressing Train in one second (same
+    timestamp) get <stamp> and <stamp>-2, and both runs record (before, both got <stamp> and
+    the second was refused as "in use")."""
+    from studio.run_folder import new_run_dir
+    now = time.time()
+    a, b = new_run_dir(tmp_path, now), new_run_dir(tmp_path, now)
+    assert a != b and a.is_dir() and b.is_dir() and b.name == a.name + "-2"
+    first, second = RunRecorder(a), RunRecorder(b)
+    first.close(), second.close()
+
+
+def test_a_claimed_folder_no_run_wrote_into_is_given_back(tmp_path):
+    from studio.run_folder import new_run_dir, remove_if_empty
+    claimed = new_run_dir(tmp_path)
+    remove_if_empty(claimed)
+    assert not claimed.exists()
+    used = new_run_dir(tmp_path)
+    (used / "metrics.jsonl").write_text("{}\n")
+    remove_if_empty(used)                  # a folder with anything in it stays
+    assert used.exists()
+
+
+def test_the_busy_message_fits_the_studio_and_the_cli(tmp_path):
+    """The engine's refusal is shown by both: no command-line option in it."""
+    recorder = RunRecorder(tmp_path / "run")
+    with pytest.raises(RunFolderBusy) as e:
+        RunRecorder(tmp_path / "run")
+    recorder.close()
+    assert "--" not in e.value.hint and "another run folder" in e.value.hint
