@@ -290,3 +290,14 @@ def test_dropped_files_go_to_the_right_slot(window, tmp_path):
     assert window.data_panel.load_dropped(str(dialogue))
     assert window.data_panel.load_dropped(str(text))
     assert window.data_panel.tune_path == dialogue and window.data_panel.pretrain_path == text
+
+
+def test_a_dropped_thing_that_cannot_be_read_is_explained(window, tmp_path):
+    """Dropping a folder (or an unreadable file) says what is wrong in the engine's words,
+    never a raw '[Errno 21] Is a directory'."""
+    errors = []
+    window.data_panel.errorOccurred.connect(lambda title, msg: errors.append((title, msg)))
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    assert not window.data_panel.load_dropped(str(folder))
+    assert errors and "Errno" not in errors[-1][1] and "folder" in errors[-1][1].lower()

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLabel,
                                QPlainTextEdit, QPushButton, QTabWidget, QVBoxLayout)
 
+from engine.config import DEFAULT_TOKENIZER
 from engine.errors import DataError, StudioError
 from engine.textio import bundled_corpus
 from studio.ui.widgets import ElidedLabel, enable_with_reason
@@ -25,11 +26,14 @@ def bundled_path(name: str) -> Path:
     return bundled_corpus(Path(name).stem)
 
 
+PEEK_BYTES = 20_000  # of a dropped file, to guess its slot
+
+
 def looks_like_dialogue(path: Path, text: str) -> bool:
     """Guess which slot a dropped file belongs to: JSONL or User:/Assistant: turns -> tune."""
     if path.suffix.lower() in (".jsonl", ".json"):
         return True
-    head = text[:20_000]
+    head = text[:PEEK_BYTES]
     return "User:" in head and "Assistant:" in head
 
 
@@ -190,13 +194,15 @@ class DataPanel(QGroupBox):
         return True
 
     def load_dropped(self, path: str) -> bool:
-        """A file dropped on the window: dialogue-looking files go to tune, others to pretrain."""
+        """A file dropped on the window: dialogue-looking files go to tune, others to pretrain.
+        Only the file's start is peeked at; what cannot be read (a folder, no permission) goes
+        to load(), whose reading (engine.textio) says what is wrong and what to do."""
         p = Path(path)
         try:
-            head = p.read_text(encoding="utf-8", errors="replace")[:20_000]
-        except OSError as e:
-            self.errorOccurred.emit(f"Cannot open {p.name}", str(e))
-            return False
+            with open(p, "rb") as f:
+                head = f.read(PEEK_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            head = ""
         return self.load("tune" if looks_like_dialogue(p, head) else "pretrain", p)
 
     def set_token_counts(self, pretrain_tokens: int | None, tune_tokens: int | None) -> None:
@@ -208,7 +214,7 @@ class DataPanel(QGroupBox):
                 slot.stats.setText(f"{base[which]} · {n:,} tokens")
 
     def problem(self, tune_steps: int, vocab_size: int | None = None,
-                tokenizer_kind: str = "bpe") -> str | None:
+                tokenizer_kind: str = DEFAULT_TOKENIZER) -> str | None:
         """Why training cannot start with this data (and, when given, this vocabulary size for
         a BPE tokenizer: engine.tokenizer.min_bpe_vocab), or None."""
         if not self.pretrain_text:
