@@ -174,12 +174,16 @@ class TrainConfig:
         stage (so a short stage still spends most of its steps at a useful learning rate)."""
         return min(self.warmup_steps, max(stage_steps // 5, 1))
 
-    def warmup_note(self, tune: bool = True) -> str | None:
-        """What the person should know when warmup_steps is shortened in a stage, or None."""
-        stages = [("pretraining", self.pretrain_steps)] + ([("tuning", self.tune_steps)]
-                                                           if tune and self.tune_steps else [])
-        capped = [f"{self.warmup_for(n)} steps in {name}" for name, n in stages
-                  if n and self.warmup_for(n) < self.warmup_steps]
+    def warmup_note(self, tune: bool = True, from_step: int = 0) -> str | None:
+        """What the person should know when warmup_steps is shortened in a stage, or None.
+        from_step: the steps already done (a continued run): a stage whose warmup is over by
+        then is not mentioned."""
+        stages = [("pretraining", 0, self.pretrain_steps)]
+        if tune and self.tune_steps:
+            stages.append(("tuning", self.pretrain_steps, self.tune_steps))
+        capped = [f"{self.warmup_for(n)} steps in {name}" for name, start, n in stages
+                  if n and self.warmup_for(n) < self.warmup_steps
+                  and from_step < start + self.warmup_for(n)]
         if not capped:
             return None
         return (f"Warmup: {' and '.join(capped)} (at most 1/5 of a stage), not "

@@ -213,7 +213,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     from studio.run_folder import MetricsLog
     line.pace.start(session.step)
     tc = session.train_config
-    warmup = tc.warmup_note(session.tune is not None)
+    warmup = tc.warmup_note(session.tune is not None, from_step=session.step)
     if warmup:
         line.say(f"note: {warmup}")
     line.say(f"Validation: {session.pretrain.val_note}.")

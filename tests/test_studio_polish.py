@@ -185,6 +185,17 @@ def test_warmup_note_in_the_engine():
     assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
 
 
+def test_a_continued_run_is_not_told_about_a_warmup_it_is_past():
+    """`train --continue` at step 20 of 40 said "Warmup: 8 steps in pretraining ..., not 30"
+    although warmup was never asked for and is long over; a warmup still ahead is named."""
+    tc = TrainConfig(pretrain_steps=40, tune_steps=50)
+    assert tc.warmup_note(from_step=20) == (
+        "Warmup: 10 steps in tuning (at most 1/5 of a stage), not 30.")
+    assert tc.warmup_note(from_step=55) is None          # tuning's warmup is over too
+    assert tc.warmup_note(from_step=5) == (
+        "Warmup: 8 steps in pretraining and 10 steps in tuning (at most 1/5 of a stage), not 30.")
+
+
 def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window):
     """Vocabulary 300 on the bundled texts (54 distinct characters: BPE needs 313) left Train
     on, and pressing it failed at once with "Could not start training". The hint gives the
