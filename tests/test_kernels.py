@@ -71,6 +71,21 @@ def test_matmul_forward_backward(rt, gemm, M, N, K):
     close(down(rt, dw, (N, K)), rdw + dw0)
 
 
+@pytest.mark.parametrize("M,N,K", [(68, 132, 1028), (64, 64, 2048), (67, 130, 1100),
+                                   (4, 8, 772)])
+def test_matmul_tn_split_over_k(rt, gemm, M, N, K):
+    """A weight gradient with few output tiles and a long K is split into slices of K summed by
+    sum_slices (engine.ops._k_slices; float4 fetches where M, N, K allow), accumulating into
+    the existing gradient (beta 1) as matmul_backward does."""
+    if rt.gemm == "tiled":
+        assert ops._k_slices(rt, -(-M // 64) * -(-N // 64), K) > 1 or K < 512
+    rng = np.random.default_rng(K)
+    a, b, c0 = rng.normal(size=(K, M)), rng.normal(size=(K, N)), rng.normal(size=(M, N))
+    c = up(rt, c0)
+    ops.matmul_tn(rt, c, up(rt, a), up(rt, b), M, N, K, beta=1.0)
+    close(down(rt, c, (M, N)), a.T @ b + c0, 3e-5)
+
+
 @pytest.fixture(params=["cpu", "gpu"])
 def rows_rt(request, rt, rt_lanes):
     """A runtime with the launch choices of either device kind: one work-item per row and
