@@ -21,16 +21,14 @@ import logging
 import threading
 import time
 import traceback
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.progress import Cancelled, Monitor
-from engine.run_lock import ensure_free
-from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, ModelSource,
-                             Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob)
+from studio.protocol import ContinueJob, Outcome, RunPoint, RunResult, SessionInfo, TrainJob
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
+from studio.worker_tasks import ModelTasks
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -48,7 +46,7 @@ def _is_device_failure(exc: BaseException) -> bool:
     return isinstance(exc, cl.Error)
 
 
-class TrainingWorker(QObject):
+class TrainingWorker(ModelTasks, QObject):
     preparing = Signal(str)        # status text of a long phase (tokenizer, encoding, recall…)
     sessionReady = Signal(object)  # SessionInfo: the run takes its first step next
     metrics = Signal(object)       # list of StepMetrics, oldest first
@@ -326,87 +324,3 @@ class TrainingWorker(QObject):
             except Exception:  # closing must not raise into the GUI; log it
                 log.exception("closing the training generator")
             self._steps = None
-
-    # -- chat, export, checkpoints (all between steps, on this thread) -------------------
-    @Slot(object)
-    def chat(self, request: ChatRequest) -> None:
-        if self.session is None:
-            self.chatDone.emit(None)
-            return
-
-        def on_token(*args):
-            if self._stop.is_set():
-                raise Cancelled()
-            piece = next((a for a in args if isinstance(a, str)), None)
-            if piece:
-                self.token.emit(piece)
-
-        try:
-            answer = self.session.chat(list(request.messages), on_token=on_token,
-                                       **request.sampling())
-        except Cancelled:
-            answer = None
-        except Exception as e:
-            self._fail("The model could not answer", e)
-            answer = None
-        self.chatDone.emit(answer)
-
-    @Slot(object)
-    def export(self, request: ExportRequest) -> None:
-        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf)."""
-        try:
-            if request.dtype == "hf":
-                from engine.hf.export import export_result, export_session
-                result = export_result(export_session(self.session, request.path, force=True))
-            else:
-                result = self.session.export_gguf(request.path, dtype=request.dtype, force=True)
-        except Exception as e:
-            self._fail("Export failed", e)
-            result = None
-        self.exported.emit(result)
-
-    @Slot(object)
-    def save(self, request: SaveRequest) -> None:
-        directory = request.directory
-        try:
-            if self.recorder is None or Path(directory) != self.recorder.folder:
-                ensure_free(directory)  # not into a folder another process is training in
-            path = self.session.save(directory)
-        except Exception as e:
-            self._fail("Could not save the checkpoint", e)
-            path = ""
-        self.saved.emit(str(path))
-
-    @Slot(object)
-    def load(self, job: LoadJob) -> None:
-        """Open the job's model (a GGUF or a folder without texts is trained further on the
-        job's texts and train_config); loaded carries its SessionInfo, or None."""
-        from engine.session import TrainingSession
-        self._close_steps()
-        self._end_run()
-        path = Path(job.path)
-        from engine.hf.load import has_texts, is_model_folder, session_from_hf
-        guess = job.source is None  # Open checkpoint: the path tells
-        hf = job.source is ModelSource.HF or (guess and is_model_folder(path))
-        gguf = job.source is ModelSource.GGUF or (guess and path.suffix.lower() == ".gguf")
-        try:
-            if hf:   # a transformers folder: its own texts if it has them, else those loaded
-                texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
-                session = session_from_hf(path, *texts, device=job.device)
-            elif gguf:
-                session = TrainingSession.from_gguf(
-                    path, job.pretrain_text, job.tune_text or None, train_cfg=job.train_config,
-                    device=job.device, monitor=self.monitor)
-            else:
-                session = TrainingSession.load(path, device=job.device, monitor=self.monitor)
-        except Cancelled:  # the window closes while a large checkpoint is read
-            self.loaded.emit(None)
-            return
-        except Exception as e:
-            self._fail("Could not open the GGUF" if gguf else "Could not open the Hugging Face "
-                       "folder" if hf else "Could not open the checkpoint", e)
-            self.loaded.emit(None)
-            return
-        self.session = session
-        source = ModelSource.HF if hf else ModelSource.GGUF if gguf else ModelSource.CHECKPOINT
-        self.loaded.emit(self._info(history=True, path=str(path), source=source))
