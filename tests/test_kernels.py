@@ -73,10 +73,12 @@ def test_matmul_forward_backward(rt, gemm, M, N, K):
 
 @pytest.mark.parametrize("M,N,K", [(68, 132, 1028), (64, 64, 2048), (67, 130, 1100),
                                    (4, 8, 772)])
-def test_matmul_tn_split_over_k(rt, gemm, M, N, K):
+def test_matmul_tn_split_over_k(rt, gemm, M, N, K, monkeypatch):
     """A weight gradient with few output tiles and a long K is split into slices of K summed by
     sum_slices (engine.ops._k_slices; float4 fetches where M, N, K allow), accumulating into
-    the existing gradient (beta 1) as matmul_backward does."""
+    the existing gradient (beta 1) as matmul_backward does. The wave is made large (as on a big
+    GPU) so the split happens on any test device."""
+    monkeypatch.setattr(ops, "GROUPS_PER_CU", 64)
     if rt.gemm == "tiled":
         assert ops._k_slices(rt, -(-M // 64) * -(-N // 64), K) > 1 or K < 512
     rng = np.random.default_rng(K)
