@@ -48,7 +48,7 @@ PY
     LLM_STUDIO_TEST_DEVICE=NVIDIA timeout 120 python3 -m pytest tests/test_kernels.py -k matmul \
         -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_gemm_tests.txt"
     # GEMM_SWEEP: extra kernel-benchmark runs, ';'-separated bench_kernels options
-    # (e.g. "--groups-per-cu 3;--build-options=-DGEMM_UNROLL=4"), each on XL only
+    # (e.g. "--groups-per-cu 3;--build-options=-cl-nv-maxrregcount=128"), each on XL only
     timeout "${KERNELS_S:-200}" python3 benchmarks/bench_kernels.py --device NVIDIA --no-numpy \
         --no-rowwise --torch-device cuda --configs "${GEMM_CONFIGS:-XL,L}" \
         --out "$OUT/gpu_gemm_kernels.md" > "$OUT/gpu_gemm_kernels_log.txt" 2>&1

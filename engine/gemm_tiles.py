@@ -18,12 +18,21 @@ VECTOR = {16: (8, 32), 8: (6, 16)}
 # picks per product) and of bmm_tiled (attention's batched products)
 TILED_EDGES = (64, 128)
 BMM_EDGE = 64
-TILED_GROUP = (16, 16)  # work-items per tiled work-group (reqd_work_group_size in the kernels)
+TILED_K = 16  # K slice staged in __local per step (TK); split-K slices are multiples of it
+# work-items per tiled work-group: fixed by the kernels (reqd_work_group_size, tid = ty*16 + tx)
+TILED_GROUP = (16, 16)
+
+
+def tiled_local_bytes(edge: int) -> int:
+    """Bytes of one of the two __local tile arguments (A's or B's) of a tiled kernel with tile
+    edge `edge`: 2 buffers x TILED_K rows x (edge + 4) floats (LDS_STRIDE in the kernel)."""
+    return 2 * TILED_K * (edge + 4) * 4
 
 
 def main_defines() -> list[str]:
     """-D options of the main program for the tiles of matmul.cl and matmul_tiled.cl."""
-    return [f"-DMM_TM={BLOCKED[0]}", f"-DMM_TN={BLOCKED[1]}", f"-DBMM_TL={BMM_EDGE}"]
+    return [f"-DMM_TM={BLOCKED[0]}", f"-DMM_TN={BLOCKED[1]}", f"-DBMM_TL={BMM_EDGE}",
+            f"-DTK={TILED_K}"]
 
 
 def vector_defines(width: int) -> tuple[tuple[str, int], ...]:

@@ -18,7 +18,6 @@ TN_SLICE = 256  # rows of K per CPU matmul_tn (and vector matmul_nn) launch: cac
 # Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
 GROUPS_PER_CU = 2
-TK = 16  # K slice of the tiled GEMM (kernels/matmul_tiled.cl); split-K slices are multiples
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
@@ -42,24 +41,25 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
         tl = _tile_edge(rt, form, M, N)
         # float4 fetches where every row stride and edge is a multiple of 4 floats
         suffix = ("" if tl == 64 else "128") + ("_v4" if _fetch4(rt, M, N, K) else "")
-        grid = (16 * -(-N // tl), 16 * -(-M // tl))
-        tiles = rt.gemm_tiles(tl)
-        if form == "nn":  # local-memory tiled, 16x16 work-items per tile
-            rt.launch_local("matmul_nn_tiled" + suffix, grid, (16, 16), C, A, B, M, N, K, beta,
+        gx, gy = gemm_tiles.TILED_GROUP
+        grid, n_tiles = (gx * -(-N // tl), gy * -(-M // tl)), -(-N // tl) * -(-M // tl)
+        tiles, tk = rt.gemm_tiles(tl), gemm_tiles.TILED_K
+        if form == "nn":  # local-memory tiled, one work-group per tile
+            rt.launch_local("matmul_nn_tiled" + suffix, grid, (gx, gy), C, A, B, M, N, K, beta,
                             *tiles)
             return
         # tn: split K so the groups fill whole waves, then add the slices up (sum_slices)
-        slices = _k_slices(rt, grid[0] * grid[1] // 256, K)
+        slices = _k_slices(rt, n_tiles, K)
         kslice = -(-K // slices)
-        kslice = max(TK, -(-kslice // TK) * TK)
+        kslice = max(tk, -(-kslice // tk) * tk)
         slices = -(-K // kslice) if K else 1
         name = "matmul_tn_tiled" + suffix
         if slices == 1:
-            rt.launch_local(name, grid + (1,), (16, 16, 1), C, A, B, M, N, K, beta, max(K, 1),
+            rt.launch_local(name, grid + (1,), (gx, gy, 1), C, A, B, M, N, K, beta, max(K, 1),
                             *tiles)
             return
         parts = rt.scratch(slices * M * N)
-        rt.launch_local(name, grid + (slices,), (16, 16, 1), parts, A, B, M, N, K, 0.0, kslice,
+        rt.launch_local(name, grid + (slices,), (gx, gy, 1), parts, A, B, M, N, K, 0.0, kslice,
                         *tiles)
         rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
 

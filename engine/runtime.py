@@ -37,7 +37,7 @@ _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.i
 # built per set of -D options (Runtime.build), not in main: attention per head_dim (and vector
 # width), the vector GEMMs per vector width
 SPECIALIZED = ("attention.cl", "attention_blocked.cl", "matmul_vec.cl")
-GPU_GROUP = 256  # work-items per group of the tiled GPU GEMMs (16 x 16)
+GPU_GROUP = gemm_tiles.TILED_GROUP[0] * gemm_tiles.TILED_GROUP[1]  # tiled GPU GEMM's group
 GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_flops_cap)
 LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
 LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
@@ -254,11 +254,11 @@ class Runtime:
 
     def gemm_tiles(self, tl: int) -> tuple | None:
         """The __local tile arguments of the tiled GEMM kernels for tile edge tl (64 or 128):
-        2 buffers x 16 rows x (tl + 4) floats for A and as many for B (kernels/matmul_tiled.cl),
+        gemm_tiles.tiled_local_bytes(tl) for A and as many for B (kernels/matmul_tiled.cl),
         or None where the device's local memory is too small (OpenCL guarantees 32 KiB; the
         128 tiles take 33 KiB). Made once per tile edge: every tiled launch asks."""
         if tl not in self._gemm_tiles:
-            nbytes = 2 * 16 * (tl + 4) * 4
+            nbytes = gemm_tiles.tiled_local_bytes(tl)
             fits = 2 * nbytes <= self.device.local_mem_size
             self._gemm_tiles[tl] = (cl.LocalMemory(nbytes), cl.LocalMemory(nbytes)) if fits \
                 else None

@@ -9,11 +9,11 @@
  * Edges are zero-filled on load and guarded on store.
  * Launch: global (16 * ceil(N/TL), 16 * ceil(M/TL)), local (16, 16).
  * The tile edge is a literal at every call of the inline helpers below, so after inlining every
- * loop has a constant trip count, is unrolled, and the accumulators stay in registers (no
- * unroll pragmas: compilers check those before inlining and warn). */
+ * loop over a tile has a constant trip count, is unrolled, and the accumulators stay in
+ * registers; only the loop over the K slice carries an unroll pragma (tile_fma). */
 
-#ifndef TK
-#define TK 16  /* K slice (a build option only for tuning sweeps: engine/ops.py assumes 16) */
+#if !defined(TK) || !defined(BMM_TL)
+#error "matmul_tiled.cl is built with -DTK (K slice) and -DBMM_TL (engine/gemm_tiles.py)"
 #endif
 #define RB_MAX 8
 #define LD_MAX (TK / 2)  /* elements of each tile a work-item fetches per slice: TK * tl / 256 */
@@ -289,9 +289,6 @@ __kernel void sum_slices(__global float* C, __global const float* parts, int n_s
     C[i] = beta == 0.0f ? acc : beta * C[i] + acc;
 }
 
-#ifndef BMM_TL
-#error "matmul_tiled.cl is built with -DBMM_TL, the output tile edge of bmm_tiled (engine/gemm_tiles.py)"
-#endif
 
 /* Batched strided product for attention (GPU), one (b, h) per group of the third grid
  * dimension z = b * H + h:  C[z](M,N) = alpha * A[z](M,K) @ B[z](K,N) + beta * C[z], with
