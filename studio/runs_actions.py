@@ -89,10 +89,13 @@ def _open(window, path: str, then: Callable[[object], None] | None = None) -> No
         window.statusBar().showMessage("Stop or finish the training first.", 6000)
         return
     if then is not None:
-        def after(_info):
-            window.modelOpened.disconnect(after)
-            then(window)
-        window.modelOpened.connect(after)
+        # the controller's loaded comes for every load, None when it failed (the window's own
+        # handler, connected first, has shown the model or the error): the hook lasts one load
+        def after(info):
+            window.controller.loaded.disconnect(after)
+            if info is not None:
+                then(window)
+        window.controller.loaded.connect(after)
     window.open_checkpoint(path)
     window.activateWindow()
 

@@ -219,3 +219,35 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
     assert f"press {label} " in win.statusBar().currentMessage()
     assert "press Train" not in win.statusBar().currentMessage()
     win.close()
+
+
+def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_path):
+    """Runs › Continue on a damaged run failed to open; its follow-up (the 'raise the step
+    counts' prompt) stayed hooked and fired on the next, unrelated File › Open."""
+    import os
+
+    from PySide6.QtCore import QSettings
+
+    from studio.app import MainWindow
+    from studio.runs_actions import _open
+    win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
+                     settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.autosave_box.set_runs_root(tmp_path / "runs")
+    for name, value in dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=16,
+                            vocabSizeSpin=512, pretrainStepsSpin=2, tuneStepsSpin=0,
+                            batchSizeSpin=2, warmupSpin=1, sampleIntervalSpin=0).items():
+        win.settings_panel.set_value(name, value)
+    with qtbot.waitSignal(win.trainingFinished, timeout=120_000) as blocker:
+        win.run_bar.train_button.click()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "checkpoint.npz").write_bytes(b"not a checkpoint")
+    called = []
+    with qtbot.waitSignal(win.controller.loaded, timeout=60_000) as failed:
+        _open(win, str(broken), then=lambda w: called.append("broken"))
+    assert failed.args[0] is None and not called
+    with qtbot.waitSignal(win.modelOpened, timeout=60_000):
+        win.open_checkpoint(blocker.args[0].run_dir)
+    assert not called
+    win.close()
