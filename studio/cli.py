@@ -25,11 +25,6 @@ from studio.cli_progress import ProgressLine
 EXIT_USER_ERROR = 2
 
 
-def _bundled(name: str) -> Path:
-    """resources/NAME through engine.textio.bundled_corpus ("pretrain.txt" or "tune.txt")."""
-    from engine.textio import bundled_corpus
-    return bundled_corpus(Path(name).stem)
-
 
 def cmd_devices(args) -> int:
     from engine.device import NO_DEVICE_HINT, list_devices, select_device
@@ -161,7 +156,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     from engine import checkpoint
     from engine.dialogue import read_dialogues
     from engine.session import TrainingSession
-    from engine.textio import read_text
+    from engine.textio import bundled_corpus, read_text
     if args.continue_run:
         session = TrainingSession.load(out, device=args.device, monitor=monitor)
         _note_fallback(session)
@@ -189,10 +184,10 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
                           "Give --steps (and --tune-steps) of at least 1.")
     _make_run_folder(out)
-    pre = read_text(args.pretrain or _bundled("pretrain.txt"), "pretraining text")
+    pre = read_text(args.pretrain or bundled_corpus("pretrain"), "pretraining text")
     tune = None
     if not args.no_tune:
-        tune, _ = read_dialogues(args.tune or _bundled("tune.txt"))  # DataError names the file
+        tune, _ = read_dialogues(args.tune or bundled_corpus("tune"))  # DataError names the file
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
                                      tokenizer_kind=args.tokenizer, monitor=monitor)
     c = session.model_config
@@ -273,8 +268,8 @@ def _load(args):
     """A run folder / checkpoint, or a GGUF this app exported (with the bundled corpora)."""
     from engine.session import TrainingSession
     if str(args.dir).lower().endswith(".gguf"):
-        from engine.textio import read_text
-        return TrainingSession.from_gguf(args.dir, read_text(_bundled("pretrain.txt")),
+        from engine.textio import bundled_corpus, read_text
+        return TrainingSession.from_gguf(args.dir, read_text(bundled_corpus("pretrain")),
                                          device=args.device)
     s = TrainingSession.load(args.dir, device=args.device)
     _note_fallback(s)

@@ -21,8 +21,8 @@ def cmd_import(args) -> int:
     from engine.errors import StudioError
     from engine.dialogue import read_dialogues
     from engine.hf.load import has_texts, session_from_hf
-    from engine.textio import read_text
-    from studio.cli import _bundled, _make_run_folder
+    from engine.textio import bundled_corpus, read_text
+    from studio.cli import _make_run_folder
     from studio.run_folder import METRICS
     out, folder = Path(args.out), Path(args.folder)
     if checkpoint.checkpoint_path(out).exists():
@@ -32,8 +32,8 @@ def cmd_import(args) -> int:
     if pre is None and not has_texts(folder):
         print("note: the folder holds no training text; the run uses the bundled corpora "
               "(give --pretrain / --tune for your own)", file=sys.stderr)
-        pre = read_text(_bundled("pretrain.txt"))
-        tune = tune or read_text(_bundled("tune.txt"))
+        pre = read_text(bundled_corpus("pretrain"))
+        tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
     _make_run_folder(out)
     s.save(out)

@@ -77,8 +77,8 @@ class TrainingActions:
 
     def _continue_problem(self) -> str | None:
         """Why the opened model cannot be continued to the step counts on the left, or None:
-        the engine's own rule (engine.session.check_continuation, as TrainingSession.extend
-        and `llm-studio train --resume` apply it)."""
+        the engine's own rule (engine.session.check_continuation, as
+        TrainingSession.continue_training and `llm-studio train --continue` apply it)."""
         r, tc = self.controller.continue_from, self.settings_panel.train_config()
         try:
             check_continuation(r.step, r.pretrain_steps, r.tune_steps, r.has_tune,

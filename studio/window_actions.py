@@ -11,9 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from engine.export_types import DEFAULT_DTYPE
+from engine.textio import bundled_corpus
 from studio.protocol import (ChatRequest, ExportRequest, LoadJob, ModelSource, RunState,
                              SaveRequest)
-from studio.ui.data_panel import bundled_path
 from studio.ui.export_dialog import ExportDialog
 from studio.ui.settings_panel import human_bytes
 
@@ -38,7 +38,7 @@ class WindowActions:
             self.restoreGeometry(geometry)
         for which, given in (("pretrain", pretrain_path), ("tune", tune_path)):
             saved = s.value(f"data/{which}")
-            candidates = [given] if given else [saved, bundled_path(f"{which}.txt")]
+            candidates = [given] if given else [saved, bundled_corpus(which)]
             for path in candidates:
                 if path and Path(path).is_file() and self.data_panel.load(which, path):
                     break

@@ -26,7 +26,8 @@ from engine.hf.load import import_hf, session_from_hf  # noqa: E402
 from engine.hf.names import from_hf_rows, to_hf_rows  # noqa: E402
 from engine.hf.scale_out import SCRIPT, scale_out  # noqa: E402
 from engine.textio import read_text  # noqa: E402
-from studio.cli import _bundled, main  # noqa: E402
+from engine.textio import bundled_corpus  # noqa: E402
+from studio.cli import main  # noqa: E402
 from tests.helpers import trained_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def test_hf_tokenizer_gives_the_engines_ids(trained, hf_model):
 def test_tokenizer_json_on_other_vocabularies(kind, tmp_path):
     from engine.hf.tokenizer_json import build
     from engine.tokenizer import Tokenizer
-    text = read_text(_bundled("pretrain.txt")) + "\n日本語 🙂 café\n"
+    text = read_text(bundled_corpus("pretrain")) + "\n日本語 🙂 café\n"
     tok = Tokenizer.train([text], 700, kind)
     hf = build(tok)
     for s in STRINGS + [text]:

@@ -18,7 +18,8 @@ from engine.progress import Cancelled, Monitor
 from engine.session import TrainingSession
 from engine.textio import read_text
 from engine.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
-from studio.cli import _bundled, main
+from engine.textio import bundled_corpus
+from studio.cli import main
 
 MC = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=400)
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
@@ -26,7 +27,7 @@ TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length"
 
 
 def _words(n: int, seed: int = 0) -> list[str]:
-    vocab = read_text(_bundled("pretrain.txt")).split()
+    vocab = read_text(bundled_corpus("pretrain")).split()
     rng = random.Random(seed)
     return [rng.choice(vocab) for _ in range(n)]
 
@@ -58,7 +59,7 @@ def test_recall_of_a_one_line_document_is_bounded(one_line_session, monkeypatch)
 
 
 def test_recall_case_keeps_short_documents_whole():
-    tok = Tokenizer.train([read_text(_bundled("pretrain.txt"))], 400)
+    tok = Tokenizer.train([read_text(bundled_corpus("pretrain"))], 400)
     prompt, rest, n = evaluate.recall_case(tok, "The capital of France is Paris.")
     assert prompt == "The capital of" and rest == " France is Paris."
     assert n == len(tok.encode(rest)) + 2
@@ -118,7 +119,7 @@ def test_generation_stops_within_one_token_of_a_cancel(one_line_session):
 
 
 def test_encoding_a_long_document_reports_progress_and_can_be_cancelled():
-    tok = Tokenizer.train([read_text(_bundled("pretrain.txt"))], 400)
+    tok = Tokenizer.train([read_text(bundled_corpus("pretrain"))], 400)
     text = " ".join(_words(60_000))  # one ~380 KB line: several chunks
     seen, encoded = [], []
     monitor = Monitor()
@@ -132,7 +133,7 @@ def test_encoding_a_long_document_reports_progress_and_can_be_cancelled():
 
 
 def test_chunked_encoding_equals_the_whole_encoding():
-    tok = Tokenizer.train([read_text(_bundled("pretrain.txt")), "a  b\t12 345  été 中文"], 500)
+    tok = Tokenizer.train([read_text(bundled_corpus("pretrain")), "a  b\t12 345  été 中文"], 500)
     rng = random.Random(3)
     alphabet = list("abc de  \t1234 é中.,\n") + [" "] * 5 + list("the cat sat")
     for _ in range(300):

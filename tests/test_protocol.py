@@ -20,7 +20,7 @@ from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import DeviceError  # noqa: E402
 from engine.textio import read_text  # noqa: E402
 from studio import protocol  # noqa: E402
-from studio.cli import _bundled  # noqa: E402
+from engine.textio import bundled_corpus  # noqa: E402
 from studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
 from studio import worker as worker_mod  # noqa: E402
@@ -104,7 +104,7 @@ def test_chat_request_from_the_panel():
 
 # -- one worker signal per outcome -----------------------------------------------------------
 def _tiny_job(tmp_path, steps=6) -> TrainJob:
-    text = read_text(_bundled("pretrain.txt"))[:20_000]
+    text = read_text(bundled_corpus("pretrain"))[:20_000]
     return TrainJob(ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=16,
                                 vocab_size=300),
                     TrainConfig(pretrain_steps=steps, tune_steps=0, batch_size=2, warmup_steps=1,

@@ -6,7 +6,7 @@ import random
 from engine.config import ModelConfig, TrainConfig
 from engine.progress import Pace
 from engine.textio import read_text
-from studio.cli import _bundled
+from engine.textio import bundled_corpus
 from studio.protocol import Outcome, TrainJob
 from studio.ui.run_bar import RunBar
 from studio.worker import TrainingWorker
@@ -44,7 +44,7 @@ def test_run_bar_eta_excludes_the_pause_and_names_the_phase(qtbot):
 
 
 def test_stop_while_a_large_text_is_encoded_ends_the_start_at_once(qtbot, tmp_path):
-    vocab = read_text(_bundled("pretrain.txt")).split()
+    vocab = read_text(bundled_corpus("pretrain")).split()
     rng = random.Random(0)
     text = " ".join(rng.choice(vocab) for _ in range(600_000))  # one ~4 MB line
     worker = TrainingWorker()

@@ -14,16 +14,10 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QGroupBox, QLab
 
 from engine.config import DEFAULT_TOKENIZER
 from engine.errors import DataError, StudioError
-from engine.textio import bundled_corpus
 from studio.ui.widgets import ElidedLabel, enable_with_reason
 
 PREVIEW_CHARS = 20_000  # enough to read; a QPlainTextEdit with megabytes would slow the GUI
 TEXT_FILTER = "Text files (*.txt *.md *.jsonl *.json);;All files (*)"
-
-
-def bundled_path(name: str) -> Path:
-    """resources/NAME through engine.textio.bundled_corpus ("pretrain.txt" or "tune.txt")."""
-    return bundled_corpus(Path(name).stem)
 
 
 PEEK_BYTES = 20_000  # of a dropped file, to guess its slot

@@ -10,11 +10,10 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from engine.progress import Pace, format_eta  # noqa: F401 (format_eta: part of this API)
+from engine.progress import Pace, format_eta
 from studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
-PACE_WINDOW_S = 20.0  # ETA from the steps of the last 20 s: follows speed changes, not noise
 
 
 class RunBar(QWidget):
@@ -64,7 +63,7 @@ class RunBar(QWidget):
         lay.addLayout(row)
         lay.addWidget(self.hint)
         self.hint.hide()
-        self._pace = Pace(PACE_WINDOW_S)
+        self._pace = Pace()  # the CLI's pace: the last 20 s of steps (engine.progress)
         self._step_text = ""  # "step 79 / 80", kept while a phase runs inside that step
 
         self.run_dir: Path | None = None
@@ -144,7 +143,7 @@ class RunBar(QWidget):
 
     def reset_pace(self) -> None:
         """Forget the pace: a new run or a continued one (only this run's steps count)."""
-        self._pace = Pace(PACE_WINDOW_S, self._pace.clock)
+        self._pace = Pace(clock=self._pace.clock)
         self._step_text = ""
 
     def pause_pace(self) -> None:
