@@ -15,11 +15,13 @@ import pyopencl as cl
 
 from benchmarks.common import md_table
 
-# kernel name -> FLOPs of one launch from its scalar arguments (M, N, K after the 3 buffers)
-_MATMUL = ("matmul_nn", "matmul_tn", "matmul_nn_tiled", "matmul_tn_tiled",
-           "matmul_nn_tiled128", "matmul_tn_tiled128", "matmul_nn_vec", "matmul_tn_vec",
-           "matmul_nn_tiled_v4", "matmul_tn_tiled_v4", "matmul_nn_tiled128_v4",
-           "matmul_tn_tiled128_v4")
+
+def _is_matmul(name: str) -> bool:
+    """Every GEMM kernel of engine/ops.py (matmul_nn / matmul_tn and their tiled, vector and
+    float4 forms): FLOPs of one launch from its scalar arguments (M, N, K after 3 buffers)."""
+    return name.startswith(("matmul_nn", "matmul_tn"))
+
+
 # fused attention (engine/attention.py): q.k-sized products per causal (query, key) pair
 _ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
 
@@ -36,7 +38,7 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
     launch_local0 = rt.launch_local  # rt.launch goes through it too
 
     def record(name, ev, args):
-        flops = 2.0 * args[3] * args[4] * args[5] if name in _MATMUL else 0.0
+        flops = 2.0 * args[3] * args[4] * args[5] if _is_matmul(name) else 0.0
         passes = _ATT.get(name.removesuffix("_tiled"))
         if passes:  # trailing arguments T, C, H, z0, z_end
             T, C, H, z0, z1 = args[-5:]
@@ -71,8 +73,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
     for name, (calls, sec, flops) in sorted(per.items(), key=lambda kv: -kv[1][1]):
         rate = f"{flops / sec / 1e9:.1f}" if flops and sec > 0 else ""
         rows.append([name, calls, f"{sec * 1e3:.2f}", f"{100 * sec / busy:.1f}%", rate])
-    mm_s = sum(per[n][1] for n in _MATMUL if n in per)
-    mm_f = sum(per[n][2] for n in _MATMUL if n in per)
+    mm_s = sum(v[1] for n, v in per.items() if _is_matmul(n))
+    mm_f = sum(v[2] for n, v in per.items() if _is_matmul(n))
     lines = [md_table(["kernel", "launches", "ms", "share of kernel time", "GFLOP/s"], rows), "",
              f"Profiled step: wall {wall * 1e3:.1f} ms, kernels {busy * 1e3:.1f} ms "
              f"({100 * busy / wall:.0f}% of wall; the rest is host work and gaps between "

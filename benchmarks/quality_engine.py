@@ -38,7 +38,13 @@ def with_overrides(mc: ModelConfig, tc: TrainConfig, overrides: list[str]):
         field, _, value = item.partition("=")
         cfg = mc if field in ModelConfig.__dataclass_fields__ else tc
         kind = type(getattr(cfg, field))
-        cfg = cfg.replace(**{field: kind(float(value)) if kind is int else kind(value)})
+        if kind is bool:   # bool("False") is True
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(f"{field}={value}: give true or false")
+            parsed = value.lower() in ("1", "true", "yes")
+        else:
+            parsed = kind(float(value)) if kind is int else kind(value)
+        cfg = cfg.replace(**{field: parsed})
         mc, tc = (cfg, tc) if isinstance(cfg, ModelConfig) else (mc, cfg)
     return mc, tc
 

@@ -61,7 +61,6 @@ class Buffer:
         return {ONE: 1, PER_LAYER: d.L, PER_LAYER_PLUS_ONE: d.L + 1}[self.copies]
 
 
-_f = np.float32
 _i = np.int32
 BUFFERS: tuple[Buffer, ...] = (
     Buffer("ids", lambda d: d.BT, _i),

@@ -26,8 +26,8 @@ _SAMPLING = SamplingParams()  # the sampling defaults of generate and chat
 class GenerationMixin:
     """generate_ids / generate / chat / fit_messages for TrainingSession (see the module)."""
 
-    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = 64,
-                     sampling: SamplingParams = SamplingParams(), seed: int | None = None,
+    def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS,
+                     sampling: SamplingParams = _SAMPLING, seed: int | None = None,
                      on_token: Callable[[int], None] | None = None,
                      kv_cache: bool = True,
                      slide: Callable[[list[int], list[int]], list[int] | None] | None = None

@@ -27,14 +27,14 @@ import numpy as np
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import ModelImportError, StudioError
 from engine.params import tensors_per_layer
-from engine.gguf_export import (ARCH, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
+from engine.export_types import DTYPE_NAMES
+from engine.gguf_export import (ARCH, DTYPES, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
                                 tensor_shapes)
 
 # GGUFValueType -> bytes, for the scalar types (8 is STRING, 9 is ARRAY)
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
-_READABLE = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
-             gguf.GGMLQuantizationType.Q8_0)
+_READABLE = tuple(qtype for qtype, _ in DTYPES.values())  # what export_gguf writes
 _HINT_FOREIGN = "Only GGUF files exported by OpenCL LLM Studio can be opened here."
 _HINT_BROKEN = ("The file is incomplete or damaged (an interrupted export, copy or download); "
                 "export it again.")
@@ -217,7 +217,8 @@ def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
                                    _HINT_BROKEN)
         if t.tensor_type not in _READABLE:
             raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
-                                   "which this app cannot read.", "Export as f32, f16 or q8_0.")
+                                   "which this app cannot read.",
+                                   f"Export as {', '.join(DTYPE_NAMES[:-1])} or {DTYPE_NAMES[-1]}.")
         w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         weights[name] = np.array(w, dtype=np.float32).reshape(shape)
     return weights

@@ -224,7 +224,7 @@ class TrainingSession(GenerationMixin):
         tc = self.train_config
         pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
         tune = tc.tune_steps if tune_steps is None else tune_steps
-        check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.tune is not None,
+        check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.has_tune,
                            pre, tune)
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
 
@@ -238,7 +238,7 @@ class TrainingSession(GenerationMixin):
         return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
                 "pretrain_tokens": self.pretrain.n_tokens, "pretrain_documents": len(self.pretrain.documents),
                 "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
-                "tune_dialogues": len(self.tune.dialogues) if self.tune else 0,
+                "tune_dialogues": len(self.tune.dialogues) if self.has_tune else 0,
                 "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
                 "val_source": self.pretrain.val_source,
                 "val_tokens": int(self.pretrain.val_stream.size)}
@@ -265,16 +265,17 @@ class TrainingSession(GenerationMixin):
     @property
     def tune_tokens(self) -> int:
         """Tokens in the encoded tune dialogues (0 without them)."""
-        return sum(len(ids) for ids, _ in self.tune.encoded) if self.tune else 0
+        return sum(len(ids) for ids, _ in self.tune.encoded) if self.has_tune else 0
 
     # ------------------------------------------------------------------ training
     def stage_at(self, step: int) -> str:
-        return "pretrain" if step < self.train_config.pretrain_steps or not self.tune else "tune"
+        pretraining = step < self.train_config.pretrain_steps or not self.has_tune
+        return "pretrain" if pretraining else "tune"
 
     @property
     def total_steps(self) -> int:
         tc = self.train_config
-        return run_steps(tc.pretrain_steps, tc.tune_steps, bool(self.tune))
+        return run_steps(tc.pretrain_steps, tc.tune_steps, self.has_tune)
 
     def lr_at(self, step: int) -> float:
         tc = self.train_config
@@ -331,7 +332,7 @@ class TrainingSession(GenerationMixin):
         docs = self.pretrain.documents
         prompts = [" ".join(d[:SAMPLE_PROMPT_CHARS].split()[:3])
                    for d in docs[:: max(len(docs) // 3, 1)][:3]]
-        if stage == "tune" and self.tune:
+        if stage == "tune" and self.has_tune:
             q = self.tune.questions()[0][0]
             prompts = [q[-1].content[:SAMPLE_PROMPT_CHARS]] + prompts[:2]
         return prompts

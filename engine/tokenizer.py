@@ -35,7 +35,6 @@ from engine.longtext import SEARCH_CHARS, chunks
 N_SPECIAL = 3            # <unk>, <s>, </s>
 N_BYTES = 256            # <0x00>..<0xFF>
 MIN_VOCAB = N_SPECIAL + N_BYTES   # 259: below this the fixed ids do not fit
-KINDS = TOKENIZER_KINDS
 
 # gguf.TokenType values (gguf-py constants.py), which equal SentencePiece's piece types.
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 1, 2, 3
@@ -184,8 +183,9 @@ class Tokenizer:
         as pieces).
         Raises DataError when the texts hold no characters besides newlines.
         """
-        if kind not in KINDS:
-            raise ConfigError(f"Unknown tokenizer kind {kind!r}.", "Use 'bpe' or 'char'.")
+        if kind not in TOKENIZER_KINDS:
+            raise ConfigError(f"Unknown tokenizer kind {kind!r}.",
+                              f"Use {' or '.join(repr(k) for k in TOKENIZER_KINDS)}.")
         if isinstance(texts, str):
             texts = [texts]
         sentences = _sentences(texts)
