@@ -343,11 +343,17 @@ class TuneData:
         targets = np.where(mask[:, 1:], ids[:, 1:], -1).astype(np.int32)
         return ids[:, :-1].copy(), targets
 
-    def eval_batches(self, batch_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def eval_batches(self, batch_size: int, max_batches: int | None = None
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every dialogue once, in order: (inputs, targets) int32 (B, T) as in train_batch; the
-        last batch is filled up with EOS rows whose targets are all -1 (one shape throughout)."""
+        last batch is filled up with EOS rows whose targets are all -1 (one shape throughout).
+        max_batches: of a set of k > max_batches batches only batches i * k // max_batches
+        (i < max_batches), evenly spaced, are built (engine/hf/train_ddp.py picks the same)."""
         n, B = len(self.encoded), batch_size
-        rows = np.arange(-(-n // B) * B)
+        k = -(-n // B)
+        picked = range(k) if max_batches is None or k <= max_batches else \
+            [i * k // max_batches for i in range(max_batches)]
+        rows = (np.asarray(picked)[:, None] * B + np.arange(B)).ravel()
         real, src = (rows < n)[:, None], np.minimum(rows, n - 1)   # (R, 1) real row?, (R,)
         ids = np.where(real, self._ids[src], self.tokenizer.eos_id)
         mask = self._mask[src] & real

@@ -317,10 +317,7 @@ class TrainingSession(GenerationMixin):
         """Mean loss over the tune dialogues (assistant tokens only), in batches of batch_size:
         all of them, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through a large set."""
         total = count = 0.0
-        batches = self.tune.eval_batches(self.train_config.batch_size)
-        if len(batches) > MAX_TUNE_EVAL_BATCHES:
-            k, n = len(batches), MAX_TUNE_EVAL_BATCHES
-            batches = [batches[i * k // n] for i in range(n)]
+        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
         for i, (x, y) in enumerate(batches):
             n = int((y >= 0).sum())
             self.monitor.tick("dialogue loss", i, len(batches))

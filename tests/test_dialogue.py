@@ -267,3 +267,18 @@ def test_questions(tok, tune_text):
 def test_tune_malformed_text(tok):
     with pytest.raises(DataError, match="no line starting with 'Assistant:'"):
         TuneData(tok, "User: only questions here", 64)
+
+
+def test_a_capped_evaluation_builds_only_the_batches_it_scores(tok, tune_text):
+    """Of k > max_batches batches, batches i * k // max_batches; each equals that batch of
+    the full evaluation (the last one EOS-padded as before)."""
+    data = TuneData(tok, "\n\n".join([tune_text] * 6), 64)
+    full = data.eval_batches(4)
+    k, cap = len(full), 5
+    assert k > cap
+    capped = data.eval_batches(4, cap)
+    assert len(capped) == cap
+    for i, (x, y) in enumerate(capped):
+        fx, fy = full[i * k // cap]
+        assert (x == fx).all() and (y == fy).all()
+    assert len(data.eval_batches(4, k)) == k

@@ -277,3 +277,26 @@ def test_llama_cpp_converter_gives_our_gguf_tensors(trained, tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_ddp_scores_the_dialogues_the_studio_scores(tok, texts):
+    """train_ddp.py (standalone) picks the same tune evaluation batches as the engine, also
+    when the set is larger than MAX_TUNE_EVAL_BATCHES batches (it scored every dialogue)."""
+    import importlib.util
+
+    from engine.dialogue import TuneData
+    from engine.session import MAX_TUNE_EVAL_BATCHES
+    spec = importlib.util.spec_from_file_location("train_ddp_script",
+                                                  ROOT / "engine" / "hf" / "train_ddp.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.MAX_TUNE_EVAL_BATCHES == MAX_TUNE_EVAL_BATCHES
+    data = TuneData(tok, "\n\n".join([texts[1]] * 8), 64)   # 160 dialogues: 40 batches of 4
+    ids, mask = data.rows
+    ddp = script.Data.__new__(script.Data)
+    ddp.tune_ids, ddp.tune_mask = ids, mask
+    ours = data.eval_batches(4, MAX_TUNE_EVAL_BATCHES)
+    theirs = ddp.tune_eval_batches(4)
+    assert len(theirs) == len(ours) == MAX_TUNE_EVAL_BATCHES
+    for (x, y), (dx, dy) in zip(ours, theirs):
+        assert (x == dx).all() and (y == dy).all()

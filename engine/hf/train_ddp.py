@@ -37,6 +37,8 @@ from transformers import LlamaForCausalLM
 HERE = Path(__file__).resolve().parent
 COPY = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "generation_config.json",
         "train_ddp.py", "data")
+# engine.session.MAX_TUNE_EVAL_BATCHES (this script imports no engine code; a test keeps them equal)
+MAX_TUNE_EVAL_BATCHES = 16
 
 
 def lr_at(step: int, stage_start: int, stage_steps: int, peak: float, tc: dict) -> float:
@@ -111,10 +113,14 @@ class Data:
         return x, y
 
     def tune_eval_batches(self, B: int):
-        """Every dialogue once (engine.dialogue.TuneData.eval_batches)."""
+        """The dialogues the studio scores (engine.dialogue.TuneData.eval_batches): all, in
+        batches of B, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through a large set."""
         ids, mask = self.tune_ids.astype(np.int64), self.tune_mask
         y = np.where(mask[:, 1:], ids[:, 1:], -1)
-        return [(ids[i:i + B, :-1], y[i:i + B]) for i in range(0, len(ids), B)]
+        k = -(-len(ids) // B)
+        picked = range(k) if k <= MAX_TUNE_EVAL_BATCHES else \
+            [i * k // MAX_TUNE_EVAL_BATCHES for i in range(MAX_TUNE_EVAL_BATCHES)]
+        return [(ids[i * B:(i + 1) * B, :-1], y[i * B:(i + 1) * B]) for i in picked]
 
     def val_batches(self, B: int):
         """The studio's own validation windows (engine.corpus.PretrainData.val_batches)."""
