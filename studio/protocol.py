@@ -137,9 +137,7 @@ class RunResult:
     step: int                          # optimizer steps of the session at the end (0: none)
     run_dir: str | None = None         # the run folder, None when the run never started
     saved_step: int | None = None      # step of the last checkpoint in run_dir, None if none
-    summary: dict | None = None        # what session.train() returned (FINISHED only)
     train_config: TrainConfig | None = None  # the session's, with its final step totals
-    has_tune: bool = False             # the session has a tuning stage
 
 
 @dataclass(frozen=True)
@@ -157,12 +155,11 @@ class ContinuePoint:
     pretrain_steps: int
     tune_steps: int
     has_tune: bool                     # with a tuning stage (the Tuning steps spin is editable)
-    path: str | None = None            # the file or folder it was opened from
 
     @classmethod
     def of(cls, info: SessionInfo) -> ContinuePoint:
         tc = info.train_config
-        return cls(info.step, tc.pretrain_steps, tc.tune_steps, info.has_tune, info.path)
+        return cls(info.step, tc.pretrain_steps, tc.tune_steps, info.has_tune)
 
 
 class FileTask(Enum):

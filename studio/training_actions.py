@@ -116,8 +116,8 @@ class TrainingActions:
         """Frame the session's run and plot its history (session.history as StepMetrics);
         recall: also list its stage-end recall results."""
         tc = info.train_config
-        tune = tc.tune_steps if info.has_tune else 0
-        self.plots.start_run(tc.pretrain_steps + tune, tc.pretrain_steps, tune,
+        self.plots.start_run(info.total_steps, tc.pretrain_steps,
+                             tc.tune_steps if info.has_tune else 0,
                              info.model_config.vocab_size, tc.grad_clip)
         records = info.history or ()  # StepMetrics
         if records:

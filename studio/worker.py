@@ -207,7 +207,7 @@ class TrainingWorker(ModelTasks, QObject):
         """Take steps until the run ends (one of finished / stopped / failed) or holds: on a
         pause this returns to the thread's event loop with the generator kept (resume())."""
         try:
-            outcome, summary = self._take_steps()
+            outcome = self._take_steps()
         except Exception as e:
             self._close_steps()
             self._training_error(e)
@@ -221,21 +221,20 @@ class TrainingWorker(ModelTasks, QObject):
             self._stop.clear()
             self.stopped.emit(self._result(Outcome.STOPPED))
         else:
-            self.finished.emit(self._result(Outcome.FINISHED, summary=summary))
+            self.finished.emit(self._result(Outcome.FINISHED))
 
-    def _take_steps(self) -> tuple[Outcome | None, dict | None]:
-        """Steps until Stop (STOPPED), Pause (None) or the last step (FINISHED, with what
-        session.train() returned); metrics are emitted in batches, all of them before this
-        returns or raises."""
+    def _take_steps(self) -> Outcome | None:
+        """Steps until Stop (STOPPED), Pause (None) or the last step (FINISHED); metrics are
+        emitted in batches, all of them before this returns or raises."""
         batch, last_emit = [], time.monotonic()
         try:
             while not self._stop.is_set():
                 if self._pause.is_set():
-                    return None, None
+                    return None
                 try:
                     record = next(self._steps)
-                except StopIteration as done:
-                    return Outcome.FINISHED, done.value
+                except StopIteration:
+                    return Outcome.FINISHED
                 except Cancelled:  # Stop landed between the flag check and the step
                     break
                 batch.append(record)
@@ -247,21 +246,20 @@ class TrainingWorker(ModelTasks, QObject):
                 if now - last_emit >= EMIT_INTERVAL_S or record.samples or record.recall:
                     self.metrics.emit(batch)
                     batch, last_emit = [], now
-            return Outcome.STOPPED, None
+            return Outcome.STOPPED
         finally:
             if batch:
                 self.metrics.emit(batch)
 
-    def _result(self, outcome: Outcome, summary: dict | None = None,
-                save: bool = True) -> RunResult:
+    def _result(self, outcome: Outcome, save: bool = True) -> RunResult:
         """Save (unless told not to), close the run folder, and describe the run's end."""
         rec, s = self.recorder, self.session
         if save:
             self._autosave()
         self._end_run(save=False)
         return RunResult(outcome, step=s.step, run_dir=str(rec.folder) if rec else None,
-                         saved_step=rec.saved_step if rec else None, summary=summary,
-                         train_config=s.train_config, has_tune=s.has_tune)
+                         saved_step=rec.saved_step if rec else None,
+                         train_config=s.train_config)
 
     def _training_error(self, exc: BaseException) -> None:
         """Non-fatal for the app: say what happened and where the last good checkpoint is."""
