@@ -246,7 +246,7 @@ class SettingsPanel(QWidget):
         p = PRESETS[name]
         by_field = {s.property("field"): s for s in self.spins.values()}
         values = {**p.model, **p.train}
-        self._preset_extra = {k: v for k, v in p.train.items() if k not in by_field}
+        self._preset_extra = self._extras(name)
         for field, value in values.items():
             if field in by_field:
                 by_field[field].blockSignals(True)
@@ -283,6 +283,11 @@ class SettingsPanel(QWidget):
 
     def tokenizer_kind(self) -> str:
         return self.tokenizer_combo.currentData()
+
+    def _extras(self, name: str) -> dict:
+        """The preset's training values that have no field here (e.g. beta2)."""
+        fields = {s.property("field") for s in self.spins.values()}
+        return {k: v for k, v in PRESETS[name].train.items() if k not in fields}
 
     def set_value(self, name: str, value) -> None:
         self.spins[name].setValue(value)
@@ -408,7 +413,6 @@ class SettingsPanel(QWidget):
         self.tie_check.setChecked(str(tie).lower() in ("true", "1"))
         name = s.value("settings/preset", "")
         if name in PRESETS:  # its values without a field here come back with it
-            self._preset_extra = {k: v for k, v in PRESETS[name].train.items()
-                                  if k not in {f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS}}
+            self._preset_extra = self._extras(name)
             self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
             self._on_change()
