@@ -1,106 +1,176 @@
-"""A time budget for training: how many steps fit in the seconds left, re-planned every step.
+"""Training by wall time: a pausable clock, the plan of a time budget, and the pacing of
+evaluations.
 
-TrainConfig.time_budget_s > 0 makes TrainingSession.train() end when elapsed_s (wall seconds
-of train(), carried into a continued run) reaches the budget, with the cosine schedule ending there
-too: after every step the step count is re-planned from what was measured so far, so a machine
-that gets slower or faster mid-run is followed (the schedule shifts by a step or two, which
-moves the learning rate by a fraction of a percent).
+A run with TrainConfig.time_budget_s > 0 is planned in seconds, not steps (engine.trainer):
+- engine.progress.Clock: seconds of training (elapsed_s), carried into a continued run; time
+  paused in the studio does not count, so a pause never shortens training.
+- `TimePlan`: the stages split the budget by time share (pretraining gets
+  pretrain_steps / (pretrain_steps + tune_steps) of it, the user's step split); each stage ends
+  its training steps early enough for its stage-end phases (validation, samples, recall: the
+  `reserve`) to finish by its deadline. The learning rate follows the share of the stage's
+  training time used (engine.schedule: warmup, stable, decay placed by progress), so a machine
+  that gets slower or faster only moves where the steps fall, never the rate's shape.
+- `EvalPacer`: periodic validation and samples take at most `eval_share` of the wall time
+  (the first one always runs, so the curve starts early), so a budget buys training.
 
-The plan: remaining steps n such that
-    elapsed + n * (t_step + t_eval / eval_interval + t_samples / sample_interval)
-            + stage_ends * (t_eval + t_samples + t_recall) <= budget,
-where t_step is the median wall time of the last MEDIAN_OF training steps (batch, update and
-whatever the caller does between steps, such as saving a checkpoint), t_eval / t_samples /
-t_recall the last measured evaluation, sample and stage-end recall times (until measured:
-t_eval from the step time, the others from the tokens they generate times the measured decode
-speed), and stage_ends the stage ends still ahead (the evaluation, samples and recall that
-close a stage).
+Every estimate is built from what the phase itself is capped at: validation from the windows
+it scores, samples from the tokens they generate, recall from engine.evaluate's per-case caps,
+each priced by measured speeds (seconds per training step, per validation token, per generated
+token), and replaced by the phase's measured time once it has run.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MEDIAN_OF = 50      # recent steps in the step-time estimate: follows a change of speed in ~25
-EVAL_FORWARD = 0.5  # a validation batch costs about this share of a training step until
+EVAL_FORWARD = 0.5  # a validation token costs about this share of a training token until
 #                     measured (forward only: ~1/3 of forward + backward + AdamW, rounded up)
 
 
-def _median(values) -> float:
-    return float(statistics.median(values))
-
-
 @dataclass
-class Costs:
-    """Seconds per event; None until measured (then estimated, see TimeBudget)."""
-    step: float | None = None
-    eval: float | None = None
-    samples: float | None = None
-    recall: float | None = None
+class PhaseCosts:
+    """What one stage end does, in the units its caps are stated in (known before training):
+    eval_tokens (validation targets scored), sample_tokens (tokens one round of samples
+    generates, prompts' prefill counted as one token each), recall_tokens (the same for the
+    recall check, 0 when off)."""
+    eval_tokens: int
+    sample_tokens: int = 0
+    recall_tokens: int = 0
+    measured: dict = field(default_factory=dict)   # kind -> seconds, once run
 
 
-class TimeBudget:
-    """Plans the remaining steps of a run that must end `budget_s` seconds into elapsed_s.
+class TimePlan:
+    """The plan of a time-budgeted run (see the module docstring).
 
-    eval_batches: batches per validation pass (for the estimate before one is measured);
-    eval_interval / sample_interval: as TrainConfig (sample_interval 0 = no samples);
-    sample_tokens: tokens one round of samples generates; recall_tokens: tokens the stage-end
-    recall check reads and writes (prompts included: prefill costs about as much per token
-    as decoding here); per_token_s: a first measure of the decode speed, refined from every
-    round of samples until the recall itself is measured.
-    """
+    budget_s: seconds of training for the whole run (elapsed_s at its end); tune_share: the
+    tuning stage's share of the budget (0 without dialogues); tokens_per_step: B * T (to price
+    validation tokens from training steps until an evaluation is measured); costs: per stage
+    ("pretrain", "tune") the PhaseCosts of its end; per_token_s: a first measure of the decode
+    speed (seconds per generated token)."""
 
-    def __init__(self, budget_s: float, eval_batches: int, eval_interval: int,
-                 sample_interval: int, sample_tokens: int = 0, recall_tokens: int = 0,
-                 per_token_s: float = 0.0):
+    def __init__(self, budget_s: float, tune_share: float, tokens_per_step: int,
+                 costs: dict[str, PhaseCosts], per_token_s: float = 0.0):
         self.budget_s = float(budget_s)
-        self.eval_batches, self.eval_interval = eval_batches, eval_interval
-        self.sample_interval, self.sample_tokens = sample_interval, sample_tokens
-        self.recall_tokens = recall_tokens
+        self.tune_share = min(max(float(tune_share), 0.0), 1.0)
+        self.tokens_per_step = max(int(tokens_per_step), 1)
+        self.costs = costs
         self._steps: deque[float] = deque(maxlen=MEDIAN_OF)
         self._per_token: deque[float] = deque([per_token_s] if per_token_s > 0 else [],
                                               maxlen=MEDIAN_OF)
-        self.costs = Costs()
+        self._eval_s_per_token: float | None = None
+        self._pretrain_ended: float | None = None
 
+    def end_pretrain(self, elapsed: float) -> None:
+        """Pretraining is over at `elapsed`: tuning has the time from there to the budget."""
+        self._pretrain_ended = elapsed
+
+    # -- measurements ----------------------------------------------------------------------
     def step_done(self, seconds: float) -> None:
-        """Wall seconds of one training step, evaluations excluded."""
+        """Wall seconds of one training step (batch, update; evaluations excluded)."""
         self._steps.append(max(seconds, 0.0))
-        self.costs.step = _median(self._steps)
 
-    def measured(self, kind: str, seconds: float) -> None:
-        """kind: "eval" (one validation pass, or both while tuning), "samples", "recall"."""
-        setattr(self.costs, kind, max(seconds, 0.0))
-        if kind == "samples" and self.sample_tokens:
-            self._per_token.append(seconds / self.sample_tokens)
+    def eval_done(self, seconds: float, tokens: int) -> None:
+        """A validation pass over `tokens` scored targets took `seconds`."""
+        if tokens > 0:
+            self._eval_s_per_token = max(seconds, 0.0) / tokens
+
+    def decode_done(self, seconds: float, tokens: int) -> None:
+        """Generation (samples, recall) of `tokens` tokens took `seconds`."""
+        if tokens > 0:
+            self._per_token.append(max(seconds, 0.0) / tokens)
+
+    def stage_end_done(self, stage: str, kind: str, seconds: float) -> None:
+        """A stage-end phase ("eval", "samples", "recall") of `stage` was measured."""
+        if stage in self.costs:
+            self.costs[stage].measured[kind] = max(seconds, 0.0)
+
+    # -- estimates -------------------------------------------------------------------------
+    @property
+    def step_s(self) -> float | None:
+        """Median seconds per training step (None before the first)."""
+        return float(statistics.median(self._steps)) if self._steps else None
 
     @property
     def per_token_s(self) -> float:
-        """Median decode seconds per token: the first measure and one per round of samples
-        (a median, because one round slowed by a busy machine must not end the run early)."""
-        return _median(self._per_token) if self._per_token else 0.0
+        """Median decode seconds per token (a median: one slow round is not believed)."""
+        return float(statistics.median(self._per_token)) if self._per_token else 0.0
 
-    def _cost(self, kind: str) -> float:
-        c = self.costs
-        if kind == "eval":
-            return c.eval if c.eval is not None else self.eval_batches * c.step * EVAL_FORWARD
-        if kind == "samples":
-            if not self.sample_interval:
-                return 0.0
-            return c.samples if c.samples is not None else self.sample_tokens * self.per_token_s
-        return c.recall if c.recall is not None else self.recall_tokens * self.per_token_s
+    def eval_s(self, tokens: int) -> float:
+        """Seconds to score `tokens` validation targets."""
+        if self._eval_s_per_token is not None:
+            return tokens * self._eval_s_per_token
+        step = self.step_s or 0.0
+        return tokens * step / self.tokens_per_step * EVAL_FORWARD
 
-    def remaining_steps(self, elapsed_s: float, stage_ends: int) -> int:
-        """Steps that still fit (>= 0) with `stage_ends` stage ends (1 or 2) still ahead.
-        Raises ValueError before the first step_done()."""
-        if self.costs.step is None:
-            raise ValueError("remaining_steps() needs one measured step")
-        t_eval, t_samples = self._cost("eval"), self._cost("samples")
-        per_step = self.costs.step + t_eval / self.eval_interval
-        if self.sample_interval:
-            per_step += t_samples / self.sample_interval
-        end = stage_ends * (t_eval + t_samples + self._cost("recall"))
-        left = self.budget_s - elapsed_s - end
-        return max(0, math.floor(left / max(per_step, 1e-9)))
+    def reserve(self, stage: str) -> float:
+        """Seconds the end of `stage` needs (its validation, samples and recall)."""
+        c = self.costs.get(stage)
+        if c is None:
+            return 0.0
+        m = c.measured
+        return (m.get("eval", self.eval_s(c.eval_tokens))
+                + m.get("samples", c.sample_tokens * self.per_token_s)
+                + m.get("recall", c.recall_tokens * self.per_token_s))
+
+    def deadline(self, stage: str) -> float:
+        """Elapsed seconds by which `stage` (its end phases included) is over."""
+        if stage == "pretrain":
+            if self._pretrain_ended is not None:
+                return self._pretrain_ended
+            return self.budget_s * (1.0 - self.tune_share)
+        return self.budget_s
+
+    def train_end(self, stage: str) -> float:
+        """Elapsed seconds at which `stage`'s training steps stop."""
+        return self.deadline(stage) - self.reserve(stage)
+
+    def fits_step(self, stage: str, elapsed: float) -> bool:
+        """Another training step of `stage` ends before its training time is up (before the
+        first step is measured: yes, so every stage trains at least one step)."""
+        step = self.step_s
+        return step is None or elapsed + step <= self.train_end(stage)
+
+    def progress(self, stage: str, stage_start: float, elapsed: float) -> float:
+        """Share of `stage`'s training time used at `elapsed` (0..1), for the lr schedule."""
+        span = self.train_end(stage) - stage_start
+        if span <= 0:
+            return 1.0
+        return min(max((elapsed - stage_start) / span, 0.0), 1.0)
+
+    def steps_left(self, stage: str, elapsed: float, overhead: float = 0.0) -> int:
+        """Training steps of `stage` that still fit from `elapsed` on; overhead: the share of
+        wall time periodic evaluations add to a step (EvalPacer.share)."""
+        step = self.step_s
+        if step is None:
+            return 1
+        per = step * (1.0 + overhead)
+        start = max(elapsed, self.deadline("pretrain")) if stage == "tune" else elapsed
+        return max(0, int((self.train_end(stage) - start) / max(per, 1e-9)))
+
+
+class EvalPacer:
+    """Periodic phases (validation, samples) at their step intervals, skipped while they would
+    take more than `max_share` of the wall time so far (0: never skipped). The first due one
+    always runs."""
+
+    def __init__(self, max_share: float):
+        self.max_share = max_share
+        self.spent = 0.0     # seconds of periodic phases so far
+        self.runs = 0
+
+    def allows(self, elapsed: float, cost_s: float) -> bool:
+        if self.max_share <= 0 or self.runs == 0:
+            return True
+        return self.spent + cost_s <= self.max_share * max(elapsed, 1e-9)
+
+    def done(self, seconds: float) -> None:
+        self.spent += max(seconds, 0.0)
+        self.runs += 1
+
+    def share(self, elapsed: float) -> float:
+        """Periodic phases' time per second of the rest (for planning step counts)."""
+        rest = max(elapsed - self.spent, 1e-9)
+        return self.spent / rest if self.runs else 0.0

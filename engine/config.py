@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from engine.errors import ConfigError
+from engine.schedule import StageSchedule
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 32) -> int:
@@ -121,15 +122,32 @@ def parse_val_split(spec: str) -> tuple[str, float]:
 
 
 @dataclass(frozen=True)
+class OptimConfig:
+    """What one optimizer step needs (engine.model.Model.train_step): AdamW's betas, eps and
+    decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
+    dropout and the seed its masks are keyed by. The learning rate is passed per step."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    dropout: float = 0.0
+    seed: int = 1337
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation and schedule. Steps count optimizer updates; lr follows warmup + cosine decay."""
+    """Optimisation and schedule. Steps count optimizer updates; per stage the lr follows
+    warmup, a stable phase and a decay over the last decay_fraction (engine.schedule, WSD)."""
 
     pretrain_steps: int = 600     # updates on pretraining windows
     tune_steps: int = 200         # updates on dialogue windows after pretraining
     batch_size: int = 16          # windows per step
     learning_rate: float = 3e-3   # peak AdamW learning rate
-    min_lr_ratio: float = 0.1     # cosine decays to learning_rate * min_lr_ratio
+    min_lr_ratio: float = 0.1     # the decay ends at learning_rate * min_lr_ratio
     warmup_steps: int = 30        # linear warmup from 0 (per stage)
+    decay_fraction: float = 0.2   # share of a stage (its steps, or its time with a budget) spent
+    #                               decaying to the floor (engine.schedule; Hägele et al. 2024)
     weight_decay: float = 0.1     # AdamW decoupled decay, on matrices only (Loshchilov & Hutter 2019)
     beta1: float = 0.9
     beta2: float = 0.95
@@ -148,9 +166,12 @@ class TrainConfig:
     #                               when one document or too few); "tail": the last tokens of
     #                               the stream by position (nanoGPT's split); engine.corpus
     val_fraction: float = 0.1     # share of the pretraining text held out for validation
-    time_budget_s: float = 0.0    # wall seconds for train() over the whole run (elapsed_s,
-    #                               evaluations included); > 0 sets the step counts (and so the
-    #                               cosine schedule) to end on time: engine.budget. 0 = off
+    time_budget_s: float = 0.0    # wall seconds of training for the whole run (elapsed_s,
+    #                               evaluations included, pauses not); > 0 plans the run in
+    #                               time: stages by time share, lr by the share of time used,
+    #                               step counts follow (engine.budget). 0 = off
+    eval_share: float = 0.05      # with a time budget: periodic validation and samples take at
+    #                               most this share of the wall time (0: every interval)
     tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
     evaluate_recall: bool = True  # fact recall / answer accuracy at the end of each stage
 
@@ -160,14 +181,26 @@ class TrainConfig:
         return run_steps(self.pretrain_steps, self.tune_steps, True)
 
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
-        """Learning rate for global `step` inside a stage: linear warmup, then cosine to min_lr."""
+        """Learning rate for global `step` inside a stage of `stage_steps` steps starting at
+        `stage_start`: warmup, stable, then decay to peak * min_lr_ratio at the stage's last
+        step (engine.schedule.StageSchedule, progress = steps done / stage_steps)."""
         s = step - stage_start
-        warm = self.warmup_for(stage_steps)
-        if s < warm:
-            return peak * (s + 1) / warm
-        frac = (s - warm) / max(stage_steps - warm, 1)
-        cos = 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
-        return peak * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cos)
+        return self.stage_schedule(stage_steps, peak).lr(s, (s + 1) / max(stage_steps, 1))
+
+    def stage_schedule(self, stage_steps: int, peak: float) -> StageSchedule:
+        """The engine.schedule.StageSchedule of a stage of `stage_steps` steps at `peak`."""
+        return StageSchedule(peak, self.warmup_for(stage_steps), self.decay_fraction,
+                             self.min_lr_ratio)
+
+    @property
+    def tune_peak(self) -> float:
+        """The tuning stage's peak learning rate: tune_learning_rate, or learning_rate / 3."""
+        return self.tune_learning_rate or self.learning_rate / 3
+
+    def optim(self) -> OptimConfig:
+        """The optimizer settings of one step (engine.model.Model.train_step)."""
+        return OptimConfig(self.beta1, self.beta2, self.adam_eps, self.weight_decay,
+                           self.grad_clip, self.dropout, self.seed)
 
     def warmup_for(self, stage_steps: int) -> int:
         """Warmup steps a stage of `stage_steps` gets: warmup_steps, at most a fifth of the
@@ -211,6 +244,10 @@ class TrainConfig:
                 "with a share F from 0 to below 1, e.g. tail:0.1.")
         if self.eval_tokens < 1 or self.eval_interval < 1:
             raise ConfigError("eval_tokens and eval_interval must be at least 1.")
+        if not (0.0 <= self.decay_fraction <= 1.0 and 0.0 <= self.eval_share < 1.0):
+            raise ConfigError(f"decay_fraction ({self.decay_fraction}) must be in [0, 1] and "
+                              f"eval_share ({self.eval_share}) in [0, 1).",
+                              "Use e.g. decay_fraction 0.2 and eval_share 0.05.")
         if not (self.time_budget_s >= 0 and math.isfinite(self.time_budget_s)):
             raise ConfigError(f"time_budget_s must be 0 (off) or a positive number of seconds, "
                               f"got {self.time_budget_s}.")

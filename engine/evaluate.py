@@ -100,9 +100,7 @@ def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score
     (an answer longer than RECALL_MAX_NEW_TOKENS: its start). Raises Cancelled on a stop."""
     if not session.tune:
         return Score(0, 0)
-    qs = session.tune.questions()
-    if max_questions and len(qs) > max_questions:
-        qs = [qs[i * len(qs) // max_questions] for i in range(max_questions)]
+    qs = _questions(session, max_questions)
     correct, failures = 0, []
     for i, (messages, expected) in enumerate(qs):
         session.monitor.tick("checking answers", i, len(qs))
@@ -113,3 +111,23 @@ def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score
         elif len(failures) < 5:
             failures.append((messages[-1].content, expected, got))
     return Score(correct, len(qs), failures)
+
+
+def _questions(session, max_questions: int | None = MAX_QUESTIONS) -> list:
+    qs = session.tune.questions() if session.tune else []
+    if max_questions and len(qs) > max_questions:
+        qs = [qs[i * len(qs) // max_questions] for i in range(max_questions)]
+    return qs
+
+
+def recall_tokens(session, stage: str) -> int:
+    """Tokens the stage-end check of `stage` generates at most (a prompt's prefill counted as
+    one), under the caps fact_recall and answer_accuracy obey; the time budget prices the check
+    with it (engine.budget) before it has run once."""
+    tok = session.tokenizer
+    cases = (recall_case(tok, doc) for doc in training_documents(session, MAX_FACTS))
+    total = sum(case[2] + 1 for case in cases if case is not None)
+    if stage == "tune":
+        total += sum(_expected(tok, " " + expected)[1] + 3
+                     for _, expected in _questions(session))
+    return total

@@ -1,14 +1,14 @@
-"""Text generation and chat of a training session (a mixin of engine.session.TrainingSession,
-as transformers' GenerationMixin is of its models): sampling from the model's last logits,
-with or without the KV cache, sliding the context window, streaming whole UTF-8 characters.
-
-The session provides: model (engine.model.Model), model_config, tokenizer, chat_format,
-monitor (engine.progress.Monitor: a stop lands within one token) and _decoder (a KVDecoder,
-made on first use). Generation sets last_finish ("stop", "length" or "context").
+"""Text generation and chat over a model: sampling from its last logits, with or without the KV
+cache, sliding the context window, streaming whole UTF-8 characters. A TrainingSession holds
+one `Generator` (composition; the session's generate / chat / generate_ids / fit_messages
+call it), made from what it uses: the model, the tokenizer, the chat format and the monitor
+(engine.progress.Monitor: a stop lands within one token). Generation sets last_finish ("stop",
+"length" or "context").
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -23,8 +23,17 @@ from engine.sampling import MAX_NEW_TOKENS, SamplingParams, next_token
 _SAMPLING = SamplingParams()  # the sampling defaults of generate and chat
 
 
-class GenerationMixin:
-    """generate_ids / generate / chat / fit_messages for TrainingSession (see the module)."""
+class Generator:
+    """generate_ids / generate / chat / fit_messages over `model` (engine.model.Model) with
+    `tokenizer`, turns rendered in `chat_format` (engine.dialogue); `monitor` cancels."""
+
+    def __init__(self, model, tokenizer, chat_format: int, monitor):
+        self.model, self.tokenizer = model, tokenizer
+        self.model_config = model.cfg
+        self.chat_format, self.monitor = chat_format, monitor
+        self._decoder: KVDecoder | None = None   # made on first use
+        self.last_finish = "stop"   # why the last generate_ids ended: stop, length, context
+        self._last_n_tokens = 0
 
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS,
                      sampling: SamplingParams = _SAMPLING, seed: int | None = None,
@@ -169,3 +178,14 @@ class GenerationMixin:
         self.generate_ids(ids, max_new_tokens, sampling, seed, emit, slide=slide)
         self._last_n_tokens = len(new)
         return self.tokenizer.decode(new)
+
+
+def delegate(name: str):
+    """A method that calls the same-named method of self.generator (signature and docstring
+    kept, so the session's API reads as the Generator's)."""
+    method = getattr(Generator, name)
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        return getattr(self.generator, name)(*args, **kwargs)
+    return call

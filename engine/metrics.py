@@ -70,6 +70,10 @@ class StepMetrics:
     recall: dict | None = None              # fact recall at the end of a stage
     health: dict | None = None              # engine.health: per-group norms every N steps
     warnings: list | None = None            # engine.health: divergence / lr far too high
+    pretrain_steps: int | None = None       # runs with dialogues: the planned (or, once
+    #                                         tuning began, the actual) pretraining steps, the
+    #                                         stage boundary the plots mark
+    time_left_s: float | None = None        # with a time budget: seconds of it left
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

@@ -68,9 +68,11 @@ class Model:
         return self._acts[key]
 
     # -------------------------------------------------------------------------- forward
-    def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None):
+    def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
+                check=None):
         """Logits (B*T, V) into a.logits from a.ids (already on the device); drop: dropout of
-        this training step (engine/dropout.py), None at inference."""
+        this training step (engine/dropout.py), None at inference. check: called between
+        blocks (Runtime.stop_point); raises to abandon the step."""
         rt, cfg, p = self.rt, self.cfg, self.p
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT = B * T
@@ -79,6 +81,8 @@ class Model:
         ops.rmsnorm_forward(rt, a.xn[0], a.rstd1[0], a.x[0], p["blk.0.attn_norm"], BT, C,
                             cfg.rms_eps)
         for l in range(L):
+            if check is not None:
+                rt.stop_point(check)
             b = f"blk.{l}."
             ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
             attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
@@ -102,9 +106,10 @@ class Model:
         ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V, C)
 
     # -------------------------------------------------------------------------- backward
-    def backward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None):
+    def backward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
+                 check=None):
         """Gradients of the loss into self.grads, from dlogits already in a.logits; drop: the
-        dropout that forward applied."""
+        dropout that forward applied; check: as in forward."""
         rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT, L = B * T, cfg.n_layer
@@ -116,6 +121,8 @@ class Model:
         ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
                              a.rstdf, BT, C)
         for l in reversed(range(L)):
+            if check is not None:
+                rt.stop_point(check)
             b = f"blk.{l}."
             dproj = self._dropout_backward(a, drop, l, "ffn", BT * C)
             ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], dproj, a.h[l], p[b + "ffn_down"],
@@ -190,27 +197,38 @@ class Model:
                                           self.cfg.vocab_size, n, want_grad=False)
         return float(self.rt.read(a.losses, B * T).sum() / max(n, 1))
 
-    def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, tc) -> tuple:
+    def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, opt,
+                   check=None) -> tuple:
         """Forward, backward, clip, AdamW on one batch (B, T). Returns (loss, grad_norm, skipped)
         where skipped is True when the gradient was NaN/Inf and no update was made.
-        Dropout tc.dropout applies here only, its masks keyed by (tc.seed, self.adam_t)."""
+        opt: an engine.config.OptimConfig (betas, eps, weight decay, clip, dropout, seed; a
+        TrainConfig has the same fields). Dropout opt.dropout applies here only, its masks
+        keyed by (opt.seed, self.adam_t). check: called between blocks (Runtime.stop_point);
+        when it raises, the step is abandoned before AdamW: weights, moments and adam_t are
+        as they were."""
         B, T = inputs.shape
         rt, n = self.rt, self.table.size
         a = self.activations(B, T, with_grad=True)
         self.upload_batch(a, inputs, targets)
         rt.fill_zero(self.grads, n)
-        drop = StepDropout(tc.dropout, tc.seed, self.adam_t) if tc.dropout > 0 else None
-        self.forward(a, B, T, drop)
-        n_counted = int((targets >= 0).sum())
-        ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
-                                          self.cfg.vocab_size, n_counted, want_grad=True)
-        self.upload_groups(a, inputs)
-        self.backward(a, B, T, drop)
-        ops.grad_norm(rt, self.stats, self.partial, self.grads, n, tc.grad_clip)
+        drop = StepDropout(opt.dropout, opt.seed, self.adam_t) if opt.dropout > 0 else None
+        try:
+            self.forward(a, B, T, drop, check)
+            n_counted = int((targets >= 0).sum())
+            ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
+                                              self.cfg.vocab_size, n_counted, want_grad=True)
+            self.upload_groups(a, inputs)
+            self.backward(a, B, T, drop, check)
+        except BaseException:
+            rt.finish()   # nothing of the abandoned step may run after we return
+            raise
+        finally:
+            rt.end_stop_points()
+        ops.grad_norm(rt, self.stats, self.partial, self.grads, n, opt.grad_clip)
         self.adam_t += 1
         ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,
-                         self.table.n_decay, lr, tc.beta1, tc.beta2, tc.adam_eps,
-                         tc.weight_decay, self.adam_t)
+                         self.table.n_decay, lr, opt.beta1, opt.beta2, opt.adam_eps,
+                         opt.weight_decay, self.adam_t)
         losses = rt.read(a.losses, B * T)
         stats = rt.read(self.stats, 3)
         skipped = bool(stats[2] != 0)

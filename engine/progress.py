@@ -79,6 +79,35 @@ def format_eta(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+class Clock:
+    """Seconds of training: `start_s` (what a continued run already had) plus the wall time since
+    construction, minus paused time. time_fn: the wall clock (tests inject their own).
+    pause()/resume() may be called repeatedly; now() is frozen while paused."""
+
+    def __init__(self, start_s: float = 0.0, time_fn: Callable[[], float] = time.perf_counter):
+        self._fn = time_fn
+        self._base = float(start_s)
+        self._t0 = time_fn()
+        self._paused_at: float | None = None
+
+    def now(self) -> float:
+        t = self._paused_at if self._paused_at is not None else self._fn()
+        return self._base + t - self._t0
+
+    def pause(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = self._fn()
+
+    def resume(self) -> None:
+        if self._paused_at is not None:
+            self._t0 += self._fn() - self._paused_at
+            self._paused_at = None
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_at is not None
+
+
 class Pace:
     """Step rate of the steps run by this process, for an honest ETA.
 
@@ -92,40 +121,32 @@ class Pace:
     def __init__(self, window_s: float = 20.0, clock: Callable[[], float] = time.monotonic):
         self.window_s, self.clock = window_s, clock
         self._points: deque[tuple[float, int]] = deque()  # (running time, step)
-        self._paused_at: float | None = None
-        self._paused_total = 0.0
+        self._running = Clock(time_fn=clock)
         self.step = 0
-
-    def _now(self) -> float:
-        return self.clock() - self._paused_total
 
     def start(self, step: int) -> None:
         """Forget earlier points (another run, or steps done before this process)."""
         self._points.clear()
-        self._paused_at, self._paused_total = None, 0.0
-        self._points.append((self._now(), step))
+        self._running = Clock(time_fn=self.clock)
+        self._points.append((self._running.now(), step))
         self.step = step
 
     def update(self, step: int) -> None:
-        if self._paused_at is not None:
-            self.resume()
+        self.resume()
         if not self._points:
             self.start(step)
             return
-        now = self._now()
+        now = self._running.now()
         self._points.append((now, step))
         while len(self._points) > 2 and now - self._points[0][0] > self.window_s:
             self._points.popleft()
         self.step = step
 
     def pause(self) -> None:
-        if self._paused_at is None:
-            self._paused_at = self.clock()
+        self._running.pause()
 
     def resume(self) -> None:
-        if self._paused_at is not None:
-            self._paused_total += self.clock() - self._paused_at
-            self._paused_at = None
+        self._running.resume()
 
     def seconds_per_step(self) -> float | None:
         if len(self._points) < 2:

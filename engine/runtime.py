@@ -239,6 +239,21 @@ class Runtime:
         self.attention_variant: str | None = None
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
+        self._stop_mark: cl.Event | None = None  # see stop_point
+
+    def stop_point(self, check) -> None:
+        """A place inside a long step where a stop may land: wait until the work enqueued
+        before the previous stop point is done (so the host runs at most about one layer ahead
+        of the device, and what is left to drain after a stop is about one layer), then call
+        check(), which raises to abandon the step. end_stop_points() after the step."""
+        mark = cl.enqueue_marker(self.queue)
+        if self._stop_mark is not None:
+            self._stop_mark.wait()
+        self._stop_mark = mark
+        check()
+
+    def end_stop_points(self) -> None:
+        self._stop_mark = None
 
     def kernel(self, name: str) -> cl.Kernel:
         return self.main.kernel(name)

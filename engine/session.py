@@ -1,10 +1,10 @@
-"""A training session: tokenizer, data, model and optimizer state on one device.
+"""A training session: tokenizer, data, model and optimizer state on one device, as state:
+create, load, save, continue, its data and its validation scores, the GGUF bundle.
 
-`train()` is the generator the CLI and the studio drive (docs/DESIGN.md): one StepMetrics per
-optimizer step, pretraining then tuning; the caller stops by not asking for the next step.
-Long phases (encoding the text, validation, samples, recall) tick `session.monitor`
-(engine.progress): progress for the caller, and `Cancelled` within a fraction of a second
-of `monitor.cancel()`.
+The loop lives in engine.trainer.Trainer; `session.train()` is `Trainer(session).run()`, the
+generator the CLI and the studio drive (docs/DESIGN.md). Long phases (encoding the text,
+validation, samples, recall) tick `session.monitor` (engine.progress): progress for the caller,
+and `Cancelled` within a fraction of a second of `monitor.cancel()`.
 """
 
 from __future__ import annotations
@@ -12,48 +12,30 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import time
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-import pyopencl as cl
 
 from engine import checkpoint
 from engine.config import DEFAULT_TOKENIZER, ModelConfig, TrainConfig, run_steps
 from engine.corpus import PretrainData
-from engine.decode import KVDecoder
 from engine.device import DeviceInfo
-from engine.dialogue import CHAT_FORMAT, Message, TuneData, check_chat_format
-from engine.errors import CheckpointError, ConfigError, DeviceError, TrainingDiverged
+from engine.dialogue import CHAT_FORMAT, TuneData, check_chat_format
+from engine.errors import CheckpointError, ConfigError
 from engine.export_types import DEFAULT_DTYPE
-from engine.budget import TimeBudget
-from engine.generation import GenerationMixin
-from engine.evaluate import MAX_FACTS, answer_accuracy, fact_recall, training_documents
-from engine.health import HealthMonitor
+from engine.generation import Generator, delegate
 from engine.memory import check_fits
-from engine.metrics import StepMetrics, ValScore, score_validation
+from engine.metrics import ValScore, score_validation
 from engine.model import Model
 from engine.params import ParamTable
-from engine.progress import Cancelled, Monitor
+from engine.progress import Monitor
 from engine.runtime import Runtime
-from engine.sampling import SamplingParams
+from engine.schedule import Rewarm
 from engine.tokenizer import Tokenizer
 
 
-MAX_BAD_STEPS = 3  # consecutive NaN/Inf steps before the run is stopped and restored
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
-SAMPLE_PROMPT_CHARS = 200   # sample prompts come from the start of a document / question
-
-
-def _timed(budget: TimeBudget | None, kind: str, fn, *args):
-    """fn(*args), its wall time reported to the budget (if any) as `kind`."""
-    t0 = time.perf_counter()
-    result = fn(*args)
-    if budget:
-        budget.measured(kind, time.perf_counter() - t0)
-    return result
 
 
 def _sha256(text: str | None) -> str:
@@ -91,7 +73,7 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
                           f"Raise the {what} above that to train further.")
 
 
-class TrainingSession(GenerationMixin):
+class TrainingSession:
     """Everything one training run needs. Build with `create` or `load`."""
 
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
@@ -116,11 +98,20 @@ class TrainingSession(GenerationMixin):
         self.step = 0
         self.last_loss: float | None = None
         self.history: list[dict] = []  # compact per-step records (for plots after a reload)
-        self._decoder: KVDecoder | None = None
-        self.last_finish = "stop"      # why the last generate_ids ended: stop, length, context
-        self._last_n_tokens = 0
-        self._good = None  # last finite state, for the NaN guard
+        self.generator = Generator(self.model, tokenizer, self.chat_format, self.monitor)
+        self.rewarm: Rewarm | None = None  # a continued run's lr ramp (engine.schedule)
         self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
+
+    # generation (engine.generation.Generator, composed)
+    generate = delegate("generate")
+    generate_ids = delegate("generate_ids")
+    chat = delegate("chat")
+    fit_messages = delegate("fit_messages")
+
+    @property
+    def last_finish(self) -> str:
+        """Why the last generation ended: "stop", "length" or "context"."""
+        return self.generator.last_finish
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -169,6 +160,7 @@ class TrainingSession(GenerationMixin):
         s.last_loss = h.get("last_loss")
         s.rng.bit_generator.state = h["rng_state"]
         s.history = h.get("history", [])
+        s.rewarm = Rewarm.from_list(h.get("rewarm"))
         s.loaded_from_previous = ck["from_previous"]
         return s
 
@@ -207,6 +199,7 @@ class TrainingSession(GenerationMixin):
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
             "chat_format": self.chat_format,
             "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
+            "rewarm": self.rewarm.to_list() if self.rewarm else None,
         }
         m = self.model
         return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
@@ -214,19 +207,50 @@ class TrainingSession(GenerationMixin):
                                self.pretrain_text, self.tune_text)
 
     def continue_training(self, pretrain_steps: int | None = None,
-                          tune_steps: int | None = None) -> None:
-        """Continue a saved run: set new step totals per stage, then train() goes on to them.
+                          tune_steps: int | None = None,
+                          more_seconds: float | None = None) -> str | None:
+        """Continue a saved run: set new step totals per stage (or, with more_seconds, a time
+        budget that many seconds past the training it had), then train() goes on to them.
 
         "Continue" is this (more steps of a run, in this or a later process; the CLI's
         `train --continue`, the studio's Continue); "resume" is only the studio's going on
-        after Pause. Both are totals, not additions; the rule is `check_continuation`.
-        Raises ConfigError."""
+        after Pause. Step counts are totals, not additions; the rule is `check_continuation`.
+        The schedule carries on where the run stood: when its learning rate had decayed below
+        what the new plan gives, it re-warms from there over warmup_steps (engine.schedule.
+        Rewarm) instead of jumping. Returns a note for the person about that re-warm (None when
+        there is none). Raises ConfigError."""
         tc = self.train_config
         pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
         tune = tc.tune_steps if tune_steps is None else tune_steps
-        check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.has_tune,
-                           pre, tune)
-        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune).validate()
+        if more_seconds is None:
+            check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.has_tune,
+                               pre, tune)
+            given = pretrain_steps is not None or tune_steps is not None
+            budget = 0.0 if given else tc.time_budget_s  # step totals replace a time budget
+        else:
+            if not (more_seconds > 0 and math.isfinite(more_seconds)):
+                raise ConfigError(f"A time budget must be a positive number of seconds, got "
+                                  f"{more_seconds}.", "Give e.g. 60 for one more minute.")
+            budget = self.elapsed_s() + more_seconds
+        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
+                                       time_budget_s=budget).validate()
+        last = self._last_lr()
+        if last is None or self.step == 0:
+            return None
+        self.rewarm = Rewarm(self.step, last, max(self.train_config.warmup_steps, 1))
+        peak = tc.learning_rate if self.stage_at(self.step) == "pretrain" else tc.tune_peak
+        if last >= 0.999 * peak:
+            return None
+        return (f"The learning rate was {last:.2e} at step {self.step}; it re-warms from there "
+                f"over {self.rewarm.steps} steps, then follows the schedule "
+                f"(peak {peak:.2e}).")
+
+    def _last_lr(self) -> float | None:
+        for record in reversed(self.history):
+            lr = record.get("lr")
+            if isinstance(lr, (int, float)) and math.isfinite(lr):
+                return float(lr)
+        return None
 
     def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None) -> None:
         """Deprecated name of continue_training (kept so older scripts run)."""
@@ -278,22 +302,35 @@ class TrainingSession(GenerationMixin):
         return run_steps(tc.pretrain_steps, tc.tune_steps, self.has_tune)
 
     def lr_at(self, step: int) -> float:
+        """The learning rate of global `step` under the step plan (engine.config.TrainConfig.
+        lr_at per stage), held to a continued run's re-warm ramp."""
         tc = self.train_config
         if self.stage_at(step) == "pretrain":
-            return tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
-        peak = tc.tune_learning_rate or tc.learning_rate / 3
-        return tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, peak)
+            lr = tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
+        else:
+            lr = tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+        return self.rewarm.cap(step, lr) if self.rewarm else lr
 
-    def _batch(self, stage: str):
-        B = self.train_config.batch_size
-        if stage == "pretrain":
-            return self.pretrain.train_batch(self.rng, B)
-        n_replay = int(round(B * self.train_config.replay_fraction))
-        x, y = self.tune.train_batch(self.rng, B - n_replay)
-        if n_replay:
-            rx, ry = self.pretrain.train_batch(self.rng, n_replay)
-            x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
-        return x, y
+    def tune_time_share(self) -> float:
+        """With a time budget, the tuning stage's share of it: the step split's,
+        tune_steps / (pretrain_steps + tune_steps); 0 without dialogues (engine.budget)."""
+        tc = self.train_config
+        if not self.has_tune:
+            return 0.0
+        return tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+
+    def pretrain_eval_tokens(self) -> int:
+        """Targets one pretraining validation pass scores (pretrain_val's windows)."""
+        tc = self.train_config
+        return sum(int((y >= 0).sum())
+                   for _, y in self.pretrain.val_batches(tc.batch_size, tc.eval_tokens))
+
+    def tune_eval_tokens(self) -> int:
+        """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without)."""
+        if not self.has_tune:
+            return 0
+        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
+        return sum(int((y >= 0).sum()) for _, y in batches)
 
     def pretrain_val(self) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and
@@ -325,115 +362,10 @@ class TrainingSession(GenerationMixin):
             count += n
         return total / max(count, 1)
 
-    def sample_prompts(self, stage: str) -> list[str]:
-        docs = self.pretrain.documents
-        prompts = [" ".join(d[:SAMPLE_PROMPT_CHARS].split()[:3])
-                   for d in docs[:: max(len(docs) // 3, 1)][:3]]
-        if stage == "tune" and self.has_tune:
-            q = self.tune.questions()[0][0]
-            prompts = [q[-1].content[:SAMPLE_PROMPT_CHARS]] + prompts[:2]
-        return prompts
-
-    def samples(self, stage: str) -> list[tuple[str, str]]:
-        out = []
-        n = self.train_config.sample_tokens
-        prompts = self.sample_prompts(stage)
-        for i, p in enumerate(prompts):
-            self.monitor.tick("generating samples", i, len(prompts))
-            if stage == "tune" and i == 0:
-                text = self.chat([Message("user", p)], max_new_tokens=n, greedy=True)
-            else:
-                text = self.generate(p, max_new_tokens=n, greedy=True)
-            out.append((p, text))
-        return out
-
-    def train(self) -> Iterator[StepMetrics]:
-        """Run from self.step to total_steps, one StepMetrics per step. Stops when the caller
-        stops iterating; call `save` after a stop to keep the work. With
-        train_config.time_budget_s the step counts are re-planned after every step to end
-        when elapsed_s reaches the budget (engine.budget).
-
-        When `monitor` is cancelled during a step's validation, samples or recall, that step's
-        record is still yielded with what was computed (extra["interrupted"] names the phase);
-        asking for a step after a cancel raises engine.progress.Cancelled."""
-        tc = self.train_config
-        t_start = time.perf_counter() - self.elapsed_s()   # elapsed_s continues in a continued run
-        budget = self._time_budget()
-        self._snapshot()
-        bad = 0
-        t_mark = time.perf_counter()
-        health = HealthMonitor(self.model, tc, self.pretrain.train_stream)  # engine/health.py
-        while self.step < self.total_steps:
-            self.monitor.check()
-            stage = self.stage_at(self.step)
-            lr = self.lr_at(self.step)
-            x, y = self._batch(stage)
-            health.before_step(self.step + 1)
-            t0 = time.perf_counter()
-            try:
-                loss, gnorm, skipped = self.model.train_step(x, y, lr, tc)
-            except cl.Error as e:
-                raise DeviceError(f"The OpenCL device failed during step {self.step + 1}: {e}",
-                                  "It may have run out of memory: use a smaller batch size, "
-                                  "context length or model, or another device. The last "
-                                  "checkpoint is intact.") from e
-            dt = time.perf_counter() - t0
-            self.step += 1
-            bad = bad + 1 if skipped or not np.isfinite(loss) else 0
-            if bad >= MAX_BAD_STEPS:
-                self._restore()
-                raise TrainingDiverged(
-                    f"The loss or gradient was NaN/Inf for {bad} steps in a row (learning rate "
-                    f"{lr:.2e}); training stopped and the last good weights (step {self.step}) "
-                    "were restored.", "Lower the learning rate (e.g. by 3x) and train again.")
-            if not skipped and np.isfinite(loss):
-                self.last_loss = loss
-            if budget:
-                budget.step_done(time.perf_counter() - t_mark)
-                self._plan(budget, stage, time.perf_counter() - t_start)
-            m = StepMetrics(self.step, self.total_steps, stage, loss, gnorm, lr,
-                            x.size / max(dt, 1e-9), time.perf_counter() - t_start, skipped=skipped)
-            health.after_step(m)
-            try:
-                self._step_checks(m, stage, budget)
-            except Cancelled:  # keep the step and what was measured; the caller saves
-                m.extra["interrupted"] = self.monitor.phase or "checks"
-            m.elapsed_s = time.perf_counter() - t_start   # evaluations of this step included
-            self.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
-            if m.val_loss is not None and bad == 0 and "interrupted" not in m.extra:
-                self._snapshot()
-            t_mark = time.perf_counter()
-            yield m
-
-    def _step_checks(self, m: StepMetrics, stage: str, budget: "TimeBudget | None") -> None:
-        """Validation, samples and the stage-end recall due after step m.step, into m; each
-        phase's wall time reported to the budget (if any)."""
-        tc = self.train_config
-        stage_end = self.step == self.total_steps or self.stage_at(self.step) != stage
-        if self.step % tc.eval_interval == 0 or stage_end:
-            _timed(budget, "eval", self._evaluate, m, stage)
-        if tc.sample_interval and (self.step % tc.sample_interval == 0 or stage_end):
-            m.samples = _timed(budget, "samples", self.samples, stage)
-        if stage_end and tc.evaluate_recall:
-            m.recall = _timed(budget, "recall", self._recall, stage)
-
-    def _evaluate(self, m: StepMetrics, stage: str) -> None:
-        """Validation numbers into m: the pretraining text (val_loss while pretraining,
-        pretrain_val_loss while tuning; val_bpb and val_source with it) and, while tuning,
-        val_loss on the tune dialogues."""
-        score = self.pretrain_val()
-        m.val_bpb, m.val_source = score.bpb, self.pretrain.val_source
-        if stage == "pretrain":
-            m.val_loss = score.loss
-        else:
-            m.val_loss = self.tune_val_loss()
-            m.pretrain_val_loss = score.loss
-
-    def _recall(self, stage: str) -> dict:
-        recall = {"stage": stage, "facts": fact_recall(self).to_dict()}
-        if stage == "tune":
-            recall["answers"] = answer_accuracy(self).to_dict()
-        return recall
+    def train(self, clock=None):
+        """The training generator: engine.trainer.Trainer(self, clock).run() (see there)."""
+        from engine.trainer import Trainer
+        return Trainer(self, clock).run()
 
     def elapsed_s(self) -> float:
         """Wall seconds of training this run has had (the last record's elapsed_s; 0 new)."""
@@ -442,59 +374,6 @@ class TrainingSession(GenerationMixin):
             if isinstance(value, (int, float)) and math.isfinite(value):
                 return float(value)
         return 0.0
-
-    def _time_budget(self) -> TimeBudget | None:
-        """A TimeBudget for train_config.time_budget_s (None when 0), told how much text the
-        samples and the recall check generate and how fast this model decodes (16 tokens)."""
-        tc = self.train_config
-        if tc.time_budget_s <= 0:
-            return None
-        stamps: list[float] = []
-        self.generate_ids([self.tokenizer.bos_id], 24, SamplingParams(greedy=True),
-                          on_token=lambda _: stamps.append(time.perf_counter()))
-        per_token = float(np.median(np.diff(stamps[4:]))) if len(stamps) > 5 else 0.0
-        recall = 0
-        if tc.evaluate_recall:   # fact_recall reads each document's first half, writes the rest
-            recall = sum(len(self.tokenizer.encode(d)) + 3
-                         for d in training_documents(self, MAX_FACTS))
-        self._tune_share = tc.tune_steps / max(tc.total_steps, 1)
-        return TimeBudget(tc.time_budget_s, len(self.pretrain.val_batches(tc.batch_size,
-                                                                          tc.eval_tokens)),
-                          tc.eval_interval, tc.sample_interval,
-                          len(self.sample_prompts("pretrain")) * tc.sample_tokens, recall,
-                          per_token)
-
-    def _plan(self, budget: TimeBudget, stage: str, elapsed: float) -> None:
-        """Set the step counts to what fits in the budget after the step just done."""
-        tc, done = self.train_config, self.step
-        if stage == "tune":
-            left = budget.remaining_steps(elapsed, 1)
-            self.train_config = tc.replace(tune_steps=done - tc.pretrain_steps + left)
-            return
-        left = budget.remaining_steps(elapsed, 2 if self.tune else 1)
-        pre = done + (round(left * (1 - self._tune_share)) if self.tune else left)
-        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=done + left - pre
-                                       if self.tune else tc.tune_steps)
-
-    def _snapshot(self):
-        """Host copy of the last good state (weights, AdamW, step, RNG) for the NaN guard;
-        kept only when the weights are finite."""
-        m = self.model
-        params = m.read_flat("params")
-        if np.all(np.isfinite(params)):
-            self._good = (params, m.read_flat("m"), m.read_flat("v"), m.adam_t, self.step,
-                          self.rng.bit_generator.state, len(self.history))
-
-    def _restore(self):
-        if self._good is None:
-            return
-        p, mm, v, t, step, rng, n_hist = self._good
-        self.model.write_flat("params", p)
-        self.model.write_flat("m", mm)
-        self.model.write_flat("v", v)
-        self.model.adam_t, self.step = t, step
-        self.rng.bit_generator.state = rng
-        del self.history[n_hist:]
 
     def bundle(self):
         """The model as an engine.gguf_export.ModelBundle (weights copied from the device)."""

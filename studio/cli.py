@@ -165,11 +165,10 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         if ignored:
             line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model, data "
                      "and settings")
-        if args.steps is not None or args.tune_steps is not None:
-            session.continue_training(args.steps, args.tune_steps)
-        if args.time_budget is not None:   # this many seconds more
-            session.train_config = session.train_config.replace(
-                time_budget_s=session.elapsed_s() + args.time_budget).validate()
+        if args.steps is not None or args.tune_steps is not None or args.time_budget:
+            note = session.continue_training(args.steps, args.tune_steps, args.time_budget)
+            if note:
+                line.say(f"note: {note}")
         line.say(f"Continuing {out} at step {session.step}/{session.total_steps} on "
                  f"{session.rt.info.name}")
         return session
@@ -213,8 +212,10 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
         line.say(f"note: {warmup}")
     line.say(f"Validation: {session.pretrain.val_note}.")
     if tc.time_budget_s:
+        split = (f", about {1 - session.tune_time_share():.0%} of it pretraining and the rest "
+                 "tuning" if session.has_tune else "")
         line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
-                 "(evaluations included); the step count follows the measured speed.")
+                 f"(evaluations included{split}); the step count follows the measured speed.")
     metrics = MetricsLog(out, keep_until=session.step)  # a continued run: what the checkpoint covers
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     try:

@@ -29,7 +29,7 @@ class TrainingActions:
         tune = bool(self.data_panel.tune_text)
         self.plots.start_run(run_steps(t.pretrain_steps, t.tune_steps, tune), t.pretrain_steps,
                              t.tune_steps if tune else 0, m.vocab_size, t.grad_clip,
-                             preview=preview)
+                             preview=preview, time_budget_s=t.time_budget_s)
 
     # -- Train / Continue, Pause, Stop -------------------------------------------------------
     def start_training(self) -> None:
@@ -118,7 +118,8 @@ class TrainingActions:
         tc = info.train_config
         self.plots.start_run(info.total_steps, tc.pretrain_steps,
                              tc.tune_steps if info.has_tune else 0,
-                             info.model_config.vocab_size, tc.grad_clip)
+                             info.model_config.vocab_size, tc.grad_clip,
+                             time_budget_s=tc.time_budget_s)
         records = info.history or ()  # StepMetrics
         if records:
             self.plots.add_metrics(records)

@@ -68,7 +68,8 @@ class TrainingWorker(ModelTasks, QObject):
         super().__init__()
         self.session = None
         self.recorder: RunRecorder | None = None  # the run folder of the run in progress
-        self._steps = None          # the suspended session.train() generator
+        self._steps = None          # the suspended Trainer.run() generator
+        self.trainer = None         # its engine.trainer.Trainer (its clock stops while paused)
         self._stop = threading.Event()
         self._pause = threading.Event()
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
@@ -144,7 +145,7 @@ class TrainingWorker(ModelTasks, QObject):
             return self._not_started("Could not start training", e)
         self.recorder = recorder
         self.sessionReady.emit(self._info(encoded=True))
-        self._steps = self.session.train()
+        self._steps = self._trainer(self.session)
         self._run()
 
     @Slot(object)
@@ -166,8 +167,15 @@ class TrainingWorker(ModelTasks, QObject):
             remove_if_empty(job.run_dir)
             return self._not_started("Could not continue training", e)
         self.sessionReady.emit(self._info(history=True))
-        self._steps = s.train()
+        self._steps = self._trainer(s)
         self._run()
+
+    def _trainer(self, session):
+        """The run's generator, keeping its Trainer (Pause stops its clock: a pause never
+        counts as training time, so a time budget is not shortened by it)."""
+        from engine.trainer import Trainer
+        self.trainer = Trainer(session)
+        return self.trainer.run()
 
     def _not_started(self, title: str, exc: BaseException) -> None:
         self._fail(title, exc)
@@ -184,6 +192,7 @@ class TrainingWorker(ModelTasks, QObject):
         """Go on after a pause (the flag was cleared by cancel_pause; set again, the run holds
         again after one step's check: paused follows resumed)."""
         if self._steps is not None:
+            self.trainer.clock.resume()
             self.resumed.emit(self._point())
             self._run()
 
@@ -230,6 +239,7 @@ class TrainingWorker(ModelTasks, QObject):
         try:
             while not self._stop.is_set():
                 if self._pause.is_set():
+                    self.trainer.clock.pause()
                     return None
                 try:
                     record = next(self._steps)

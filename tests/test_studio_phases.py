@@ -23,6 +23,7 @@ class FakeClock:
 class Record:
     def __init__(self, step, total):
         self.step, self.total_steps, self.stage, self.tokens_per_s = step, total, "pretrain", 1e3
+        self.time_left_s = None   # a step plan: the ETA comes from the pace
 
 
 def test_run_bar_eta_excludes_the_pause_and_names_the_phase(qtbot):

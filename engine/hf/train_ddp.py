@@ -8,7 +8,7 @@ Written by `llm-studio scale-out RUN OUT_DIR`; run it inside that folder:
 It reads this folder (config.json, model.safetensors, optimizer.safetensors, studio.json,
 data/*.npy), continues at the run's step with the same AdamW state (PyTorch's AdamW: decay on
 2-D weights only, the run's betas, eps, weight decay, grad-norm clipping), the same learning-rate
-schedule (linear warmup + cosine per stage, as engine.config.TrainConfig.lr_at) and windows drawn
+schedule (warmup, stable, 1-sqrt decay per stage, as engine.config.TrainConfig.lr_at) and windows drawn
 the same way from the same token streams (pretraining windows; tuning rows with their assistant
 loss mask plus a replay share of pretraining windows). The global batch is the run's batch_size,
 split over the processes. It writes --out as the same kind of folder plus metrics.jsonl (one
@@ -42,15 +42,17 @@ MAX_TUNE_EVAL_BATCHES = 16
 
 
 def lr_at(step: int, stage_start: int, stage_steps: int, peak: float, tc: dict) -> float:
-    """engine.config.TrainConfig.lr_at: linear warmup (at most a fifth of the stage), then
-    cosine decay to peak * min_lr_ratio."""
+    """engine.config.TrainConfig.lr_at (engine/schedule.py): linear warmup (at most a fifth of
+    the stage), a stable phase, then a 1-sqrt decay over the last decay_fraction of the stage
+    to peak * min_lr_ratio at its last step."""
     s = step - stage_start
     warm = min(tc["warmup_steps"], max(stage_steps // 5, 1))
-    if s < warm:
-        return peak * (s + 1) / warm
-    frac = (s - warm) / max(stage_steps - warm, 1)
-    cos = 0.5 * (1.0 + math.cos(math.pi * min(frac, 1.0)))
-    return peak * (tc["min_lr_ratio"] + (1.0 - tc["min_lr_ratio"]) * cos)
+    factor = min(1.0, (s + 1) / max(warm, 1))
+    p = min(max((s + 1) / max(stage_steps, 1), 0.0), 1.0)
+    decay, floor = tc.get("decay_fraction", 0.2), tc["min_lr_ratio"]
+    if decay > 0 and p > 1.0 - decay:
+        factor *= floor + (1.0 - floor) * (1.0 - math.sqrt((p - (1.0 - decay)) / decay))
+    return peak * factor
 
 
 class Schedule:

@@ -189,6 +189,7 @@ class LivePlots(QWidget):
                                     below=True)
         self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
+        self._plan: tuple[int, int | None] = (0, None)  # (total steps, stage boundary) framed
         self.val_bpb: float | None = None
         self._dirty = False
 
@@ -292,20 +293,24 @@ class LivePlots(QWidget):
 
     # -- runs ------------------------------------------------------------------------------
     def start_run(self, total_steps: int, pretrain_steps: int, tune_steps: int,
-                  vocab_size: int, grad_clip: float, preview: bool = False) -> None:
+                  vocab_size: int, grad_clip: float, preview: bool = False,
+                  time_budget_s: float = 0.0) -> None:
         """Clear the curves and frame the run: x from 0 to its last step, the stage boundary,
-        ln(vocab) and the clip threshold. preview: only show the planned run's frame."""
+        ln(vocab) and the clip threshold. preview: only show the planned run's frame.
+        time_budget_s > 0: the steps are not known ahead (engine.budget re-plans them as the
+        run goes): x follows the live plan that each record carries (follow_plan)."""
         for s in self.series.values():
             s.clear()
         for plot, line in self._stage_lines:
             plot.removeItem(line)
         self._stage_lines.clear()
+        self._plan = (total_steps, pretrain_steps if tune_steps else None)
         if pretrain_steps and tune_steps:
             self.mark_stage(pretrain_steps + 0.5)
         self.val_bpb = None
         self.set_val_source("held-out")   # until a record says otherwise
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
-            if self.time_check.isChecked():   # seconds are not known ahead
+            if self.time_check.isChecked() or time_budget_s > 0:  # not known ahead
                 p.enableAutoRange(axis="x")
             else:
                 p.setXRange(0, max(total_steps, 1), padding=0.02)
@@ -316,10 +321,32 @@ class LivePlots(QWidget):
             self.loss_plot.setYRange(0, 1.15 * math.log(max(vocab_size, 2)), padding=0)
             self.grad_plot.setYRange(0, 2 * grad_clip if grad_clip > 0 else 2, padding=0)
         verb = "Planned run" if preview else "Run"
-        self.summary.setText(f"{verb}: {total_steps} steps ({pretrain_steps} pretraining + "
-                             f"{tune_steps} tuning)")
+        if time_budget_s > 0:
+            split = (f", about {pretrain_steps / max(pretrain_steps + tune_steps, 1):.0%} "
+                     "pretraining, the rest tuning" if tune_steps else "")
+            self.summary.setText(f"{verb}: {_clock(time_budget_s)} of training{split}; the "
+                                 "steps follow the measured speed")
+        else:
+            self.summary.setText(f"{verb}: {total_steps} steps ({pretrain_steps} pretraining + "
+                                 f"{tune_steps} tuning)")
         self._dirty = True
         self.redraw()
+
+    def follow_plan(self, total_steps: int, pretrain_steps: int | None) -> None:
+        """Frame the run the records describe: a time-budgeted run re-plans its step counts
+        after every step, so x goes to the live total and the stage line moves with the
+        planned boundary (None: no tuning stage)."""
+        if (total_steps, pretrain_steps) == self._plan:
+            return
+        self._plan = (total_steps, pretrain_steps)
+        if not self.time_check.isChecked():
+            for p in (self.loss_plot, self.grad_plot, self.lr_plot):
+                p.setXRange(0, max(total_steps, 1), padding=0.02)
+        if pretrain_steps:
+            if not self._stage_lines:
+                self.mark_stage(pretrain_steps + 0.5)
+            for _, line in self._stage_lines:
+                line.setValue(pretrain_steps + 0.5)
 
     def mark_stage(self, x: float) -> None:
         """Vertical line where tuning starts, on every plot; on the loss plot labelled on both
@@ -358,6 +385,7 @@ class LivePlots(QWidget):
                     s["tune_val"].append(m.step, m.val_loss, t)
         if records:
             last = records[-1]
+            self.follow_plan(last.total_steps, last.pretrain_steps)
             text = f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
             if s["val"].n:
                 name = "held-out" if self.val_source != "training text" else "training text"

@@ -158,7 +158,10 @@ class RunBar(QWidget):
         self.progress.setRange(0, max(m.total_steps, 1))
         self.progress.setValue(min(m.step, m.total_steps))
         self._pace.update(m.step)
-        eta = self._pace.eta(m.total_steps, m.step)
+        # a time budget knows its end; a step plan's comes from the recent pace
+        eta = m.time_left_s
+        if eta is None:
+            eta = self._pace.eta(m.total_steps, m.step)
         self._step_text = f"step {m.step} / {m.total_steps}"
         self.progress.setFormat(f"{self._step_text} · {m.stage} · {m.tokens_per_s:,.0f} tok/s"
                                 f" · ETA {'…' if eta is None else format_eta(eta)}")

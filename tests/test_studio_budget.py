@@ -1,0 +1,71 @@
+"""The studio's "Train for N minutes" (issue 20): the plots, the plan line and the ETA follow the
+live plan of a time-budgeted run, and a pause does not shorten its training."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import time  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+
+from engine.metrics import StepMetrics  # noqa: E402
+from studio.protocol import Outcome, RunState  # noqa: E402
+from studio.ui.plots import LivePlots  # noqa: E402
+from studio.ui.run_bar import RunBar  # noqa: E402
+from tests.test_studio import configure, settings, window  # noqa: E402,F401
+
+
+def _record(step, total, boundary, left=None):
+    stage = "pretrain" if step <= boundary else "tune"
+    return StepMetrics(step, total, stage, 3.0, 1.0, 1e-3, 1000.0, 0.1 * step,
+                       pretrain_steps=boundary, time_left_s=left)
+
+
+def test_plots_follow_the_live_plan(qtbot):
+    plots = LivePlots()
+    qtbot.addWidget(plots)
+    plots.start_run(950, 750, 200, 512, 1.0, preview=True, time_budget_s=180.0)
+    assert "3:00" in plots.summary.text() and "950" not in plots.summary.text()
+    plots.add_metrics([_record(1, 1366, 1025)])
+    plots.add_metrics([_record(step, 1366, 1025) for step in range(2, 1200)])
+    plots.redraw()
+    x_max = plots.loss_plot.getViewBox().viewRange()[0][1]
+    assert x_max >= 1366          # old: framed 0-950 from the preview, the last steps off-plot
+    stage_x = [line.value() for _, line in plots._stage_lines]
+    assert stage_x and all(x == pytest.approx(1025.5) for x in stage_x)
+    plots.add_metrics([_record(1200, 1400, 1025)])   # the plan grows: the frame follows
+    assert plots.loss_plot.getViewBox().viewRange()[0][1] >= 1400
+
+
+def test_eta_is_the_budget_left(qtbot):
+    bar = RunBar()
+    qtbot.addWidget(bar)
+    bar.show_step(_record(10, 1000, 750, left=125.0))
+    assert "ETA 2:05" in bar.progress.format()
+
+
+def test_pause_does_not_shorten_a_budgeted_run(qtbot, window, monkeypatch):
+    configure(window, pretrainStepsSpin=300, tuneStepsSpin=100, sampleIntervalSpin=0,
+              evalIntervalSpin=20, contextLengthSpin=64)
+    budget = 8.0
+    panel = window.settings_panel
+    real = panel.train_config
+    monkeypatch.setattr(panel, "train_config",
+                        lambda: real().replace(time_budget_s=budget, evaluate_recall=False))
+    window.run_bar.train_button.click()
+    qtbot.waitUntil(lambda: window.plots.point_count() >= 3, timeout=120_000)
+    window.run_bar.pause_button.click()
+    qtbot.waitUntil(lambda: window.controller.state is RunState.PAUSED, timeout=30_000)
+    t0 = time.monotonic()
+    qtbot.wait(3000)
+    with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
+        window.run_bar.pause_button.click()             # resume; the run ends on its own
+    assert time.monotonic() - t0 >= 3.0
+    result = blocker.args[0]
+    assert result.outcome is Outcome.FINISHED
+    history = window.controller.worker.session.history
+    assert abs(history[-1]["elapsed_s"] - budget) <= 0.15 * budget, history[-1]  # old: + pause
+    assert {r["stage"] for r in history} == {"pretrain", "tune"}
