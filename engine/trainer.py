@@ -127,7 +127,8 @@ class Trainer:
         s = self.session
         rng_state = s.rng.bit_generator.state
         x, y = self._batch(stage)
-        check = s.monitor.check if (self._step_s or 0) >= STOP_POINTS_FROM_S else None
+        slow = self._step_s is None or self._step_s >= STOP_POINTS_FROM_S   # first: unknown
+        check = s.monitor.check if slow else None
         t0 = time.perf_counter()
         try:
             loss, gnorm, skipped = s.model.train_step(x, y, lr, s.train_config.optim(), check)

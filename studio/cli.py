@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
 
 from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
@@ -218,6 +219,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                  f"(evaluations included{split}); the step count follows the measured speed.")
     metrics = MetricsLog(out, keep_until=session.step)  # a continued run: what the checkpoint covers
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
+    save_s = None   # seconds the last checkpoint took (said when a stop saves)
     try:
         try:
             for m in session.train():
@@ -230,12 +232,16 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                 if monitor.cancelled:
                     break
                 if args.checkpoint_every and m.step % args.checkpoint_every == 0:
-                    session.save(out)
-        except Cancelled:  # a stop between two steps
+                    save_s = _timed_save(session, out)
+        except Cancelled:  # a stop between two steps, or inside one (the step is not taken)
             pass
     finally:
         metrics.close()
         watch.close()
+    if monitor.cancelled:
+        mb = session.model.table.size * 12 / 2**20   # weights and both AdamW moments, float32
+        took = f", about {save_s:.0f} s as the last one" if save_s and save_s >= 1 else ""
+        line.say(f"Stopping: saving the checkpoint ({mb:,.0f} MB{took})…")
     session.save(out)
     if monitor.cancelled:
         line.say(f"Stopped at step {session.step}; saved to {out}. Go on with --continue.")
@@ -244,6 +250,13 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
              f"{checkpoint.checkpoint_path(out)}")
     return 0
+
+
+def _timed_save(session, out: Path) -> float:
+    """session.save(out); its wall seconds."""
+    t0 = time.perf_counter()
+    session.save(out)
+    return time.perf_counter() - t0
 
 
 def _nothing_left(session, line: ProgressLine) -> bool:
