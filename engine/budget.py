@@ -62,6 +62,7 @@ class TimePlan:
                                               maxlen=MEDIAN_OF)
         self._eval_s_per_token: float | None = None
         self._pretrain_ended: float | None = None
+        self._recall_s_per_token: float | None = None
 
     def end_pretrain(self, elapsed: float) -> None:
         """Pretraining is over at `elapsed`: tuning has the time from there to the budget."""
@@ -86,6 +87,9 @@ class TimePlan:
         """A stage-end phase ("eval", "samples", "recall") of `stage` was measured."""
         if stage in self.costs:
             self.costs[stage].measured[kind] = max(seconds, 0.0)
+            tokens = self.costs[stage].recall_tokens
+            if kind == "recall" and tokens:   # prices the next stage's recall at this rate
+                self._recall_s_per_token = max(seconds, 0.0) / tokens
 
     # -- estimates -------------------------------------------------------------------------
     @property
@@ -113,7 +117,8 @@ class TimePlan:
         m = c.measured
         return (m.get("eval", self.eval_s(c.eval_tokens))
                 + m.get("samples", c.sample_tokens * self.per_token_s)
-                + m.get("recall", c.recall_tokens * self.per_token_s))
+                + m.get("recall", c.recall_tokens * (self._recall_s_per_token
+                                                     or self.per_token_s)))
 
     def deadline(self, stage: str) -> float:
         """Elapsed seconds by which `stage` (its end phases included) is over."""

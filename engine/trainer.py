@@ -76,6 +76,7 @@ class Trainer:
         while True:
             s.monitor.check()
             lr = self._lr(stage, stage_start)
+            health.before_step(s.step + 1)
             x, y, loss, gnorm, skipped, dt = self._step(stage, lr)
             s.step += 1
             bad = bad + 1 if skipped or not np.isfinite(loss) else 0

@@ -145,9 +145,12 @@ def test_one_line_text_prices_its_stage_end_by_the_caps():
     from engine.evaluate import MAX_FACTS, RECALL_MAX_NEW_TOKENS, recall_tokens
     rng = np.random.default_rng(0)
     words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far"]
-    text = " ".join(rng.choice(words, 60_000))   # one line, ~250 KB
+    text = " ".join(rng.choice(words, 250_000))   # one line, ~1 MB
     s = _session(TC.replace(evaluate_recall=True), tune=False, pretrain=text)
     assert recall_tokens(s, "pretrain") <= MAX_FACTS * (RECALL_MAX_NEW_TOKENS + 3)
+    records, _ = _timed_run(s, FakeTime())
+    assert abs(records[-1].elapsed_s - TC.time_budget_s) <= 0.05 * TC.time_budget_s
+    assert records[-1].recall is not None
 
 
 def test_many_documents_budget_ends_on_time():
@@ -222,6 +225,24 @@ def test_real_clock_budget_with_dialogues():
     assert {m.stage for m in records} == {"pretrain", "tune"}
     assert abs(records[-1].elapsed_s - budget) <= 0.1 * budget, records[-1].elapsed_s
     assert records[-1].recall is not None and "answers" in records[-1].recall
+
+
+def test_cli_budget_with_dialogues_tunes(tmp_path):
+    """`llm-studio train --time-budget` with dialogues trains both stages (the old re-plan kept
+    moving the pretraining total ahead, so tuning never ran: tune_steps 0)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "studio", "train", "--out", str(out), "--time-budget", "10",
+           "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "64",
+           "--batch-size", "4", "--quiet"]
+    subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in rows} == {"pretrain", "tune"}
+    assert abs(rows[-1]["elapsed_s"] - 10) <= 1.5, rows[-1]
+    assert rows[-1]["step"] == rows[-1]["total_steps"]
 
 
 # -- the pieces ------------------------------------------------------------------------------
