@@ -51,6 +51,8 @@ class ContinueJob:
     tune_steps: int                    # new total of tuning steps
     run_dir: str                       # the new run folder; it starts with the session's history
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
+    more_seconds: float = 0.0          # > 0 ("Train for N minutes"): train this much longer by
+    #                                    time instead of to the step totals
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class TrainingActions:
         self.tabs.setCurrentWidget(self.samples_panel)
         if c.continue_from is not None:  # the plots are reframed when sessionReady comes
             c.continue_run(ContinueJob(tcfg.pretrain_steps, tcfg.tune_steps, str(run_dir),
-                                       every))
+                                       every, more_seconds=tcfg.time_budget_s))
             return
         self.samples_panel.clear()
         self.frame_run()
@@ -80,6 +80,8 @@ class TrainingActions:
         the engine's own rule (engine.session.check_continuation, as
         TrainingSession.continue_training and `llm-studio train --continue` apply it)."""
         r, tc = self.controller.continue_from, self.settings_panel.train_config()
+        if tc.time_budget_s > 0:   # "Train for N minutes": that much longer, by time
+            return None
         try:
             check_continuation(r.step, r.pretrain_steps, r.tune_steps, r.has_tune,
                                tc.pretrain_steps, tc.tune_steps, require_more=True)

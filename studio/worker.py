@@ -161,7 +161,12 @@ class TrainingWorker(ModelTasks, QObject):
         s = self.session
         self.preparing.emit(f"Continuing from step {s.step}…")
         try:
-            s.continue_training(job.pretrain_steps, job.tune_steps)
+            if job.more_seconds > 0:
+                note = s.continue_training(more_seconds=job.more_seconds)
+            else:
+                note = s.continue_training(job.pretrain_steps, job.tune_steps)
+            if note:
+                self.preparing.emit(note)
             self.recorder = RunRecorder(job.run_dir, job.checkpoint_every, history=s.history)
         except Exception as e:
             remove_if_empty(job.run_dir)

@@ -69,3 +69,27 @@ def test_pause_does_not_shorten_a_budgeted_run(qtbot, window, monkeypatch):
     history = window.controller.worker.session.history
     assert abs(history[-1]["elapsed_s"] - budget) <= 0.15 * budget, history[-1]  # old: + pause
     assert {r["stage"] for r in history} == {"pretrain", "tune"}
+
+
+def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path):
+    """Continue with "Train for N minutes" set: N minutes more (the ContinueJob carries
+    more_seconds; the old worker kept the step totals and the studio refused equal totals)."""
+    from engine.config import ModelConfig, TrainConfig
+    from studio.protocol import ContinueJob, TrainJob
+    from studio.worker import TrainingWorker
+    from tests.helpers import bundled_texts
+    w = TrainingWorker()
+    results = []
+    for signal in (w.finished, w.stopped, w.failed):
+        signal.connect(results.append)
+    mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=400)
+    tc = TrainConfig(pretrain_steps=10, tune_steps=0, batch_size=4, sample_interval=0,
+                     evaluate_recall=False)
+    w.start(TrainJob(mc, tc, bundled_texts()[0], str(tmp_path / "a")))
+    assert results[-1].outcome is Outcome.FINISHED and w.session.step == 10
+    before = w.session.elapsed_s()
+    w.proceed(ContinueJob(10, 0, str(tmp_path / "b"), more_seconds=3.0))
+    assert results[-1].outcome is Outcome.FINISHED, results
+    s = w.session
+    assert s.step > 10 and s.train_config.time_budget_s == pytest.approx(before + 3.0)
+    assert abs(s.elapsed_s() - (before + 3.0)) <= 0.6
