@@ -51,6 +51,7 @@ class Trainer:
         self._step_s: float | None = None
         self._stage_lr: tuple[str, float] | None = None  # (stage, last lr) for monotone decay
         self._warmup: dict[str, int] = {}
+        self._tunes = False
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Iterator[StepMetrics]:
@@ -63,6 +64,7 @@ class Trainer:
         step after a cancel."""
         s = self.session
         tc = s.train_config
+        self._tunes = s.has_tune and tc.tune_steps > 0   # a tuning stage follows pretraining
         if tc.time_budget_s > 0:
             self.plan = self._time_plan()
         elif s.step >= s.total_steps:
@@ -105,14 +107,15 @@ class Trainer:
                 m.extra["interrupted"] = s.monitor.phase or "checks"
             m.elapsed_s = self.clock.now()   # evaluations of this step included
             m.total_steps = s.total_steps
-            if s.has_tune:
+            if self._tunes:
                 m.pretrain_steps = s.train_config.pretrain_steps
             if self.plan:
                 m.time_left_s = max(self.plan.budget_s - m.elapsed_s, 0.0)
             s.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
             if m.val_loss is not None and bad == 0 and "interrupted" not in m.extra:
                 self._snapshot()
-            done = stage_end and (stage == "tune" or not s.has_tune)
+            done = (s.step >= s.total_steps if self.plan is None
+                    else stage_end and (stage == "tune" or not self._tunes))
             if stage_end and not done:
                 stage, stage_start = "tune", self.clock.now()
                 if self.plan:
@@ -240,7 +243,7 @@ class Trainer:
         overhead = self.pacer.share(now)
         if stage == "pretrain":
             pre = s.step if stage_end else s.step + max(plan.steps_left("pretrain", now, overhead), 1)
-            tune = max(plan.steps_left("tune", now, overhead), 1) if s.has_tune else tc.tune_steps
+            tune = max(plan.steps_left("tune", now, overhead), 1) if self._tunes else 0
         else:
             pre = tc.pretrain_steps
             left = 0 if stage_end else max(plan.steps_left("tune", now, overhead), 1)
