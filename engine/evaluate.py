@@ -45,9 +45,10 @@ RECALL_MAX_NEW_TOKENS = 32    # tokens of the expected continuation / answer com
 
 
 def training_documents(session, limit: int | None = None) -> list[str]:
-    """The pretraining text the model trained on, by document (held-out text excluded: a
-    document cut by a token split counts with its training part only), at most `limit` of
-    them, evenly spaced through the text."""
+    """The documents (paragraphs) of the pretraining text the model trained on, for the recall
+    check: engine.corpus.PretrainData.train_documents (held-out text excluded: a paragraph cut
+    by the split counts with its training part only), at most `limit` of them, evenly spaced
+    through the text. Training itself reads the text as written, not these documents."""
     docs = session.pretrain.train_documents
     if limit and len(docs) > limit:
         docs = [docs[i * len(docs) // limit] for i in range(limit)]
