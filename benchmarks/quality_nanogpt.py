@@ -1,5 +1,6 @@
 """Quality per minute (issue 12): nanoGPT's character-level Shakespeare recipe in PyTorch against
-this engine, on the same text, split, machine and thread count, in one process.
+this engine, on the same text, split, machine and thread count, in one process (issue 20's
+comparison with a Llama-style PyTorch script is benchmarks/quality.py).
 
 Both sides train on the first 90% of the text by position and are scored on the same fixed
 windows of the last 10% (nanoGPT's split and estimate_loss: eval_iters batches of batch_size x
@@ -10,9 +11,9 @@ which each side first evaluates at or below the target, the best validation loss
 each side has at the others' time to target.
 
     # CPU recipe, 2 threads each (target 1.88)
-    PYTHONPATH=. python benchmarks/quality.py --text input.txt --recipe cpu --threads 2 --out /tmp/q.md
+    PYTHONPATH=. python benchmarks/quality_nanogpt.py --text input.txt --recipe cpu --threads 2 --out /tmp/q.md
     # GPU recipe on an NVIDIA GPU (target 1.47): eager, torch.compile, the engine through OpenCL
-    PYTHONPATH=. python benchmarks/quality.py --text input.txt --recipe gpu --torch-device cuda \
+    PYTHONPATH=. python benchmarks/quality_nanogpt.py --text input.txt --recipe gpu --torch-device cuda \
         --sides eager,compile,engine --device NVIDIA --engine-preset gpu-discrete --out /tmp/q.md
 """
 
