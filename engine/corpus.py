@@ -24,53 +24,20 @@ on (or f is 0) is validation measured on the training stream: `val_source` then 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from engine.errors import ConfigError, DataError
 from engine.longtext import encode_text
 from engine.metrics import ValScore, score_validation
 from engine.progress import Monitor
+from engine.textio import document_spans, normalize_newlines, split_documents  # noqa: F401
 from engine.tokenizer import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_UNKNOWN, Tokenizer
 
-_BLANK_LINE = re.compile(r"\n[ \t\f\v]*\n")  # a line that is empty or holds only spaces/tabs
-_NEWLINE = re.compile(r"\n")
 HELD_OUT, TRAINING_TEXT = "held-out", "training text"   # the values of val_source
 # The final validation of a run scores the held-out text up to this many target tokens (all of
 # a 10% split of a 10 MB character-level text; at d_model 128 on a 2-core CPU about 20 s).
 FINAL_VAL_TOKENS = 1_000_000
 PHASE = "encoding the pretraining text"
-
-
-def _lines(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def document_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) character offsets of each document of `text` ("\\n" line endings), with
-    surrounding whitespace excluded: the paragraphs separated by blank lines (lines with only
-    spaces/tabs count as blank), or, in a text without any blank line, each non-empty line."""
-    sep = _BLANK_LINE if _BLANK_LINE.search(text.strip()) else _NEWLINE
-    spans, start = [], 0
-    for end, nxt in [(m.start(), m.end()) for m in sep.finditer(text)] + [(len(text), 0)]:
-        part = text[start:end]
-        if part.strip():
-            lead = len(part) - len(part.lstrip())
-            spans.append((start + lead, start + len(part.rstrip())))
-        start = nxt
-    return spans
-
-
-def split_documents(text: str) -> list[str]:
-    """Split a text into documents, each stripped of surrounding whitespace (document_spans).
-
-    Paragraphs separated by blank lines are the documents; a text without any blank line is one
-    document per non-empty line. "\\r\\n" and "\\r" line endings count as "\\n". Returns []
-    for a whitespace-only text. For the recall check and sample prompts: training reads the
-    text as written (PretrainData)."""
-    text = _lines(text)
-    return [text[a:b] for a, b in document_spans(text)]
 
 
 def _windows(stream: np.ndarray, starts: np.ndarray, context_length: int
@@ -144,7 +111,7 @@ class PretrainData:
         self.tokenizer, self.context_length = tokenizer, context_length
         self.val_fraction, self.val_split = val_fraction, val_split
         self.rng = np.random.default_rng(seed)
-        self.text = _lines(text)
+        self.text = normalize_newlines(text)
         self._spans = document_spans(self.text)
         self.documents = [self.text[a:b] for a, b in self._spans]
         if not self.documents:
@@ -266,13 +233,14 @@ class PretrainData:
                     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The validation windows as batches (inputs, targets) int32 (B, T), always the same.
 
-        The val stream is cut into consecutive windows of T scored targets (stride T, so every
-        target token is scored once; nanoGPT's estimate_loss also scores every position). When
+        The val stream ([BOS] + the held-out text's ids, so its targets are exactly the text's
+        tokens) is cut into consecutive windows of T scored targets (stride T, so every target
+        token is scored once; nanoGPT's estimate_loss also scores every position). When
         the stream holds more than `max_tokens` targets, n = max(1, max_tokens // T) of those
         windows are taken, evenly spaced; otherwise all of them plus one window ending at the
         stream's end whose already-scored targets are masked (-1), so the whole stream is
         covered. The last batch is padded with windows of targets -1 (ignored by the loss).
-        scored_tokens(batches) counts the targets scored."""
+        score() scores them."""
         T, val = self.context_length, self.val_stream
         n_win = (val.size - 1) // T
         starts = np.arange(n_win, dtype=np.int64) * T
