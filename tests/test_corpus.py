@@ -88,9 +88,9 @@ def test_at_least_one_document_is_held_out(tok):
     assert data.n_val_documents == 1 and not data.val_is_train
 
 
-def test_too_small_documents_hold_out_tokens(tok):
-    """A last document shorter than a window: the last tokens are held out instead
-    (tests/test_validation_split.py has the cases where nothing can be)."""
+def test_too_small_documents_hold_out_characters(tok):
+    """A last paragraph shorter than a window: the end of the text by characters is held out
+    instead (tests/test_validation_split.py has the cases where nothing can be)."""
     text = "A long first document about rivers, mountains and oceans of the world.\n\nShort."
     data = PretrainData(tok, text, context_length=12, val_fraction=0.5)
     assert not data.val_is_train and data.n_val_documents == 1
