@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.corpus import FINAL_VAL_TOKENS
+from engine.metrics import ValScore
 from engine.sampling import SamplingParams
 
 
@@ -114,3 +116,13 @@ def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score
         elif len(failures) < 5:
             failures.append((messages[-1].content, expected, got))
     return Score(correct, len(qs), failures)
+
+
+def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
+    """The end-of-run validation (issue 20): the whole held-out pretraining text scored, up to
+    max_tokens targets (engine.corpus.FINAL_VAL_TOKENS), in batches of the run's batch_size:
+    ValScore(loss in nats per token, bits per UTF-8 byte of that text, tokens, bytes). The
+    periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
+    val_source says whether the text is held out. Raises engine.progress.Cancelled on a stop."""
+    return session.pretrain.score(session.model.loss, session.train_config.batch_size,
+                                  max_tokens, session.monitor, "final validation")
