@@ -131,8 +131,9 @@ def main():
     train_s = time.perf_counter() - t0
     xs, ys = (torch.tensor(list(c)) for c in zip(*windows(val, T)))
     with torch.no_grad():
-        nats = sum(F.cross_entropy(model(x).flatten(0, 1).double(), y.flatten(), ignore_index=-1,
-                                   reduction="sum").item() for x, y in zip(xs.split(64), ys.split(64)))
+        nats = sum(F.cross_entropy(model(x).flatten(0, 1).double(), y.flatten(),
+                                   ignore_index=-1, reduction="sum").item()
+                   for x, y in zip(xs.split(64), ys.split(64)))
     n = int((ys >= 0).sum())
     n_bytes = sum(len(piece(i).encode("utf-8")) for i in val[1:])
     print(json.dumps({"steps": step, "train_s": round(train_s, 2), "val_loss": nats / n,

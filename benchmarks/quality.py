@@ -9,13 +9,14 @@ completely in consecutive windows; nats per token and bits per UTF-8 byte of tha
   engine-char, engine-bpe   `llm-studio train --no-tune --time-budget S --tokenizer char|bpe
                             --vocab-size 512 --val-split tail:0.1 ...` (what a user runs; more
                             flags with --engine-args), then the whole held-out text scored from
-                            the saved run (PretrainData.score up to FINAL_VAL_TOKENS)
+                            the saved run (engine.evaluate.final_validation)
   script-char, script-bpe   llama_script.py --seconds S (AdamW 1e-3, warmup 100, cosine over S,
                             batch 12, SDPA; characters or SentencePiece BPE 512)
-Texts: "code" (engine/*.py) and "prose" (docs/*.md, README.md), both read from this repository
-at TEXT_COMMIT so every run sees the same bytes, and any file by --text NAME=PATH[:CHARS] (the
-first CHARS characters), e.g. a tinyshakespeare slice. The issue's goal reads off the table:
-the engine at S seconds at or below the better script at 2S.
+Texts: "code" (engine/*.py, 300 KB) and "prose" (docs/*.md, README.md, benchmarks/RESULTS.md,
+100 KB; give a longer prose file with --text where one is at hand), both read from this
+repository at TEXT_COMMIT so every run sees the same bytes, and any file by --text
+NAME=PATH[:CHARS] (its first CHARS characters), e.g. a tinyshakespeare slice. The issue's goal
+reads off the table: the engine at S seconds at or below the better script at 2S.
 
     PYTHONPATH=. python benchmarks/quality.py --text shakespeare=/path/input.txt:600000 \\
         --engine-seconds 60 --script-seconds 60,120 --threads 2 --out /tmp/quality.md
@@ -47,11 +48,11 @@ QUICK_CHARS = 40_000      # --quick: texts cut to this; the engine 2 s, the scri
 
 def repo_text(folder: str, suffix: str) -> str:
     """The files under `folder` ending in `suffix` at TEXT_COMMIT, concatenated in name order
-    (for "prose", README.md too)."""
+    (for "prose", README.md and benchmarks/RESULTS.md too: about 100 KB)."""
     names = subprocess.run(["git", "ls-tree", "-r", "--name-only", TEXT_COMMIT, folder], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     names = sorted(n for n in names if n.endswith(suffix))
-    names += ["README.md"] if suffix == ".md" else []
+    names += ["README.md", "benchmarks/RESULTS.md"] if suffix == ".md" else []
     return "".join(subprocess.run(["git", "show", f"{TEXT_COMMIT}:{n}"], cwd=ROOT,
                                   capture_output=True, text=True, check=True).stdout
                    for n in names)
@@ -105,10 +106,10 @@ def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict
 
 def score_run(folder: str) -> None:
     """Print the held-out score of a saved run as JSON (the engine's final validation)."""
-    from engine.corpus import FINAL_VAL_TOKENS
+    from engine.evaluate import final_validation
     from engine.session import TrainingSession
     s = TrainingSession.load(folder)
-    v = s.pretrain.score(s.model.loss, s.train_config.batch_size, FINAL_VAL_TOKENS)
+    v = final_validation(s)
     print(json.dumps({"val_loss": v.loss, "val_bpb": v.bpb, "tokens": v.tokens,
                       "bytes": v.n_bytes, "val_source": s.pretrain.val_source}))
 
@@ -123,7 +124,8 @@ def measure(args, log) -> list[list[str]]:
             plan += [(f"script-{t}", t, s) for t in ("char", "bpe") for s in args.script_seconds]
             for side, tokens, seconds in plan:
                 if side.startswith("engine"):
-                    r = run_engine(path, tokens, seconds, args, Path(tmp) / f"{name}-{side}-{seconds}")
+                    run = Path(tmp) / f"{name}-{side}-{seconds}"
+                    r = run_engine(path, tokens, seconds, args, run)
                 else:
                     r = run_script(path, tokens, seconds, args)
                 log(f"{name} {side} {seconds:g}s: {json.dumps(r)}")
@@ -136,11 +138,13 @@ def measure(args, log) -> list[list[str]]:
 def verdicts(rows, engine_s, script_s) -> list[str]:
     """Per text: the better engine side at each engine budget against the better script at
     twice that (the issue's goal), where measured."""
+    def bpb(name, side, seconds):
+        return [float(r[7]) for r in rows
+                if r[0] == name and r[2].startswith(side) and float(r[3]) == seconds]
     out = []
     for name in dict.fromkeys(r[0] for r in rows):
         for s in engine_s:
-            eng = [float(r[7]) for r in rows if r[0] == name and r[2].startswith("engine") and float(r[3]) == s]
-            ref = [float(r[7]) for r in rows if r[0] == name and r[2].startswith("script") and float(r[3]) == 2 * s]
+            eng, ref = bpb(name, "engine", s), bpb(name, "script", 2 * s)
             if eng and ref:
                 ok = "met" if min(eng) <= min(ref) else f"not met by {min(eng) - min(ref):.4f} bpb"
                 out.append(f"- {name}: engine {s:g} s {min(eng):.4f} bpb, script {2 * s:g} s "

@@ -93,9 +93,9 @@ class PretrainData:
     paragraph), train_documents (list[str]: the paragraphs trained on; one cut by the split
     contributes its training part), n_val_documents (int: paragraphs wholly held out).
     n_tokens (int: the text's size in tokens, its BOS and the tokens of its parts), token_bytes
-    (int64 (V,), token_bytes()). Raises DataError for a whitespace-only text or one shorter than T+1 tokens
-    (the message says how many tokens there are and suggests a context length); ConfigError for
-    context_length < 1, val_fraction outside [0, 1) or an unknown val_split.
+    (int64 (V,), token_bytes()). Raises DataError for a whitespace-only text or one shorter
+    than T+1 tokens (the message says how many tokens there are and suggests a context length);
+    ConfigError for context_length < 1, val_fraction outside [0, 1) or an unknown val_split.
     """
 
     def __init__(self, tokenizer: Tokenizer, text: str, context_length: int,
