@@ -90,7 +90,7 @@ if [ -n "${QUALITY_TEXT:-}" ]; then
     # bfloat16) choose the run. nanoGPT stops at iter 2500 (its lr schedule is unchanged;
     # validation bottoms out near 1750).
     tag=${QUALITY_DTYPE:-float32}
-    timeout "${QUALITY_S:-540}" python3 benchmarks/quality.py --text "$QUALITY_TEXT" --recipe gpu \
+    timeout "${QUALITY_S:-540}" python3 benchmarks/quality_nanogpt.py --text "$QUALITY_TEXT" --recipe gpu \
         --torch-device cuda --device NVIDIA --max-iters 2500 \
         --sides "${QUALITY_SIDES:-eager,compile,engine}" --dtype "$tag" \
         --out "$OUT/quality_gpu_$tag.md" 2>&1 | tee "$OUT/quality_gpu_${tag}_log.txt"

@@ -1,10 +1,10 @@
 """nanoGPT's model and training loop in PyTorch, written out from its last commit (3adf61e), for
-benchmarks/quality.py: model.py (GPT-2 style: learned positions, LayerNorm without bias, GELU MLP,
+benchmarks/quality_nanogpt.py: model.py (GPT-2 style: learned positions, LayerNorm without bias, GELU MLP,
 tied lm_head, init N(0, 0.02) and c_proj scaled by 1/sqrt(2 n_layer)), configure_optimizers
 (AdamW, weight decay on 2-D parameters only, fused on CUDA when available), train.py's get_lr
 (linear warmup, cosine to min_lr), gradient clipping at 1.0, and its loop order (the next batch
 is fetched between forward and backward). Only the data (numpy arrays instead of .bin memmaps)
-and the evaluation (quality.Evaluator, the same windows for every side) are ours.
+and the evaluation (quality_nanogpt.Evaluator, the same windows for every side) are ours.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def train(c: NanoConfig, data, evaluator, device: str = "cpu", compile_model: bo
           stop_below: float | None = None):
     """train.py's loop; yields (iter, train_s, val_loss) at iter 0 and every eval_interval.
     train_s excludes evaluation (and includes compilation: the first steps compile).
-    data: quality.CharData; evaluator: quality.Evaluator (callable loss(batch) -> float)."""
+    data: quality_nanogpt.CharData; evaluator: quality_nanogpt.Evaluator (callable loss(batch) -> float)."""
     torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.py
     torch.backends.cudnn.allow_tf32 = True

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.corpus import FINAL_VAL_TOKENS
+from engine.metrics import ValScore
 from engine.sampling import SamplingParams
 
 
@@ -45,9 +47,10 @@ RECALL_MAX_NEW_TOKENS = 32    # tokens of the expected continuation / answer com
 
 
 def training_documents(session, limit: int | None = None) -> list[str]:
-    """The pretraining text the model trained on, by document (held-out text excluded: a
-    document cut by a token split counts with its training part only), at most `limit` of
-    them, evenly spaced through the text."""
+    """The documents (paragraphs) of the pretraining text the model trained on, for the recall
+    check: engine.corpus.PretrainData.train_documents (held-out text excluded: a paragraph cut
+    by the split counts with its training part only), at most `limit` of them, evenly spaced
+    through the text. Training itself reads the text as written, not these documents."""
     docs = session.pretrain.train_documents
     if limit and len(docs) > limit:
         docs = [docs[i * len(docs) // limit] for i in range(limit)]
@@ -131,3 +134,13 @@ def recall_tokens(session, stage: str) -> int:
         total += sum(_expected(tok, " " + expected)[1] + 3
                      for _, expected in _questions(session))
     return total
+
+
+def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
+    """The end-of-run validation (issue 20): the whole held-out pretraining text scored, up to
+    max_tokens targets (engine.corpus.FINAL_VAL_TOKENS), in batches of the run's batch_size:
+    ValScore(loss in nats per token, bits per UTF-8 byte of that text, tokens, bytes). The
+    periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
+    val_source says whether the text is held out. Raises engine.progress.Cancelled on a stop."""
+    return session.pretrain.score(session.model.loss, session.train_config.batch_size,
+                                  max_tokens, session.monitor, "final validation")

@@ -40,28 +40,19 @@ def chunks(text: str, max_chars: int) -> Iterator[str]:
         yield text[i:]
 
 
-def encode_documents(tokenizer, documents: list[str], monitor: Monitor | None = None,
-                     phase: str = "encoding the text") -> list[list[int]]:
-    """[BOS] + ids + [EOS] per document, chunk by chunk; monitor.tick reports the characters
-    done and raises engine.progress.Cancelled when a stop was asked for."""
-    total = sum(len(d) for d in documents)
-    done, out = 0, []
-    for doc in documents:
-        ids = [tokenizer.bos_id]
-        for piece in chunks(doc, ENCODE_CHUNK_CHARS):
-            if monitor is not None:
-                monitor.tick(phase, done, total)
-            ids += tokenizer.encode(piece)
-            done += len(piece)
-        ids.append(tokenizer.eos_id)
-        out.append(ids)
-    if monitor is not None:
-        monitor.tick(phase, total, total)
-    return out
-
-
-def stream_of(encoded: list[list[int]]) -> np.ndarray:
-    """The documents' ids as one int32 array (no Python-level loop per token)."""
-    if not encoded:
-        return np.zeros(0, np.int32)
-    return np.concatenate([np.asarray(d, np.int32) for d in encoded])
+def encode_text(tokenizer, text: str, monitor: Monitor | None = None,
+                phase: str = "encoding the text", done: int = 0, total: int | None = None
+                ) -> np.ndarray:
+    """[BOS] + tokenizer.encode(text) as int32 (1 + n_tokens,), encoded chunk by chunk
+    (chunks() cuts only where the tokenizer does not merge, so the ids equal one encode call
+    on the whole text). monitor.tick(phase, done + characters encoded, total) runs before each
+    chunk and raises engine.progress.Cancelled when a stop was asked for; `done` and `total`
+    (default len(text)) let several texts share one progress count."""
+    total = len(text) if total is None else total
+    parts = [np.array([tokenizer.bos_id], np.int32)]
+    for piece in chunks(text, ENCODE_CHUNK_CHARS):
+        if monitor is not None:
+            monitor.tick(phase, min(done, total), total)
+        parts.append(np.asarray(tokenizer.encode(piece), np.int32))
+        done += len(piece)
+    return np.concatenate(parts)

@@ -3,7 +3,7 @@ studio (the preset box in the settings) both read. A preset fills ModelConfig an
 fields; options a person sets explicitly win over it.
 
 Each was chosen from measurements on character-level tinyshakespeare (1.1 M characters,
-benchmarks/quality.py; results in benchmarks/RESULTS.md) and says in its description the loss and
+benchmarks/quality_nanogpt.py; results in benchmarks/RESULTS.md) and says in its description the loss and
 time to expect on its reference machine; figures not yet measured say so.
 """
 
@@ -57,7 +57,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "gpu-discrete", "Small text, discrete GPU",
         "nanoGPT's GPU recipe size (6 layers, d 384, context 256, batch 64) with more dropout "
         "(0.3) and a shorter schedule. Measured on an NVIDIA H200 (2026-12-01, "
-        "benchmarks/quality.py): validation 1.48 nats/char on tinyshakespeare after 43 s of "
+        "benchmarks/quality_nanogpt.py): validation 1.48 nats/char on tinyshakespeare after 43 s of "
         "training (best 1.4795 at step 1125 of 1200); nanoGPT with torch.compile: best 1.4785 "
         "after 34 s on the same windows.",
         model=dict(d_model=384, n_layer=6, n_head=6, context_length=256),

@@ -40,6 +40,41 @@ _SAVE_AS_TEXT = ("Open it in a text editor (or the program that made it) and sav
                  "plain text (.txt) with UTF-8 encoding.")
 
 
+_BLANK_LINE = re.compile(r"\n[ \t\f\v]*\n")  # a line that is empty or holds only spaces/tabs
+_NEWLINE = re.compile(r"\n")
+
+
+def normalize_newlines(text: str) -> str:
+    """`text` with "\\r\\n" and "\\r" line endings as "\\n"."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def document_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) character offsets of each document of `text` ("\\n" line endings), with
+    surrounding whitespace excluded: the paragraphs separated by blank lines (lines with only
+    spaces/tabs count as blank), or, in a text without any blank line, each non-empty line."""
+    sep = _BLANK_LINE if _BLANK_LINE.search(text.strip()) else _NEWLINE
+    spans, start = [], 0
+    for end, nxt in [(m.start(), m.end()) for m in sep.finditer(text)] + [(len(text), 0)]:
+        part = text[start:end]
+        if part.strip():
+            lead = len(part) - len(part.lstrip())
+            spans.append((start + lead, start + len(part.rstrip())))
+        start = nxt
+    return spans
+
+
+def split_documents(text: str) -> list[str]:
+    """Split a text into documents, each stripped of surrounding whitespace (document_spans).
+
+    Paragraphs separated by blank lines are the documents; a text without any blank line is one
+    document per non-empty line. "\\r\\n" and "\\r" line endings count as "\\n". Returns []
+    for a whitespace-only text. For the recall check and sample prompts: training reads the
+    text as written (PretrainData)."""
+    text = normalize_newlines(text)
+    return [text[a:b] for a, b in document_spans(text)]
+
+
 BUNDLED = {"pretrain": "pretrain.txt", "tune": "tune.txt"}  # the default corpora, in resources/
 
 
@@ -170,7 +205,7 @@ def read_text(path: str | os.PathLike, what: str = "pretraining text",
                 f"byte offset {offset} (line {line}) cannot be decoded.",
                 "Open it in a text editor and save it as UTF-8 (in 'Save As', choose the encoding "
                 "'UTF-8').") from None
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = normalize_newlines(text)
     if not text.strip():
         raise DataError(f"The {what} file {str(path)!r} contains only whitespace.",
                         "Put some text in it (a few sentences at least) and save it.")

@@ -425,9 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=count(0, MAX_SEED),
                    help=f"weights, batches and sampling ({d['seed']})")
     t.add_argument("--val-split", metavar="KIND:SHARE",
-                   help="held-out text: docs:F = the last share F of the documents (their "
-                   "last tokens when one document), tail:F = the last share F of the tokens, "
-                   f"nanoGPT's split ({d['val_split']})")
+                   help="held-out text, the end of the text: docs:F = the last share F of "
+                   "the paragraphs (the last characters when one paragraph), tail:F = the last "
+                   f"share F of the characters, nanoGPT's split ({d['val_split']})")
     t.add_argument("--time-budget", type=number(0, 1e9), metavar="SECONDS",
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "

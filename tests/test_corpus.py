@@ -48,27 +48,37 @@ def test_bundled_pretraining_text(pretrain):
 
 # ---------------------------------------------------------------- stream and split
 
-def test_stream_is_bos_doc_eos(tok):
-    text = "Alpha beta.\n\nGamma delta.\n\nEpsilon."
-    data = PretrainData(tok, text, context_length=4, val_fraction=0.0)
-    want = []
-    for d in ["Alpha beta.", "Gamma delta.", "Epsilon."]:
-        want += [tok.bos_id] + tok.encode(d) + [tok.eos_id]
-    assert data.stream.dtype == np.int32
-    assert data.stream.tolist() == want
-    assert data.n_tokens == len(want)
-    assert data.documents == ["Alpha beta.", "Gamma delta.", "Epsilon."]
+CODE = "def f(x):\n    return x\n\n\nclass A:\n\n    y = 1\n  \n\tz = 2\n"
+
+
+def test_stream_is_the_text_as_written(tok):
+    """Issue 20: blank lines, indentation and tabs are text; no document marks but the BOS."""
+    for text in [CODE, "Alpha beta.\n\nGamma delta.\n\n\nEpsilon.\n"]:
+        data = PretrainData(tok, text, context_length=4, val_fraction=0.0)
+        assert data.train_stream.dtype == np.int32
+        assert data.train_stream.tolist() == [tok.bos_id] + tok.encode(text)
+        assert tok.decode(data.train_stream[1:].tolist()) == text
+        assert tok.eos_id not in data.train_stream.tolist()
+        assert data.n_tokens == 1 + len(tok.encode(text)) and data.train_text == text
+
+
+def test_documents_are_for_recall_only(tok):
+    data = PretrainData(tok, "Alpha beta.\n\nGamma delta.\n\nEpsilon.", 4, val_fraction=0.0)
+    assert data.documents == data.train_documents == ["Alpha beta.", "Gamma delta.", "Epsilon."]
 
 
 def test_last_documents_are_held_out(tok, pretrain):
+    """docs:0.1: the text from the first held-out paragraph on, encoded on its own."""
     data = PretrainData(tok, pretrain, context_length=64, val_fraction=0.1)
     n_docs = len(data.documents)
     assert data.n_val_documents == round(n_docs * 0.1) >= 1
     assert not data.val_is_train
-    assert np.array_equal(np.concatenate([data.train_stream, data.val_stream]), data.stream)
     held = data.documents[-data.n_val_documents:]
-    want = [i for d in held for i in [tok.bos_id] + tok.encode(d) + [tok.eos_id]]
-    assert data.val_stream.tolist() == want
+    assert data.val_text.startswith(held[0]) and data.val_text.rstrip().endswith(held[-1])
+    assert data.train_text + data.val_text == pretrain
+    assert data.val_stream.tolist() == [tok.bos_id] + tok.encode(data.val_text)
+    assert data.train_stream.tolist() == [tok.bos_id] + tok.encode(data.train_text)
+    assert data.train_documents == data.documents[:n_docs - data.n_val_documents]
 
 
 def test_at_least_one_document_is_held_out(tok):
@@ -78,9 +88,9 @@ def test_at_least_one_document_is_held_out(tok):
     assert data.n_val_documents == 1 and not data.val_is_train
 
 
-def test_too_small_documents_hold_out_tokens(tok):
-    """A last document shorter than a window: the last tokens are held out instead
-    (tests/test_validation_split.py has the cases where nothing can be)."""
+def test_too_small_documents_hold_out_characters(tok):
+    """A last paragraph shorter than a window: the end of the text by characters is held out
+    instead (tests/test_validation_split.py has the cases where nothing can be)."""
     text = "A long first document about rivers, mountains and oceans of the world.\n\nShort."
     data = PretrainData(tok, text, context_length=12, val_fraction=0.5)
     assert not data.val_is_train and data.n_val_documents == 1
@@ -90,6 +100,23 @@ def test_too_small_documents_hold_out_tokens(tok):
 def test_single_document_holds_out_its_tail(tok):
     data = PretrainData(tok, "just one document with some words in it", 4)
     assert not data.val_is_train and data.val_stream.size >= 5
+
+
+def test_line_endings_read_as_newlines(tok):
+    a = PretrainData(tok, "one\r\ntwo\r\n\r\nthree\rfour", 2, val_fraction=0.0)
+    assert a.train_text == "one\ntwo\n\nthree\nfour"
+    assert a.documents == ["one\ntwo", "three\nfour"]
+
+
+def test_many_paragraphs_keep_their_blank_lines(tok):
+    """A text of 7,000 paragraphs: the last 700 are held out, both parts are the text itself
+    (the cut falls where the tokenizer does not merge, so the ids are the whole text's)."""
+    text = "".join(f"Note {i}: the tide was {i % 13} feet.\n\n" for i in range(7000))
+    data = PretrainData(tok, text, 64)
+    assert data.n_val_documents == 700 and len(data.train_documents) == 6300
+    assert data.val_text.startswith("Note 6300:") and data.train_text.endswith("feet.\n\n")
+    joined = np.concatenate([data.train_stream, data.val_stream[1:]])
+    assert joined.tolist() == [tok.bos_id] + tok.encode(text)
 
 
 def test_zero_val_fraction(tok, pretrain):
@@ -172,7 +199,7 @@ def test_val_batches_are_fixed(tok, pretrain):
 
 def test_stream_shorter_than_a_window(tok):
     text = "Tiny text."
-    n = PretrainData(tok, text, 2).n_tokens
+    n = PretrainData(tok, text, 2, val_fraction=0.0).n_tokens
     with pytest.raises(DataError, match=f"{n} tokens long.*{65}") as info:
         PretrainData(tok, text, 64)
     assert f"at most {suggest_context_length(n)}" in info.value.hint

@@ -13,7 +13,7 @@ import engine.session as session_module
 from engine import evaluate
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
-from engine.longtext import ENCODE_CHUNK_CHARS, chunks, encode_documents
+from engine.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
 from engine.progress import Cancelled, Monitor
 from engine.session import TrainingSession
 from engine.textio import read_text
@@ -132,6 +132,23 @@ def test_encoding_a_long_document_reports_progress_and_can_be_cancelled():
     assert len(encoded) == 1 and encoded[0] <= ENCODE_CHUNK_CHARS + 4096  # one chunk, then stop
 
 
+def test_a_long_line_is_encoded_once_in_pieces_with_progress():
+    """One ~1.3 MB line: train and held-out parts are encoded once each, chunk by chunk, the
+    progress counts characters up to the whole text, and the ids are the whole text's."""
+    tok = Tokenizer.train([read_text(bundled_corpus("pretrain"))], 400)
+    text = " ".join(_words(200_000))
+    seen, encoded = [], []
+    real = tok.encode
+    tok.encode = lambda t: encoded.append(len(t)) or real(t)
+    data = PretrainData(tok, text, 64, monitor=Monitor(lambda *a: seen.append(a)))
+    assert sum(encoded) == len(text) and max(encoded) <= ENCODE_CHUNK_CHARS + 4096
+    done = [d for _, d, _ in seen]
+    assert done == sorted(done) and seen[-1][1:] == (len(text), len(text))
+    cut = int(len(text) * 0.9)
+    assert data.val_text == text[cut:] and data.train_text == text[:cut]
+    assert data.train_stream.tolist() == [tok.bos_id] + real(text[:cut])
+
+
 def test_chunked_encoding_equals_the_whole_encoding():
     tok = Tokenizer.train([read_text(bundled_corpus("pretrain")), "a  b\t12 345  été 中文"], 500)
     rng = random.Random(3)
@@ -143,7 +160,7 @@ def test_chunked_encoding_equals_the_whole_encoding():
             assert "".join(parts) == text
             assert [i for p in parts for i in tok.encode(p)] == tok.encode(text), (text, n)
     doc = " ".join(_words(30_000))
-    assert encode_documents(tok, [doc]) == [[tok.bos_id] + tok.encode(doc) + [tok.eos_id]]
+    assert encode_text(tok, doc).tolist() == [tok.bos_id] + tok.encode(doc)
 
 
 def test_a_line_longer_than_sentencepiece_accepts_is_used():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config import parse_val_split
-from engine.corpus import HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
+from engine.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
 from engine.errors import ConfigError
 from engine.metrics import bits_per_byte, score_validation
 from engine.tokenizer import Tokenizer
@@ -29,16 +29,16 @@ def test_issue_example_says_training_text():
 
 
 def test_one_long_line_holds_out_its_tail():
-    """One document (one long line): its last 10% of tokens are held out, not trained on."""
+    """One document (one long line): its last 10% of characters are held out, not trained on."""
     tok = Tokenizer.train([ONE_LINE], 512)
     data = PretrainData(tok, ONE_LINE, 16)
     assert len(data.documents) == 1 and data.val_source == HELD_OUT
-    n = data.n_tokens
-    assert data.val_stream.size == n - int(n * 0.9)
-    assert np.array_equal(np.concatenate([data.train_stream, data.val_stream]), data.stream)
+    cut = int(len(ONE_LINE) * 0.9)
+    assert data.train_text == ONE_LINE[:cut] and data.val_text == ONE_LINE[cut:]
+    assert data.val_stream.tolist() == [tok.bos_id] + tok.encode(ONE_LINE[cut:])
+    assert "the end of its only paragraph" in data.val_note
     # recall checks only what was trained on: the beginning of the line, not all of it
-    assert len(data.train_documents) == 1 and ONE_LINE.startswith(data.train_documents[0])
-    assert len(data.train_documents[0]) < 0.95 * len(ONE_LINE)
+    assert data.train_documents == [ONE_LINE[:cut].strip()] and data.n_val_documents == 0
 
 
 def test_small_documents_fall_back_to_tokens():
@@ -53,15 +53,52 @@ def test_small_documents_fall_back_to_tokens():
     assert data.train_stream.size >= 17
 
 
+def test_a_short_first_paragraph_falls_back_to_the_tail():
+    """docs: the last paragraph would leave too little to train on: the tail cut is used."""
+    text = "Short.\n\n" + "A long second paragraph about the sea and the tides. " * 4
+    tok = Tokenizer.train([text], 300, "char")
+    data = PretrainData(tok, text, 16)
+    cut = int(len(text) * 0.9)
+    assert data.val_source == HELD_OUT and data.val_text == text[cut:]
+    assert data.train_stream.size >= 17 and data.val_stream.size >= 17
+    assert data.train_documents == ["Short.", text[8:cut].strip()] and data.n_val_documents == 0
+
+
 def test_tail_split_is_nanogpts():
-    """tail:0.1 with the char tokenizer: val = the last 10% of the stream by position."""
+    """tail:0.1 with the char tokenizer: nanoGPT's split of the text, train = text[:int(n *
+    0.9)], val = the rest, each encoded on its own (one token per character, blank lines too)."""
     text = "\n\n".join(f"Speaker {i}:\nLine number {i} of the play." for i in range(300))
     tok = Tokenizer.train([text], 512, "char")
     data = PretrainData(tok, text, 32, 0.1, val_split="tail")
-    n = data.n_tokens
-    assert data.train_stream.size == int(n * 0.9)
+    cut = int(len(text) * 0.9)
+    assert data.train_stream.size == 1 + cut and data.val_stream.size == 1 + len(text) - cut
+    assert tok.decode(data.val_stream[1:].tolist()) == text[cut:] == data.val_text
     assert data.val_source == HELD_OUT
     assert "held out" in data.val_note
+
+
+def test_score_counts_the_held_out_texts_own_bytes():
+    """Bits per byte of the whole held-out text: the bytes are its UTF-8 bytes exactly (the
+    old stream counted a byte for each document mark and lost the blank lines)."""
+    text = "".join(f"Ça {i}: naïve café 日本\n\n    indented {i}\n\n" for i in range(40))
+    tok = Tokenizer.train([text], 300, "bpe")
+    data = PretrainData(tok, text, 16, 0.25)
+    assert data.val_source == HELD_OUT and data.val_text.startswith("Ça 30:")
+    score = data.score(lambda x, y: 1.0, 3)
+    assert score.tokens == data.val_stream.size - 1 == len(tok.encode(data.val_text))
+    assert score.n_bytes == data.val_bytes == len(data.val_text.encode("utf-8"))
+    assert score.bpb == pytest.approx(score.tokens / math.log(2) / data.val_bytes)
+    assert data.summary()["val_bytes"] == data.val_bytes
+
+
+def test_the_final_score_covers_up_to_its_cap():
+    text = "".join(f"line {i} of a long text\n" for i in range(4000))
+    tok = Tokenizer.train([text], 300, "char")
+    data = PretrainData(tok, text, 16, 0.5, val_split="tail")
+    assert data.score(lambda x, y: 1.0, 4).n_bytes == data.val_bytes   # FINAL_VAL_TOKENS
+    capped = data.score(lambda x, y: 1.0, 4, max_tokens=160)
+    assert capped.tokens == 160
+    assert FINAL_VAL_TOKENS >= 1_000_000
 
 
 @pytest.mark.parametrize("spec,want", [("tail:0.1", ("tail", 0.1)), ("docs", ("docs", 0.1)),
@@ -99,13 +136,10 @@ def test_bits_per_byte_by_hand():
     val_ids = data.val_stream[1:].tolist()          # the scored targets
     by_hand = 0
     for i in val_ids:
-        if i in (tok.bos_id, tok.eos_id):
-            by_hand += 1                            # a document mark stands for one "\n"
-        else:
-            by_hand += len(tok.decode([i]).encode("utf-8"))
+        by_hand += len(tok.decode([i]).encode("utf-8"))
     score = score_validation(data.val_batches(2, 10 ** 6), lambda x, y: math.log(2),
                              data.token_bytes)
-    assert score.tokens == len(val_ids) and score.n_bytes == by_hand
+    assert score.tokens == len(val_ids) and score.n_bytes == by_hand == data.val_bytes
     assert score.loss == pytest.approx(math.log(2))
     assert score.bpb == pytest.approx(len(val_ids) / by_hand)
     assert bits_per_byte(10 * math.log(2), 5) == pytest.approx(2.0)
@@ -114,7 +148,7 @@ def test_bits_per_byte_by_hand():
 def test_token_bytes_of_pieces():
     tok = Tokenizer.train(["héllo wörld"], 300, "char")
     nb = token_bytes(tok)
-    assert nb[tok.unk_id] == 0 and nb[tok.bos_id] == nb[tok.eos_id] == 1
+    assert nb[tok.unk_id] == nb[tok.bos_id] == nb[tok.eos_id] == 0   # they stand for no text
     assert nb[3:259].tolist() == [1] * 256
     assert nb[tok.encode("é")[0]] == 2 and nb[tok.encode(" ")[0]] == 1
 
