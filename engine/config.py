@@ -162,9 +162,10 @@ class TrainConfig:
     sample_interval: int = 100    # sample generations every N steps; 0 disables
     sample_tokens: int = 32       # tokens per sample generation
     replay_fraction: float = 0.25  # share of pretraining windows mixed into tuning batches
-    val_split: str = "docs"       # "docs": the last documents are held out (their tokens
-    #                               when one document or too few); "tail": the last tokens of
-    #                               the stream by position (nanoGPT's split); engine.corpus
+    val_split: str = "docs"       # "docs": the last paragraphs are held out (the last
+    #                               characters when there is one paragraph or too few); "tail":
+    #                               the last share of the characters (nanoGPT's split); the
+    #                               held-out end is encoded and scored on its own: engine.corpus
     val_fraction: float = 0.1     # share of the pretraining text held out for validation
     time_budget_s: float = 0.0    # wall seconds of training for the whole run (elapsed_s,
     #                               evaluations included, pauses not); > 0 plans the run in

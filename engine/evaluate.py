@@ -142,5 +142,4 @@ def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
     ValScore(loss in nats per token, bits per UTF-8 byte of that text, tokens, bytes). The
     periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
     val_source says whether the text is held out. Raises engine.progress.Cancelled on a stop."""
-    return session.pretrain.score(session.model.loss, session.train_config.batch_size,
-                                  max_tokens, session.monitor, "final validation")
+    return session.pretrain_val(max_tokens)

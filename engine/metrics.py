@@ -62,6 +62,9 @@ class StepMetrics:
     val_bpb: float | None = None            # the pretraining validation text in bits per byte
     #                                         (with val_loss in pretraining, pretrain_val_loss
     #                                         while tuning): bits_per_byte()
+    val_tokens: int | None = None           # targets that validation scored (the run's last
+    #                                         record: the whole held-out text, up to
+    #                                         engine.corpus.FINAL_VAL_TOKENS)
     val_source: str | None = None           # where that text comes from: "held-out" (never
     #                                         trained on) or "training text" (nothing could be
     #                                         held out: engine.corpus)

@@ -26,7 +26,7 @@ from engine.errors import CheckpointError, ConfigError
 from engine.export_types import DEFAULT_DTYPE
 from engine.generation import Generator, delegate
 from engine.memory import check_fits
-from engine.metrics import ValScore, score_validation
+from engine.metrics import ValScore
 from engine.model import Model
 from engine.params import ParamTable
 from engine.progress import Monitor
@@ -259,13 +259,14 @@ class TrainingSession:
         self.continue_training(pretrain_steps, tune_steps)
 
     def data_summary(self) -> dict:
-        return {"pretrain_chars": len(self.pretrain_text), "pretrain_sha256": _sha256(self.pretrain_text),
-                "pretrain_tokens": self.pretrain.n_tokens, "pretrain_documents": len(self.pretrain.documents),
+        """What the run trains on and scores (the checkpoint header, the GGUF metadata): the
+        texts' sizes and hashes, PretrainData.summary() and the validation split."""
+        return {"pretrain_chars": len(self.pretrain_text),
+                "pretrain_sha256": _sha256(self.pretrain_text),
                 "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
                 "tune_dialogues": len(self.tune.dialogues) if self.has_tune else 0,
                 "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
-                "val_source": self.pretrain.val_source,
-                "val_tokens": int(self.pretrain.val_stream.size)}
+                **self.pretrain.summary()}
 
     def last_validation(self) -> dict:
         """The newest pretraining-text validation numbers: {"val_loss" (nats per token),
@@ -319,11 +320,12 @@ class TrainingSession:
             return 0.0
         return tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
 
-    def pretrain_eval_tokens(self) -> int:
-        """Targets one pretraining validation pass scores (pretrain_val's windows)."""
+    def pretrain_eval_tokens(self, max_tokens: int | None = None) -> int:
+        """Targets a pretraining validation pass scores (pretrain_val's windows)."""
         tc = self.train_config
+        tokens = tc.eval_tokens if max_tokens is None else max_tokens
         return sum(int((y >= 0).sum())
-                   for _, y in self.pretrain.val_batches(tc.batch_size, tc.eval_tokens))
+                   for _, y in self.pretrain.val_batches(tc.batch_size, tokens))
 
     def tune_eval_tokens(self) -> int:
         """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without)."""
@@ -332,19 +334,16 @@ class TrainingSession:
         batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
         return sum(int((y >= 0).sum()) for _, y in batches)
 
-    def pretrain_val(self) -> ValScore:
+    def pretrain_val(self, max_tokens: int | None = None) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and
-        how much text. The windows are PretrainData.val_batches: the val stream in
-        consecutive windows, at most train_config.eval_tokens targets, the same every call.
-        The text is held out unless pretrain.val_source says "training text"."""
+        how much text (PretrainData.score): at most max_tokens targets (None: train_config.
+        eval_tokens, the periodic evaluation; engine.corpus.FINAL_VAL_TOKENS: the whole
+        held-out text at a run's end), the same windows every call. The text is held out
+        unless pretrain.val_source says "training text"."""
         tc = self.train_config
-        batches = self.pretrain.val_batches(tc.batch_size, tc.eval_tokens)
-
-        def ticking():   # progress and cancellation between batches
-            for i, batch in enumerate(batches):
-                self.monitor.tick("validation", i, len(batches))
-                yield batch
-        return score_validation(ticking(), self.model.loss, self.pretrain.token_bytes)
+        tokens = tc.eval_tokens if max_tokens is None else max_tokens
+        phase = "validation" if max_tokens is None else "final validation"
+        return self.pretrain.score(self.model.loss, tc.batch_size, tokens, self.monitor, phase)
 
     def pretrain_val_loss(self) -> float:
         """pretrain_val().loss: mean cross-entropy in nats per token."""

@@ -23,6 +23,7 @@ import numpy as np
 import pyopencl as cl
 
 from engine.budget import EvalPacer, PhaseCosts, TimePlan
+from engine.corpus import FINAL_VAL_TOKENS
 from engine.progress import Cancelled, Clock
 from engine.errors import DeviceError, TrainingDiverged
 from engine.evaluate import answer_accuracy, fact_recall, recall_tokens
@@ -52,6 +53,8 @@ class Trainer:
         self._stage_lr: tuple[str, float] | None = None  # (stage, last lr) for monotone decay
         self._warmup: dict[str, int] = {}
         self._tunes = False
+        self._eval_tokens = 0             # targets the last validation scored
+        self._periodic_eval_tokens = 0    # targets a periodic validation scores
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Iterator[StepMetrics]:
@@ -98,11 +101,13 @@ class Trainer:
             stage_end = self._stage_ends(stage, now + sum(due.values()))
             if self.plan:
                 self._replan(stage, stage_end, now)
+            done = (s.step >= s.total_steps if self.plan is None
+                    else stage_end and (stage == "tune" or not self._tunes))
             m = StepMetrics(s.step, s.total_steps, stage, loss, gnorm, lr,
                             x.size / max(dt, 1e-9), now, skipped=skipped)
             health.after_step(m)
             try:
-                self._step_checks(m, stage, stage_end, due)
+                self._step_checks(m, stage, stage_end, due, final=done)
             except Cancelled:  # keep the step and what was measured; the caller saves
                 m.extra["interrupted"] = s.monitor.phase or "checks"
             m.elapsed_s = self.clock.now()   # evaluations of this step included
@@ -114,8 +119,6 @@ class Trainer:
             s.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
             if m.val_loss is not None and bad == 0 and "interrupted" not in m.extra:
                 self._snapshot()
-            done = (s.step >= s.total_steps if self.plan is None
-                    else stage_end and (stage == "tune" or not self._tunes))
             if stage_end and not done:
                 stage, stage_start = "tune", self.clock.now()
                 if self.plan:
@@ -218,11 +221,13 @@ class Trainer:
         prompts = len(sample_prompts(s, "pretrain"))
         samples = prompts * (tc.sample_tokens + 1) if tc.sample_interval else 0
         eval_tokens = s.pretrain_eval_tokens()
-        costs = {"pretrain": PhaseCosts(eval_tokens, samples,
+        final = s.pretrain_eval_tokens(FINAL_VAL_TOKENS)   # the run's end scores all of it
+        costs = {"pretrain": PhaseCosts(eval_tokens if self._tunes else final, samples,
                                         recall_tokens(s, "pretrain") if tc.evaluate_recall else 0)}
-        if s.has_tune:
-            costs["tune"] = PhaseCosts(eval_tokens + s.tune_eval_tokens(), samples,
+        if self._tunes:
+            costs["tune"] = PhaseCosts(final + s.tune_eval_tokens(), samples,
                                        recall_tokens(s, "tune") if tc.evaluate_recall else 0)
+        self._periodic_eval_tokens = eval_tokens
         per_token = 0.0
         if samples or tc.evaluate_recall:
             stamps: list[float] = []
@@ -265,18 +270,20 @@ class Trainer:
             return due
         cost = self.plan.costs["pretrain"]
         for kind in list(due):
-            due[kind] = (self.plan.eval_s(cost.eval_tokens) if kind == "eval"
+            due[kind] = (self.plan.eval_s(self._periodic_eval_tokens) if kind == "eval"
                          else cost.sample_tokens * self.plan.per_token_s)
             if not self.pacer.allows(self.clock.now(), due[kind]):
                 del due[kind]
         return due
 
-    def _step_checks(self, m: StepMetrics, stage: str, stage_end: bool, due: dict) -> None:
+    def _step_checks(self, m: StepMetrics, stage: str, stage_end: bool, due: dict,
+                     final: bool = False) -> None:
         """Validation, samples and the stage-end recall after step m.step, into m: the periodic
-        ones in `due`, every one at a stage end; each measured for the time plan."""
+        ones in `due`, every one at a stage end; at the run's end (final) the validation scores
+        the whole held-out text (engine.corpus.FINAL_VAL_TOKENS). Each is measured for the plan."""
         s = self.session
         if stage_end or "eval" in due:
-            self._timed(stage, stage_end, "eval", self._evaluate, m, stage)
+            self._timed(stage, stage_end, "eval", self._evaluate, m, stage, final)
         if s.train_config.sample_interval and (stage_end or "samples" in due):
             m.samples = self._timed(stage, stage_end, "samples", samples, s, stage)
         if stage_end and s.train_config.evaluate_recall:
@@ -293,23 +300,25 @@ class Trainer:
             else:
                 self.pacer.done(dt)
             if kind == "eval":
-                self.plan.eval_done(dt, self.plan.costs[stage].eval_tokens)
+                self.plan.eval_done(dt, self._eval_tokens)
             elif kind == "samples":
                 self.plan.decode_done(dt, self.plan.costs[stage].sample_tokens)
         return result
 
-    def _evaluate(self, m: StepMetrics, stage: str) -> None:
+    def _evaluate(self, m: StepMetrics, stage: str, final: bool = False) -> None:
         """Validation numbers into m: the pretraining text (val_loss while pretraining,
-        pretrain_val_loss while tuning; val_bpb and val_source with it) and, while tuning,
-        val_loss on the tune dialogues."""
+        pretrain_val_loss while tuning; val_bpb, val_source and val_tokens with it) and, while
+        tuning, val_loss on the tune dialogues. final: the whole held-out text."""
         s = self.session
-        score = s.pretrain_val()
-        m.val_bpb, m.val_source = score.bpb, s.pretrain.val_source
+        score = s.pretrain_val(FINAL_VAL_TOKENS if final else None)
+        m.val_bpb, m.val_source, m.val_tokens = score.bpb, s.pretrain.val_source, score.tokens
+        self._eval_tokens = score.tokens
         if stage == "pretrain":
             m.val_loss = score.loss
         else:
             m.val_loss = s.tune_val_loss()
             m.pretrain_val_loss = score.loss
+            self._eval_tokens += s.tune_eval_tokens()
 
     # ------------------------------------------------------------------ NaN guard
     def _snapshot(self) -> None:

@@ -249,7 +249,26 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     loss = "none" if session.last_loss is None else f"{session.last_loss:.4f}"
     line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
              f"{checkpoint.checkpoint_path(out)}")
+    final = _final_validation(session)
+    if final:
+        line.say(final)
     return 0
+
+
+def _final_validation(session) -> str | None:
+    """The run's last validation (the Trainer scores the whole held-out text at the end, up to
+    engine.corpus.FINAL_VAL_TOKENS), for a person: None when the last record has none."""
+    last = session.history[-1] if session.history else {}
+    loss = last.get("val_loss") if last.get("stage") == "pretrain" else last.get("pretrain_val_loss")
+    if loss is None or "val_bpb" not in last:
+        return None
+    where = ("held-out text" if last.get("val_source") != "training text"
+             else "training text (nothing could be held out)")
+    tokens = last.get("val_tokens")
+    size = session.pretrain.summary()["val_tokens"]
+    cover = "all of it" if tokens is not None and tokens >= size else f"{tokens:,} tokens"
+    return (f"Final validation on the {where}: {loss:.4f} nats per token, "
+            f"{last['val_bpb']:.4f} bits per byte ({cover}).")
 
 
 def _timed_save(session, out: Path) -> float:

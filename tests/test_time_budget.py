@@ -50,9 +50,9 @@ def _timed_run(s, fake: FakeTime, step_s=0.05, eval_s=0.2, first_step_s=None, pa
         fake.t += first_step_s if (first_step_s and s.step == 0) else step_s
         return real_step(*a, **k)
 
-    def val():
+    def val(*args):
         fake.t += eval_s
-        return real_val()
+        return real_val(*args)
     s.model.train_step, s.pretrain_val = step, val
     records = []
     for m in trainer.run():
@@ -223,7 +223,7 @@ def test_real_clock_budget_with_dialogues():
     s = _session(tc)
     records = list(s.train())
     assert {m.stage for m in records} == {"pretrain", "tune"}
-    assert abs(records[-1].elapsed_s - budget) <= 0.1 * budget, records[-1].elapsed_s
+    assert abs(records[-1].elapsed_s - budget) <= 0.15 * budget, records[-1].elapsed_s
     assert records[-1].recall is not None and "answers" in records[-1].recall
 
 
