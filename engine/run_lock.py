@@ -54,7 +54,7 @@ class RunLock:
         except OSError as e:
             raise CheckpointError(f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
                                   "Choose a folder you can write to.",
-                                  f"Give a folder you can write to ({self.elsewhere}).") from e
+                                  f"Use a folder you can write to: {self.elsewhere}.") from e
         try:
             _lock(f, self.path, self.elsewhere)
             f.seek(0)

@@ -130,7 +130,7 @@ def cmd_train(args) -> int:
         return _train(args)  # nothing to lock: _train reports the missing folder or the file
     before, saved = FolderSnapshot(out), _file_mark(checkpoint.checkpoint_path(out))
     try:
-        with RunLock(out, elsewhere="choose another folder (--out)"):
+        with RunLock(out, elsewhere="give another folder with --out"):
             return _train(args)
     finally:
         if _file_mark(checkpoint.checkpoint_path(out)) == saved:   # nothing was saved

@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton)
 
-from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
+from engine.export_types import DTYPE_NAMES, TRANSFORMERS_NOTE, estimated_bytes, q8_0_fits
 from studio.ui.settings_panel import human_bytes
 
 FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
@@ -76,7 +76,7 @@ class ExportDialog(QDialog):
             "A folder that transformers' LlamaForCausalLM.from_pretrained and AutoTokenizer "
             "load as is (float32 weights, the same token ids, the chat template)." if hf else
             "An Ollama Modelfile is written beside the GGUF. The file loads in llama.cpp, "
-            "Ollama and LM Studio.")
+            "Ollama and LM Studio. " + TRANSFORMERS_NOTE)
         self._check_path()
 
     def _check_path(self, *_) -> None:
