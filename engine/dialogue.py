@@ -151,11 +151,17 @@ def _parse_text(text: str, source: str) -> list[list[Message]]:
 
 
 def _parse_json(text: str, source: str) -> list[list[Message]]:
-    """JSON or JSONL in the formats of other trainers (engine.dialogue_json), checked as text."""
-    from engine.dialogue_json import parse_json_records
-    return [_check_dialogue([(where, Message(role, content.strip())) for role, content in turns],
-                            source)
-            for where, turns in parse_json_records(text, source)]
+    """JSON or JSONL in the formats of other trainers (engine.dialogue_json), checked as text;
+    an order error's hint is said in JSON's terms."""
+    from engine.dialogue_json import ORDER_HINT, parse_json_records
+    out = []
+    for where, turns in parse_json_records(text, source):
+        try:
+            out.append(_check_dialogue([(where, Message(role, content.strip()))
+                                        for role, content in turns], source))
+        except DataError as e:
+            raise DataError(str(e), ORDER_HINT) from None
+    return out
 
 
 def read_dialogues(path: str | os.PathLike,

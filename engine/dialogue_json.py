@@ -28,6 +28,8 @@ FORMATS_HINT = (
     '{"conversations": [{"from": "human"/"gpt", "value"}]}, Alpaca {"instruction", "input", '
     '"output"} records, or bare lists of messages; or the text format of "User:" and '
     '"Assistant:" lines.')
+ORDER_HINT = ("Each dialogue is optional system messages, then user and assistant messages in "
+              "turn, ending with an assistant answer; none is empty. " + FORMATS_HINT)
 # role names of ShareGPT and OpenAI files -> our roles
 ROLE_NAMES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant",
               "gpt": "assistant", "chatgpt": "assistant", "model": "assistant", "bot": "assistant"}
