@@ -102,3 +102,26 @@ def test_the_note_is_where_people_choose(qtbot):
     dialog = ExportDialog(ModelConfig(), Path("model.gguf"))
     qtbot.addWidget(dialog)
     assert TRANSFORMERS_NOTE in dialog.note.text()
+
+
+def test_model_card_table_reads_back_in_a_markdown_parser(tok, tmp_path):
+    """The HF folder's README.md: metadata with "|", backslashes, newlines and undecodable
+    bytes stays one row of two cells each in a GFM table parser (markdown-it-py)."""
+    pytest.importorskip("safetensors")
+    markdown_it = pytest.importorskip("markdown_it")
+    from engine.hf.export import export_hf
+    b = make_bundle(tok, d_model=32, n_layer=1, n_head=2, context_length=32)
+    b.metadata = {"name": "my|model", "corpus": "a|b\\c\nnext line",
+                  "file": "lone " + os.fsdecode(b"\xff")}
+    export_hf(b, tmp_path / "hf")
+    tokens = markdown_it.MarkdownIt("commonmark").enable("table").parse(
+        (tmp_path / "hf" / "README.md").read_text(encoding="utf-8"))
+    def text(t):   # what the parser reads in an inline run (escapes applied)
+        return "".join(c.content for c in t.children or () if c.type == "text")
+    cells = [text(t) for t in tokens
+             if t.type == "inline" and any(p.type in ("td_open", "th_open") for p in
+                                           tokens[max(0, tokens.index(t) - 1):tokens.index(t)])]
+    rows = dict(zip(cells[2::2], cells[3::2]))     # after the header's two cells
+    assert rows == {"corpus": "a|b\\c next line", "file": "lone \ufffd", "name": "my|model"}
+    heading = next(t for t in tokens if t.type == "inline")
+    assert text(heading) == "my|model"

@@ -82,10 +82,17 @@ def _tokenizer_config(tok) -> dict:
             "model_max_length": None, "chat_template": CHAT_TEMPLATE}
 
 
+def _cell(v) -> str:
+    """v as text inside one Markdown (GFM) table cell or heading: "|" escaped, lines joined,
+    a file name's undecodable bytes as U+FFFD (the card is written as UTF-8)."""
+    from engine.gguf_export import gguf_text
+    return " ".join(gguf_text(v).replace("\\", "\\\\").replace("|", "\\|").split())
+
+
 def _card(bundle) -> str:
-    meta = "\n".join(f"| {k} | {v} |" for k, v in sorted(bundle.metadata.items()))
+    meta = "\n".join(f"| {_cell(k)} | {_cell(v)} |" for k, v in sorted(bundle.metadata.items()))
     c = bundle.config
-    return (f"# {bundle.metadata.get('name', 'OpenCL LLM Studio model')}\n\n"
+    return (f"# {_cell(bundle.metadata.get('name', 'OpenCL LLM Studio model'))}\n\n"
             "A Llama-style model trained from scratch with OpenCL LLM Studio.\n\n"
             f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
             f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
