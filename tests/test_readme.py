@@ -101,3 +101,50 @@ def test_the_q8_0_example_runs(tok, tmp_path, monkeypatch):
     assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is False
     out = scope["llm"]("Paris is", max_tokens=3, temperature=0)
     assert out["choices"][0]["text"] is not None
+
+
+# Inline commands in the README's prose -> the test that runs them, or why none can here.
+NOT_HERE = "not run by the tests: "
+INLINE = {
+    'pip install -e ".[test]"': ".ci/run",
+    "LLM_STUDIO_KILLS=50 pytest tests/test_resilience.py -k sigkill":
+        "tests/test_resilience.py::test_sigkill_then_resume_gives_the_same_losses",
+    "LLM_STUDIO_TEST_DEVICE=NAME pytest": "tests/conftest.py",
+    "LLM_STUDIO_ATTENTION=gemm": "tests/test_attention_gemm.py",
+    "llm-studio": "tests/test_preflight.py::test_a_working_display_starts_the_window",
+    "llm-studio devices": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio train": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio export": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio import": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    "sudo apt install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1":
+        "tests/test_preflight.py::test_every_missing_xcb_library_is_named_with_the_install_command",
+    "llama-cli -m model.gguf": NOT_HERE + "llama.cpp's CLI is not installed; its library loads "
+                               "the file in tests/test_gguf_export.py",
+    "llama-cli --no-repack": NOT_HERE + "as above; the same switch in llama-cpp-python runs in "
+                             "test_the_q8_0_example_runs",
+    "ollama create mymodel -f model.Modelfile": NOT_HERE + "Ollama is not installed; its "
+                                                "Modelfile parser is ported in tests/ollama_parser.py",
+    "sudo apt install build-essential": NOT_HERE + "a system package",
+    "bash benchmarks/intel_cpu_opencl.sh": NOT_HERE + "a benchmark that installs a runtime",
+    "bash benchmarks/cpu_isa.sh check|avx2|avx512": NOT_HERE + "a benchmark",
+    "du -sh .venv/lib/python3.11/site-packages": NOT_HERE + "the size measurement itself",
+    'pip install -e ".[hf]"': NOT_HERE + "network; [test] includes [hf]",
+    'pip install -e ".[torch]"': NOT_HERE + "network; [test] includes [torch]",
+    "pip install 'opencl-llm-studio[tensorboard]'": NOT_HERE + "network; [test] includes it",
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu": NOT_HERE + "network",
+}
+COMMAND = re.compile(r"(llm-studio|pip|python3?|pytest|bash|llama-cli|ollama|sudo|du|torchrun"
+                     r"|LLM_STUDIO_[A-Z_]+=)\b")
+
+
+def test_every_inline_command_is_accounted_for():
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    spans = {" ".join(s.split()) for s in re.findall(r"`([^`]+)`", prose)}
+    commands = {s for s in spans if COMMAND.match(s)}
+    assert commands == set(INLINE), (commands ^ set(INLINE))
+    for where in INLINE.values():
+        if where.startswith(NOT_HERE):
+            continue
+        path, _, name = where.partition("::")
+        assert (ROOT / path).exists() and (not name or f"def {name}(" in
+                                            (ROOT / path).read_text(encoding="utf-8")), where
