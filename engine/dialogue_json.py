@@ -19,7 +19,7 @@ structure is refused naming what was found and the formats read here.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any
 
 from engine.errors import DataError
 
@@ -126,11 +126,11 @@ def _is_message(x: Any) -> bool:
 
 
 def _describe(x: Any) -> str:
-    names: dict[type, Callable[[Any], str]] = {
-        dict: lambda d: "an object with keys " + (", ".join(repr(k) for k in list(d)[:6])
-                                                  or "none"),
-        list: lambda v: f"a list of {len(v)} items", str: lambda s: f"the string {s[:30]!r}"}
-    for t, f in names.items():
-        if isinstance(x, t):
-            return f(x)
+    """What a JSON value is, for a message: its keys, its length, its start."""
+    if isinstance(x, dict):
+        return "an object with keys " + (", ".join(repr(k) for k in list(x)[:6]) or "none")
+    if isinstance(x, list):
+        return f"a list of {len(x)} items"
+    if isinstance(x, str):
+        return f"the string {x[:30]!r}"
     return f"the value {json.dumps(x)[:30]}"
