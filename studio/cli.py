@@ -121,7 +121,7 @@ def cmd_train(args) -> int:
     stopped before its first step; nothing left to train) leaves --out as it was."""
     from engine import checkpoint
     from engine.fsutil import FolderSnapshot
-    from engine.run_lock import RunLock
+    from engine.run_lock import RunFolderBusy, RunLock
     out = Path(args.out)
     if args.resume:  # the old spelling of --continue ("resume" is going on after a pause)
         print("note: --resume is now --continue; the old spelling still works.", file=sys.stderr)
@@ -129,12 +129,20 @@ def cmd_train(args) -> int:
     if not out.is_dir() and (args.continue_run or out.exists()):
         return _train(args)  # nothing to lock: _train reports the missing folder or the file
     before, saved = FolderSnapshot(out), _file_mark(checkpoint.checkpoint_path(out))
+    lock = RunLock(out, elsewhere="give another folder with --out")
     try:
-        with RunLock(out, elsewhere="give another folder with --out"):
-            return _train(args)
+        lock.acquire()
+    except RunFolderBusy:
+        raise          # another process's folder: nothing in it is this one's to remove
+    except BaseException:
+        before.undo()  # folders made before the lock file could not be written
+        raise
+    try:
+        return _train(args)
     finally:
+        lock.release()   # first: Windows cannot delete an open file
         if _file_mark(checkpoint.checkpoint_path(out)) == saved:   # nothing was saved
-            before.undo()   # after the lock is released (Windows cannot delete an open file)
+            before.undo()   # under the lock, whatever appeared in --out was this process's
 
 
 def _file_mark(path: Path):

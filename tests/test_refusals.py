@@ -126,3 +126,18 @@ def test_train_messages_name_cli_options(place, capsys, monkeypatch):
     """The hint of an unwritable --out names the option, not a dialog."""
     err = refused(["train", "--out", "/proc/no/such/run", *TINY], place, capsys)
     assert "--out" in err
+
+
+def test_a_busy_folder_is_left_to_its_trainer(tmp_path, capsys, monkeypatch):
+    """A train refused because another process trains in --out removes nothing there, not even
+    what that process made while this one started (here: a folder and a file made just before
+    the refusal)."""
+    from engine import run_lock
+
+    def busy(self):   # the other trainer made the folder and its first file meanwhile
+        (tmp_path / "new").mkdir()
+        (tmp_path / "new" / "metrics.jsonl").write_text("{}\n")
+        raise run_lock.RunFolderBusy(f"The run folder {self.folder} is in use.", "Wait.")
+    monkeypatch.setattr(run_lock.RunLock, "acquire", busy)
+    assert main(["train", "--out", str(tmp_path / "new"), *TINY]) == 2
+    assert (tmp_path / "new" / "metrics.jsonl").read_text() == "{}\n"
