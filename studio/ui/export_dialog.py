@@ -107,6 +107,17 @@ class ExportDialog(QDialog):
         if path:
             self.path_edit.setText(path if path.endswith(".gguf") else path + ".gguf")
 
+    def preset(self, path: str, dtype: str) -> None:
+        """Open on an earlier choice (path, dtype as `choice` gives it), e.g. one whose export
+        failed, so that nothing the person chose is lost."""
+        hf = dtype == "hf"
+        self.format_combo.setCurrentIndex(self.format_combo.findData("hf" if hf else "gguf"))
+        k = self.dtype_combo.findData(dtype)
+        if not hf and k >= 0 and self.dtype_combo.model().item(k).isEnabled():
+            self.dtype_combo.setCurrentIndex(k)
+        self.path_edit.setText(path)
+        self._check_path()
+
     def choice(self) -> tuple[str, str]:
         """(path, dtype); dtype "hf" means a Hugging Face folder."""
         return (self.path_edit.text().strip(),
