@@ -104,7 +104,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     (folders made and a new Modelfile removed; earlier files intact)."""
     name = str(dtype).lower()
     if name not in DTYPES:
-        raise ExportError(f"Unknown export type {dtype!r}.", f"Use one of {', '.join(DTYPE_NAMES)}.")
+        raise ExportError(f"Unknown export type {dtype!r}.",
+                          f"Use one of {', '.join(DTYPE_NAMES)}.")
     qtype, file_type = DTYPES[name]
     path = Path(path)
     if modelfile == "":

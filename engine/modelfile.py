@@ -77,10 +77,10 @@ def _reads_back(written: str, s: str) -> bool:
 def modelfile_value(s: str, what: str, bare: bool = False) -> str:
     """s as a Modelfile value Ollama's parser reads back exactly: "s" (bare s first when `bare`)
     or, first for multi-line text, \"\"\"s\"\"\"; the first form that reads back. what: how
-    to name s in the error. Raises ExportError when s holds a
-    character the parser drops (a control or format character, a carriage return) or no form
-    reads back (e.g. a multi-line value holding \"\"\")."""
-    bad = next((c for c in s if not _kept(c) or c == "\r"), None)
+    to name s in the error. Raises ExportError when s holds a character the parser drops (a
+    control or format character, a carriage return) or no form reads back (e.g. a multi-line
+    value holding \"\"\")."""
+    bad = next((c for c in s if not _kept(c)), None)
     if bad is not None:
         raise ExportError(f"{what} contains the character {bad!r}, which Ollama's Modelfile "
                           "cannot hold.", "Remove it (rename the file) and export again.")
