@@ -83,7 +83,7 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray, v: np.ndarray,
         fsutil.fsync_dir(target.parent)
     except OSError as e:
         raise CheckpointError(f"Could not write the checkpoint {target}: {e.strerror or e}.",
-                              "Choose a folder you can write to, or free disk space. The "
+                              "Use a folder you can write to, or free disk space. The "
                               "previous checkpoint, if any, is unchanged.") from e
     _remove_leftovers(target)
     return target

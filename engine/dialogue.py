@@ -9,8 +9,9 @@ Text format (docs/DESIGN.md), dialogues separated by blank lines, optional "Syst
 
 A turn runs from its "User:"/"Assistant:"/"System:" line (tags in any letter case, at the very
 start of the line) until the next such line or a blank line, so it may span several lines.
-Or JSONL: one {"messages": [{"role", "content"}, ...]} per line (detected when the first
-non-empty line starts with "{").
+Or JSON / JSONL from other trainers (detected when the first non-blank character is "{" or
+"["): OpenAI messages, ShareGPT conversations, Alpaca records, bare lists of messages
+(engine.dialogue_json); they become the same Messages, so the encoding is the same.
 
 Rendering (the GGUF `tokenizer.chat_template`, CHAT_TEMPLATE), chat format 2: BOS, then per
 message user -> "User: {content}\\nAssistant:\\n", assistant -> "{content}" EOS "\\n",
@@ -31,7 +32,6 @@ way it was trained; `answer_text` removes its separator space.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -47,8 +47,6 @@ ROLES = ("system", "user", "assistant")
 _TAG_LINE = re.compile(r"^(user|assistant|system):", re.IGNORECASE)   # "User:", "user:", ...
 _FORMAT_HINT = ('Write each dialogue as lines "User: question" and "Assistant: answer" (a turn may '
                 'continue on the following lines), with a blank line between dialogues.')
-_JSONL_HINT = ('Each line must be one JSON object like {"messages": [{"role": "user", "content": '
-               '"..."}, {"role": "assistant", "content": "..."}]}.')
 
 CHAT_FORMAT = 2          # what new runs are tuned with; saved with every checkpoint and GGUF
 CHAT_FORMATS = (1, 2)
@@ -93,8 +91,8 @@ class Message:
 
 # ---------------------------------------------------------------- parsing
 
-def _check_dialogue(turns: list[tuple[int, Message]], source: str) -> list[Message]:
-    """Validate the order of (line number, message) turns; return the messages.
+def _check_dialogue(turns: list[tuple[str, Message]], source: str) -> list[Message]:
+    """Validate the order of (where, message) turns ("line 3"); return the messages.
 
     Rules: system turns only before the first user turn; then user and assistant alternate,
     starting with user and ending with assistant; no empty turn.
@@ -102,7 +100,7 @@ def _check_dialogue(turns: list[tuple[int, Message]], source: str) -> list[Messa
     seen_user = False
     prev = None
     for line, m in turns:
-        where = f"{source}, line {line}"
+        where = f"{source}, {line}"
         if not m.content:
             raise DataError(f"{where}: the {m.role} turn is empty.",
                             "Write the text after the colon, or remove the line.")
@@ -121,7 +119,7 @@ def _check_dialogue(turns: list[tuple[int, Message]], source: str) -> list[Messa
         prev = m.role
     line, last = turns[-1]
     if last.role != "assistant":
-        raise DataError(f"{source}, line {line}: the dialogue ends without an 'Assistant:' answer.",
+        raise DataError(f"{source}, {line}: the dialogue ends without an 'Assistant:' answer.",
                         "Add an 'Assistant:' line after the last question. " + _FORMAT_HINT)
     return [m for _, m in turns]
 
@@ -131,7 +129,8 @@ def _parse_text(text: str, source: str) -> list[list[Message]]:
 
     def close():
         if turns:
-            msgs = [(n, Message(role, "\n".join(body).strip())) for n, role, body in turns]
+            msgs = [(f"line {n}", Message(role, "\n".join(body).strip()))
+                    for n, role, body in turns]
             dialogues.append(_check_dialogue(msgs, source))
             turns.clear()
 
@@ -151,34 +150,18 @@ def _parse_text(text: str, source: str) -> list[list[Message]]:
     return dialogues
 
 
-def _parse_jsonl(text: str, source: str) -> list[list[Message]]:
-    dialogues = []
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{source}, line {n}"
+def _parse_json(text: str, source: str) -> list[list[Message]]:
+    """JSON or JSONL in the formats of other trainers (engine.dialogue_json), checked as text;
+    an order error's hint is said in JSON's terms."""
+    from engine.dialogue_json import ORDER_HINT, parse_json_records
+    out = []
+    for where, turns in parse_json_records(text, source):
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno}).",
-                            _JSONL_HINT) from None
-        msgs = obj.get("messages") if isinstance(obj, dict) else None
-        if not isinstance(msgs, list) or not msgs:
-            raise DataError(f'{where}: expected an object with a non-empty "messages" list.',
-                            _JSONL_HINT)
-        turns = []
-        for k, msg in enumerate(msgs):
-            if not (isinstance(msg, dict) and isinstance(msg.get("role"), str)
-                    and isinstance(msg.get("content"), str)):
-                raise DataError(f'{where}: message {k + 1} needs a "role" and a "content" string.',
-                                _JSONL_HINT)
-            role = msg["role"].strip().lower()
-            if role not in ROLES:
-                raise DataError(f"{where}: unknown role {msg['role']!r} in message {k + 1}; "
-                                f"expected user, assistant or system.", _JSONL_HINT)
-            turns.append((n, Message(role, msg["content"].strip())))
-        dialogues.append(_check_dialogue(turns, source))
-    return dialogues
+            out.append(_check_dialogue([(where, Message(role, content.strip()))
+                                        for role, content in turns], source))
+        except DataError as e:
+            raise DataError(str(e), ORDER_HINT) from None
+    return out
 
 
 def read_dialogues(path: str | os.PathLike,
@@ -192,19 +175,22 @@ def read_dialogues(path: str | os.PathLike,
 
 
 def parse_dialogues(text: str, source: str = "tune file") -> list[list[Message]]:
-    """Parse dialogue text (User:/Assistant: format or JSONL) into dialogues of Messages.
+    """Parse dialogue text (User:/Assistant: format, or JSON / JSONL in the formats of
+    engine.dialogue_json: OpenAI messages, ShareGPT, Alpaca, bare message lists) into
+    dialogues of Messages.
 
     source: how to name the input in messages. Returns a non-empty list; each dialogue is
     [system*] (user, assistant)+. Raises DataError naming the line and what was expected:
     empty text, no "Assistant:" at all, text before the first role line, an Assistant turn
     before any User turn, turns out of order, an empty turn, a dialogue ending with a question,
-    bad JSON, a missing "messages" list, an unknown role.
+    bad JSON, a JSON record of another structure (named, with the formats read), an unknown
+    role.
     """
     lines = [ln for ln in text.split("\n") if ln.strip()]
     if not lines:
         raise DataError(f"The {source} is empty.", _FORMAT_HINT)
-    if lines[0].lstrip().startswith("{"):
-        return _parse_jsonl(text, source)
+    if lines[0].lstrip()[:1] in ("{", "["):
+        return _parse_json(text, source)
     if not any(ln[:10].lower() == "assistant:" for ln in lines):
         raise DataError(f"The {source} has no line starting with 'Assistant:', so there is "
                         f"nothing for the model to learn to answer.", _FORMAT_HINT)

@@ -3,15 +3,19 @@
 Every error a person can cause (a bad file, a bad setting, a missing device) is raised as a
 subclass of `StudioError`. Its message says what is wrong; `hint` says how to fix it. The CLI
 prints both and exits non-zero; the studio shows both in a dialog. Anything else is a bug.
+Where the way out differs between the two front ends (a file dialog in the studio, an option on
+the command line), `cli_hint` says it in the command line's words.
 """
 
 
 class StudioError(Exception):
-    """Base class: `str(err)` is what went wrong, `err.hint` what to do about it."""
+    """Base class: `str(err)` is what went wrong, `err.hint` what to do about it (the studio's
+    words), `err.cli_hint` the same in the command line's words (`hint` when not given)."""
 
-    def __init__(self, message: str, hint: str = ""):
+    def __init__(self, message: str, hint: str = "", cli_hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+        self.cli_hint = hint if cli_hint is None else cli_hint
 
     def describe(self) -> str:
         """Message and hint as one paragraph, for a terminal or a dialog."""

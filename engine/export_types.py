@@ -18,6 +18,13 @@ BLOCKS = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34)}
 DTYPE_NAMES = tuple(BLOCKS)   # what `llm-studio export --dtype` and the export dialog offer
 DEFAULT_DTYPE = "f32"         # exact: the file gives the engine's logits
 QK8_0 = BLOCKS["q8_0"][0]
+# Which export to give transformers (README, the export dialog; tests/test_export_consumers.py
+# checks both halves): its GGUF loader (from_pretrained(..., gguf_file=...), transformers
+# integrations/gguf) builds a LlamaTokenizer that always puts "▁" before the first word,
+# ignoring tokenizer.ggml.add_space_prefix = false, so its ids and answers differ.
+TRANSFORMERS_NOTE = ("For transformers, export the Hugging Face folder: transformers' own GGUF "
+                     "loader (gguf_file=) ignores the GGUF's add_space_prefix = false and cuts "
+                     "the first word into other tokens.")
 
 
 def _shapes(config: ModelConfig) -> list[tuple[int, ...]]:

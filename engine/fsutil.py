@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable
@@ -123,3 +124,45 @@ def _win_pid_alive(pid: int) -> bool:
         return code.value == 259  # STILL_ACTIVE
     finally:
         kernel32.CloseHandle(handle)
+
+
+class FolderSnapshot:
+    """What exists at `folder` now, so that a command that is refused leaves the disk as it was.
+
+    undo() removes what appeared since: when `folder` did not exist, the folders made since (from
+    the topmost one that was missing, parents included); when it existed, the entries made in it
+    since (a lock file, metrics.jsonl, ...). Entries that were there are never touched. Call it
+    only while no other process may write there (e.g. under the run folder's lock, or for a folder
+    this command made). Best effort: an entry that cannot be removed stays.
+    """
+
+    def __init__(self, folder: str | os.PathLike, only: tuple[str, ...] | None = None):
+        """only: the entry names undo() may remove from an existing folder (default: any), so
+        that files another process adds meanwhile are left alone."""
+        self.folder = Path(folder)
+        self.only = only
+        self.top: Path | None = None       # the topmost missing folder of the path
+        p = self.folder
+        while not os.path.lexists(p) and p != p.parent:
+            self.top, p = p, p.parent
+        self.entries = set(os.listdir(self.folder)) \
+            if self.top is None and self.folder.is_dir() else None
+
+    def undo(self) -> None:
+        if self.top is not None:
+            _remove(self.top)
+        elif self.entries is not None and self.folder.is_dir():
+            for name in set(os.listdir(self.folder)) - self.entries:
+                if self.only is None or name in self.only:
+                    _remove(self.folder / name)
+
+
+def _remove(p: Path) -> None:
+    """Delete a file, link or folder tree; errors ignored (best effort)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except OSError:
+            pass

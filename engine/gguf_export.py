@@ -13,7 +13,8 @@ are written unchanged: the engine's RoPE already is llama.cpp's "NORM" pair conv
 weights are always F32; matrices are F32, F16 or Q8_0 (blocks of 32 values with one f16 scale).
 With tied embeddings `output.weight` is omitted and llama.cpp falls back to `token_embd.weight`.
 
-Beside the GGUF an Ollama Modelfile is written (`write_modelfile`). Both writes are
+Beside the GGUF an Ollama Modelfile is written (`write_modelfile`; its text in the words of
+Ollama's parser: engine.modelfile). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
 only with force=True. `import_gguf` lives in `engine.gguf_import` and is forwarded here.
 """
@@ -34,6 +35,7 @@ from engine import fsutil
 from engine.config import ModelConfig
 from engine.errors import ExportError
 from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES, QK8_0
+from engine.modelfile import OLLAMA_TEMPLATE, OLLAMA_TEMPLATES, modelfile_text  # noqa: F401
 from engine.params import ParamTable
 
 if TYPE_CHECKING:
@@ -95,13 +97,15 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     dtype: "f32" (exact), "f16" or "q8_0" for the 2-D weights; norm weights stay F32.
     modelfile: file name in the GGUF's folder; "" (default) = "<gguf stem>.Modelfile", so
     several exports can share a folder (`ollama create NAME -f model.Modelfile`); None = none.
-    Raises ExportError: unknown dtype; a target file exists and force is False; the folder is
-    missing or not writable; weights missing, misshapen or not finite; Q8_0 with a row length
-    that is not a multiple of 32 (names the tensor and a fix). On error earlier files are intact.
-    """
+    Missing folders of `path` are made. Raises ExportError: unknown dtype; a target file exists
+    and force is False; the folder cannot be made or written; a file name the Modelfile cannot
+    hold (engine.modelfile); weights missing, misshapen or not finite; Q8_0 with a row length
+    that is not a multiple of 32 (names the tensor and a fix). On error the disk is as it was
+    (folders made and a new Modelfile removed; earlier files intact)."""
     name = str(dtype).lower()
     if name not in DTYPES:
-        raise ExportError(f"Unknown export type {dtype!r}.", f"Choose {', '.join(DTYPE_NAMES)}.")
+        raise ExportError(f"Unknown export type {dtype!r}.",
+                          f"Use one of {', '.join(DTYPE_NAMES)}.")
     qtype, file_type = DTYPES[name]
     path = Path(path)
     if modelfile == "":
@@ -109,12 +113,14 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     targets = [path] + ([path.parent / modelfile] if modelfile else [])
     for target in targets:
         _check_target(target, force)
+    if modelfile:
+        modelfile_text(path.name, bundle.config, bundle_chat_format(bundle))  # Ollama can name it
     tensors = _encode_tensors(bundle, qtype)          # all checks before anything is written
 
     def write(tmp: Path) -> None:
         writer = gguf.GGUFWriter(tmp, ARCH)
         try:
-            title = str(bundle.metadata.get("name") or path.stem)
+            title = gguf_text(bundle.metadata.get("name") or path.stem)
             _add_metadata(writer, bundle, file_type, name=title)
             for tname, (arr, raw) in tensors.items():
                 writer.add_tensor(tname, arr, raw_dtype=raw)
@@ -124,25 +130,44 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
         finally:
             writer.close()
 
-    atomic_write(path, write)
+    before = fsutil.FolderSnapshot(path.parent, only=(modelfile,) if modelfile else ())
     modelfile_path = None
-    if modelfile:
-        modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile, force=True,
-                                         chat_format=bundle_chat_format(bundle))
+    try:
+        _make_folder(path.parent)   # missing folders are made, as other tools do
+        if modelfile:   # first: a failed GGUF write then takes a new Modelfile away again
+            modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile,
+                                             force=True, chat_format=bundle_chat_format(bundle))
+        atomic_write(path, write)
+    except BaseException:
+        before.undo()   # refused means nothing changed: no new folder, no new Modelfile
+        raise
     return ExportResult(path, path.stat().st_size, modelfile_path, name)
+
+
+def _make_folder(folder: Path) -> None:
+    """mkdir -p folder; ExportError naming the folder when that fails."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"Cannot create the folder {folder}: {e.strerror or e}.",
+                          "Choose a folder you can write to.",
+                          "Give a path in a folder you can write to.") from None
 
 
 def _check_target(target: Path, force: bool) -> None:
     """ExportError when `target` cannot be written: a folder, or an existing file without force."""
     if target.is_dir():
         raise ExportError(f"{target} is a folder, not a file name.",
-                          "Choose a file name ending in .gguf.")
-    if not target.parent.is_dir():
-        raise ExportError(f"The folder {target.parent} does not exist.",
-                          "Choose an existing folder.")
+                          "Choose a file name ending in .gguf.",
+                          "Give a file name ending in .gguf.")
+    folder = next((p for p in target.parents if os.path.lexists(p)), None)
+    if folder is not None and not folder.is_dir():
+        raise ExportError(f"{folder} is a file, so {target} cannot be written.",
+                          "Choose a file name in a folder.", "Give a path in a folder.")
     if target.exists() and not force:
         raise ExportError(f"{target} already exists.",
-                          "Choose another file name, or allow overwriting (--force on the command line).")
+                          "Choose another file name, or allow overwriting.",
+                          "Give another file name, or add --force to overwrite it.")
 
 
 def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, Any]]:
@@ -290,9 +315,16 @@ def _add_value(w: gguf.GGUFWriter, key: str, v: Any) -> None:
         elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
             w.add_key_value(key, [float(x) for x in v], T.ARRAY, sub_type=T.FLOAT64)
         else:
-            w.add_key_value(key, [str(x) for x in v], T.ARRAY, sub_type=T.STRING)
+            w.add_key_value(key, [gguf_text(x) for x in v], T.ARRAY, sub_type=T.STRING)
     else:
-        w.add_string(key, str(v))
+        w.add_string(key, gguf_text(v))
+
+
+def gguf_text(v: Any) -> str:
+    """str(v) as a GGUF string every reader gets back whole: valid UTF-8 (a file name's
+    undecodable bytes, Python's lone surrogates, become U+FFFD) without NUL (llama.cpp's
+    llama_model_meta_val_str hands strings to C, which ends them at the first NUL: U+FFFD)."""
+    return "".join("\ufffd" if c == "\0" or "\ud800" <= c <= "\udfff" else c for c in str(v))
 
 
 def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
@@ -308,7 +340,8 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         open(tmp, "xb").close()
     except OSError as e:
         raise ExportError(f"Cannot write to the folder {target.parent}: {e.strerror or e}.",
-                          "Choose a folder you can write to.") from e
+                          "Choose a folder you can write to.",
+                          "Give a path in a folder you can write to.") from e
     try:
         write(tmp)
         with open(tmp, "rb+") as f:
@@ -323,41 +356,6 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
     fsutil.remove_stale_temps(target)
 
 
-# Ollama's Go-template twins of engine.dialogue.CHAT_TEMPLATES, without the BOS (Ollama adds it
-# because tokenizer.ggml.add_bos_token is true). "{{-" trims the newline before it.
-OLLAMA_TEMPLATES = {
-    1: """{{- range .Messages }}
-{{- if eq .Role "system" }}System: {{ .Content }}
-{{ else if eq .Role "user" }}User: {{ .Content }}
-Assistant:
-{{- else if eq .Role "assistant" }} {{ .Content }}</s>
-{{ end }}
-{{- end }}""",
-    2: """{{- range .Messages }}
-{{- if eq .Role "system" }}System: {{ .Content }}
-{{ else if eq .Role "user" }}User: {{ .Content }}
-Assistant:
-{{ else if eq .Role "assistant" }}{{ .Content }}</s>
-{{ end }}
-{{- end }}""",
-}
-OLLAMA_TEMPLATE = OLLAMA_TEMPLATES[2]
-
-
-def modelfile_text(gguf_name: str, config: ModelConfig, chat_format: int = 2) -> str:
-    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE (of `chat_format`), stop
-    words, num_ctx."""
-    source = f"./{gguf_name}"
-    if any(c.isspace() or c == '"' for c in source):
-        source = '"' + source.replace('"', '\\"') + '"'
-    return (f"# Ollama: ollama create <name> -f <this file>; then ollama run <name>\n"
-            f"FROM {source}\n"
-            f'TEMPLATE """{OLLAMA_TEMPLATES[chat_format]}"""\n'
-            f'PARAMETER stop "</s>"\n'
-            f'PARAMETER stop "User:"\n'
-            f"PARAMETER num_ctx {config.context_length}\n")
-
-
 def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
                     path: str | os.PathLike | None = None, force: bool = False,
                     chat_format: int = 2) -> Path:
@@ -368,7 +366,7 @@ def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
     gguf_path = Path(gguf_path)
     path = Path(path) if path is not None else gguf_path.parent / "Modelfile"
     _check_target(path, force)
-    text = modelfile_text(gguf_path.name, config, chat_format)
+    text = modelfile_text(gguf_path.name, config, chat_format)   # ExportError before writing
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
     return path
 

@@ -55,7 +55,8 @@ def import_gguf(path) -> ModelBundle:
     path = Path(path)
     if not path.is_file():
         raise ModelImportError(f"{path} does not exist or is not a file.",
-                               "Choose a .gguf model file.")
+                               "Choose a .gguf model file.",
+                               cli_hint="Give the path of a .gguf model file.")
     size = path.stat().st_size
     if size == 0:
         raise ModelImportError(f"{path.name} is empty (0 bytes).", _HINT_BROKEN)
@@ -187,7 +188,7 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
     try:
         config.validate()
     except StudioError as e:
-        raise ModelImportError(f"{fname} has settings this app cannot use: {e}", e.hint) from None
+        raise ModelImportError(f"{fname} has settings this app cannot use: {e}", e.hint, e.cli_hint) from None
     if int(get(a + "rope.dimension_count", config.head_dim)) != config.head_dim:
         raise ModelImportError(f"{fname} rotates only part of each head (partial RoPE), which "
                                "this app does not train.", _HINT_FOREIGN)

@@ -53,7 +53,8 @@ class RunLock:
             f = open(self.path, "a+", encoding="utf-8")
         except OSError as e:
             raise CheckpointError(f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
-                                  "Choose a folder you can write to.") from e
+                                  "Choose a folder you can write to.",
+                                  f"Use a folder you can write to: {self.elsewhere}.") from e
         try:
             _lock(f, self.path, self.elsewhere)
             f.seek(0)

@@ -39,6 +39,9 @@ _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.i
 SPECIALIZED = ("attention.cl", "attention_blocked.cl", "matmul_vec.cl")
 GPU_GROUP = gemm_tiles.TILED_GROUP[0] * gemm_tiles.TILED_GROUP[1]  # tiled GPU GEMM's group
 GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_flops_cap)
+# The way to another device in the command line's words (StudioError.cli_hint)
+OTHER_DEVICE_CLI = ("Give another --device (`llm-studio devices` lists them; a CPU device "
+                    "always works).")
 LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
 LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
@@ -129,7 +132,8 @@ class Built:
             self.program = cl.Program(rt.ctx, src).build(options=opts)
         except cl.Error as e:
             raise DeviceError(f"The OpenCL kernels failed to compile on {rt.info.name}.",
-                              f"Pick another device. Compiler said:\n{e}") from e
+                              f"Pick another device. Compiler said:\n{e}",
+                              f"{OTHER_DEVICE_CLI} Compiler said:\n{e}") from e
         self.device, self.device_name = rt.device, rt.info.name
         self._sigs = kernel_signatures(src)
         self._kernels: dict[str, cl.Kernel] = {}
@@ -151,7 +155,7 @@ class Built:
             raise DeviceError(
                 f"{self.device_name} runs at most {self.max_group[name]} work-items per group "
                 f"of kernel {name}; this engine's kernel needs {items}.",
-                "Pick another OpenCL device (a CPU device always works).")
+                "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
 
 
 class Runtime:
@@ -182,13 +186,14 @@ class Runtime:
             self.queue = cl.CommandQueue(self.ctx)
         except cl.Error as e:
             raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
-                              "Pick another device, or check its driver.") from e
+                              "Pick another device, or check its driver.",
+                              f"{OTHER_DEVICE_CLI} Or check its driver.") from e
         self.is_cpu = self.info.is_cpu
         if not self.is_cpu and self.device.max_work_group_size < GPU_GROUP:
             raise DeviceError(
                 f"{self.info.name} runs at most {self.device.max_work_group_size} work-items per "
                 f"group; this engine's GPU kernels need {GPU_GROUP}.",
-                "Pick another OpenCL device (a CPU device always works).")
+                "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
         src = kernel_source()
         # Row kernels (softmax, RMSNorm; kernels/common.h): work-items per row and rows per
         # work-group. CPU: one work-item per contiguous row; GPU: 64 lanes share a row.

@@ -103,13 +103,16 @@ def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
         st = path.stat()
     except FileNotFoundError:
         raise DataError(f"The {what} file {str(path)!r} does not exist.",
-                        "Check the path, or pick the file again with the file dialog.") from None
+                        "Check the path, or pick the file again with the file dialog.",
+                        "Check the path (a relative one starts in the current folder, "
+                        f"{os.getcwd()}).") from None
     except OSError as e:
         raise DataError(f"The {what} file {str(path)!r} cannot be accessed: {e.strerror or e}.",
                         "Check the path and that you have permission to read it.") from None
     if path.is_dir():
         raise DataError(f"The {what} path {str(path)!r} is a folder, not a file.",
-                        "Choose a single plain-text (.txt) file inside it.")
+                        "Choose a single plain-text (.txt) file inside it.",
+                        "Give a single plain-text (.txt) file inside it.")
     if st.st_size > max_bytes:
         raise DataError(
             f"The {what} file {str(path)!r} is {_fmt_size(st.st_size)}, larger than the limit of "
@@ -203,8 +206,8 @@ def read_text(path: str | os.PathLike, what: str = "pretraining text",
             raise DataError(
                 f"The {what} file {str(path)!r} is not valid UTF-8: byte 0x{data[offset]:02X} at "
                 f"byte offset {offset} (line {line}) cannot be decoded.",
-                "Open it in a text editor and save it as UTF-8 (in 'Save As', choose the encoding "
-                "'UTF-8').") from None
+                "Open it in a text editor and save it again with the encoding UTF-8 (most "
+                "editors offer it when saving).") from None
     text = normalize_newlines(text)
     if not text.strip():
         raise DataError(f"The {what} file {str(path)!r} contains only whitespace.",

@@ -38,7 +38,7 @@ def cmd_devices(args) -> int:
         mark = "*" if d.index == default else " "
         print(f"{mark} {d.index}: {d.name} | {d.type} | {d.platform} | {d.compute_units} CUs | "
               f"{d.global_mem_bytes / 2**30:.1f} GiB | {d.opencl_version}")
-    print("* = default (first GPU, else first CPU); choose with --device INDEX or NAME")
+    print("* = default (first GPU, else first CPU); another one: --device INDEX or NAME")
     return 0
 
 
@@ -101,7 +101,7 @@ def _make_run_folder(out: Path):
         probe.unlink()
     except OSError as e:
         raise StudioError(f"Cannot write the run folder {out}: {e.strerror or e}.",
-                          "Choose a folder you can write to with --out.") from None
+                          "Give a folder you can write to with --out.") from None
 
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
@@ -117,16 +117,42 @@ def _catch_stop_signals(monitor: Monitor) -> dict:
 
 
 def cmd_train(args) -> int:
-    """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid."""
-    from engine.run_lock import RunLock
+    """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid.
+    A train that saves nothing (refused: a bad device, a model that does not fit, bad data;
+    stopped before its first step; nothing left to train) leaves --out as it was."""
+    from engine import checkpoint
+    from engine.fsutil import FolderSnapshot
+    from engine.run_lock import RunFolderBusy, RunLock
     out = Path(args.out)
     if args.resume:  # the old spelling of --continue ("resume" is going on after a pause)
         print("note: --resume is now --continue; the old spelling still works.", file=sys.stderr)
         args.continue_run = True
     if not out.is_dir() and (args.continue_run or out.exists()):
         return _train(args)  # nothing to lock: _train reports the missing folder or the file
-    with RunLock(out, elsewhere="choose another folder (--out)"):
+    before, saved = FolderSnapshot(out), _file_mark(checkpoint.checkpoint_path(out))
+    lock = RunLock(out, elsewhere="give another folder with --out")
+    try:
+        lock.acquire()
+    except RunFolderBusy:
+        raise          # another process's folder: nothing in it is this one's to remove
+    except BaseException:
+        before.undo()  # folders made before the lock file could not be written
+        raise
+    try:
         return _train(args)
+    finally:
+        lock.release()   # first: Windows cannot delete an open file
+        if _file_mark(checkpoint.checkpoint_path(out)) == saved:   # nothing was saved
+            before.undo()   # under the lock, whatever appeared in --out was this process's
+
+
+def _file_mark(path: Path):
+    """(size, mtime_ns) of a file, or None: whether a save happened since."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _train(args) -> int:
@@ -175,7 +201,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         return session
     if checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.",
-                          "Add --continue to train it further, or choose another --out folder.")
+                          "Add --continue to train it further, or give another --out folder.")
     mc, tc = _configs(args)
     if args.preset:
         from engine.presets import get_preset
@@ -517,8 +543,8 @@ def main(argv: list[str] | None = None) -> int:
         return (args.func if args.command else cmd_studio)(args)
     except StudioError as e:
         print(f"\nerror: {e}", file=sys.stderr)
-        if e.hint:
-            print(e.hint, file=sys.stderr)
+        if e.cli_hint:
+            print(e.cli_hint, file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130

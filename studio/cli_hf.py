@@ -20,13 +20,14 @@ def cmd_import(args) -> int:
     from engine import checkpoint
     from engine.errors import StudioError
     from engine.dialogue import read_dialogues
+    from engine.fsutil import FolderSnapshot, atomic_write_text
     from engine.hf.load import has_texts, session_from_hf
     from engine.textio import bundled_corpus, read_text
     from studio.cli import _make_run_folder
     from studio.run_folder import METRICS
     out, folder = Path(args.out), Path(args.folder)
     if checkpoint.checkpoint_path(out).exists():
-        raise StudioError(f"{out} already holds a training run.", "Choose a new run folder.")
+        raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
     tune = read_dialogues(args.tune)[0] if args.tune else None
     if pre is None and not has_texts(folder):
@@ -35,9 +36,17 @@ def cmd_import(args) -> int:
         pre = read_text(bundled_corpus("pretrain"))
         tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
-    _make_run_folder(out)
-    s.save(out)
-    (out / METRICS).write_text("".join(json.dumps(r) + "\n" for r in s.history))
+    before = FolderSnapshot(out)
+    try:
+        _make_run_folder(out)
+        s.save(out)
+        atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in s.history))
+    except BaseException as e:
+        before.undo()   # a failed import leaves no half run folder
+        if isinstance(e, OSError):
+            raise StudioError(f"Writing the run folder {out} failed: {e.strerror or e}.",
+                              "Check free disk space and that you can write there.") from None
+        raise
     c = s.model_config
     print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from engine.errors import StudioError
+from engine.fsutil import FolderSnapshot
 
 TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or tensorboardX)."
 
@@ -90,13 +91,15 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
     QApplication.processEvents()
     w.redraw()
     QApplication.processEvents()
+    made = FolderSnapshot(out.parent, only=())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         if not w.grab().save(str(out)):
             raise OSError("the image could not be written")
     except OSError as e:
+        made.undo()   # no folder made for a PNG that was not written stays
         raise StudioError(f"Cannot write {out}: {getattr(e, 'strerror', None) or e}.",
-                          "Choose a folder you can write to with -o.") from e
+                          "Give a folder you can write to with -o.") from e
     finally:
         w.close()
 

@@ -70,6 +70,9 @@ class WindowActions:
             return
         default = Path(self.settings.value("export/dir", str(Path.home()))) / "model.gguf"
         dialog = ExportDialog(self.controller.model_config, default, self)
+        last = self.settings.value("export/path", "")
+        if last:   # the last choice, kept also when its export failed
+            dialog.preset(str(last), str(self.settings.value("export/dtype", DEFAULT_DTYPE)))
         if dialog.exec() != ExportDialog.Accepted:
             return
         path, dtype = dialog.choice()
@@ -82,6 +85,8 @@ class WindowActions:
     def export_to(self, path, dtype: str = DEFAULT_DTYPE) -> None:
         """Write the GGUF (and Modelfile) on the worker thread; exportFinished reports it."""
         self.settings.setValue("export/dir", str(Path(path).parent))
+        self.settings.setValue("export/path", str(path))   # the next dialog opens on it
+        self.settings.setValue("export/dtype", dtype)
         self.statusBar().showMessage(f"Exporting {Path(path).name}…")
         self.controller.export(ExportRequest(str(path), dtype))
 

@@ -81,9 +81,11 @@ def test_text_format_errors(text, match):
 @pytest.mark.parametrize("lines,match", [
     (['{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
       '{"messages": [}'], "line 2: not valid JSON"),
-    (['{"messages": [{"role": "bot", "content": "a"}]}'], "line 1: unknown role 'bot'"),
-    (['{"msgs": []}'], 'line 1: expected an object with a non-empty "messages"'),
-    (['{"messages": [{"role": "user"}]}'], 'line 1: message 1 needs a "role" and a "content"'),
+    (['{"messages": [{"role": "robot", "content": "a"}]}'],
+     "line 1, 'messages', message 1: unknown role 'robot'"),
+    (['{"msgs": []}'], "line 1: found an object with keys 'msgs', a structure this app does not"),
+    (['{"messages": [{"role": "user"}]}'],
+     'line 1, \'messages\', message 1: a message needs "role" and "content"'),
     (['{"messages": [{"role": "user", "content": "a"}]}'], "line 1: the dialogue ends without"),
     (['', '{"messages": [{"role": "assistant", "content": "a"}]}'], "line 2: an Assistant turn"),
 ])

@@ -203,13 +203,32 @@ def test_existing_file_needs_force(bundle, tmp_path):
     assert "FROM ./q.gguf\n" in (tmp_path / "q.Modelfile").read_text()  # side by side
 
 
-def test_bad_dtype_and_missing_folder(bundle, tmp_path):
+def test_bad_dtype_and_missing_folder(bundle, tmp_path, monkeypatch):
+    """Missing folders are made (as other tools do); a refused or failed export leaves the disk
+    as it was: no folder made for it, no new Modelfile."""
     with pytest.raises(ExportError, match="Unknown export type"):
         export_gguf(bundle, tmp_path / "m.gguf", "q4_k")
-    with pytest.raises(ExportError, match="does not exist"):
-        export_gguf(bundle, tmp_path / "nope" / "m.gguf")
     with pytest.raises(ExportError, match="is a folder"):
         export_gguf(bundle, tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ExportError, match="is a file"):
+        export_gguf(bundle, tmp_path / "file" / "m.gguf")
+    r = export_gguf(bundle, tmp_path / "new" / "sub" / "m.gguf")
+    assert r.path.is_file() and r.modelfile_path.is_file()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    import engine.gguf_export as ge
+
+    real = ge.atomic_write
+
+    def disk_full(target, write):   # the Modelfile is written, then the GGUF fails
+        if target.suffix == ".gguf":
+            raise ExportError("Writing failed: No space left on device.")
+        real(target, write)
+    monkeypatch.setattr(ge, "atomic_write", disk_full)
+    for path in (tmp_path / "other" / "deeper" / "m.gguf", tmp_path / "new" / "sub" / "k.gguf"):
+        with pytest.raises(ExportError, match="No space"):
+            export_gguf(bundle, path)
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="uses /sys, which even root cannot write")
@@ -377,7 +396,8 @@ def test_modelfile(bundle, exported):
     tmpl = re.search(r'TEMPLATE """(.*?)"""', text, re.S).group(1)
     for chat in CHATS + [CHATS[1][:-1]]:
         assert go_render(tmpl, chat) == jinja_render(chat, bos="")   # Ollama adds BOS itself
-    assert 'FROM "./my model.gguf"' in modelfile_text("my model.gguf", bundle.config)
+    assert "FROM ./my model.gguf\n" in modelfile_text("my model.gguf", bundle.config)  # Ollama
+    # reads a value to the line's end; quotes would be taken as they are (tests/test_modelfile.py)
 
 
 # ---------------------------------------------------------------- llama.cpp (llama-cpp-python)

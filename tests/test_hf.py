@@ -185,9 +185,15 @@ def test_export_refuses_a_non_empty_folder_and_keeps_it(trained, tmp_path):
     with pytest.raises(ExportError, match="not an empty folder"):
         export_hf(s.bundle(), target)
     assert (target / "notes.txt").read_text() == "mine"
-    export_hf(s.bundle(), target, force=True)
-    assert (target / "config.json").exists() and not (target / "notes.txt").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp left
+    with pytest.raises(ExportError, match="not a Hugging Face model folder"):
+        export_hf(s.bundle(), target, force=True)   # force replaces models, not a person's files
+    assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+    model = tmp_path / "model"
+    export_hf(s.bundle(), model)
+    (model / "stale.txt").write_text("from before")
+    export_hf(s.bundle(), model, force=True)
+    assert (model / "config.json").exists() and not (model / "stale.txt").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temp, no .old
 
 
 def test_ddp_script_schedule_equals_the_engine(trained):

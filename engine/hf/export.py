@@ -12,7 +12,9 @@
   studio.json             the training metadata (steps, data summary, configs) for the way back
   README.md               a model card with the training metadata
 The folder is written under a temporary name beside the target and renamed into place, so an
-interrupted export never leaves a half-written model folder.
+interrupted export never leaves a half-written model folder; missing parent folders are made
+(and removed again when the export fails). An existing folder is replaced only with force and
+only when it holds a model (config.json): never a run folder or other files.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ExportError
+from engine.fsutil import FolderSnapshot
 from engine.hf.names import hf_name, is_rotated, to_hf_rows
 
 STUDIO_FILE = "studio.json"
@@ -79,10 +82,17 @@ def _tokenizer_config(tok) -> dict:
             "model_max_length": None, "chat_template": CHAT_TEMPLATE}
 
 
+def _cell(v) -> str:
+    """v as text inside one Markdown (GFM) table cell or heading: "|" escaped, lines joined,
+    a file name's undecodable bytes as U+FFFD (the card is written as UTF-8)."""
+    from engine.gguf_export import gguf_text
+    return " ".join(gguf_text(v).replace("\\", "\\\\").replace("|", "\\|").split())
+
+
 def _card(bundle) -> str:
-    meta = "\n".join(f"| {k} | {v} |" for k, v in sorted(bundle.metadata.items()))
+    meta = "\n".join(f"| {_cell(k)} | {_cell(v)} |" for k, v in sorted(bundle.metadata.items()))
     c = bundle.config
-    return (f"# {bundle.metadata.get('name', 'OpenCL LLM Studio model')}\n\n"
+    return (f"# {_cell(bundle.metadata.get('name', 'OpenCL LLM Studio model'))}\n\n"
             "A Llama-style model trained from scratch with OpenCL LLM Studio.\n\n"
             f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
             f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
@@ -112,9 +122,7 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
         raise ExportError(f"Hugging Face export needs the optional packages ({e.name} missing).",
                           'Install them with: pip install "opencl-llm-studio[hf]"') from None
     folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not force:
-        raise ExportError(f"{folder} already exists and is not an empty folder.",
-                          "Choose a new folder, or overwrite it (--force).")
+    _check_target(folder, force)
     weights = hf_weights(bundle)
     bad = [n for n, w in weights.items() if not np.all(np.isfinite(w))]
     if bad:
@@ -135,6 +143,7 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
         **(extra_files or {}),
     }
     tmp = folder.parent / f".{folder.name}.{secrets.token_hex(4)}.tmp"
+    made = FolderSnapshot(folder.parent, only=())   # missing parents are made, as tools do
     try:
         tmp.mkdir(parents=True)
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -146,16 +155,38 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
             p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
         _replace_folder(tmp, folder)
     except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        made.undo()   # refused means nothing changed: no folder made for it stays
         raise ExportError(f"Writing {folder} failed: {e.strerror or e}.",
-                          "Choose a folder you can write to and check free disk space.") from e
+                          "Choose a folder you can write to and check free disk space.",
+                          "Give a folder you can write to and check free disk space.") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
+def _check_target(folder: Path, force: bool) -> None:
+    """ExportError unless `folder` is new, empty, or (with force) a model folder to replace: a
+    file, or a folder of other things (a run folder, documents), is never replaced."""
+    if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+        raise ExportError(f"{folder} is a file, not a folder.",
+                          "Give a new folder name for the Hugging Face model.")
+    if not folder.exists() or not any(folder.iterdir()):
+        return
+    if not force:
+        raise ExportError(f"{folder} already exists and is not an empty folder.",
+                          "Choose a new folder, or allow overwriting.",
+                          "Give a new folder, or add --force to replace it.")
+    if not (folder / "config.json").is_file():
+        raise ExportError(f"{folder} holds other files, not a Hugging Face model folder "
+                          "(no config.json), so it is not replaced, even with --force.",
+                          "Choose a new folder.", "Give a new folder.")
+
+
 def _replace_folder(tmp: Path, folder: Path) -> None:
     """Rename tmp onto folder; an existing folder (force) is moved aside first and removed only
-    after the new one is in place."""
+    after the new one is in place. Raises OSError (then the old folder is back in place), or
+    ExportError when the new folder is in place but the old copy could not all be removed."""
     old = None
     if folder.exists():
         old = folder.parent / f".{folder.name}.{secrets.token_hex(4)}.old"
@@ -167,7 +198,11 @@ def _replace_folder(tmp: Path, folder: Path) -> None:
             os.replace(old, folder)
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            shutil.rmtree(old)
+        except OSError as e:
+            raise ExportError(f"Wrote {folder}, but its old copy {old} could not be removed: "
+                              f"{e.strerror or e}.", f"Delete {old} by hand.") from None
 
 
 def studio_state(session) -> dict:

@@ -114,7 +114,7 @@ def read_tokenizer(folder: Path) -> Tokenizer:
     try:
         return Tokenizer.from_bytes(path.read_bytes())
     except DataError as e:
-        raise ModelImportError(f"{path.name}: {e}", e.hint) from None
+        raise ModelImportError(f"{path.name}: {e}", e.hint, e.cli_hint) from None
 
 
 def import_hf(folder) -> tuple:

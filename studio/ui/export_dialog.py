@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton)
 
-from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
+from engine.export_types import DTYPE_NAMES, TRANSFORMERS_NOTE, estimated_bytes, q8_0_fits
 from studio.ui.settings_panel import human_bytes
 
 FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
@@ -76,7 +76,7 @@ class ExportDialog(QDialog):
             "A folder that transformers' LlamaForCausalLM.from_pretrained and AutoTokenizer "
             "load as is (float32 weights, the same token ids, the chat template)." if hf else
             "An Ollama Modelfile is written beside the GGUF. The file loads in llama.cpp, "
-            "Ollama and LM Studio.")
+            "Ollama and LM Studio. " + TRANSFORMERS_NOTE)
         self._check_path()
 
     def _check_path(self, *_) -> None:
@@ -106,6 +106,17 @@ class ExportDialog(QDialog):
                                               "GGUF models (*.gguf)")
         if path:
             self.path_edit.setText(path if path.endswith(".gguf") else path + ".gguf")
+
+    def preset(self, path: str, dtype: str) -> None:
+        """Open on an earlier choice (path, dtype as `choice` gives it), e.g. one whose export
+        failed, so that nothing the person chose is lost."""
+        hf = dtype == "hf"
+        self.format_combo.setCurrentIndex(self.format_combo.findData("hf" if hf else "gguf"))
+        k = self.dtype_combo.findData(dtype)
+        if not hf and k >= 0 and self.dtype_combo.model().item(k).isEnabled():
+            self.dtype_combo.setCurrentIndex(k)
+        self.path_edit.setText(path)
+        self._check_path()
 
     def choice(self) -> tuple[str, str]:
         """(path, dtype); dtype "hf" means a Hugging Face folder."""

@@ -1,0 +1,150 @@
+"""Every command in README.md's examples runs as written: each `llm-studio` line of its bash
+blocks runs here in order, in a temporary folder, with small model settings added to new
+`train` runs; the lines that need what a test machine lacks (network, 8 GPUs, a display) are
+each run by a named test; the Python example runs too. A README line that is neither fails."""
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+SMALL = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
+         "--vocab-size", "320", "--batch-size", "4", "--steps", "20", "--tune-steps", "4",
+         "--quiet"]
+TEST_COMMAND = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && pytest'
+# README lines run by another test (it names the test; the test must exist)
+ELSEWHERE = {
+    'python3 -m venv .venv && . .venv/bin/activate && pip install -e . && llm-studio':
+        "tests/test_preflight.py::test_a_working_display_starts_the_window",
+    TEST_COMMAND: ".ci/run",
+    "cd big-run && torchrun --standalone --nproc_per_node=8 train_ddp.py --out continued "
+    "--tune-steps 2000": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    "llm-studio import big-run/continued runs/back":
+        "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+}
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, re.S)
+
+
+def command_lines() -> list[str]:
+    """The commands of the bash blocks, comments removed."""
+    lines = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_every_command_is_run_somewhere():
+    for line in command_lines():
+        assert line.startswith("llm-studio ") or line in ELSEWHERE, \
+            f"README command not run by any test: {line!r}"
+    for where in set(ELSEWHERE.values()):
+        path, _, name = where.partition("::")
+        text = (ROOT / path).read_text(encoding="utf-8")
+        assert not name or f"def {name}(" in text, where
+
+
+def test_the_test_command_is_what_ci_runs():
+    assert TEST_COMMAND in command_lines()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").replace("install -q ", "install ")
+    venv, activate, rest = TEST_COMMAND.split(" && ", 2)   # -q above only quiets pip
+    assert f"\n{venv}\n{activate}\n" in ci and f"\n{rest}\n" in ci
+
+
+def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tensorboardX")
+    import studio.cli_runs
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(studio.cli_runs, "default_root", lambda: tmp_path / "runs")
+    for line in command_lines():
+        if line in ELSEWHERE:
+            continue
+        argv = shlex.split(line)[1:]
+        if argv[0] == "train" and "--continue" not in argv:
+            argv += SMALL
+        if argv[0] == "plot":     # the README's runs/a and runs/b: two runs to compare
+            for name in ("a", "b"):
+                if not (tmp_path / "runs" / name).exists():
+                    shutil.copytree(tmp_path / "runs" / "first", tmp_path / "runs" / name)
+        assert main(argv) == 0, (line, capsys.readouterr().err)
+    for made in ("runs/first/checkpoint.npz", "model.gguf", "model.Modelfile",
+                 "hf-model/config.json", "big-run/train_ddp.py", "curves.png",
+                 "runs/c/tensorboard"):
+        assert (tmp_path / made).exists(), made
+
+
+def test_the_q8_0_example_runs(tok, tmp_path, monkeypatch):
+    """The README's llama-cpp-python recipe for repacking off loads and runs a Q8_0 export."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from engine.gguf_export import export_gguf
+    from test_gguf_export import make_bundle
+    (code,) = blocks("python")
+    export_gguf(make_bundle(tok), tmp_path / "model.gguf", "q8_0")
+    monkeypatch.chdir(tmp_path)
+    # the example replaces llama-cpp-python's defaults; monkeypatch puts them back afterwards
+    monkeypatch.setattr(llama_cpp.llama_cpp, "llama_model_default_params",
+                        llama_cpp.llama_cpp.llama_model_default_params)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is False
+    out = scope["llm"]("Paris is", max_tokens=3, temperature=0)
+    assert out["choices"][0]["text"] is not None
+
+
+# Inline commands in the README's prose -> the test that runs them, or why none can here.
+NOT_HERE = "not run by the tests: "
+INLINE = {
+    'pip install -e ".[test]"': ".ci/run",
+    "LLM_STUDIO_KILLS=50 pytest tests/test_resilience.py -k sigkill":
+        "tests/test_resilience.py::test_sigkill_then_resume_gives_the_same_losses",
+    "LLM_STUDIO_TEST_DEVICE=NAME pytest": "tests/conftest.py",
+    "LLM_STUDIO_ATTENTION=gemm": "tests/test_attention_gemm.py",
+    "llm-studio": "tests/test_preflight.py::test_a_working_display_starts_the_window",
+    "llm-studio devices": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio train": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio export": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio import": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    "sudo apt install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1":
+        "tests/test_preflight.py::test_every_missing_xcb_library_is_named_with_the_install_command",
+    "llama-cli -m model.gguf": NOT_HERE + "llama.cpp's CLI is not installed; its library loads "
+                               "the file in tests/test_gguf_export.py",
+    "llama-cli --no-repack": NOT_HERE + "as above; the same switch in llama-cpp-python runs in "
+                             "test_the_q8_0_example_runs",
+    "ollama create mymodel -f model.Modelfile": NOT_HERE + "Ollama is not installed; its "
+                                                "Modelfile parser is ported in tests/ollama_parser.py",
+    "sudo apt install build-essential": NOT_HERE + "a system package",
+    "bash benchmarks/intel_cpu_opencl.sh": NOT_HERE + "a benchmark that installs a runtime",
+    "bash benchmarks/cpu_isa.sh check|avx2|avx512": NOT_HERE + "a benchmark",
+    "du -sh .venv/lib/python3.11/site-packages": NOT_HERE + "the size measurement itself",
+    'pip install -e ".[hf]"': NOT_HERE + "network; [test] includes [hf]",
+    'pip install -e ".[torch]"': NOT_HERE + "network; [test] includes [torch]",
+    "pip install 'opencl-llm-studio[tensorboard]'": NOT_HERE + "network; [test] includes it",
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu": NOT_HERE + "network",
+}
+COMMAND = re.compile(r"(llm-studio|pip|python3?|pytest|bash|llama-cli|ollama|sudo|du|torchrun"
+                     r"|LLM_STUDIO_[A-Z_]+=)\b")
+
+
+def test_every_inline_command_is_accounted_for():
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    spans = {" ".join(s.split()) for s in re.findall(r"`([^`]+)`", prose)}
+    commands = {s for s in spans if COMMAND.match(s)}
+    assert commands == set(INLINE), (commands ^ set(INLINE))
+    for where in INLINE.values():
+        if where.startswith(NOT_HERE):
+            continue
+        path, _, name = where.partition("::")
+        assert (ROOT / path).exists() and (not name or f"def {name}(" in
+                                            (ROOT / path).read_text(encoding="utf-8")), where
