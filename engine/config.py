@@ -57,11 +57,14 @@ class ModelConfig:
             raise ConfigError(
                 f"d_model ({self.d_model}) is not divisible by n_head ({self.n_head}).",
                 f"Each head gets d_model / n_head channels: pick d_model {lo} or "
-                f"{lo + step}, or a head count that divides {self.d_model}.")
+                f"{lo + step}, or a head count that divides {self.d_model}.",
+                cli_hint=f"Each head gets d_model / n_head channels: use --d-model {lo} or "
+                         f"{lo + step}, or an --n-head that divides {self.d_model}.")
         if self.head_dim % 2:
             raise ConfigError(
                 f"head_dim = d_model / n_head = {self.head_dim} is odd; RoPE rotates channel pairs.",
-                "Choose d_model and n_head so that d_model / n_head is even.")
+                "Choose d_model and n_head so that d_model / n_head is even.",
+                cli_hint="Give --d-model and --n-head so that d_model / n_head is even.")
         if self.vocab_size < 259:
             raise ConfigError(
                 f"vocab_size {self.vocab_size} is below 259 (3 control tokens + 256 byte tokens).",

@@ -191,7 +191,8 @@ class TrainingSession:
             raise CheckpointError(
                 f"{folder} is a file, not a folder: a checkpoint is saved into a folder, as "
                 f"{checkpoint.FILENAME}.",
-                "Choose a new folder name or a run folder to save into; the file is unchanged.")
+                "Choose a new folder name or a run folder to save into; the file is unchanged.",
+                cli_hint="Give a new folder or a run folder to save into; the file is unchanged.")
         header = {
             "model_config": self.model_config.__dict__, "train_config": self.train_config.__dict__,
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
