@@ -65,6 +65,8 @@ def texts(args) -> dict[str, str]:
         name, _, path = spec.partition("=")
         path, _, chars = path.partition(":") if not Path(path).exists() else (path, "", "")
         out[name] = Path(path).read_text(encoding="utf-8")[:int(chars) if chars else None]
+    if args.only:
+        out = {k: v for k, v in out.items() if k in args.only.split(",")}
     if args.quick:
         out = {k: v[:QUICK_CHARS] for k, v in out.items()}
     return out
@@ -122,6 +124,7 @@ def measure(args, log) -> list[list[str]]:
             path.write_text(text, encoding="utf-8")
             plan = [(f"engine-{t}", t, s) for t in ("char", "bpe") for s in args.engine_seconds]
             plan += [(f"script-{t}", t, s) for t in ("char", "bpe") for s in args.script_seconds]
+            plan = [p for p in plan if not args.sides or p[0] in args.sides.split(",")]
             for side, tokens, seconds in plan:
                 if side.startswith("engine"):
                     run = Path(tmp) / f"{name}-{side}-{seconds}"
@@ -158,6 +161,9 @@ def parse_args(argv=None):
     p.add_argument("--engine-seconds", default="60", help="comma-separated time budgets")
     p.add_argument("--script-seconds", default="60,120", help="comma-separated wall budgets")
     p.add_argument("--engine-args", default="", help="more `llm-studio train` flags")
+    p.add_argument("--only", default="", help="comma-separated text names to run (default all)")
+    p.add_argument("--sides", default="", help="comma-separated sides to run (engine-char, "
+                   "engine-bpe, script-char, script-bpe; default all): parallel runs split work")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--quick", action="store_true",
