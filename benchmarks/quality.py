@@ -74,7 +74,8 @@ def texts(args) -> dict[str, str]:
 
 def env(threads: int) -> dict:
     """Both sides on `threads` CPU threads: torch's, OpenMP's, PoCL's compute units."""
-    return dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads),
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS=str(threads),
                 POCL_CPU_MAX_CU_COUNT=str(threads), POCL_MAX_PTHREAD_COUNT=str(threads))
 
 

@@ -3,7 +3,8 @@
 # with many idle cores (the lent GPU machine's host): each run gets THREADS logical CPUs of its
 # own (distinct physical cores when the machine has SMT siblings numbered i and i + N/2), so every
 # side sees a quiet 2-core machine. Usage: OUT=dir TEXTS="code prose shakespeare=PATH"
-# [THREADS=2] [JOBS=4] [ENGINE_S=60] [SCRIPT_S=60,120] bash benchmarks/quality_parallel.sh
+# [THREADS=2] [JOBS=4] [ENGINE_S=60] [SCRIPT_S=60,120] [SIDES="engine-char script-bpe"]
+# bash benchmarks/quality_parallel.sh
 set -u
 OUT=${OUT:-/tmp/quality}; THREADS=${THREADS:-2}; JOBS=${JOBS:-4}
 ENGINE_S=${ENGINE_S:-60}; SCRIPT_S=${SCRIPT_S:-60,120}
@@ -11,7 +12,7 @@ mkdir -p "$OUT"
 lscpu > "$OUT/lscpu.txt"
 specs=()
 for t in ${TEXTS:-code prose}; do
-    for side in engine-char engine-bpe script-char script-bpe; do specs+=("$t|$side"); done
+    for side in ${SIDES:-engine-char engine-bpe script-char script-bpe}; do specs+=("$t|$side"); done
 done
 slot=0; i=0
 for spec in "${specs[@]}"; do
