@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 MEDIAN_OF = 50      # recent steps in the step-time estimate: follows a change of speed in ~25
+MIN_MEASURED = 3    # steps measured before the plan may end a stage early for its reserve
 EVAL_FORWARD = 0.5  # a validation token costs about this share of a training token until
 #                     measured (forward only: ~1/3 of forward + backward + AdamW, rounded up)
 
@@ -58,6 +59,7 @@ class TimePlan:
         self.tokens_per_step = max(int(tokens_per_step), 1)
         self.costs = costs
         self._steps: deque[float] = deque(maxlen=MEDIAN_OF)
+        self._first_in = True   # the run's first step is still in _steps
         self._per_token: deque[float] = deque([per_token_s] if per_token_s > 0 else [],
                                               maxlen=MEDIAN_OF)
         self._eval_s_per_token: float | None = None
@@ -71,6 +73,7 @@ class TimePlan:
     # -- measurements ----------------------------------------------------------------------
     def step_done(self, seconds: float) -> None:
         """Wall seconds of one training step (batch, update; evaluations excluded)."""
+        self._first_in = self._first_in and len(self._steps) < MEDIAN_OF
         self._steps.append(max(seconds, 0.0))
 
     def eval_done(self, seconds: float, tokens: int) -> None:
@@ -94,8 +97,11 @@ class TimePlan:
     # -- estimates -------------------------------------------------------------------------
     @property
     def step_s(self) -> float | None:
-        """Median seconds per training step (None before the first)."""
-        return float(statistics.median(self._steps)) if self._steps else None
+        """Median seconds per training step (None before the first). The run's first step
+        (kernel builds, buffer allocation: seconds where later ones take milliseconds) counts
+        only until a second one is measured."""
+        steps = list(self._steps)[1:] if self._first_in and len(self._steps) > 1 else self._steps
+        return float(statistics.median(steps)) if steps else None
 
     @property
     def per_token_s(self) -> float:
@@ -133,10 +139,14 @@ class TimePlan:
         return self.deadline(stage) - self.reserve(stage)
 
     def fits_step(self, stage: str, elapsed: float) -> bool:
-        """Another training step of `stage` ends before its training time is up (before the
-        first step is measured: yes, so every stage trains at least one step)."""
+        """Another training step of `stage` ends before its training time is up. Until
+        MIN_MEASURED steps are measured, only a deadline already passed ends a stage (the
+        reserve is priced from step times until an evaluation is measured, and a first step
+        that built the kernels would price it many times too high)."""
         step = self.step_s
-        return step is None or elapsed + step <= self.train_end(stage)
+        if step is None or len(self._steps) < MIN_MEASURED:
+            return elapsed < self.deadline(stage)
+        return elapsed + step <= self.train_end(stage)
 
     def progress(self, stage: str, stage_start: float, elapsed: float) -> float:
         """Share of `stage`'s training time used at `elapsed` (0..1), for the lr schedule."""

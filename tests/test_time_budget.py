@@ -128,6 +128,17 @@ def test_slow_first_step_keeps_the_warmup():
     assert abs(records[-1].elapsed_s - TC.time_budget_s) <= 0.05 * TC.time_budget_s
 
 
+def test_a_first_step_that_builds_kernels_does_not_end_the_run():
+    """On a quiet 16-core host the first step (kernel builds) took 10 s and priced the final
+    validation of a 1 MB text's held-out tenth at minutes: runs of 60 s ended after 1 step at
+    14 s. The first step no longer prices the plan once later ones are measured."""
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(20000))
+    s = _session(TC.replace(val_split="tail"), tune=False, pretrain=text)
+    records, _ = _timed_run(s, FakeTime(), first_step_s=10.0)
+    assert len(records) > 100
+    assert abs(records[-1].elapsed_s - TC.time_budget_s) <= 0.05 * TC.time_budget_s
+
+
 def test_evaluations_take_a_bounded_share_of_the_time():
     tc = TC.replace(eval_interval=5, eval_share=0.05)
     s = _session(tc, tune=False)
@@ -279,7 +290,11 @@ def test_clock_excludes_pauses():
 def test_plan_reserves_the_stage_end():
     plan = TimePlan(100.0, 0.25, tokens_per_step=100,
                     costs={"pretrain": PhaseCosts(1000), "tune": PhaseCosts(2000)})
-    plan.step_done(0.5)
+    plan.step_done(9.0)                 # the first step built the kernels: not counted later
+    assert plan.fits_step("pretrain", 74.9) and not plan.fits_step("pretrain", 75.0)
+    for _ in range(3):
+        plan.step_done(0.5)
+    assert plan.step_s == 0.5
     plan.eval_done(1.0, 1000)
     assert plan.reserve("pretrain") == pytest.approx(1.0)
     assert plan.train_end("pretrain") == pytest.approx(74.0)
