@@ -25,9 +25,10 @@ PALETTE = {
     "grad": "#2ca02c", "clip": "#7f7f7f", "lr": "#9467bd", "ref": "#8c8c8c",
 }
 # What each loss curve measures, for the legend, the summary line and the help note. "val" is
-# measured on held-out facts of the pretraining text (never trained on); "tune_val" on the tune
-# dialogues themselves (the tuning stage has no held-out set).
-CURVE_NAMES = {"loss": "train", "val": "held-out text (unseen facts)",
+# measured on held-out documents of the pretraining text (never trained on; facts only where the
+# text is made of facts); "tune_val" on the tune dialogues themselves (the tuning stage has no
+# held-out set).
+CURVE_NAMES = {"loss": "train", "val": "held-out text",
                "tune_val": "tune dialogues (training set)"}
 # The "val" curve when nothing could be held out (StepMetrics.val_source == "training text").
 VAL_ON_TRAINING_TEXT = "training text (nothing held out)"
@@ -38,15 +39,18 @@ LOSS_HELP = (
     f"<span style='color:{PALETTE['tune_val']}'>▼ tune dialogues</span>: the loss on the "
     "dialogues the model is tuned on (there is no held-out set of dialogues), so it falls "
     "with the training loss.<br>"
-    f"<span style='color:{PALETTE['val']}'>● held-out text</span>: the loss on facts from the "
-    "pretraining text that the model never trains on. A fact cannot be guessed from other "
-    "facts, so on a small text the model learns its training text by heart and grows "
-    "confidently wrong about the unseen facts: this curve <b>rises</b>, even above the dashed "
-    "line. That is memorisation, expected on a tiny corpus, not a bug; much more text is what "
-    "brings it down.<br>"
+    f"<span style='color:{PALETTE['val']}'>● held-out text</span>: the loss on documents of "
+    "the pretraining text that the model never trains on. On a small text the model learns its "
+    "training text by heart; where the held-out documents cannot be guessed from the others "
+    "(unseen facts, say) it grows confidently wrong about them and this curve <b>rises</b>, "
+    "even above the dashed line. That is memorisation, expected on a tiny corpus, not a bug; "
+    "much more text is what brings it down.<br>"
     "<span style='color:#8c8c8c'>- - ln(vocab)</span>: the loss of guessing uniformly among "
     "all tokens, where training starts.")
 TITLE_STYLE = "font-size:11pt; color:#333333"
+STAGE_LABEL = "◂ pretrain │ tune ▸"
+# Curves drawn with a pen only: a single point gets a dot (show_lone_point).
+LINE_ONLY = ("loss", "grad", "lr")
 
 
 def _key(key: str, mark: str, name: str | None = None) -> str:
@@ -55,13 +59,37 @@ def _key(key: str, mark: str, name: str | None = None) -> str:
     return f"<span style='color:{PALETTE[key]}'>{text}</span>"
 
 
-def _loss_title(val_name: str | None = None) -> str:
+def _loss_title(val_name: str | None = None, reference: str = "") -> str:
+    """The loss plot's title: its legend, and the dashed line's meaning (reference: its label,
+    e.g. "ln(vocab) = 6.24: random guessing"; "" before it is known)."""
+    keys = [_key("loss", "━"), _key("val", "●", val_name), _key("tune_val", "▼")]
+    if reference:
+        keys.append(_key("ref", "┄", reference))
     return (f"<span style='{TITLE_STYLE}'>Loss (cross-entropy)</span> &nbsp; "
             "<a href='help' style='font-size:9pt; color:#5f6b7a'>Why&nbsp;does&nbsp;the&nbsp;"
             "held&#8209;out&nbsp;loss&nbsp;rise?</a><br><span style='font-size:9pt'>"
-            + " &nbsp; ".join((_key("loss", "━"), _key("val", "●", val_name),
-                               _key("tune_val", "▼")))
-            + "</span>")
+            + " &nbsp; ".join(keys) + "</span>")
+
+
+def _grad_title(reference: str = "") -> str:
+    """The grad-norm plot's title, with the dashed clip line's label (reference)."""
+    text = f"<span style='{TITLE_STYLE}'>Gradient norm before clipping</span>"
+    if reference:
+        text += f" &nbsp; <span style='font-size:9pt'>{_key('clip', '┄', reference)}</span>"
+    return text
+
+
+def show_lone_point(curve: pg.PlotDataItem, n: int, colour: str) -> None:
+    """A curve drawn with a pen only shows nothing for a single point (a 1-step run): it gets
+    a dot while it has one point, and loses it once a line can be drawn. Only for curves
+    made without symbols (see LivePlots.LINE_ONLY)."""
+    if n == 1:
+        curve.setSymbol("o")
+        curve.setSymbolSize(7)
+        curve.setSymbolBrush(colour)
+        curve.setSymbolPen(None)
+    elif curve.opts.get("symbol") is not None:
+        curve.setSymbol(None)
 
 
 class Series:
@@ -160,8 +188,7 @@ class LivePlots(QWidget):
         for p in (self.grad_plot, self.lr_plot):
             p.setXLink(self.loss_plot)
         loss_frame, self.loss_title = _titled(self.loss_plot, _loss_title())
-        grad_frame, _ = _titled(self.grad_plot, f"<span style='{TITLE_STYLE}'>Gradient norm "
-                                                "before clipping</span>")
+        grad_frame, self.grad_title = _titled(self.grad_plot, _grad_title())
         lr_frame, _ = _titled(self.lr_plot, f"<span style='{TITLE_STYLE}'>Learning rate</span>")
         self.loss_title.setToolTip(LOSS_HELP)
         self.loss_title.linkActivated.connect(self.show_loss_help)
@@ -172,7 +199,7 @@ class LivePlots(QWidget):
         lp, gp = self.loss_plot, self.grad_plot
         self.curves = {
             "loss": lp.plot(name="train loss", pen=_pen(PALETTE["loss"], 1.3)),
-            "val": lp.plot(name="held-out loss (unseen facts)", pen=_pen(PALETTE["val"], 2),
+            "val": lp.plot(name="held-out loss", pen=_pen(PALETTE["val"], 2),
                            symbol="o", symbolSize=5, symbolBrush=PALETTE["val"],
                            symbolPen=None),
             "tune_val": lp.plot(name="tune loss (training dialogues)",
@@ -181,14 +208,14 @@ class LivePlots(QWidget):
             "grad": gp.plot(name="grad norm", pen=_pen(PALETTE["grad"], 1.3)),
             "lr": self.lr_plot.plot(name="learning rate", pen=_pen(PALETTE["lr"], 1.6)),
         }
-        # Reference lines: y values kept so the log-scale toggle can re-place them.
+        # Reference lines: y values kept so the log-scale toggle can re-place them. Their labels
+        # are in the plots' titles, never inside a plot, where a curve would pass under them.
         self._ref_values: dict[pg.InfiniteLine, float] = {}
-        # Below its line at the right end: at the start of a run the train loss falls from this
-        # line and the held-out loss often rises through it; at the end the curves are lower.
-        self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing",
-                                    below=True)
-        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
+        self._ref_text = {"ref": "", "clip": ""}
+        self.ref_line = self._hline(lp, PALETTE["ref"])
+        self.clip_line = self._hline(gp, PALETTE["clip"])
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
+        self._stage_x: float | None = None   # where tuning starts (mark_stage)
         self.val_bpb: float | None = None
         self._dirty = False
 
@@ -202,16 +229,23 @@ class LivePlots(QWidget):
                                    "included) instead of steps: quality per minute")
         self.time_check.toggled.connect(self.set_time_axis)
         self.val_source = "held-out"   # StepMetrics.val_source of the "val" curve
-        # Elided, never wrapped: a line that changes every step must not resize the plots.
+        # Two lines (the step's numbers, then the held-out ones), each shortened with "…" only
+        # where even that does not fit; never wrapped and always two lines high: a line that
+        # changes every step must not resize the plots.
         self.summary = ElidedLabel(mode=Qt.ElideRight, min_width=60)
         self.summary.setObjectName("plotSummary")
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.summary.setMinimumHeight(2 * self.summary.fontMetrics().lineSpacing() + 2)
+        self.summary.setAlignment(Qt.AlignLeft | Qt.AlignVCenter)
         self.summary.setText("No run yet. Press Train to start.")
 
+        checks = QVBoxLayout()   # stacked: the summary keeps the row's width
+        checks.setSpacing(0)
+        checks.addWidget(self.time_check)
+        checks.addWidget(self.log_check)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
-        top.addWidget(self.time_check)
-        top.addWidget(self.log_check)
+        top.addLayout(checks)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
@@ -233,17 +267,10 @@ class LivePlots(QWidget):
                             LOSS_HELP, self.loss_title)
 
     # -- reference lines -----------------------------------------------------------------
-    def _hline(self, plot: pg.PlotWidget, color: str, fmt: str,
-               below: bool = False) -> pg.InfiniteLine:
-        """A dashed reference line labelled at its right end, above it or below it; the label
-        on a faint white ground stays legible where a curve crosses it."""
-        anchor = (1, 0) if below else (1, 1)
-        line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine),
-                               label="", labelOpts={"position": 0.98, "color": color,
-                                                    "anchors": [anchor, anchor],
-                                                    "fill": (255, 255, 255, 170)})
-        line.template = fmt  # the label shows the true value, also in log mode
-        line.setZValue(5)  # line and label over the curves: the label stays legible
+    def _hline(self, plot: pg.PlotWidget, color: str) -> pg.InfiniteLine:
+        """A dashed reference line; what it means is said in the plot's title."""
+        line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine))
+        line.setZValue(5)
         line.setVisible(False)
         plot.addItem(line)  # in the bounds: the y range always shows the reference
         return line
@@ -253,16 +280,29 @@ class LivePlots(QWidget):
         log = self.log_check.isChecked()
         line.setPos(math.log10(value) if log and value > 0 else value)
         line.setVisible(value > 0)
-        # After setVisible: a hidden label ignores setFormat, and showing the line later does not
-        # refresh it (the reference line had no label until something moved it).
-        line.label.setFormat(line.template.format(value=value))
 
     def set_reference(self, vocab_size: int) -> None:
         """Loss of a uniform guess over the vocabulary: where training starts."""
-        self._place(self.ref_line, math.log(max(vocab_size, 2)))
+        value = math.log(max(vocab_size, 2))
+        self._place(self.ref_line, value)
+        self._ref_text["ref"] = f"ln(vocab) = {value:.2f}: random guessing"
+        self._retitle()
 
     def set_clip(self, grad_clip: float) -> None:
         self._place(self.clip_line, grad_clip)
+        self._ref_text["clip"] = f"clip at {grad_clip:g}" if grad_clip > 0 else ""
+        self._retitle()
+
+    def reference_text(self, key: str) -> str:
+        """The label of a dashed line ("ref": ln(vocab), "clip": the clip threshold) as the
+        title shows it; "" when the line is not shown."""
+        return self._ref_text[key]
+
+    def _retitle(self) -> None:
+        held = self.val_source != "training text"
+        self.loss_title.setText(_loss_title(None if held else VAL_ON_TRAINING_TEXT,
+                                            self._ref_text["ref"]))
+        self.grad_title.setText(_grad_title(self._ref_text["clip"]))
 
     def set_log_scale(self, on: bool) -> None:
         for p in (self.loss_plot, self.grad_plot):
@@ -277,6 +317,7 @@ class LivePlots(QWidget):
             p.enableAutoRange(axis="x")
         for _, line in self._stage_lines:
             line.setVisible(not on)
+        self._show_stage_axis()
         self._dirty = True
         self.redraw()
 
@@ -286,8 +327,8 @@ class LivePlots(QWidget):
             return
         self.val_source = source
         held = source != "training text"
-        self.loss_title.setText(_loss_title(None if held else VAL_ON_TRAINING_TEXT))
-        self.curves["val"].opts["name"] = ("held-out loss (unseen facts)" if held
+        self._retitle()
+        self.curves["val"].opts["name"] = ("held-out loss" if held
                                            else "loss on the training text (nothing held out)")
 
     # -- runs ------------------------------------------------------------------------------
@@ -300,6 +341,8 @@ class LivePlots(QWidget):
         for plot, line in self._stage_lines:
             plot.removeItem(line)
         self._stage_lines.clear()
+        self._stage_x = None
+        self._show_stage_axis()
         if pretrain_steps and tune_steps:
             self.mark_stage(pretrain_steps + 0.5)
         self.val_bpb = None
@@ -322,20 +365,37 @@ class LivePlots(QWidget):
         self.redraw()
 
     def mark_stage(self, x: float) -> None:
-        """Vertical line where tuning starts, on every plot; on the loss plot labelled on both
-        sides, beside the line rather than on it: "◂ pretrain | tune ▸"."""
+        """Vertical line where tuning starts, on every plot; on the loss plot named above the
+        plot, on its top axis, centred on the line: "◂ pretrain │ tune ▸". Outside the plot
+        area, no curve runs under the words and no other label covers them."""
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
             line = pg.InfiniteLine(pos=x, angle=90, movable=False,
                                    pen=_pen("#555555", 1, Qt.DotLine))
-            if p is self.loss_plot:  # anchors past 1 and below 0: a small gap to the line
-                line.stage_labels = [
-                    pg.InfLineLabel(line, text, position=0.42, anchors=[anchor, anchor],
-                                    color="#555555", fill=(255, 255, 255, 200))
-                    for text, anchor in (("◂ pretrain", (1.08, 0.5)),
-                                         ("tune ▸", (-0.08, 0.5)))]
             p.addItem(line, ignoreBounds=True)
             line.setVisible(not self.time_check.isChecked())   # a step, not a time
             self._stage_lines.append((p, line))
+        self._stage_x = x
+        self._show_stage_axis()
+
+    def _show_stage_axis(self) -> None:
+        """The loss plot's top axis holds the stage names while a boundary is shown."""
+        item = self.loss_plot.getPlotItem()
+        x = self._stage_x
+        if x is None or self.time_check.isChecked():
+            item.hideAxis("top")
+            return
+        item.showAxis("top")
+        axis = item.getAxis("top")
+        axis.setStyle(tickLength=-4, showValues=True)
+        axis.setTextPen("#555555")
+        axis.setTicks([[(x, STAGE_LABEL)], []])
+
+    def stage_label(self) -> str | None:
+        """The stage names shown above the loss plot, or None (no boundary shown)."""
+        axis = self.loss_plot.getPlotItem().getAxis("top")
+        if not axis.isVisible() or not axis._tickLevels:
+            return None
+        return axis._tickLevels[0][0][1]
 
     def add_metrics(self, records) -> None:
         """Append a batch of StepMetrics (engine.metrics), oldest first."""
@@ -358,17 +418,19 @@ class LivePlots(QWidget):
                     s["tune_val"].append(m.step, m.val_loss, t)
         if records:
             last = records[-1]
-            text = f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
+            text = (f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
+                    f" · grad norm {last.grad_norm:.3g}")
+            scores = []   # the second line: the evaluations
             if s["val"].n:
                 name = "held-out" if self.val_source != "training text" else "training text"
-                text += f" · {name} {s['val'].y[-1]:.3f}"
-                if self.val_bpb is not None:
-                    text += f" ({self.val_bpb:.3f} bits/byte)"
+                scores.append(f"{name} {s['val'].y[-1]:.3f}" + (
+                    f" ({self.val_bpb:.3f} bits/byte)" if self.val_bpb is not None else ""))
             if s["tune_val"].n:
-                text += f" · tune {s['tune_val'].y[-1]:.3f}"
-            text += f" · grad norm {last.grad_norm:.3g}"
+                scores.append(f"tune {s['tune_val'].y[-1]:.3f}")
+            text += "\n" + " · ".join(scores)
             self.summary.setText(text)  # the lr has its own plot; the tooltip has it too
-            self.summary.setToolTip(f"{text} · learning rate {last.lr:.2e}")
+            self.summary.setToolTip(f"{text.replace(chr(10), ' · ')} · learning rate "
+                                    f"{last.lr:.2e}")
         self._dirty = True
 
     def redraw(self) -> None:
@@ -378,6 +440,8 @@ class LivePlots(QWidget):
         timed = self.time_check.isChecked()
         for key, curve in self.curves.items():
             s = self.series[key]
+            if key in LINE_ONLY:
+                show_lone_point(curve, s.n, PALETTE[key])
             curve.setData(s.t if timed else s.x, s.y)
 
     def point_count(self, key: str = "loss") -> int:

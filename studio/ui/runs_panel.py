@@ -20,7 +20,7 @@ from studio.ui.compare_plot import ComparePlots
 
 COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Parameters", "Tokenizer", "Steps",
            "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clip / skip")
-NAME_COL, STATUS_COL = 1, 3
+NAME_COL, STATUS_COL, DEVICE_COL = 1, 3, 4
 STATUS_TIPS = {
     "finished": "Trained all its steps.",
     "stopped": "Stopped before the end; its checkpoint holds every step done. Continue it.",
@@ -98,9 +98,15 @@ class RunsPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
+        # Every column as wide as its content (header included) but the name and the device,
+        # which share the rest of the width and are elided (their tooltips have them whole): the last columns are
+        # never behind a horizontal scroll bar.
         h = self.table.horizontalHeader()
-        h.setSectionResizeMode(QHeaderView.Interactive)  # fitted to the content in refresh()
-        h.setStretchLastSection(True)
+        h.setSectionResizeMode(QHeaderView.ResizeToContents)
+        for col in (NAME_COL, DEVICE_COL):
+            h.setSectionResizeMode(col, QHeaderView.Stretch)
+        h.setStretchLastSection(False)
+        h.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.ElideMiddle)
         self.table.setWordWrap(False)  # one line per run; long names and devices are elided
         self.table.itemChanged.connect(self._item_changed)
@@ -193,10 +199,8 @@ class RunsPanel(QWidget):
             name.setToolTip(f"{r.path}\nDouble-click to rename." +
                             ("\n\n" + "\n".join(r.warnings) if r.warnings else ""))
             self.table.item(row, STATUS_COL).setToolTip(STATUS_TIPS.get(r.status, ""))
+            self.table.item(row, DEVICE_COL).setToolTip(r.device)
         self.table.setSortingEnabled(True)
-        self.table.resizeColumnsToContents()
-        for col, (least, most) in {NAME_COL: (160, 320), COLUMNS.index("Device"): (80, 160)}.items():
-            self.table.setColumnWidth(col, min(max(self.table.columnWidth(col), least), most))
         self._filling = False
         if selected:
             self.select(selected)
