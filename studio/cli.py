@@ -213,7 +213,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
     from engine import checkpoint
-    from studio.run_folder import MetricsLog
+    from studio.run_folder import MetricsLog, recall_text
     line.pace.start(session.step)
     tc = session.train_config
     warmup = tc.warmup_note(session.tune is not None, from_step=session.step)
@@ -236,6 +236,8 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                 watch(m)
                 if m.samples and not args.quiet:
                     line.say("\n".join(f"  [{m.step}] {p!r} -> {t!r}" for p, t in m.samples))
+                if m.recall:   # the stage-end check, as the studio's Samples tab shows it
+                    line.say(f"step {m.step}: {recall_text(m.recall)}")
                 if monitor.cancelled:
                     break
                 if args.checkpoint_every and m.step % args.checkpoint_every == 0:

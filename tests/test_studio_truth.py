@@ -161,6 +161,8 @@ def test_cli_continue_from_trains_a_new_run(tmp_path, capsys):
     studio's Continue as a new run: NEW starts with RUN's history, RUN stays as it is."""
     old, new = tmp_path / "old", tmp_path / "new"
     assert main(["train", "--out", str(old), "--steps", "6", "--no-tune", *TINY]) == 0
+    # the stage-end recall is printed, as the studio shows it (the CLI printed none)
+    assert "step 6: Text recall after pretraining: " in capsys.readouterr().err
     before = (old / "metrics.jsonl").read_text()
     assert main(["train", "--out", str(new), "--continue-from", str(old), "--steps", "9",
                  "--quiet"]) == 0

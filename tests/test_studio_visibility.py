@@ -113,6 +113,19 @@ def test_the_end_of_a_run_fits_the_bar_and_says_what_next(qtbot, window):
     assert clipped_texts(window) == []
 
 
+def test_an_empty_plot_numbers_nothing(qtbot, window):
+    """Before a run the lr plot numbered pyqtgraph's 0..1, crowded in its 80 px; the loss and
+    grad-norm plots are framed by their dashed lines and keep their numbers."""
+    configure(window)
+    qtbot.wait(100)
+    axis = {p: p.getPlotItem().getAxis("left").style["showValues"]
+            for p in (window.plots.loss_plot, window.plots.grad_plot, window.plots.lr_plot)}
+    assert list(axis.values()) == [True, True, False]
+    window.plots.add_metrics([one_step()])
+    window.plots.redraw()
+    assert window.plots.lr_plot.getPlotItem().getAxis("left").style["showValues"]
+
+
 def test_empty_comparison_plots_number_nothing(qtbot):
     from studio.ui.compare_plot import ComparePlots
     w = ComparePlots()
@@ -154,10 +167,11 @@ def test_the_plot_command_draws_no_controls(qtbot, tmp_path):
 def test_the_runs_table_needs_no_horizontal_scrolling(qtbot, tmp_path):
     from runs_helpers import make_run
     from studio.ui.runs_panel import RunsPanel
+    root = tmp_path.joinpath(*["a-rather-long-folder-name-for-runs"] * 8)
     for i in range(3):
-        make_run(tmp_path, f"a run with a rather long name {i}", steps_done=4, total=4,
+        make_run(root, f"a run with a rather long name {i}", steps_done=4, total=4,
                  stamp=f"20261101-12000{i}")
-    panel = RunsPanel(tmp_path)
+    panel = RunsPanel(root)
     qtbot.addWidget(panel)
     panel.resize(1200, 700)
     panel.show()
@@ -165,6 +179,7 @@ def test_the_runs_table_needs_no_horizontal_scrolling(qtbot, tmp_path):
     qtbot.wait(50)
     t = panel.table
     assert t.rowCount() == 3
+    assert panel.minimumSizeHint().width() < 900   # a long runs folder does not widen it
     assert t.horizontalScrollBar().maximum() == 0
     header = t.horizontalHeader()
     for col in range(t.columnCount()):   # every header readable
@@ -200,3 +215,14 @@ def test_a_new_window_is_no_larger_than_its_screen(qtbot, settings):
     qtbot.addWidget(win)
     area = win.screen().availableGeometry()
     assert win.width() <= area.width() and win.height() <= area.height()
+
+
+def test_a_log_axis_labels_each_tick_once(qtbot):
+    """pyqtgraph's minor log level repeats the decades (0.1, 0.01) of the major one: their
+    labels were drawn twice, one over the other (the health and lr plots)."""
+    from studio.ui.log_axis import LogAxis
+    axis = LogAxis("left")
+    axis.setLogMode(False, True)
+    levels = axis.tickValues(-3.2, -0.7, 300)   # log10 of 0.0006 .. 0.2
+    values = [round(v, 9) for _, vs in levels for v in vs]
+    assert len(values) == len(set(values)) and -1.0 in values and -2.0 in values

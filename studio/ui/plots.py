@@ -443,6 +443,14 @@ class LivePlots(QWidget):
             if key in LINE_ONLY:
                 show_lone_point(curve, s.n, PALETTE[key])
             curve.setData(s.t if timed else s.x, s.y)
+        # y values only where they mean something: the plot has points, or its dashed line
+        # (ln(vocab), the clip threshold) frames it. An empty lr plot numbered 0..1, crowded.
+        framed = {self.loss_plot: self.ref_line.isVisible(),
+                  self.grad_plot: self.clip_line.isVisible(), self.lr_plot: False}
+        for plot, ref in framed.items():
+            has = any(c.xData is not None and len(c.xData)
+                      for c in plot.getPlotItem().listDataItems())
+            plot.getPlotItem().getAxis("left").setStyle(showValues=has or ref)
 
     def point_count(self, key: str = "loss") -> int:
         return self.series[key].n

@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QFile, Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView,
                                QMessageBox, QPushButton, QSplitter, QTableWidget,
                                QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from engine.errors import StudioError
 from studio.runs import RunInfo, config_diff, rename, scan
 from studio.ui.compare_plot import ComparePlots
+from studio.ui.widgets import ElidedLabel
 
 COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Parameters", "Tokenizer", "Steps",
            "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clip / skip")
@@ -128,11 +129,14 @@ class RunsPanel(QWidget):
             bar.addWidget(b)
             if key == "add":
                 bar.addSpacing(16)
-        bar.addStretch(1)
-        self.summary = QLabel()
+        bar.addSpacing(12)
+        # "3 runs in <folder>": a long runs folder is shortened in the middle, never widening
+        # the window (a QLabel's minimum width is its whole text)
+        self.summary = ElidedLabel(min_width=80)
         self.summary.setObjectName("runsSummary")
         self.summary.setProperty("role", "muted")
-        bar.addWidget(self.summary)
+        self.summary.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        bar.addWidget(self.summary, 1)
 
         self.compare = ComparePlots()
         self.diff_table = QTableWidget(0, 1)
