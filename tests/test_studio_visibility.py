@@ -16,6 +16,7 @@ from PySide6.QtGui import QColor  # noqa: E402
 from PySide6.QtWidgets import QComboBox, QWidget  # noqa: E402
 
 from test_studio import configure, settings, train, window  # noqa: E402,F401
+from test_studio_autosave import open_model  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 
@@ -101,6 +102,10 @@ def test_no_text_is_cut_short_before_and_after_a_run(qtbot, window, size):
         window.tabs.setCurrentIndex(i)
         qtbot.wait(20)
         assert clipped_texts(window) == [], window.tabs.tabText(i)
+    open_model(qtbot, window, result.run_dir)   # Continue mode: more in the run bar's row
+    qtbot.wait(50)
+    assert window.run_bar.as_new_run_check.isVisible()
+    assert clipped_texts(window) == []
 
 
 def test_the_end_of_a_run_fits_the_bar_and_says_what_next(qtbot, window):
@@ -207,6 +212,14 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
         assert inside(win.findChild(QWidget, name), win), name
     for p in (win.plots.loss_plot, win.plots.grad_plot, win.plots.lr_plot):
         assert p.height() >= p.minimumHeight(), p.objectName()
+    column = win.centralWidget().widget(0)   # the settings: whole at 1366 x 768, and
+    if size == (1366, 768):                  # reachable by scrolling below that
+        assert column.verticalScrollBar().maximum() == 0
+    column.ensureWidgetVisible(win.autosave_box, 0, 0)
+    qtbot.wait(20)
+    box = win.autosave_box
+    assert column.viewport().rect().contains(
+        QRect(box.mapTo(column.viewport(), box.rect().topLeft()), box.size()))
 
 
 def test_a_new_window_is_no_larger_than_its_screen(qtbot, settings):
