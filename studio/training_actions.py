@@ -189,9 +189,9 @@ class TrainingActions:
         use = "Chat with the model or export it." if self.controller.has_model else None
         if result.outcome is Outcome.FAILED:
             return "Training stopped with an error" + where, "See the message."
-        verb = "Stopped at step" if result.outcome is Outcome.STOPPED else "Finished"
-        return (f"{verb} {result.step}{'' if verb.startswith('Stopped') else ' steps'}{where}",
-                use)
+        if result.outcome is Outcome.STOPPED:
+            return f"Stopped at step {result.step}{where}", use
+        return f"Finished {result.step} steps{where}", use
 
     def _on_loaded(self, info: SessionInfo | None) -> None:
         """A checkpoint, GGUF or HF folder was opened (None: it could not be; the error is

@@ -128,8 +128,10 @@ def test_stage_marker_is_named_above_the_line(qtbot, window):
     plot, line = window.plots._stage_lines[0]
     assert plot is window.plots.loss_plot and line.value() == 300.5
     axis = plot.getPlotItem().getAxis("top")
-    assert axis.isVisible() and window.plots.stage_label() == "◂ pretrain │ tune ▸"
-    assert axis._tickLevels[0][0][0] == line.value()   # centred on the line
+    assert axis.isVisible() and window.plots.stage_label() == "◂ pretrain | tune ▸"
+    (left, pretrain), (right, tune) = axis._tickLevels[0]   # one each side of the line
+    assert (pretrain, tune) == ("◂ pretrain", "tune ▸")
+    assert left < line.value() < right
 
 
 def test_samples_caption_is_a_plain_sentence(window):

@@ -78,7 +78,7 @@ def test_no_text_is_drawn_inside_a_plot(qtbot, window):
     assert "random guessing" in plots.reference_text("ref")
     assert plots.reference_text("ref") in plain(plots.loss_title)
     assert "clip at 1" in plain(plots.grad_title)
-    assert plots.stage_label() == "◂ pretrain │ tune ▸"
+    assert plots.stage_label() == "◂ pretrain | tune ▸"
     plots.time_check.setChecked(True)           # wall time: no step boundary, no label
     assert plots.stage_label() is None
     plots.time_check.setChecked(False)
@@ -239,3 +239,23 @@ def test_a_log_axis_labels_each_tick_once(qtbot):
     levels = axis.tickValues(-3.2, -0.7, 300)   # log10 of 0.0006 .. 0.2
     values = [round(v, 9) for _, vs in levels for v in vs]
     assert len(values) == len(set(values)) and -1.0 in values and -2.0 in values
+
+
+@pytest.mark.parametrize("pretrain, tune, name", [(1000, 10, "◂ pretrain"), (5, 1000, "tune ▸")])
+def test_a_short_stage_still_names_the_long_one(qtbot, pretrain, tune, name):
+    """Centred on the line, "◂ pretrain | tune ▸" did not fit beside a boundary near the
+    plot's edge and pyqtgraph drew no name at all; each name now sits on its own side, so the
+    long stage's name fits inside the plot's width."""
+    from PySide6.QtGui import QFontMetrics
+    plots = LivePlots()
+    qtbot.addWidget(plots)
+    plots.resize(500, 500)
+    plots.show()
+    qtbot.waitExposed(plots)
+    plots.start_run(pretrain + tune, pretrain, tune, 300, 1.0, preview=True)
+    qtbot.wait(50)
+    item = plots.loss_plot.getPlotItem()
+    (x0, x1), width = item.getViewBox().viewRange()[0], item.getViewBox().width()
+    pos = dict((text, x) for x, text in item.getAxis("top")._tickLevels[0])[name]
+    half = QFontMetrics(plots.font()).horizontalAdvance(name) / 2 * (x1 - x0) / width
+    assert x0 <= pos - half and pos + half <= x1

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
                                QWhatsThis, QWidget)
 
@@ -48,7 +49,8 @@ LOSS_HELP = (
     "<span style='color:#8c8c8c'>- - ln(vocab)</span>: the loss of guessing uniformly among "
     "all tokens, where training starts.")
 TITLE_STYLE = "font-size:11pt; color:#333333"
-STAGE_LABEL = "◂ pretrain │ tune ▸"
+STAGE_NAMES = ("◂ pretrain", "tune ▸")   # left and right of the stage boundary
+STAGE_GAP_PX = 5
 # Curves drawn with a pen only: a single point gets a dot (show_lone_point).
 LINE_ONLY = ("loss", "grad", "lr")
 
@@ -187,6 +189,9 @@ class LivePlots(QWidget):
         self.lr_plot = _plot_widget("lrPlot", "lr", 80)
         for p in (self.grad_plot, self.lr_plot):
             p.setXLink(self.loss_plot)
+        vb = self.loss_plot.getPlotItem().getViewBox()   # the stage names follow the line
+        vb.sigXRangeChanged.connect(self._show_stage_axis)
+        vb.sigResized.connect(self._show_stage_axis)
         loss_frame, self.loss_title = _titled(self.loss_plot, _loss_title())
         grad_frame, self.grad_title = _titled(self.grad_plot, _grad_title())
         lr_frame, _ = _titled(self.lr_plot, f"<span style='{TITLE_STYLE}'>Learning rate</span>")
@@ -365,9 +370,9 @@ class LivePlots(QWidget):
         self.redraw()
 
     def mark_stage(self, x: float) -> None:
-        """Vertical line where tuning starts, on every plot; on the loss plot named above the
-        plot, on its top axis, centred on the line: "◂ pretrain │ tune ▸". Outside the plot
-        area, no curve runs under the words and no other label covers them."""
+        """Vertical line where tuning starts, on every plot; on the loss plot the stages are
+        named above the plot, on its top axis, one each side of the line: "◂ pretrain | tune ▸".
+        Outside the plot area, no curve runs under the words and no other label covers them."""
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
             line = pg.InfiniteLine(pos=x, angle=90, movable=False,
                                    pen=_pen("#555555", 1, Qt.DotLine))
@@ -377,8 +382,12 @@ class LivePlots(QWidget):
         self._stage_x = x
         self._show_stage_axis()
 
-    def _show_stage_axis(self) -> None:
-        """The loss plot's top axis holds the stage names while a boundary is shown."""
+    def _show_stage_axis(self, *_) -> None:
+        """The loss plot's top axis holds the stage names while a boundary is shown. Each name
+        is a tick label placed so that its near end is STAGE_GAP_PX from the line (pyqtgraph
+        centres tick labels), recomputed when the view moves or resizes; a name that does not
+        fit between the line and the plot's edge is left out by pyqtgraph (a 10-step tuning
+        stage after 1000 steps shows "◂ pretrain" only)."""
         item = self.loss_plot.getPlotItem()
         x = self._stage_x
         if x is None or self.time_check.isChecked():
@@ -386,16 +395,22 @@ class LivePlots(QWidget):
             return
         item.showAxis("top")
         axis = item.getAxis("top")
-        axis.setStyle(tickLength=-4, showValues=True)
+        font = self.font()   # set, so that the width measured is the width drawn
+        axis.setStyle(tickLength=0, showValues=True, tickFont=font)
         axis.setTextPen("#555555")
-        axis.setTicks([[(x, STAGE_LABEL)], []])
+        (x0, x1), width = item.getViewBox().viewRange()[0], item.getViewBox().width()
+        per_px = (x1 - x0) / width if width > 0 and x1 > x0 else 0.0
+        fm = QFontMetrics(font)
+        ticks = []
+        for name, side in zip(STAGE_NAMES, (-1, 1)):
+            half = fm.horizontalAdvance(name) / 2 + STAGE_GAP_PX
+            ticks.append((x + side * half * per_px, name))
+        axis.setTicks([ticks, []])
 
     def stage_label(self) -> str | None:
-        """The stage names shown above the loss plot, or None (no boundary shown)."""
-        axis = self.loss_plot.getPlotItem().getAxis("top")
-        if not axis.isVisible() or not axis._tickLevels:
-            return None
-        return axis._tickLevels[0][0][1]
+        """The stage names shown above the loss plot ("◂ pretrain | tune ▸"), or None."""
+        shown = self.loss_plot.getPlotItem().getAxis("top").isVisible()
+        return " | ".join(STAGE_NAMES) if shown and self._stage_x is not None else None
 
     def add_metrics(self, records) -> None:
         """Append a batch of StepMetrics (engine.metrics), oldest first."""

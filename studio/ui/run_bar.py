@@ -123,10 +123,9 @@ class RunBar(QWidget):
             self.train_button.setText("▶  Continue")
             self.train_button.setToolTip(f"Keep training the opened model from step {step} "
                                          "up to the step counts on the left")
-        check = self.as_new_run_check
+        check = self.as_new_run_check   # enabled by the window with the other inputs
         if not in_place:
             check.setChecked(True)
-        check.setEnabled(in_place)
         check.setToolTip(AS_NEW_RUN_TIP if in_place else f"{NO_FOLDER_WHY}\n\n{AS_NEW_RUN_TIP}")
         check.setVisible(step is not None)
         self.new_button.setVisible(step is not None)
