@@ -241,7 +241,8 @@ def test_a_log_axis_labels_each_tick_once(qtbot):
     assert len(values) == len(set(values)) and -1.0 in values and -2.0 in values
 
 
-@pytest.mark.parametrize("pretrain, tune, name", [(1000, 10, "◂ pretrain"), (5, 1000, "tune ▸")])
+@pytest.mark.parametrize("pretrain, tune, name",
+                         [(1000, 10, "◂ pretrain"), (5, 1000, "tune ▸")])
 def test_a_short_stage_still_names_the_long_one(qtbot, pretrain, tune, name):
     """Centred on the line, "◂ pretrain | tune ▸" did not fit beside a boundary near the
     plot's edge and pyqtgraph drew no name at all; each name now sits on its own side, so the

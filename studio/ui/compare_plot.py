@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSiz
 from studio.runs import HEALTH_GROUPS, X_AXES, RunInfo, curves
 from studio.ui import theme
 from studio.ui.log_axis import LogAxis
-from studio.ui.plots import show_lone_point
+from studio.ui.plot_parts import show_lone_point
 
 # Tableau 10 (matplotlib's default cycle): distinct on white, readable by most colour-blind eyes.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -1,5 +1,6 @@
 """Sample generations for fixed prompts every N steps, newest first, each with its step; and the
-text recall (training documents continued word for word) measured at the end of each stage, in the stream and in a line above it."""
+text recall (training documents continued word for word) measured at the end of each stage, in
+the stream and in a line above it."""
 
 from __future__ import annotations
 

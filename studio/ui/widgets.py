@@ -13,8 +13,9 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QScrollArea, QSizePolicy, QS
 
 
 class ElidedLabel(QLabel):
-    """One line (or a few, each shortened alone) that shortens to the width it gets (in the middle by default, for paths), never
-    widening the window; full_text() and the tooltip keep the whole text."""
+    """One line (or a few, each shortened alone) that shortens to the width it gets (in the
+    middle by default, for paths), never widening the window; full_text() and the tooltip keep
+    the whole text."""
 
     def __init__(self, parent=None, mode=Qt.ElideMiddle, min_width: int = 80):
         super().__init__(parent)
