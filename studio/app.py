@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
@@ -28,7 +28,7 @@ from studio.ui.plots import LivePlots
 from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
-from studio.ui.widgets import ColumnScrollArea, enable_with_reason
+from studio.ui.widgets import ColumnScrollArea, enable_with_reason, fit_to_screen
 from studio.window_actions import WindowActions
 
 # Why Export is off (its tooltip):
@@ -39,6 +39,7 @@ TASK_WHY = "Wait for the export, save or opening in progress."
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
 OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
               "Continue) trains one from scratch with other settings.")
+PREFERRED_SIZE = QSize(1400, 880)  # where the screen has room; less on a smaller one
 NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage to go on with. "
                "New model (beside Continue) trains one with tuning.")
 
@@ -80,7 +81,9 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         self._build()
         self._menus()
         install_runs(self)  # View › Runs…, training-health warnings
-        self._restore(pretrain_path, tune_path, device)
+        fit_to_screen(self, PREFERRED_SIZE)
+        self._restore(pretrain_path, tune_path, device)  # a saved geometry wins, clipped below
+        self._keep_on_screen()
         self._update_actions()
         self._preview_run()
 
@@ -135,7 +138,6 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         main.setStretchFactor(1, 1)
         self._splitters = (main, work)
         self.setCentralWidget(main)
-        self.resize(1400, 880)
 
         rb = self.run_bar
         rb.train_button.clicked.connect(self.start_training)
@@ -255,6 +257,9 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
         for act in self._data_actions:
             act.setEnabled(edit and opened is None)
         self.autosave_box.set_editable(edit, BUSY_WHY)
+        # Continue in place or as a new run: a choice only for a model with its run folder
+        self.run_bar.as_new_run_check.setEnabled(
+            edit and opened is not None and opened.run_dir is not None)
 
     def _preview_run(self) -> None:
         """Before the first run, frame the plots for the run the settings describe."""
@@ -263,6 +268,12 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                 or not sp.is_valid()):
             return
         self.frame_run(preview=True)
+
+    def _keep_on_screen(self) -> None:
+        """A geometry saved on a larger screen is cut down to the screen the window opens on."""
+        area = self.screen().availableGeometry()
+        if self.width() > area.width() or self.height() > area.height():
+            fit_to_screen(self, self.size(), area)
 
     def show_error(self, title: str, message: str) -> None:
         """Errors never close the app: a non-blocking dialog with what to do."""

@@ -169,7 +169,7 @@ def _train(args) -> int:
         except Cancelled:
             line.say(f"Stopped before training began; nothing was trained in {out}.")
             return 130
-        if args.continue_run and _nothing_left(session, line):
+        if (args.continue_run or args.continue_from) and _nothing_left(session, line):
             return 0
         return _train_loop(session, args, out, monitor, line)
     finally:
@@ -184,8 +184,13 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     from engine.dialogue import read_dialogues
     from engine.session import TrainingSession
     from engine.textio import bundled_corpus, read_text
-    if args.continue_run:
-        session = TrainingSession.load(out, device=args.device, monitor=monitor)
+    source = Path(args.continue_from) if args.continue_from else out
+    if args.continue_from and checkpoint.checkpoint_path(out).exists():
+        raise StudioError(f"{out} already holds a training run.",
+                          "--continue-from trains into a new --out folder; to train the run in "
+                          f"{out} itself further, use --continue.")
+    if args.continue_run or args.continue_from:
+        session = TrainingSession.load(source, device=args.device, monitor=monitor)
         _note_fallback(session)
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
                    if getattr(args, k) is not None]
@@ -196,8 +201,11 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
             note = session.continue_training(args.steps, args.tune_steps, args.time_budget)
             if note:
                 line.say(f"note: {note}")
-        line.say(f"Continuing {out} at step {session.step}/{session.total_steps} on "
-                 f"{session.rt.info.name}")
+        if args.continue_from:   # a new run: the checks passed, only now the folder
+            _make_run_folder(out)
+        line.say(f"Continuing {source} at step {session.step}/{session.total_steps} on "
+                 f"{session.rt.info.name}" + (f", as a new run in {out}" if args.continue_from
+                                              else ""))
         return session
     if checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.",
@@ -231,7 +239,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
     from engine import checkpoint
-    from studio.run_folder import MetricsLog
+    from studio.run_folder import MetricsLog, recall_text
     line.pace.start(session.step)
     tc = session.train_config
     warmup = tc.warmup_note(session.tune is not None, from_step=session.step)
@@ -243,7 +251,9 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                  "tuning" if session.has_tune else "")
         line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
                  f"(evaluations included{split}); the step count follows the measured speed.")
-    metrics = MetricsLog(out, keep_until=session.step)  # a continued run: what the checkpoint covers
+    # a continued run: what the checkpoint covers; a new run continued from another: its history
+    metrics = (MetricsLog(out, history=session.history) if args.continue_from
+               else MetricsLog(out, keep_until=session.step))
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     save_s = None   # seconds the last checkpoint took (said when a stop saves)
     try:
@@ -255,6 +265,8 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                 watch(m)
                 if m.samples and not args.quiet:
                     line.say("\n".join(f"  [{m.step}] {p!r} -> {t!r}" for p, t in m.samples))
+                if m.recall:   # the stage-end check, as the studio's Samples tab shows it
+                    line.say(f"step {m.step}: {recall_text(m.recall)}")
                 if monitor.cancelled:
                     break
                 if args.checkpoint_every and m.step % args.checkpoint_every == 0:
@@ -442,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="run folder for checkpoint and metrics.jsonl")
     t.add_argument("--continue", dest="continue_run", action="store_true",
                    help="train the run saved in --out further (to the step totals given)")
+    t.add_argument("--continue-from", metavar="RUN",
+                   help="train the run saved in RUN further as a new run in --out, which "
+                   "starts with RUN's history; RUN stays as it is (the studio's Continue "
+                   "\"as a new run\"; --continue is Continue in place)")
     t.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # old --continue
     t.add_argument("--pretrain", default=S, help="pretraining text (default: bundled)")
     t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")

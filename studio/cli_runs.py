@@ -80,17 +80,7 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
     from PySide6.QtWidgets import QApplication
     qInstallMessageHandler(_quiet_offscreen)
     app = QApplication.instance() or QApplication(["llm-studio"])  # noqa: F841 (kept alive)
-    from studio.ui.compare_plot import ComparePlots
-    w = ComparePlots()
-    w.setStyleSheet("background: white")
-    w.setContentsMargins(8, 8, 8, 8)
-    w.resize(width, height)
-    w.set_axis(axis)
-    w.set_runs(runs)
-    w.show()
-    QApplication.processEvents()
-    w.redraw()
-    QApplication.processEvents()
+    w = compare_image_widget(runs, axis, width, height)
     made = FolderSnapshot(out.parent, only=())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +92,24 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
                           "Give a folder you can write to with -o.") from e
     finally:
         w.close()
+
+
+def compare_image_widget(runs, axis: str = "step", width: int = 1200, height: int = 800):
+    """The Runs window's plots and legend for `runs`, shown and drawn at width x height, without
+    its x-axis and health boxes (an image shows curves, not controls). Needs a QApplication."""
+    from PySide6.QtWidgets import QApplication
+    from studio.ui.compare_plot import ComparePlots
+    w = ComparePlots(controls=False)
+    w.setStyleSheet("background: white")
+    w.setContentsMargins(8, 8, 8, 8)
+    w.resize(width, height)
+    w.set_axis(axis)
+    w.set_runs(runs)
+    w.show()
+    QApplication.processEvents()
+    w.redraw()
+    QApplication.processEvents()
+    return w
 
 
 def _quiet_offscreen(mode, context, message) -> None:

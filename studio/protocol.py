@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.config import CHECKPOINT_EVERY, DEFAULT_TOKENIZER, ModelConfig, TrainConfig
@@ -49,7 +50,8 @@ class ContinueJob:
     (TrainingWorker.proceed; the engine's check_continuation decides what is allowed)."""
     pretrain_steps: int                # new total of pretraining steps (not steps to add)
     tune_steps: int                    # new total of tuning steps
-    run_dir: str                       # the new run folder; it starts with the session's history
+    run_dir: str                       # the run folder: the opened one (in place) or a new one;
+                                       # metrics.jsonl starts with the session's history
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
     more_seconds: float = 0.0          # > 0 ("Train for N minutes"): train this much longer by
     #                                    time instead of to the step totals
@@ -157,11 +159,19 @@ class ContinuePoint:
     pretrain_steps: int
     tune_steps: int
     has_tune: bool                     # with a tuning stage (the Tuning steps spin is editable)
+    # The run folder that holds the model's checkpoint: "Continue in place" trains on in it
+    # (as `llm-studio train --out RUN --continue`); None for a GGUF or transformers folder,
+    # which can only continue as a new run.
+    run_dir: str | None = None
 
     @classmethod
     def of(cls, info: SessionInfo) -> ContinuePoint:
         tc = info.train_config
-        return cls(info.step, tc.pretrain_steps, tc.tune_steps, info.has_tune)
+        folder = None
+        if info.source is ModelSource.CHECKPOINT and info.path:
+            p = Path(info.path)
+            folder = str(p if p.is_dir() else p.parent)
+        return cls(info.step, tc.pretrain_steps, tc.tune_steps, info.has_tune, folder)
 
 
 class FileTask(Enum):

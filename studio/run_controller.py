@@ -165,7 +165,8 @@ class RunController(QObject):
         if self.continue_from is not None and tc is not None:  # Continue goes on from here
             self.continue_from = dataclasses.replace(
                 self.continue_from, step=result.step, pretrain_steps=tc.pretrain_steps,
-                tune_steps=tc.tune_steps)
+                tune_steps=tc.tune_steps,
+                run_dir=result.run_dir or self.continue_from.run_dir)  # where it is saved now
         self._set_state(RunState.IDLE)
         {Outcome.FINISHED: self.finished, Outcome.STOPPED: self.stopped,
          Outcome.FAILED: self.failed}[result.outcome].emit(result)

@@ -202,18 +202,23 @@ def metrics_from_dict(d: dict) -> StepMetrics:
     return StepMetrics(**kw)
 
 
-def _score(d: dict | None) -> str:
+def _score(d: dict | None, unit: str = "") -> str:
     d = d or {}
     correct, total = d.get("correct", 0), d.get("total", 0)
-    return f"{correct}/{total} ({correct / total:.0%})" if total else "none to test"
+    unit = f" {unit}" if unit else ""
+    return f"{correct}/{total}{unit} ({correct / total:.0%})" if total else "none to test"
 
 
 def recall_text(recall: dict) -> str:
-    """'Fact recall after pretraining: 31/32 (97%)' or, after tuning,
-    'Recall after tuning: facts 32/32 (100%), answers 24/24 (100%)'."""
+    """'Text recall after pretraining: 31/32 documents (97%)' or, after tuning,
+    'Recall after tuning: text 32/32 documents (100%), answers 24/24 (100%)'.
+
+    What engine.evaluate.fact_recall measures, named as such: how many training documents the
+    model continues word for word from their first words. On a text of facts that is fact
+    recall; on prose (Shakespeare) it is verbatim memory, so the line never says "facts"."""
     if recall.get("stage") == "tune":
-        text = f"Recall after tuning: facts {_score(recall.get('facts'))}"
+        text = f"Recall after tuning: text {_score(recall.get('facts'), 'documents')}"
         if "answers" in recall:
             text += f", answers {_score(recall.get('answers'))}"
         return text
-    return f"Fact recall after pretraining: {_score(recall.get('facts'))}"
+    return f"Text recall after pretraining: {_score(recall.get('facts'), 'documents')}"

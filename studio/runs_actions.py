@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtCore import QObject, QSize, Qt, Slot
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMessageBox
 
 from studio.ui.runs_panel import RunsPanel
+from studio.ui.widgets import fit_to_screen
 
 
 def install_runs(window) -> None:
@@ -47,7 +48,7 @@ def show_runs(window) -> RunsPanel:
         panel.setParent(window, Qt.Window)
         panel.setWindowTitle("Runs")
         panel.setObjectName("runsPanel")
-        panel.resize(1200, 820)
+        fit_to_screen(panel, QSize(1200, 820), window.screen().availableGeometry())
         panel.openRequested.connect(lambda p: _open(window, p))
         panel.continueRequested.connect(lambda p: _open(window, p, then=_ask_for_steps))
         panel.exportRequested.connect(lambda p: _open(window, p, then=_export))
@@ -108,7 +109,8 @@ def _ask_for_steps(window) -> None:
     button = window.run_bar.train_button  # it reads "Continue" for an opened run
     button.setFocus()
     window.statusBar().showMessage(f"Raise the step counts on the left, then press "
-                                   f"{button.text().lstrip('▶ ')} to train this run further.",
+                                   f"{button.text().lstrip('▶ ')} to train this run further "
+                                   "in its folder (tick “as a new run” to keep it as it is).",
                                    12000)
 
 

@@ -3,9 +3,12 @@ the worker reports back (metrics, stage-end recall, autosaves, the end of a run)
 studio.app.MainWindow, split out to keep each file near 300 lines.
 
 Continue: after File › Open checkpoint (or an exported GGUF), the controller's `continue_from`
-(studio.protocol.ContinuePoint) holds the opened model's step and step counts; Train then asks
-the worker to `session.continue_training` to the step counts on the left and keep going, into a new run
-folder that starts with the model's history. The run's state lives in studio.run_controller.
+(studio.protocol.ContinuePoint) holds the opened model's step, step counts and run folder; Train
+then asks the worker to `session.continue_training` to the step counts on the left and keep
+going: in place, in the opened run folder (as `llm-studio train --out RUN --continue`), or, with
+"as a new run" ticked (always for a GGUF or transformers folder), into a new run folder that
+starts with the model's history (as `--continue-from RUN --out NEW`). The run's state lives in
+studio.run_controller.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from engine.session import check_continuation
 from studio.protocol import (CONTROLS, ContinueJob, ModelSource, Outcome, RunPoint, RunResult,
                              RunState, SessionInfo, TrainJob)
 from studio.run_folder import new_run_dir
+from studio.ui.chat_panel import CLEARED_NOTE
 
 
 class TrainingActions:
@@ -37,7 +41,11 @@ class TrainingActions:
             return
         sp, c = self.settings_panel, self.controller
         mcfg, tcfg = sp.model_config(), sp.train_config()
-        run_dir = new_run_dir(self.autosave_box.runs_root())
+        opened = c.continue_from
+        if opened is not None and opened.run_dir and not self.run_bar.continue_as_new_run():
+            run_dir = Path(opened.run_dir)   # Continue in place, as `train --continue`
+        else:
+            run_dir = new_run_dir(self.autosave_box.runs_root())
         every = self.autosave_box.every()
         self.run_bar.reset_pace()
         self.run_bar.show_run_folder(run_dir, None)
@@ -47,6 +55,8 @@ class TrainingActions:
                                        every, more_seconds=tcfg.time_budget_s))
             return
         self.samples_panel.clear()
+        if self.chat_panel.start_over():
+            self.statusBar().showMessage(CLEARED_NOTE, 10000)
         self.frame_run()
         c.train(TrainJob(mcfg, tcfg, self.data_panel.pretrain_text, str(run_dir),
                          tune_text=self.data_panel.tune_text if tcfg.tune_steps else None,
@@ -57,13 +67,13 @@ class TrainingActions:
         c = self.controller
         if c.state is RunState.RUNNING:
             c.pause()
-            self.run_bar.show_text(self.run_bar.progress.format() + " · pausing…")
+            self.run_bar.show_phase("pausing…")
         elif c.state is RunState.PAUSED:
             c.resume()
 
     def stop_training(self) -> None:
         if CONTROLS[self.controller.state].stop:
-            self.run_bar.show_text(self.run_bar.progress.format() + " · stopping and saving…")
+            self.run_bar.show_phase("stopping and saving…")
             self.controller.stop()
 
     def new_model(self) -> None:
@@ -147,7 +157,8 @@ class TrainingActions:
 
     def _on_paused(self, point: RunPoint) -> None:
         self.run_bar.pause_pace()
-        self.run_bar.show_text(f"Paused at step {point.step}: chat or export now, or Resume.")
+        self.run_bar.show_text(f"Paused at step {point.step}",
+                               note="Chat with the model or export it now, or Resume.")
 
     def _on_resumed(self, _point: RunPoint) -> None:
         self.run_bar.resume_pace()  # the time paused does not count in the ETA
@@ -156,28 +167,34 @@ class TrainingActions:
         """After the state went back to IDLE (studio.run_controller); trainingFinished last."""
         self.plots.redraw()
         run_dir, saved, step = result.run_dir, result.saved_step, result.step
-        self.run_bar.show_text(self._end_text(result))
+        text, note = self._end_text(result)
+        self.run_bar.show_text(text, note=note)
         if run_dir:
             self.run_bar.show_run_folder(run_dir, saved, saving=False)
         else:  # it never started: its folder was removed (studio.run_folder.RunRecorder.discard)
             self.run_bar.hide_run_folder()
-        if self.controller.continue_from is not None and result.train_config is not None:
-            self.run_bar.set_continue(step)  # Continue goes on from here
+        opened = self.controller.continue_from
+        if opened is not None and result.train_config is not None:
+            self.run_bar.set_continue(step, opened.run_dir is not None)  # it goes on from here
         if self.controller.has_model and result.outcome is not Outcome.FAILED:
             self.tabs.setCurrentWidget(self.samples_panel)
         self.trainingFinished.emit(result)
 
-    def _end_text(self, result: RunResult) -> str:
-        """The run bar's line at a run's end; chat and export are offered only with a model."""
+    def _end_text(self, result: RunResult) -> tuple[str, str | None]:
+        """The run bar's status at a run's end (short: it fits the bar) and the note under it;
+        chat and export are offered only with a model."""
         if result.run_dir is None:  # stopped or failed before its first step
-            return ("Could not start training: see the message." if result.outcome is
-                    Outcome.FAILED else "Stopped before the first step: nothing was trained.")
+            if result.outcome is Outcome.FAILED:
+                return "Could not start training", "See the message for what to change."
+            return "Stopped before the first step", "Nothing was trained."
         saved = result.saved_step
-        where = f" Saved (step {saved})." if saved is not None else ""
-        use = " Chat with the model or export it." if self.controller.has_model else ""
-        return {Outcome.FAILED: "Training stopped with an error: see the message." + where,
-                Outcome.STOPPED: f"Stopped at step {result.step}.{where}{use}",
-                Outcome.FINISHED: f"Finished {result.step} steps.{where}{use}"}[result.outcome]
+        where = f" · saved at step {saved}" if saved is not None else ""
+        use = "Chat with the model or export it." if self.controller.has_model else None
+        if result.outcome is Outcome.FAILED:
+            return "Training stopped with an error" + where, "See the message."
+        if result.outcome is Outcome.STOPPED:
+            return f"Stopped at step {result.step}{where}", use
+        return f"Finished {result.step} steps{where}", use
 
     def _on_loaded(self, info: SessionInfo | None) -> None:
         """A checkpoint, GGUF or HF folder was opened (None: it could not be; the error is
@@ -187,12 +204,15 @@ class TrainingActions:
         self._adopt_model(info)
         self.settings_panel.set_from_configs(info.model_config, info.train_config)
         self.samples_panel.clear()
+        cleared = self.chat_panel.start_over()
         self._show_history(info, recall=True)
-        self.run_bar.set_continue(info.step)
+        self.run_bar.set_continue(info.step, self.controller.continue_from.run_dir is not None)
         self._show_opened_folder(info)
-        what = "GGUF" if info.source is ModelSource.GGUF else "Checkpoint"
-        self.run_bar.show_text(f"{what} opened at step {info.step}: chat, export, or "
-                               "Continue training.", reset=True)
+        what = {ModelSource.GGUF: "GGUF", ModelSource.HF: "Hugging Face model"}.get(
+            info.source, "Checkpoint")
+        self.run_bar.show_text(f"{what} opened at step {info.step}", reset=True,
+                               note="Chat with it, export it, or Continue training."
+                               + (f" {CLEARED_NOTE}" if cleared else ""))
         self._update_actions()
         self.modelOpened.emit(info)
 

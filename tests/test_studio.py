@@ -116,7 +116,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     steps = list(curve_x(window, "lossPlot", "train loss"))
     assert steps == list(range(1, 31))                      # one point per step
     assert len(curve_x(window, "gradNormPlot", "grad norm")) == 30
-    assert len(curve_x(window, "lossPlot", "held-out loss (unseen facts)")) >= 4
+    assert len(curve_x(window, "lossPlot", "held-out loss")) >= 4
     assert window.plots.ref_line.isVisible()                # ln(vocab) reference
     samples = window.findChild(QObject, "samplesView").toPlainText()
     assert "Step 30" in samples and "Step 10" in samples

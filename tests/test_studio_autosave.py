@@ -61,9 +61,9 @@ def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
 
     # Stage-end recall: in the samples stream and in the line above it.
     recall = window.samples_panel.recall_label.text()
-    assert "Fact recall after pretraining (step 20): " in recall and "/32 (" in recall
-    assert "Recall after tuning (step 30): facts" in recall and "answers" in recall
-    assert "Fact recall after pretraining:" in window.samples_panel.text()
+    assert "Text recall after pretraining (step 20): " in recall and "/32 documents (" in recall
+    assert "Recall after tuning (step 30): text" in recall and "answers" in recall
+    assert "Text recall after pretraining:" in window.samples_panel.text()
 
     # A second run gets a folder of its own.
     result = train(qtbot, window)
@@ -78,11 +78,12 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     info = open_model(qtbot, window, first.run_dir)
     assert info.step == 20 and window.run_bar.train_button.text().endswith("Continue")
     assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 21))
-    assert "Fact recall after pretraining" in window.samples_panel.recall_label.text()
+    assert "Text recall after pretraining" in window.samples_panel.recall_label.text()
     assert not window.run_bar.train_button.isEnabled()       # 20 of 20 steps done
     assert "raise the pretraining steps" in window.run_bar.hint.text().lower()
     assert not window.settings_panel.spins["dModelSpin"].isEnabled()  # the model is fixed
     window.settings_panel.set_value("pretrainStepsSpin", 32)
+    window.run_bar.as_new_run_check.setChecked(True)   # Continue as a new run (not in place)
     result = train(qtbot, window)
     assert result.outcome is Outcome.FINISHED and result.step == 32
     window.plots.redraw()
@@ -103,11 +104,11 @@ def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
     with qtbot.waitSignal(window.exportFinished, timeout=60_000):
         window.export_to(path, "f32")
     info = open_model(qtbot, window, path)
-    assert info.source is ModelSource.GGUF and info.step == 0
-    window.settings_panel.set_value("pretrainStepsSpin", 6)
+    assert info.source is ModelSource.GGUF and info.step == 10   # its metadata's steps_done
+    window.settings_panel.set_value("pretrainStepsSpin", 16)
     result = train(qtbot, window)
-    assert result.outcome is Outcome.FINISHED and result.step == 6
-    assert TrainingSession.load(result.run_dir, runtime=rt).step == 6
+    assert result.outcome is Outcome.FINISHED and result.step == 16
+    assert TrainingSession.load(result.run_dir, runtime=rt).step == 16
 
 
 def failing_at(step, exc, restore=False):

@@ -101,7 +101,8 @@ def test_loss_plot_labels_explain_the_curves(qtbot, window):
     doc = QTextDocument()
     doc.setHtml(plots.loss_title.text())
     title = doc.toPlainText().replace("\u00a0", " ").replace("\u2011", "-")  # nbsp, nb hyphen
-    assert "held-out text (unseen facts)" in title       # the red curve: never trained on
+    assert "held-out text" in title       # the red curve: never trained on
+    assert "facts" not in title           # true of any text, Shakespeare too
     assert "tune dialogues (training set)" in title      # the orange one: trained on
     assert "validation" not in title
     help_text = plots.loss_title.toolTip()
@@ -113,22 +114,24 @@ def test_loss_plot_labels_explain_the_curves(qtbot, window):
 
 
 def test_reference_line_is_labelled_before_training(qtbot, window):
-    """The dashed ln(vocab) line has its label from the start, not only once a run moved it."""
+    """The dashed ln(vocab) line is named from the start, not only once a run moved it (in
+    the title: tests/test_studio_visibility.py)."""
     qtbot.wait(50)
-    line = window.plots.ref_line
-    assert line.isVisible() and "random guessing" in line.label.toPlainText()
-    assert window.plots.clip_line.label.toPlainText().startswith("clip at")
+    assert window.plots.ref_line.isVisible()
+    assert "random guessing" in window.plots.reference_text("ref")
+    assert window.plots.reference_text("clip").startswith("clip at")
 
 
-def test_stage_marker_labels_sit_beside_the_line(qtbot, window):
+def test_stage_marker_is_named_above_the_line(qtbot, window):
     configure(window, pretrainStepsSpin=300, tuneStepsSpin=150)
     qtbot.wait(50)
     plot, line = window.plots._stage_lines[0]
-    assert plot is window.plots.loss_plot
-    left, right = line.stage_labels
-    assert left.toPlainText().strip().endswith("pretrain") and "tune" in right.toPlainText()
-    x = line.mapToScene(0, 0).x()
-    assert left.sceneBoundingRect().right() < x < right.sceneBoundingRect().left()
+    assert plot is window.plots.loss_plot and line.value() == 300.5
+    axis = plot.getPlotItem().getAxis("top")
+    assert axis.isVisible() and window.plots.stage_label() == "◂ pretrain | tune ▸"
+    (left, pretrain), (right, tune) = axis._tickLevels[0]   # one each side of the line
+    assert (pretrain, tune) == ("◂ pretrain", "tune ▸")
+    assert left < line.value() < right
 
 
 def test_samples_caption_is_a_plain_sentence(window):

@@ -134,7 +134,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
     for chosen, step, source in ((folder / "checkpoint.npz", 30, ModelSource.CHECKPOINT),
                                  (folder / "checkpoint.prev.npz", 28, ModelSource.CHECKPOINT),
-                                 (gguf, 0, ModelSource.GGUF)):
+                                 (gguf, 30, ModelSource.GGUF)):   # its steps_done
         monkeypatch.setattr(QFileDialog, "getOpenFileName",
                             lambda *a, chosen=chosen, **k: (str(chosen), ""))
         with qtbot.waitSignal(window.modelOpened, timeout=60_000) as blocker:
@@ -234,7 +234,8 @@ def test_stop_before_the_first_step_says_nothing_was_trained(qtbot, window):
     result = blocker.args[0]
     assert result.run_dir is None and result.step == 0
     assert not P(planned).exists()
-    assert rb.progress.format() == "Stopped before the first step: nothing was trained."
+    assert rb.progress.format() == "Stopped before the first step"
+    assert rb.note.text() == "Nothing was trained."
     assert rb.run_dir is None and not rb.folder_label.isVisible()
     assert not rb.export_button.isEnabled()
 

@@ -1,7 +1,10 @@
-"""Screenshots of the window before, during and after training (and chatting).
+"""Screenshots of the window before, during and after training (and chatting), on a 1366 x 768
+and a 1920 x 1080 screen; at each shot no text is cut short or drawn inside a plot
+(tests/visibility.py) and the Export button and every plot are inside the window.
 
-STUDIO_SCREENSHOTS=1 writes them to docs/screenshots/ (the README shows them); otherwise they go
-to a temporary folder, so the test still checks that every stage renders.
+STUDIO_SCREENSHOTS=1 writes them to docs/screenshots/ (the README shows the 1366 x 768 ones;
+the 1920 x 1080 ones are named wide-*); otherwise they go to a temporary folder, so the test
+still checks that every stage renders.
 """
 
 import os
@@ -13,12 +16,15 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
-from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtCore import QRect, QSettings  # noqa: E402
+from PySide6.QtWidgets import QWidget  # noqa: E402
 
-from studio.app import MainWindow  # noqa: E402
+from studio.app import PREFERRED_SIZE, MainWindow  # noqa: E402
+from studio.ui.widgets import fit_to_screen  # noqa: E402
+from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-SIZE = (1280, 800)  # a common laptop screen: the window must fit it
+SCREENS = {(1366, 768): "", (1920, 1080): "wide-"}  # a common laptop, a common desktop
 TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 
@@ -35,14 +41,20 @@ def shoot(qtbot, win, path: Path) -> None:
     win.plots.redraw()
     assert win.grab().save(str(path)), path
     assert path.stat().st_size > 10_000
+    assert clipped_texts(win) == [], path.name
+    assert texts_inside_plots(win) == [], path.name
+    for name in ("exportButton", "lossPlot", "gradNormPlot", "lrPlot"):
+        assert inside(win.findChild(QWidget, name), win), (path.name, name)
 
 
-def test_screenshots(qtbot, tmp_path, out_dir):
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_screenshots(qtbot, tmp_path, out_dir, screen):
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat)
     settings.setValue("autosave/runs_dir", str(tmp_path / "runs"))
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
-    win.resize(*SIZE)
+    fit_to_screen(win, PREFERRED_SIZE, QRect(0, 0, *screen))   # as it opens on that screen
+    prefix = SCREENS[screen]
     win.show()
     qtbot.waitExposed(win)
     for name, value in dict(dModelSpin=64, nLayerSpin=2, nHeadSpin=4, contextLengthSpin=64,
@@ -50,21 +62,21 @@ def test_screenshots(qtbot, tmp_path, out_dir):
                             tuneStepsSpin=150, warmupSpin=20, evalIntervalSpin=25,
                             sampleIntervalSpin=50, learningRateSpin=0.003).items():
         win.settings_panel.set_value(name, value)
-    shoot(qtbot, win, out_dir / "01-before-training.png")
+    shoot(qtbot, win, out_dir / f"{prefix}01-before-training.png")
 
     win.settings_panel.set_value("nHeadSpin", 3)
-    shoot(qtbot, win, out_dir / "02-invalid-setting.png")
+    shoot(qtbot, win, out_dir / f"{prefix}02-invalid-setting.png")
     win.settings_panel.set_value("nHeadSpin", 4)
 
     with qtbot.waitSignal(win.trainingFinished, timeout=600_000):
         win.run_bar.train_button.click()
         qtbot.waitUntil(lambda: win.plots.point_count() >= 200, timeout=600_000)
-        shoot(qtbot, win, out_dir / "03-during-training.png")
-    shoot(qtbot, win, out_dir / "04-after-training.png")
+        shoot(qtbot, win, out_dir / f"{prefix}03-during-training.png")
+    shoot(qtbot, win, out_dir / f"{prefix}04-after-training.png")
 
     for question in ("What is the capital of France?", "Which river flows through Egypt?"):
         win.chat_panel.input.setText(question)
         with qtbot.waitSignal(win.chatFinished, timeout=60_000):
             win.chat_panel.send_button.click()
     win.tabs.setCurrentWidget(win.chat_panel)
-    shoot(qtbot, win, out_dir / "05-chat.png")
+    shoot(qtbot, win, out_dir / f"{prefix}05-chat.png")

@@ -16,6 +16,9 @@ from engine.config import MAX_NEW_TOKENS, SamplingParams
 USER_COLOUR, MODEL_COLOUR, NOTE_COLOUR = "#1f5fa8", "#2d7a3a", "#7a7a7a"
 
 
+CLEARED_NOTE = "A new model: the chat with the previous one was cleared."
+
+
 class ChatPanel(QWidget):
     sendRequested = Signal(object, object)  # messages [{"role", "content"}], sampling knobs dict
 
@@ -181,6 +184,16 @@ class ChatPanel(QWidget):
         self.messages.clear()
         self.view.clear()
         self.answer = ""
+
+    def start_over(self) -> bool:
+        """Another model is at hand: the chat starts empty, since every turn is sent back as
+        context and the earlier ones were another model's. Says so in the view; returns
+        whether there was a chat to clear."""
+        had = bool(self.messages)
+        self.clear()
+        if had:
+            self._append_note(CLEARED_NOTE)
+        return had
 
     def _append_block(self, who: str, colour: str, text: str) -> None:
         cursor = self.view.textCursor()

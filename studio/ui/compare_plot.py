@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSiz
 from studio.runs import HEALTH_GROUPS, X_AXES, RunInfo, curves
 from studio.ui import theme
 from studio.ui.log_axis import LogAxis
+from studio.ui.plot_parts import show_lone_point
 
 # Tableau 10 (matplotlib's default cycle): distinct on white, readable by most colour-blind eyes.
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -65,9 +66,10 @@ def _titled(plot: pg.PlotWidget, text: str) -> QWidget:
 
 
 class ComparePlots(QWidget):
-    """Four plots (loss, grad norm, lr, health) for a list of RunInfo; see set_runs."""
+    """Four plots (loss, grad norm, lr, health) for a list of RunInfo; see set_runs.
+    controls=False: without the x-axis and health boxes (an image: `llm-studio plot`)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, controls: bool = True):
         super().__init__(parent)
         theme.apply_plot_theme()  # white plots, also when shown without the main window
         self.axis_combo = QComboBox()
@@ -96,7 +98,9 @@ class ComparePlots(QWidget):
         grid.addWidget(_titled(self.lr_plot, "Learning rate"), 1, 0)
         self._health_box = _titled(self.health_plot, f"Training health: {groups}")
         grid.addWidget(self._health_box, 1, 1)
-        top = QHBoxLayout()
+        self.controls = QWidget()   # the boxes that choose what is drawn
+        top = QHBoxLayout(self.controls)
+        top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(QLabel("x axis"))
         top.addWidget(self.axis_combo)
         top.addSpacing(12)
@@ -105,7 +109,8 @@ class ComparePlots(QWidget):
         top.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addLayout(top)
+        lay.addWidget(self.controls)
+        self.controls.setVisible(controls)
         lay.addWidget(self.legend)
         lay.addLayout(grid, 1)
         self._items: dict[str, dict[str, pg.PlotDataItem]] = {}  # run path -> curves
@@ -156,6 +161,9 @@ class ComparePlots(QWidget):
             for g in HEALTH_GROUPS:
                 self._feed(items[f"health.{g}"], *data[f"health.{measure}.{g}"],
                            pg.mkPen(colour, width=1.6, style=GROUP_STYLES[g]), log=True)
+            for k in ("loss", "grad", "lr", *(f"health.{g}" for g in HEALTH_GROUPS)):
+                show_lone_point(items[k], len(items[k].xData if items[k].xData is not None
+                                              else ()), colour)
         for key, items in self._items.items():
             if key not in shown:
                 for c in items.values():
@@ -164,6 +172,7 @@ class ComparePlots(QWidget):
         for p in (self.loss_plot, self.grad_plot, self.lr_plot, self.health_plot):
             p.getPlotItem().setLabel("bottom", X_AXES[axis])
             p.enableAutoRange()
+            self._show_values(p)
         self.health_plot.getPlotItem().setLabel("left", "ratio" if measure == "update_ratio"
                                                 else "grad norm")
         self._show_legend()
@@ -177,6 +186,15 @@ class ComparePlots(QWidget):
             item.setSymbolBrush(brush)
         item.setData(x[ok], y[ok])
         item.setVisible(bool(ok.any()))
+
+    @staticmethod
+    def _show_values(plot: pg.PlotWidget) -> None:
+        """Tick values only on a plot that draws something: an empty plot's axes would number
+        a range that means nothing (pyqtgraph's default 0..1)."""
+        item = plot.getPlotItem()
+        drawn = any(c.isVisible() for c in item.listDataItems())
+        for side in ("left", "bottom"):
+            item.getAxis(side).setStyle(showValues=drawn)
 
     def _show_legend(self) -> None:
         if not self._runs:

@@ -26,6 +26,16 @@ def is_labelled(log_value: float) -> bool:
 class LogAxis(pg.AxisItem):
     """An AxisItem for plots that may be log scaled; linear mode is pyqtgraph's as is."""
 
+    def logTickValues(self, minVal, maxVal, size, stdTicks):
+        """pyqtgraph's levels, each tick once: its minor level repeats the decades of the major
+        one (1 x 10^n), and their labels were drawn twice, one over the other."""
+        seen, levels = set(), []
+        for spacing, values in super().logTickValues(minVal, maxVal, size, stdTicks):
+            kept = [v for v in values if round(v, 9) not in seen]
+            seen.update(round(v, 9) for v in values)
+            levels.append((spacing, kept))
+        return levels
+
     def logTickStrings(self, values, scale, spacing):
         strings = super().logTickStrings(values, scale, spacing)
         if len(values) <= FEW:

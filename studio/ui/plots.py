@@ -9,95 +9,18 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
                                QWhatsThis, QWidget)
 
 from studio.ui.log_axis import LogAxis
+from studio.ui.plot_parts import (LINE_ONLY, LOSS_HELP, PALETTE, STAGE_NAMES, TITLE_STYLE,
+                                  VAL_ON_TRAINING_TEXT, Series, grad_title, loss_title,
+                                  show_lone_point, stage_ticks)
 from studio.ui.widgets import ElidedLabel
 
 REDRAW_MS = 66  # ~15 Hz
-
-PALETTE = {
-    "loss": "#1f77b4", "val": "#d62728", "tune_val": "#ff7f0e",
-    "grad": "#2ca02c", "clip": "#7f7f7f", "lr": "#9467bd", "ref": "#8c8c8c",
-}
-# What each loss curve measures, for the legend, the summary line and the help note. "val" is
-# measured on held-out facts of the pretraining text (never trained on); "tune_val" on the tune
-# dialogues themselves (the tuning stage has no held-out set).
-CURVE_NAMES = {"loss": "train", "val": "held-out text (unseen facts)",
-               "tune_val": "tune dialogues (training set)"}
-# The "val" curve when nothing could be held out (StepMetrics.val_source == "training text").
-VAL_ON_TRAINING_TEXT = "training text (nothing held out)"
-LOSS_HELP = (
-    "<b>What the loss curves show</b><br>"
-    f"<span style='color:{PALETTE['loss']}'>━ train</span>: the loss on the batch the model "
-    "has just trained on.<br>"
-    f"<span style='color:{PALETTE['tune_val']}'>▼ tune dialogues</span>: the loss on the "
-    "dialogues the model is tuned on (there is no held-out set of dialogues), so it falls "
-    "with the training loss.<br>"
-    f"<span style='color:{PALETTE['val']}'>● held-out text</span>: the loss on facts from the "
-    "pretraining text that the model never trains on. A fact cannot be guessed from other "
-    "facts, so on a small text the model learns its training text by heart and grows "
-    "confidently wrong about the unseen facts: this curve <b>rises</b>, even above the dashed "
-    "line. That is memorisation, expected on a tiny corpus, not a bug; much more text is what "
-    "brings it down.<br>"
-    "<span style='color:#8c8c8c'>- - ln(vocab)</span>: the loss of guessing uniformly among "
-    "all tokens, where training starts.")
-TITLE_STYLE = "font-size:11pt; color:#333333"
-
-
-def _key(key: str, mark: str, name: str | None = None) -> str:
-    """One legend entry, kept on one line when the legend wraps."""
-    text = f"{mark} {name or CURVE_NAMES[key]}".replace(" ", "&nbsp;").replace("-", "&#8209;")
-    return f"<span style='color:{PALETTE[key]}'>{text}</span>"
-
-
-def _loss_title(val_name: str | None = None) -> str:
-    return (f"<span style='{TITLE_STYLE}'>Loss (cross-entropy)</span> &nbsp; "
-            "<a href='help' style='font-size:9pt; color:#5f6b7a'>Why&nbsp;does&nbsp;the&nbsp;"
-            "held&#8209;out&nbsp;loss&nbsp;rise?</a><br><span style='font-size:9pt'>"
-            + " &nbsp; ".join((_key("loss", "━"), _key("val", "●", val_name),
-                               _key("tune_val", "▼")))
-            + "</span>")
-
-
-class Series:
-    """A growing (x, y) pair of float arrays; capacity doubles so appends are amortised O(1)."""
-
-    def __init__(self, capacity: int = 1024):
-        self._x = np.empty(capacity, dtype=np.float64)
-        self._y = np.empty(capacity, dtype=np.float64)
-        self._t = np.empty(capacity, dtype=np.float64)   # wall seconds (elapsed_s) of each x
-        self.n = 0
-
-    def append(self, x: float, y: float, t: float = math.nan) -> None:
-        if self.n == len(self._x):
-            self._x = np.concatenate([self._x, np.empty_like(self._x)])
-            self._y = np.concatenate([self._y, np.empty_like(self._y)])
-            self._t = np.concatenate([self._t, np.empty_like(self._t)])
-        self._x[self.n] = x
-        self._y[self.n] = y
-        self._t[self.n] = t
-        self.n += 1
-
-    def clear(self) -> None:
-        self.n = 0
-
-    @property
-    def x(self) -> np.ndarray:
-        return self._x[: self.n]
-
-    @property
-    def y(self) -> np.ndarray:
-        return self._y[: self.n]
-
-    @property
-    def t(self) -> np.ndarray:
-        return self._t[: self.n]
-
 
 def _clock(seconds: float) -> str:
     """Wall time as m:ss ('' when unknown)."""
@@ -159,9 +82,11 @@ class LivePlots(QWidget):
         self.lr_plot = _plot_widget("lrPlot", "lr", 80)
         for p in (self.grad_plot, self.lr_plot):
             p.setXLink(self.loss_plot)
-        loss_frame, self.loss_title = _titled(self.loss_plot, _loss_title())
-        grad_frame, _ = _titled(self.grad_plot, f"<span style='{TITLE_STYLE}'>Gradient norm "
-                                                "before clipping</span>")
+        vb = self.loss_plot.getPlotItem().getViewBox()   # the stage names follow the line
+        vb.sigXRangeChanged.connect(self._show_stage_axis)
+        vb.sigResized.connect(self._show_stage_axis)
+        loss_frame, self.loss_title = _titled(self.loss_plot, loss_title())
+        grad_frame, self.grad_title = _titled(self.grad_plot, grad_title())
         lr_frame, _ = _titled(self.lr_plot, f"<span style='{TITLE_STYLE}'>Learning rate</span>")
         self.loss_title.setToolTip(LOSS_HELP)
         self.loss_title.linkActivated.connect(self.show_loss_help)
@@ -172,7 +97,7 @@ class LivePlots(QWidget):
         lp, gp = self.loss_plot, self.grad_plot
         self.curves = {
             "loss": lp.plot(name="train loss", pen=_pen(PALETTE["loss"], 1.3)),
-            "val": lp.plot(name="held-out loss (unseen facts)", pen=_pen(PALETTE["val"], 2),
+            "val": lp.plot(name="held-out loss", pen=_pen(PALETTE["val"], 2),
                            symbol="o", symbolSize=5, symbolBrush=PALETTE["val"],
                            symbolPen=None),
             "tune_val": lp.plot(name="tune loss (training dialogues)",
@@ -181,15 +106,15 @@ class LivePlots(QWidget):
             "grad": gp.plot(name="grad norm", pen=_pen(PALETTE["grad"], 1.3)),
             "lr": self.lr_plot.plot(name="learning rate", pen=_pen(PALETTE["lr"], 1.6)),
         }
-        # Reference lines: y values kept so the log-scale toggle can re-place them.
+        # Reference lines: y values kept so the log-scale toggle can re-place them. Their labels
+        # are in the plots' titles, never inside a plot, where a curve would pass under them.
         self._ref_values: dict[pg.InfiniteLine, float] = {}
-        # Below its line at the right end: at the start of a run the train loss falls from this
-        # line and the held-out loss often rises through it; at the end the curves are lower.
-        self.ref_line = self._hline(lp, PALETTE["ref"], "ln(vocab) = {value:.2f}: random guessing",
-                                    below=True)
-        self.clip_line = self._hline(gp, PALETTE["clip"], "clip at {value:g}")
+        self._ref_text = {"ref": "", "clip": ""}
+        self.ref_line = self._hline(lp, PALETTE["ref"])
+        self.clip_line = self._hline(gp, PALETTE["clip"])
         self._stage_lines: list[tuple[pg.PlotWidget, pg.InfiniteLine]] = []
         self._plan: tuple[int, int | None] = (0, None)  # (total steps, stage boundary) framed
+        self._stage_x: float | None = None   # where tuning starts (mark_stage)
         self.val_bpb: float | None = None
         self._dirty = False
 
@@ -203,16 +128,23 @@ class LivePlots(QWidget):
                                    "included) instead of steps: quality per minute")
         self.time_check.toggled.connect(self.set_time_axis)
         self.val_source = "held-out"   # StepMetrics.val_source of the "val" curve
-        # Elided, never wrapped: a line that changes every step must not resize the plots.
+        # Two lines (the step's numbers, then the held-out ones), each shortened with "…" only
+        # where even that does not fit; never wrapped and always two lines high: a line that
+        # changes every step must not resize the plots.
         self.summary = ElidedLabel(mode=Qt.ElideRight, min_width=60)
         self.summary.setObjectName("plotSummary")
         self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.summary.setMinimumHeight(2 * self.summary.fontMetrics().lineSpacing() + 2)
+        self.summary.setAlignment(Qt.AlignLeft | Qt.AlignVCenter)
         self.summary.setText("No run yet. Press Train to start.")
 
+        checks = QVBoxLayout()   # stacked: the summary keeps the row's width
+        checks.setSpacing(0)
+        checks.addWidget(self.time_check)
+        checks.addWidget(self.log_check)
         top = QHBoxLayout()
         top.addWidget(self.summary, 1)
-        top.addWidget(self.time_check)
-        top.addWidget(self.log_check)
+        top.addLayout(checks)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
@@ -234,17 +166,10 @@ class LivePlots(QWidget):
                             LOSS_HELP, self.loss_title)
 
     # -- reference lines -----------------------------------------------------------------
-    def _hline(self, plot: pg.PlotWidget, color: str, fmt: str,
-               below: bool = False) -> pg.InfiniteLine:
-        """A dashed reference line labelled at its right end, above it or below it; the label
-        on a faint white ground stays legible where a curve crosses it."""
-        anchor = (1, 0) if below else (1, 1)
-        line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine),
-                               label="", labelOpts={"position": 0.98, "color": color,
-                                                    "anchors": [anchor, anchor],
-                                                    "fill": (255, 255, 255, 170)})
-        line.template = fmt  # the label shows the true value, also in log mode
-        line.setZValue(5)  # line and label over the curves: the label stays legible
+    def _hline(self, plot: pg.PlotWidget, color: str) -> pg.InfiniteLine:
+        """A dashed reference line; what it means is said in the plot's title."""
+        line = pg.InfiniteLine(angle=0, movable=False, pen=_pen(color, 1.2, Qt.DashLine))
+        line.setZValue(5)
         line.setVisible(False)
         plot.addItem(line)  # in the bounds: the y range always shows the reference
         return line
@@ -254,16 +179,29 @@ class LivePlots(QWidget):
         log = self.log_check.isChecked()
         line.setPos(math.log10(value) if log and value > 0 else value)
         line.setVisible(value > 0)
-        # After setVisible: a hidden label ignores setFormat, and showing the line later does not
-        # refresh it (the reference line had no label until something moved it).
-        line.label.setFormat(line.template.format(value=value))
 
     def set_reference(self, vocab_size: int) -> None:
         """Loss of a uniform guess over the vocabulary: where training starts."""
-        self._place(self.ref_line, math.log(max(vocab_size, 2)))
+        value = math.log(max(vocab_size, 2))
+        self._place(self.ref_line, value)
+        self._ref_text["ref"] = f"ln(vocab) = {value:.2f}: random guessing"
+        self._retitle()
 
     def set_clip(self, grad_clip: float) -> None:
         self._place(self.clip_line, grad_clip)
+        self._ref_text["clip"] = f"clip at {grad_clip:g}" if grad_clip > 0 else ""
+        self._retitle()
+
+    def reference_text(self, key: str) -> str:
+        """The label of a dashed line ("ref": ln(vocab), "clip": the clip threshold) as the
+        title shows it; "" when the line is not shown."""
+        return self._ref_text[key]
+
+    def _retitle(self) -> None:
+        held = self.val_source != "training text"
+        self.loss_title.setText(loss_title(None if held else VAL_ON_TRAINING_TEXT,
+                                            self._ref_text["ref"]))
+        self.grad_title.setText(grad_title(self._ref_text["clip"]))
 
     def set_log_scale(self, on: bool) -> None:
         for p in (self.loss_plot, self.grad_plot):
@@ -278,6 +216,7 @@ class LivePlots(QWidget):
             p.enableAutoRange(axis="x")
         for _, line in self._stage_lines:
             line.setVisible(not on)
+        self._show_stage_axis()
         self._dirty = True
         self.redraw()
 
@@ -287,8 +226,8 @@ class LivePlots(QWidget):
             return
         self.val_source = source
         held = source != "training text"
-        self.loss_title.setText(_loss_title(None if held else VAL_ON_TRAINING_TEXT))
-        self.curves["val"].opts["name"] = ("held-out loss (unseen facts)" if held
+        self._retitle()
+        self.curves["val"].opts["name"] = ("held-out loss" if held
                                            else "loss on the training text (nothing held out)")
 
     # -- runs ------------------------------------------------------------------------------
@@ -305,6 +244,8 @@ class LivePlots(QWidget):
             plot.removeItem(line)
         self._stage_lines.clear()
         self._plan = (total_steps, pretrain_steps if tune_steps else None)
+        self._stage_x = None
+        self._show_stage_axis()
         if pretrain_steps and tune_steps:
             self.mark_stage(pretrain_steps + 0.5)
         self.val_bpb = None
@@ -347,22 +288,45 @@ class LivePlots(QWidget):
                 self.mark_stage(pretrain_steps + 0.5)
             for _, line in self._stage_lines:
                 line.setValue(pretrain_steps + 0.5)
+            self._stage_x = pretrain_steps + 0.5
+            self._show_stage_axis()
 
     def mark_stage(self, x: float) -> None:
-        """Vertical line where tuning starts, on every plot; on the loss plot labelled on both
-        sides, beside the line rather than on it: "◂ pretrain | tune ▸"."""
+        """Vertical line where tuning starts, on every plot; on the loss plot the stages are
+        named above the plot, on its top axis, one each side of the line: "◂ pretrain | tune ▸".
+        Outside the plot area, no curve runs under the words and no other label covers them."""
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
             line = pg.InfiniteLine(pos=x, angle=90, movable=False,
                                    pen=_pen("#555555", 1, Qt.DotLine))
-            if p is self.loss_plot:  # anchors past 1 and below 0: a small gap to the line
-                line.stage_labels = [
-                    pg.InfLineLabel(line, text, position=0.42, anchors=[anchor, anchor],
-                                    color="#555555", fill=(255, 255, 255, 200))
-                    for text, anchor in (("◂ pretrain", (1.08, 0.5)),
-                                         ("tune ▸", (-0.08, 0.5)))]
             p.addItem(line, ignoreBounds=True)
             line.setVisible(not self.time_check.isChecked())   # a step, not a time
             self._stage_lines.append((p, line))
+        self._stage_x = x
+        self._show_stage_axis()
+
+    def _show_stage_axis(self, *_) -> None:
+        """The loss plot's top axis holds the stage names while a boundary is shown. Each name
+        is a tick label placed so that its near end is STAGE_GAP_PX from the line (pyqtgraph
+        centres tick labels), recomputed when the view moves or resizes; a name that does not
+        fit between the line and the plot's edge is left out by pyqtgraph (a 10-step tuning
+        stage after 1000 steps shows "◂ pretrain" only)."""
+        item = self.loss_plot.getPlotItem()
+        x = self._stage_x
+        if x is None or self.time_check.isChecked():
+            item.hideAxis("top")
+            return
+        item.showAxis("top")
+        axis = item.getAxis("top")
+        font = self.font()   # set, so that the width measured is the width drawn
+        axis.setStyle(tickLength=0, showValues=True, tickFont=font)
+        axis.setTextPen("#555555")
+        ticks = stage_ticks(item.getViewBox(), x, font)
+        axis.setTicks([ticks, []])
+
+    def stage_label(self) -> str | None:
+        """The stage names shown above the loss plot ("◂ pretrain | tune ▸"), or None."""
+        shown = self.loss_plot.getPlotItem().getAxis("top").isVisible()
+        return " | ".join(STAGE_NAMES) if shown and self._stage_x is not None else None
 
     def add_metrics(self, records) -> None:
         """Append a batch of StepMetrics (engine.metrics), oldest first."""
@@ -386,17 +350,19 @@ class LivePlots(QWidget):
         if records:
             last = records[-1]
             self.follow_plan(last.total_steps, last.pretrain_steps)
-            text = f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
+            text = (f"step {last.step} · {_clock(last.elapsed_s)} · loss {last.loss:.3f}"
+                    f" · grad norm {last.grad_norm:.3g}")
+            scores = []   # the second line: the evaluations
             if s["val"].n:
                 name = "held-out" if self.val_source != "training text" else "training text"
-                text += f" · {name} {s['val'].y[-1]:.3f}"
-                if self.val_bpb is not None:
-                    text += f" ({self.val_bpb:.3f} bits/byte)"
+                scores.append(f"{name} {s['val'].y[-1]:.3f}" + (
+                    f" ({self.val_bpb:.3f} bits/byte)" if self.val_bpb is not None else ""))
             if s["tune_val"].n:
-                text += f" · tune {s['tune_val'].y[-1]:.3f}"
-            text += f" · grad norm {last.grad_norm:.3g}"
+                scores.append(f"tune {s['tune_val'].y[-1]:.3f}")
+            text += "\n" + " · ".join(scores)
             self.summary.setText(text)  # the lr has its own plot; the tooltip has it too
-            self.summary.setToolTip(f"{text} · learning rate {last.lr:.2e}")
+            self.summary.setToolTip(f"{text.replace(chr(10), ' · ')} · learning rate "
+                                    f"{last.lr:.2e}")
         self._dirty = True
 
     def redraw(self) -> None:
@@ -406,7 +372,17 @@ class LivePlots(QWidget):
         timed = self.time_check.isChecked()
         for key, curve in self.curves.items():
             s = self.series[key]
+            if key in LINE_ONLY:
+                show_lone_point(curve, s.n, PALETTE[key])
             curve.setData(s.t if timed else s.x, s.y)
+        # y values only where they mean something: the plot has points, or its dashed line
+        # (ln(vocab), the clip threshold) frames it. An empty lr plot numbered 0..1, crowded.
+        framed = {self.loss_plot: self.ref_line.isVisible(),
+                  self.grad_plot: self.clip_line.isVisible(), self.lr_plot: False}
+        for plot, ref in framed.items():
+            has = any(c.xData is not None and len(c.xData)
+                      for c in plot.getPlotItem().listDataItems())
+            plot.getPlotItem().getAxis("left").setStyle(showValues=has or ref)
 
     def point_count(self, key: str = "loss") -> int:
         return self.series[key].n

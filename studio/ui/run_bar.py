@@ -8,12 +8,19 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout,
+                               QWidget)
 
 from engine.progress import Pace, format_eta
 from studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
+AS_NEW_RUN_TIP = ("Off: Continue in place, in the opened run's folder (as `llm-studio train "
+                  "--out RUN --continue`). On: Continue as a new run, in a new folder that "
+                  "starts with the run's history; the opened run stays as it is (as "
+                  "`--continue-from RUN --out NEW`).")
+NO_FOLDER_WHY = ("A GGUF or Hugging Face folder has no run folder to continue in: training "
+                 "goes into a new run.")
 
 
 class RunBar(QWidget):
@@ -27,6 +34,10 @@ class RunBar(QWidget):
         self.new_button.setToolTip("Forget the opened model's run and train a new model from "
                                    "scratch with the settings on the left")
         self.new_button.hide()
+        self.as_new_run_check = QCheckBox("as a new run")
+        self.as_new_run_check.setObjectName("asNewRunCheck")
+        self.as_new_run_check.setToolTip(AS_NEW_RUN_TIP)
+        self.as_new_run_check.hide()
         self.pause_button = QPushButton("Pause")
         self.pause_button.setObjectName("pauseButton")
         self.pause_button.setToolTip("Pause between steps; chat and export work while paused")
@@ -47,10 +58,16 @@ class RunBar(QWidget):
         self.hint.setObjectName("trainHint")
         self.hint.setWordWrap(True)
         self.hint.setProperty("role", "error")
+        # What to do next, under the bar (wrapped): the bar keeps a short status that fits it.
+        self.note = QLabel("")
+        self.note.setObjectName("runNote")
+        self.note.setWordWrap(True)
+        self.note.setProperty("role", "muted")
 
         row = QHBoxLayout()
         row.setSpacing(8)
         row.addWidget(self.train_button)
+        row.addWidget(self.as_new_run_check)
         row.addWidget(self.new_button)
         row.addWidget(self.pause_button)
         row.addWidget(self.stop_button)
@@ -62,7 +79,9 @@ class RunBar(QWidget):
         lay.setSpacing(2)
         lay.addLayout(row)
         lay.addWidget(self.hint)
+        lay.addWidget(self.note)
         self.hint.hide()
+        self.note.hide()
         self._pace = Pace()  # the CLI's pace: the last 20 s of steps (engine.progress)
         self._step_text = ""  # "step 79 / 80", kept while a phase runs inside that step
 
@@ -94,8 +113,9 @@ class RunBar(QWidget):
             w.hide()
 
     # -- continue mode, run folder -----------------------------------------------------------
-    def set_continue(self, step: int | None) -> None:
-        """step: the opened model's step (Train continues it); None: Train starts a new model."""
+    def set_continue(self, step: int | None, in_place: bool = True) -> None:
+        """step: the opened model's step (Train continues it); None: Train starts a new model.
+        in_place: the model has a run folder to Continue in place (else only as a new run)."""
         if step is None:
             self.train_button.setText("▶  Train")
             self.train_button.setToolTip(NEW_TIP)
@@ -103,7 +123,16 @@ class RunBar(QWidget):
             self.train_button.setText("▶  Continue")
             self.train_button.setToolTip(f"Keep training the opened model from step {step} "
                                          "up to the step counts on the left")
+        check = self.as_new_run_check   # enabled by the window with the other inputs
+        if not in_place:
+            check.setChecked(True)
+        check.setToolTip(AS_NEW_RUN_TIP if in_place else f"{NO_FOLDER_WHY}\n\n{AS_NEW_RUN_TIP}")
+        check.setVisible(step is not None)
         self.new_button.setVisible(step is not None)
+
+    def continue_as_new_run(self) -> bool:
+        """Continue as a new run (the box ticked), rather than in place."""
+        return self.as_new_run_check.isChecked()
 
     def show_run_folder(self, path, saved_step: int | None, saving: bool = True,
                         opened: bool = False) -> None:
@@ -155,6 +184,7 @@ class RunBar(QWidget):
 
     def show_step(self, m) -> None:
         """Progress from one StepMetrics: step, stage, tokens/s, ETA from the recent pace."""
+        self.set_note(None)
         self.progress.setRange(0, max(m.total_steps, 1))
         self.progress.setValue(min(m.step, m.total_steps))
         self._pace.update(m.step)
@@ -170,8 +200,15 @@ class RunBar(QWidget):
         """A long phase after a step (validation, samples, recall): 'step 80 / 80 · text'."""
         self.progress.setFormat(f"{self._step_text} · {text}" if self._step_text else text)
 
-    def show_text(self, text: str, reset: bool = False) -> None:
+    def show_text(self, text: str, reset: bool = False, note: str | None = None) -> None:
+        """A short status in the bar (it must fit: "Finished 950 steps · saved"), and what the
+        person can do now under it (note, wrapped; None: no note)."""
         if reset:
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
         self.progress.setFormat(text)
+        self.set_note(note)
+
+    def set_note(self, text: str | None) -> None:
+        self.note.setText(text or "")
+        self.note.setVisible(bool(text))

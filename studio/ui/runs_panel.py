@@ -10,17 +10,18 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QFile, Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView,
                                QMessageBox, QPushButton, QSplitter, QTableWidget,
                                QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from engine.errors import StudioError
 from studio.runs import RunInfo, config_diff, rename, scan
 from studio.ui.compare_plot import ComparePlots
+from studio.ui.widgets import ElidedLabel
 
 COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Parameters", "Tokenizer", "Steps",
            "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clip / skip")
-NAME_COL, STATUS_COL = 1, 3
+NAME_COL, STATUS_COL, DEVICE_COL = 1, 3, 4
 STATUS_TIPS = {
     "finished": "Trained all its steps.",
     "stopped": "Stopped before the end; its checkpoint holds every step done. Continue it.",
@@ -98,9 +99,15 @@ class RunsPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
+        # Every column as wide as its content (header included) but the name and the device,
+        # which share the rest of the width and are elided (their tooltips have them whole): the last columns are
+        # never behind a horizontal scroll bar.
         h = self.table.horizontalHeader()
-        h.setSectionResizeMode(QHeaderView.Interactive)  # fitted to the content in refresh()
-        h.setStretchLastSection(True)
+        h.setSectionResizeMode(QHeaderView.ResizeToContents)
+        for col in (NAME_COL, DEVICE_COL):
+            h.setSectionResizeMode(col, QHeaderView.Stretch)
+        h.setStretchLastSection(False)
+        h.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.ElideMiddle)
         self.table.setWordWrap(False)  # one line per run; long names and devices are elided
         self.table.itemChanged.connect(self._item_changed)
@@ -122,11 +129,14 @@ class RunsPanel(QWidget):
             bar.addWidget(b)
             if key == "add":
                 bar.addSpacing(16)
-        bar.addStretch(1)
-        self.summary = QLabel()
+        bar.addSpacing(12)
+        # "3 runs in <folder>": a long runs folder is shortened in the middle, never widening
+        # the window (a QLabel's minimum width is its whole text)
+        self.summary = ElidedLabel(min_width=80)
         self.summary.setObjectName("runsSummary")
         self.summary.setProperty("role", "muted")
-        bar.addWidget(self.summary)
+        self.summary.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        bar.addWidget(self.summary, 1)
 
         self.compare = ComparePlots()
         self.diff_table = QTableWidget(0, 1)
@@ -193,10 +203,8 @@ class RunsPanel(QWidget):
             name.setToolTip(f"{r.path}\nDouble-click to rename." +
                             ("\n\n" + "\n".join(r.warnings) if r.warnings else ""))
             self.table.item(row, STATUS_COL).setToolTip(STATUS_TIPS.get(r.status, ""))
+            self.table.item(row, DEVICE_COL).setToolTip(r.device)
         self.table.setSortingEnabled(True)
-        self.table.resizeColumnsToContents()
-        for col, (least, most) in {NAME_COL: (160, 320), COLUMNS.index("Device"): (80, 160)}.items():
-            self.table.setColumnWidth(col, min(max(self.table.columnWidth(col), least), most))
         self._filling = False
         if selected:
             self.select(selected)

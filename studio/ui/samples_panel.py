@@ -1,5 +1,6 @@
 """Sample generations for fixed prompts every N steps, newest first, each with its step; and the
-fact recall measured at the end of each stage, in the stream and in a line above it."""
+text recall (training documents continued word for word) measured at the end of each stage, in
+the stream and in a line above it."""
 
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ class SamplesPanel(QWidget):
         self.recall_label.setObjectName("recallLabel")
         self.recall_label.setWordWrap(True)
         self.recall_label.setProperty("role", "estimate")
-        self.recall_label.setToolTip("Measured at the end of each stage: a fact counts when the "
-                                     "greedy continuation of its first half reproduces the "
-                                     "rest; an answer when the greedy reply equals the trained "
-                                     "one.")
+        self.recall_label.setToolTip("Measured at the end of each stage: a training document "
+                                     "counts when the greedy continuation of its first words "
+                                     "reproduces the rest (on a text of facts: the facts "
+                                     "recalled; on prose: text learnt by heart); an answer "
+                                     "when the greedy reply equals the trained one.")
         self.recall_label.hide()
         note = QLabel("Every few steps the model continues the same prompts, so you can watch "
                       "it learn. “Samples every” in the Training settings sets how often. "

@@ -7,6 +7,8 @@ disable Train until the person fixes it.
 
 from __future__ import annotations
 
+import json
+
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
                                QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
@@ -173,6 +175,14 @@ class SettingsPanel(QWidget):
         tform.addRow(self.more)
         tform.addRow(self.advanced)
         self.advanced.setVisible(False)
+        # A preset's values that have no field here (beta2, min_lr_ratio): shown, kept after
+        # an edit turns the box to "Custom", and saved with the fields (save / restore).
+        self.extra_label = QLabel()
+        self.extra_label.setObjectName("presetExtraLabel")
+        self.extra_label.setProperty("role", "muted")
+        self.extra_label.setWordWrap(True)
+        tform.addRow(self.extra_label)
+        self.extra_label.setVisible(False)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -246,7 +256,7 @@ class SettingsPanel(QWidget):
         p = PRESETS[name]
         by_field = {s.property("field"): s for s in self.spins.values()}
         values = {**p.model, **p.train}
-        self._preset_extra = self._extras(name)
+        self._set_extra(self._extras(name))
         for field, value in values.items():
             if field in by_field:
                 by_field[field].blockSignals(True)
@@ -289,6 +299,18 @@ class SettingsPanel(QWidget):
         fields = {s.property("field") for s in self.spins.values()}
         return {k: v for k, v in PRESETS[name].train.items() if k not in fields}
 
+    def _set_extra(self, extra: dict) -> None:
+        """Keep (and show) the training values without a field, e.g. a preset's beta2."""
+        self._preset_extra = dict(extra)
+        self.extra_label.setText(
+            "Also in use: " + ", ".join(f"{k} {v:g}" if isinstance(v, float)
+                                                         else f"{k} {v}"
+                                                         for k, v in sorted(extra.items())))
+        self.extra_label.setToolTip("Training values the preset sets that have no field here; "
+                                    "they stay in use after you edit a field, until another "
+                                    "preset is chosen or a model is opened.")
+        self.extra_label.setVisible(bool(extra))
+
     def set_value(self, name: str, value) -> None:
         self.spins[name].setValue(value)
 
@@ -301,6 +323,11 @@ class SettingsPanel(QWidget):
         if train_cfg is not None:
             for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
                 self.spins[name].setValue(getattr(train_cfg, field))
+            # the model's own values without a field, where they differ from the defaults
+            default = TrainConfig()
+            keys = {k for name in PRESETS for k in self._extras(name)}
+            self._set_extra({k: getattr(train_cfg, k) for k in sorted(keys)
+                             if getattr(train_cfg, k) != getattr(default, k)})
             self.spins["trainMinutesSpin"].setValue(round(train_cfg.time_budget_s / 60))
 
     def is_valid(self) -> bool:
@@ -352,7 +379,10 @@ class SettingsPanel(QWidget):
                 f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
-        note = tcfg.warmup_note() if tcfg is not None else None
+        # A preset's warmup is part of its measured schedule (capped in a short stage as any
+        # warmup is): said only once the person sets the fields themselves.
+        from_preset = bool(self.preset_combo.currentData())
+        note = tcfg.warmup_note() if tcfg is not None and not from_preset else None
         self.warmup_note.setText(note or "")
         self.warmup_note.setVisible(bool(note))
         valid = cfg is not None and tcfg is not None
@@ -397,6 +427,7 @@ class SettingsPanel(QWidget):
         s.setValue("settings/tokenizer", self.tokenizer_kind())
         s.setValue("settings/tie", self.tie_check.isChecked())
         s.setValue("settings/preset", self.preset_combo.currentData())
+        s.setValue("settings/extra", json.dumps(self._preset_extra))
 
     def restore(self, s: QSettings) -> None:
         for name, spin in self.spins.items():
@@ -411,8 +442,21 @@ class SettingsPanel(QWidget):
         self.tokenizer_combo.setCurrentIndex(max(i, 0))
         tie = s.value("settings/tie", ModelConfig().tie_embeddings)
         self.tie_check.setChecked(str(tie).lower() in ("true", "1"))
+        self._set_extra(self._restored_extra(s.value("settings/extra", "")))
         name = s.value("settings/preset", "")
-        if name in PRESETS:  # its values without a field here come back with it
-            self._preset_extra = self._extras(name)
+        if name in PRESETS:
             self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
-            self._on_change()
+        self._on_change()
+
+    @staticmethod
+    def _restored_extra(text) -> dict:
+        """The saved values without a field (JSON); those TrainConfig does not know, or a
+        corrupt entry, are dropped (the defaults apply)."""
+        try:
+            saved = json.loads(text) if text else {}
+        except (TypeError, ValueError):
+            return {}
+        fields = TrainConfig.__dataclass_fields__
+        return {k: v for k, v in saved.items() if k in fields
+                and isinstance(v, (int, float)) and not isinstance(v, bool)} \
+            if isinstance(saved, dict) else {}

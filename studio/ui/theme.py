@@ -11,7 +11,7 @@ STYLESHEET = f"""
 QMainWindow, QScrollArea > QWidget > QWidget {{ background: #f5f6f8; }}
 QGroupBox {{
     background: #ffffff; border: 1px solid #dcdfe4; border-radius: 6px;
-    margin-top: 14px; padding: 10px 8px 8px 8px; font-weight: 600;
+    margin-top: 14px; padding: 6px 8px 5px 8px; font-weight: 600;
 }}
 QGroupBox::title {{ subcontrol-origin: margin; left: 10px; padding: 0 4px; color: #24292f; }}
 QGroupBox QLabel, QGroupBox QCheckBox {{ font-weight: normal; }}

@@ -7,13 +7,15 @@ the window grow by itself."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QRect, QSize, Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel, QProgressBar, QScrollArea, QSizePolicy, QStyle
 
 
 class ElidedLabel(QLabel):
-    """One line that shortens to the width it gets (in the middle by default, for paths), never
-    widening the window; full_text() and the tooltip keep the whole text."""
+    """One line (or a few, each shortened alone) that shortens to the width it gets (in the
+    middle by default, for paths), never widening the window; full_text() and the tooltip keep
+    the whole text."""
 
     def __init__(self, parent=None, mode=Qt.ElideMiddle, min_width: int = 80):
         super().__init__(parent)
@@ -41,8 +43,11 @@ class ElidedLabel(QLabel):
         self._elide()
 
     def _elide(self) -> None:
+        """Each line on its own (a text of several lines keeps them)."""
         width = max(self.contentsRect().width(), self.minimumWidth())
-        super().setText(self.fontMetrics().elidedText(self._full, self._mode, width))
+        fm = self.fontMetrics()
+        super().setText("\n".join(fm.elidedText(line, self._mode, width)
+                                  for line in self._full.split("\n")))
 
 
 class ElidedProgressBar(QProgressBar):
@@ -94,3 +99,22 @@ def enable_with_reason(widget, on: bool, why: str = "") -> None:
         widget.setProperty("ownToolTip", base)
     widget.setEnabled(on)
     widget.setToolTip(base if on or not why else f"{why}\n\n{base}".rstrip())
+
+
+TITLE_BAR = 32  # px a window manager's title bar and frame take above a window's contents
+
+
+def fit_to_screen(window, preferred: QSize, area: QRect | None = None) -> None:
+    """Size a top-level window to `preferred`, or less where the screen it opens on is smaller
+    (area: that screen's available geometry, less panels and docks; None: asked from Qt), and
+    place it inside that area. A fixed size put the Export button and the lr plot off a
+    1366 x 768 screen."""
+    if area is None:
+        screen = window.screen() or QGuiApplication.primaryScreen()
+        area = screen.availableGeometry()
+    w = max(min(preferred.width(), area.width()), 1)
+    h = max(min(preferred.height(), area.height() - TITLE_BAR), 1)
+    window.resize(w, h)
+    x = area.x() + max((area.width() - window.width()) // 2, 0)
+    y = area.y() + max((area.height() - TITLE_BAR - window.height()) // 2, 0)
+    window.move(x, y)
