@@ -2,7 +2,8 @@
 
 Gradients and both AdamW moments use the same layout in their own flat buffers, so clipping and
 AdamW are one kernel each, and checkpoint and export walk the table (docs/DESIGN.md). Weights that one
-matmul reads together sit side by side: q, k, v form one (3C, C) matrix and gate, up one (2F, C).
+matmul reads together sit side by side: q, k, v form one (C + 2 kv_heads head_dim, C) matrix and
+gate, up one (2F, C).
 Matrices come first, then the norm weights, so weight decay covers exactly [0, n_decay).
 Groups start on 256-float boundaries, the sub-buffer alignment every device we know accepts.
 """
@@ -56,8 +57,10 @@ class ParamTable:
         self._group("token_embd", [("token_embd.weight", (V, d))])
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            self._group(p + "attn_qkv", [(p + n + ".weight", (d, d))
-                                         for n in ("attn_q", "attn_k", "attn_v")])
+            kv = cfg.kv_heads * cfg.head_dim   # grouped-query attention: fewer k, v rows
+            self._group(p + "attn_qkv", [(p + "attn_q.weight", (d, d)),
+                                         (p + "attn_k.weight", (kv, d)),
+                                         (p + "attn_v.weight", (kv, d))])
             self._group(p + "attn_output", [(p + "attn_output.weight", (d, d))])
             self._group(p + "ffn_gate_up", [(p + "ffn_gate.weight", (f, d)),
                                             (p + "ffn_up.weight", (f, d))])

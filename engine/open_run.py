@@ -1,0 +1,44 @@
+"""A new run folder from an imported pretrained model: checkpoint.npz with its weights, fresh AdamW
+moments and step 0, so `train --continue --tune FILE`, `chat`, `sample`, `tokenize`, `export` and
+`runs` take it like a run trained here.
+
+The checkpoint's header is the one TrainingSession.save writes, plus `source` (the model card)
+and chat_format MODEL_TEMPLATE: the run chats and tunes in its tokenizer's own chat template
+(engine.chat_template.ChatFormat), not the app's User:/Assistant: formats. Its tokenizer bytes are
+an OpenTokenizer's (engine.open_tokenizer.tokenizer_from_bytes reads both kinds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine import checkpoint
+from engine.config import TrainConfig
+from engine.params import ParamTable
+
+MODEL_TEMPLATE = "model"   # header chat_format: the tokenizer's own chat template
+
+
+def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None,
+                   train_config: TrainConfig | None = None) -> Path:
+    """Write `bundle` (engine.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns
+    the file. pretrain_text: the general text kept for replay and the held-out general loss;
+    tune_text: the dialogue text (or None). Raises CheckpointError (engine.checkpoint.save)."""
+    from engine.model_card import model_card
+    from engine.session import _sha256   # the digest the session's data summary uses
+    tc = train_config or TrainConfig(pretrain_steps=0)
+    flat = ParamTable(bundle.config).flatten(bundle.weights)
+    zeros = np.zeros_like(flat)
+    header = {
+        "model_config": bundle.config.__dict__, "train_config": tc.__dict__,
+        "step": 0, "adam_t": 0, "last_loss": None,
+        "rng_state": np.random.default_rng(tc.seed).bit_generator.state, "history": [],
+        "tokenizer_kind": bundle.tokenizer.kind, "chat_format": MODEL_TEMPLATE,
+        "data": {"pretrain_chars": len(pretrain_text), "pretrain_sha256": _sha256(pretrain_text),
+                 "tune_chars": len(tune_text or ""), "tune_sha256": _sha256(tune_text)},
+        "source": model_card(bundle), "device": "",
+    }
+    return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, zeros, zeros,
+                           bundle.tokenizer.to_bytes(), pretrain_text, tune_text)
