@@ -77,7 +77,7 @@ def special_tokens(tokenizer) -> dict[str, str]:
     """{"bos_token": "<s>", "eos_token": ..., "unk_token": ...} for the ids the tokenizer has."""
     out = {}
     for name, i in (("bos_token", tokenizer.bos_id), ("eos_token", tokenizer.eos_id),
-                    ("unk_token", getattr(tokenizer, "unk_id", None))):
+                    ("unk_token", tokenizer.unk_id)):
         if i is not None:
             out[name] = tokenizer.id_to_piece(i)
     return out
@@ -105,9 +105,9 @@ class ChatFormat:
     ids with their loss mask, and the stop ids. Raises DataError when it has no template."""
 
     def __init__(self, tokenizer, template: str | None = None):
+        """tokenizer: an OpenTokenizer; template: Jinja text (default: the tokenizer's)."""
         self.tokenizer = tokenizer
-        self.template = template if template is not None else getattr(tokenizer,
-                                                                       "chat_template", "")
+        self.template = tokenizer.chat_template if template is None else template
         if not self.template:
             raise DataError("This model has no chat template.",
                             "Chat with a model tuned for chat (e.g. an -Instruct or -Chat "
@@ -117,7 +117,7 @@ class ChatFormat:
     @property
     def stop_ids(self) -> list[int]:
         """Token ids that end the assistant's turn (eos and the template's end-of-turn tokens)."""
-        return list(getattr(self.tokenizer, "stop_ids", [self.tokenizer.eos_id]))
+        return list(self.tokenizer.stop_ids)
 
     def render(self, messages, add_generation_prompt: bool = False) -> str:
         return render(self.template, messages, add_generation_prompt, **self.variables)

@@ -108,10 +108,16 @@ def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenToken
                             bool(get("tokenizer.ggml.add_space_prefix", True)))
         ids["unknown"], add_bos_default = unk, True
     _added_tokens(hf, tokens, types)
+    add_bos = bool(get("tokenizer.ggml.add_bos_token", add_bos_default))
+    if add_bos and ids["bos"] is not None:   # as the folders' tokenizer.json add it
+        bos = tokens[ids["bos"]]
+        t = _tokenizers()
+        hf.post_processor = t.processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, ids["bos"])])
     eos_like = [i for i in (ids["eos"], ids["eot"], ids["eom"]) if i is not None]
     return OpenTokenizer(hf, GGUF_MODELS[model], pre, ids["bos"], ids["eos"], ids["unknown"],
-                         bool(get("tokenizer.ggml.add_bos_token", add_bos_default)), template,
-                         stop_ids_of(hf, eos_like, template), scores)
+                         add_bos, template,
+                         stop_ids_of(hf, eos_like), scores)
 
 
 def add_tokenizer(writer, tok: OpenTokenizer) -> None:
@@ -131,9 +137,13 @@ def add_tokenizer(writer, tok: OpenTokenizer) -> None:
                       (writer.add_unk_token_id, tok.unk_id)):
         if i is not None:
             setter(i)
-    eot = [i for i in tok.stop_ids if i != tok.eos_id]
-    if eot:
+    others = [i for i in tok.stop_ids if i != tok.eos_id]
+    eom = [i for i in others if tok.id_to_piece(i) == "<|eom_id|>"]
+    eot = [i for i in others if i not in eom]
+    if eot:   # the others llama.cpp finds by name, as stop_ids_of does on reading
         writer.add_eot_token_id(eot[0])
+    if eom:
+        writer.add_eom_token_id(eom[0])
     writer.add_add_bos_token(tok.add_bos)
     writer.add_add_eos_token(False)
     if tok.chat_template:

@@ -10,11 +10,13 @@ def model_card(bundle) -> dict:
     heads, kv_heads, head_dim, ffn_dim, context_length (tokens), vocab_size, tokenizer (kind and
     pre-tokenizer), tied_embeddings, rope_base, rope_scaling ("" or "llama3 xFACTOR"),
     chat_template (bool) and stop_tokens (their texts)."""
+    from engine.open_tokenizer import OpenTokenizer
     c, tok = bundle.config, bundle.tokenizer
     source = bundle.metadata.get("source") or {}
-    pre = getattr(tok, "pre", "")
+    is_open = isinstance(tok, OpenTokenizer)   # else the app's SentencePiece (User:/Assistant:)
+    pre = tok.pre if is_open else ""
     scaling = f"{c.rope_scaling} x{c.rope_scaling_factor:g}" if c.rope_scaling else ""
-    stops = getattr(tok, "stop_ids", [tok.eos_id])
+    stops = tok.stop_ids if is_open else [tok.eos_id]
     return {
         "name": str(source.get("name") or bundle.metadata.get("name") or "model"),
         "parameters": c.param_count(), "layers": c.n_layer, "d_model": c.d_model,
@@ -23,7 +25,7 @@ def model_card(bundle) -> dict:
         "vocab_size": c.vocab_size,
         "tokenizer": tok.kind + (f" ({pre})" if pre and pre != "default" else ""),
         "tied_embeddings": c.tie_embeddings, "rope_base": c.rope_base, "rope_scaling": scaling,
-        "chat_template": bool(getattr(tok, "chat_template", "")),
+        "chat_template": bool(tok.chat_template) if is_open else True,
         "stop_tokens": [tok.id_to_piece(i) for i in stops],
     }
 

@@ -62,15 +62,12 @@ def _kind(spec: dict) -> str:
                            "fallback, so some text could not be encoded.", _HINT)
 
 
-def stop_ids_of(hf, eos_ids: list[int], template: str) -> list[int]:
-    """Ids that end a turn: `eos_ids`, and every special token named in END_OF_TURN that the
-    vocabulary has and the chat template uses (all of END_OF_TURN without a template)."""
-    out = set(eos_ids)
-    for name in END_OF_TURN:
-        i = hf.token_to_id(name)
-        if i is not None and (not template or name in template):
-            out.add(i)
-    return sorted(out)
+def stop_ids_of(hf, eos_ids: list[int]) -> list[int]:
+    """Ids that end a turn: `eos_ids`, and every special (added) token of the vocabulary named
+    in END_OF_TURN, as llama.cpp marks end-of-generation tokens by these names
+    (llama_vocab::impl::load)."""
+    added = {t.content for t in hf.get_added_tokens_decoder().values() if t.special}
+    return sorted(set(eos_ids) | {hf.token_to_id(n) for n in END_OF_TURN if n in added})
 
 
 def read_folder(folder: Path, cls):
@@ -107,4 +104,4 @@ def read_folder(folder: Path, cls):
     template = chat_template_of(folder, config)
     pre = detect_pre(hf) if kind == "byte_bpe" else "default"
     return cls(hf, kind, pre, ids["bos"], ids["eos"], ids["unk"], add_bos, template,
-               stop_ids_of(hf, [ids["eos"]] + gen_eos, template))
+               stop_ids_of(hf, [ids["eos"]] + gen_eos))

@@ -45,8 +45,8 @@ PRE_REGEXES = {
 }
 # llama.cpp merges a whole pre-token found in the vocabulary directly for these (ignore_merges)
 IGNORE_MERGES = ("llama-bpe",)
-# Tokens that end a turn in the chat templates of the models we import (ChatML, Llama 3, Zephyr,
-# Phi, Gemma); a control token of one of these names is a stop token.
+# Tokens that end a turn or a text (ChatML, Llama 3, Zephyr, Phi, Gemma): a special token of one
+# of these names is a stop token, as llama.cpp marks end-of-generation tokens by name.
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|endoftext|>",
                "<|end|>", "<end_of_turn>", "</s>")
 # A text with the characters pre-tokenizers disagree on (to recognise a folder's pre-tokenizer)

@@ -58,9 +58,9 @@ class ParamTable:
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
             kv = cfg.kv_heads * cfg.head_dim   # grouped-query attention: fewer k, v rows
-            self._group(p + "attn_qkv", [(p + "attn_q.weight", (d, d)),
-                                         (p + "attn_k.weight", (kv, d)),
-                                         (p + "attn_v.weight", (kv, d))])
+            rows = {"attn_q": d, "attn_k": kv, "attn_v": kv}
+            self._group(p + "attn_qkv", [(p + n + ".weight", (rows[n], d))
+                                         for n in ("attn_q", "attn_k", "attn_v")])
             self._group(p + "attn_output", [(p + "attn_output.weight", (d, d))])
             self._group(p + "ffn_gate_up", [(p + "ffn_gate.weight", (f, d)),
                                             (p + "ffn_up.weight", (f, d))])

@@ -174,3 +174,41 @@ def build(family: str, folder: Path, seed: int = 0, **overrides) -> Path:
     model.save_pretrained(str(folder), safe_serialization=True)
     (folder / "generation_config.json").write_text(json.dumps(gen))
     return folder
+
+
+try:
+    import pytest
+except ImportError:    # only the fixtures below need it
+    pytest = None
+
+if pytest is not None:
+    @pytest.fixture(scope="session")
+    def open_folders(tmp_path_factory):
+        """{family: transformers folder} of every family (built once per test session)."""
+        pytest.importorskip("transformers")
+        root = tmp_path_factory.mktemp("open_models")
+        return {f: build(f, root / f) for f in FAMILIES}
+
+    @pytest.fixture(scope="session")
+    def open_ggufs(open_folders, tmp_path_factory):
+        """{family: F32 GGUF} exported from each folder's import (engine.gguf_export)."""
+        from engine.gguf_export import export_gguf
+        from engine.hf.load import import_hf
+        root = tmp_path_factory.mktemp("open_ggufs")
+        return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
+                for f, p in open_folders.items()}
+
+
+def llama_vocab(path):
+    """llama.cpp (llama-cpp-python) with only the vocabulary of the GGUF at `path` loaded."""
+    import llama_cpp
+    return llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+
+
+def llama_model(path, n_ctx: int = 128):
+    """llama.cpp with the whole model, float32 KV cache (so its logits are float32 exact),
+    one thread, logits of every position kept."""
+    import llama_cpp
+    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, verbose=False,
+                           n_threads=1, type_k=llama_cpp.GGML_TYPE_F32,
+                           type_v=llama_cpp.GGML_TYPE_F32, seed=0)
