@@ -62,6 +62,53 @@ def test_llama_cpp_on_the_exported_gguf_gives_transformers_logits(family, open_f
     assert got == greedy
 
 
+def numpy_logits(bundle, ids) -> np.ndarray:
+    """(T, vocab) float64 logits of the bundle's weights in the engine's layout: RoPE on
+    adjacent pairs (2i, 2i+1) with llama3 divisors, query head h reading key/value head
+    h // (n_head / kv_heads) (Ainslie et al. 2023; llama.cpp and transformers group so)."""
+    from tests import reference as R
+    c, w = bundle.config, {k: v.astype(np.float64) for k, v in bundle.weights.items()}
+    T, hd, group = len(ids), c.head_dim, c.n_head // c.kv_heads
+    factors = llama3_factors(c) if c.rope_scaling else np.ones(hd // 2)
+    ang = np.arange(T)[:, None] * (c.rope_base ** (-np.arange(0, hd, 2) / hd) / factors)
+
+    def rope(x, heads):   # (T, heads * hd) -> rotated
+        xr = x.reshape(T, heads, hd // 2, 2)
+        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        a, b = xr[..., 0], xr[..., 1]
+        return np.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(T, heads * hd)
+
+    def heads(x, n):      # (T, n * hd) -> (T, n_head * hd), each kv head repeated `group` times
+        return np.repeat(x.reshape(T, n, hd), group, axis=1).reshape(T, c.n_head * hd)
+
+    x = w["token_embd.weight"][ids]
+    for i in range(c.n_layer):
+        p = f"blk.{i}."
+        h = R.rmsnorm_forward(x, w[p + "attn_norm.weight"], c.rms_eps)[0]
+        q = rope(h @ w[p + "attn_q.weight"].T, c.n_head)
+        k = heads(rope(h @ w[p + "attn_k.weight"].T, c.kv_heads), c.kv_heads)
+        v = heads(h @ w[p + "attn_v.weight"].T, c.kv_heads)
+        y = R.attention_forward(q[None], k[None], v[None], c.n_head)[0][0]
+        x = x + y @ w[p + "attn_output.weight"].T
+        h = R.rmsnorm_forward(x, w[p + "ffn_norm.weight"], c.rms_eps)[0]
+        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + R.swiglu_forward(g, u) @ w[p + "ffn_down.weight"].T
+    x = R.rmsnorm_forward(x, w["output_norm.weight"], c.rms_eps)[0]
+    return x @ w["token_embd.weight" if c.tie_embeddings else "output.weight"].T
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_imported_weights_in_the_engines_layout_give_transformers_logits(family, open_folders,
+                                                                         open_ggufs):
+    want = None
+    for bundle in (import_hf(open_folders[family])[0], import_gguf(open_ggufs[family])):
+        tok = bundle.tokenizer
+        ids = ([tok.bos_id] if tok.add_bos else []) + tok.encode(PROMPT)
+        if want is None:
+            want = _hf_logits(open_folders[family], ids)[0]
+        assert _nmse(numpy_logits(bundle, ids), want) < 1e-8
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gguf_and_hf_round_trips_keep_every_weight(family, open_folders, open_ggufs, tmp_path):
     bundle = import_hf(open_folders[family])[0]
