@@ -13,7 +13,12 @@ are written unchanged: the engine's RoPE already is llama.cpp's "NORM" pair conv
 weights are always F32; matrices are F32, F16 or Q8_0 (blocks of 32 values with one f16 scale).
 With tied embeddings `output.weight` is omitted and llama.cpp falls back to `token_embd.weight`.
 
-Beside the GGUF an Ollama Modelfile is written (`write_modelfile`). Both writes are
+An imported pretrained model (engine.open_tokenizer.OpenTokenizer) is written with its own
+vocabulary, pre-tokenizer, merges or scores, special ids and chat template (engine.gguf_vocab),
+head_count_kv and, for llama3 RoPE scaling, the rope_freqs.weight tensor llama.cpp reads.
+
+Beside the GGUF an Ollama Modelfile is written (`write_modelfile`; not for a pretrained model,
+whose template and stops Ollama reads from the GGUF). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
 only with force=True. `import_gguf` lives in `engine.gguf_import` and is forwarded here.
 """

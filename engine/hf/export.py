@@ -7,7 +7,9 @@
   tokenizer.json          the same ids as the engine (engine.hf.tokenizer_json)
   tokenizer_config.json   special tokens and the chat template (engine.dialogue.CHAT_TEMPLATE)
   tokenizer.model         the SentencePiece model itself (as Llama folders ship it; the
-                          importer and llama.cpp's convert_hf_to_gguf.py read it)
+                          importer and llama.cpp's convert_hf_to_gguf.py read it); not for
+                          an imported pretrained model, whose tokenizer.json, template and
+                          stop ids (generation_config.json) are its own
   generation_config.json  bos/eos ids
   studio.json             the training metadata (steps, data summary, configs) for the way back
   README.md               a model card with the training metadata
