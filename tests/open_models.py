@@ -33,6 +33,9 @@ STRINGS = [
 ]
 
 FAMILIES = ("smollm2", "llama32", "tinyllama")
+# qwen2: Qwen2.5's tokenizer (byte-level BPE, pre "qwen2", NFC, ChatML) on a llama model: the
+# engine refuses qwen2 models (q/k/v biases) but reads and writes their tokenizer
+TOKENIZER_FAMILIES = FAMILIES + ("qwen2",)
 
 _LLAMA3_SPECIAL = (["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                     "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
@@ -40,6 +43,7 @@ _LLAMA3_SPECIAL = (["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_
                     "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"])
 _LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def corpus() -> list[str]:
@@ -102,9 +106,10 @@ def _sentencepiece_json(folder: Path):
 def build_tokenizer(family: str, folder: Path):
     """Write the family's tokenizer files into `folder`; returns (PreTrainedTokenizerFast,
     config overrides: bos/eos ids)."""
-    from tokenizers import Regex, pre_tokenizers, processors
+    from tokenizers import Regex, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
-    template = (TEMPLATES / f"{family}.jinja").read_text(encoding="utf-8")
+    name = "smollm2" if family == "qwen2" else family   # ChatML
+    template = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
     if family == "smollm2":
         pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                        pre_tokenizers.ByteLevel(add_prefix_space=False,
@@ -114,6 +119,16 @@ def build_tokenizer(family: str, folder: Path):
                                        eos_token="<|im_end|>", unk_token="<|endoftext|>",
                                        pad_token="<|im_end|>")
         gen = {"bos_token_id": 1, "eos_token_id": 2}
+    elif family == "qwen2":
+        pre = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_QWEN2_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok = _byte_bpe(pre, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], 700, True)
+        tok.normalizer = normalizers.NFC()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                       pad_token="<|endoftext|>")
+        gen = {"bos_token_id": tok.token_to_id("<|endoftext|>"),
+               "eos_token_id": [tok.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>")]}
     elif family == "llama32":
         pre = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated", invert=False),
@@ -149,6 +164,9 @@ CONFIGS = {   # the real models' settings, sizes scaled down
                     rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0,
                                   "original_max_position_embeddings": 8192}),
+    "qwen2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                  num_attention_heads=4, num_key_value_heads=2, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=256),
     "tinyllama": dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                       num_attention_heads=8, num_key_value_heads=1, rope_theta=10000.0,
                       rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=256),
@@ -184,10 +202,11 @@ except ImportError:    # only the fixtures below need it
 if pytest is not None:
     @pytest.fixture(scope="session")
     def open_folders(tmp_path_factory):
-        """{family: transformers folder} of every family (built once per test session)."""
+        """{family: transformers folder} of every family and the qwen2 tokenizer's (built once
+        per test session)."""
         pytest.importorskip("transformers")
         root = tmp_path_factory.mktemp("open_models")
-        return {f: build(f, root / f) for f in FAMILIES}
+        return {f: build(f, root / f) for f in TOKENIZER_FAMILIES}
 
     @pytest.fixture(scope="session")
     def open_ggufs(open_folders, tmp_path_factory):
