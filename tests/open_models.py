@@ -19,6 +19,8 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "tests" / "fixtures" / "templates"
 STRINGS = [
@@ -216,6 +218,47 @@ if pytest is not None:
         root = tmp_path_factory.mktemp("open_ggufs")
         return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
                 for f, p in open_folders.items()}
+
+
+def numpy_logits(bundle, ids) -> np.ndarray:
+    """(T, vocab) float64 logits of the bundle's weights in the engine's layout: RoPE on
+    adjacent pairs (2i, 2i+1) with llama3 divisors, query head h reading key/value head
+    h // (n_head / kv_heads) (Ainslie et al. 2023; llama.cpp and transformers group so)."""
+    from engine.rope_scaling import llama3_factors
+    from tests import reference as R
+    c, w = bundle.config, {k: v.astype(np.float64) for k, v in bundle.weights.items()}
+    T, hd, group = len(ids), c.head_dim, c.n_head // c.kv_heads
+    factors = llama3_factors(c) if c.rope_scaling else np.ones(hd // 2)
+    ang = np.arange(T)[:, None] * (c.rope_base ** (-np.arange(0, hd, 2) / hd) / factors)
+
+    def rope(x, heads):   # (T, heads * hd) -> rotated
+        xr = x.reshape(T, heads, hd // 2, 2)
+        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        a, b = xr[..., 0], xr[..., 1]
+        return np.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(T, heads * hd)
+
+    def heads(x, n):      # (T, n * hd) -> (T, n_head * hd), each kv head repeated `group` times
+        return np.repeat(x.reshape(T, n, hd), group, axis=1).reshape(T, c.n_head * hd)
+
+    x = w["token_embd.weight"][ids]
+    for i in range(c.n_layer):
+        p = f"blk.{i}."
+        h = R.rmsnorm_forward(x, w[p + "attn_norm.weight"], c.rms_eps)[0]
+        q = rope(h @ w[p + "attn_q.weight"].T, c.n_head)
+        k = heads(rope(h @ w[p + "attn_k.weight"].T, c.kv_heads), c.kv_heads)
+        v = heads(h @ w[p + "attn_v.weight"].T, c.kv_heads)
+        y = R.attention_forward(q[None], k[None], v[None], c.n_head)[0][0]
+        x = x + y @ w[p + "attn_output.weight"].T
+        h = R.rmsnorm_forward(x, w[p + "ffn_norm.weight"], c.rms_eps)[0]
+        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + R.swiglu_forward(g, u) @ w[p + "ffn_down.weight"].T
+    x = R.rmsnorm_forward(x, w["output_norm.weight"], c.rms_eps)[0]
+    return x @ w["token_embd.weight" if c.tie_embeddings else "output.weight"].T
+
+
+def nmse(got, want) -> float:
+    """Normalized mean squared error sum((got - want)^2) / sum(want^2)."""
+    return float(((got - want) ** 2).sum() / (want ** 2).sum())
 
 
 def llama_vocab(path):

@@ -26,8 +26,8 @@ from engine.hf.load import import_hf, model_config  # noqa: E402
 from engine.model_card import format_card, model_card  # noqa: E402
 from engine.open_gguf import open_config  # noqa: E402
 from engine.rope_scaling import llama3_factors, llama3_from_factors  # noqa: E402
-from tests.open_models import (FAMILIES, build, llama_model, open_folders,  # noqa: E402,F401
-                               open_ggufs)
+from tests.open_models import (FAMILIES, build, llama_model, nmse,  # noqa: E402,F401
+                               numpy_logits, open_folders, open_ggufs)
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
 
@@ -38,10 +38,6 @@ def _hf_logits(folder, ids):
         return model.eval()(torch.tensor([ids])).logits[0].numpy(), model
 
 
-def _nmse(got, want):
-    return float(((got - want) ** 2).sum() / (want ** 2).sum())
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_llama_cpp_on_the_exported_gguf_gives_transformers_logits(family, open_folders,
                                                                   open_ggufs):
@@ -50,7 +46,7 @@ def test_llama_cpp_on_the_exported_gguf_gives_transformers_logits(family, open_f
     want, model = _hf_logits(open_folders[family], ids)
     llm = llama_model(open_ggufs[family])
     llm.eval(ids)
-    assert _nmse(np.array(llm.scores[:len(ids)]), want) < 1e-8
+    assert nmse(np.array(llm.scores[:len(ids)]), want) < 1e-8
     greedy = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False,
                             eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
     llm.reset()
@@ -62,41 +58,6 @@ def test_llama_cpp_on_the_exported_gguf_gives_transformers_logits(family, open_f
     assert got == greedy
 
 
-def numpy_logits(bundle, ids) -> np.ndarray:
-    """(T, vocab) float64 logits of the bundle's weights in the engine's layout: RoPE on
-    adjacent pairs (2i, 2i+1) with llama3 divisors, query head h reading key/value head
-    h // (n_head / kv_heads) (Ainslie et al. 2023; llama.cpp and transformers group so)."""
-    from tests import reference as R
-    c, w = bundle.config, {k: v.astype(np.float64) for k, v in bundle.weights.items()}
-    T, hd, group = len(ids), c.head_dim, c.n_head // c.kv_heads
-    factors = llama3_factors(c) if c.rope_scaling else np.ones(hd // 2)
-    ang = np.arange(T)[:, None] * (c.rope_base ** (-np.arange(0, hd, 2) / hd) / factors)
-
-    def rope(x, heads):   # (T, heads * hd) -> rotated
-        xr = x.reshape(T, heads, hd // 2, 2)
-        cos, sin = np.cos(ang)[:, None], np.sin(ang)[:, None]
-        a, b = xr[..., 0], xr[..., 1]
-        return np.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(T, heads * hd)
-
-    def heads(x, n):      # (T, n * hd) -> (T, n_head * hd), each kv head repeated `group` times
-        return np.repeat(x.reshape(T, n, hd), group, axis=1).reshape(T, c.n_head * hd)
-
-    x = w["token_embd.weight"][ids]
-    for i in range(c.n_layer):
-        p = f"blk.{i}."
-        h = R.rmsnorm_forward(x, w[p + "attn_norm.weight"], c.rms_eps)[0]
-        q = rope(h @ w[p + "attn_q.weight"].T, c.n_head)
-        k = heads(rope(h @ w[p + "attn_k.weight"].T, c.kv_heads), c.kv_heads)
-        v = heads(h @ w[p + "attn_v.weight"].T, c.kv_heads)
-        y = R.attention_forward(q[None], k[None], v[None], c.n_head)[0][0]
-        x = x + y @ w[p + "attn_output.weight"].T
-        h = R.rmsnorm_forward(x, w[p + "ffn_norm.weight"], c.rms_eps)[0]
-        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + R.swiglu_forward(g, u) @ w[p + "ffn_down.weight"].T
-    x = R.rmsnorm_forward(x, w["output_norm.weight"], c.rms_eps)[0]
-    return x @ w["token_embd.weight" if c.tie_embeddings else "output.weight"].T
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_imported_weights_in_the_engines_layout_give_transformers_logits(family, open_folders,
                                                                          open_ggufs):
@@ -106,7 +67,7 @@ def test_imported_weights_in_the_engines_layout_give_transformers_logits(family,
         ids = ([tok.bos_id] if tok.add_bos else []) + tok.encode(PROMPT)
         if want is None:
             want = _hf_logits(open_folders[family], ids)[0]
-        assert _nmse(numpy_logits(bundle, ids), want) < 1e-8
+        assert nmse(numpy_logits(bundle, ids), want) < 1e-8
 
 
 @pytest.mark.parametrize("family", FAMILIES)
