@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from engine.errors import ModelImportError
 from engine.open_tokenizer import (IGNORE_MERGES, PRE_REGEXES, TOKEN_CONTROL, TOKEN_UNKNOWN,
-                                   TOKEN_USER_DEFINED, OpenTokenizer, _tokenizers,
+                                   TOKEN_USER_DEFINED, OpenTokenizer, tokenizers_module,
                                    byte_bpe_pre_tokenizer)
 from engine.open_folder_tokenizer import stop_ids_of
 
@@ -32,7 +32,7 @@ GGUF_MODELS = {"gpt2": "byte_bpe", "llama": "sentencepiece"}
 def _added_tokens(hf, tokens: list[str], types: list[int]) -> None:
     """Register control / unknown tokens as special and user-defined ones as plain added
     tokens, matched whole before the model sees the text."""
-    t = _tokenizers()
+    t = tokenizers_module()
     special = [t.AddedToken(tok, special=True, normalized=False)
                for tok, ty in zip(tokens, types) if ty in (TOKEN_CONTROL, TOKEN_UNKNOWN)]
     user = [t.AddedToken(tok, special=False, normalized=False)
@@ -44,7 +44,7 @@ def _added_tokens(hf, tokens: list[str], types: list[int]) -> None:
 
 
 def _byte_bpe(tokens: list[str], merges: list[str], pre: str):
-    t = _tokenizers()
+    t = tokenizers_module()
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     model = t.models.BPE(vocab={tok: i for i, tok in enumerate(tokens)}, merges=pairs,
                          ignore_merges=pre in IGNORE_MERGES)
@@ -57,7 +57,7 @@ def _byte_bpe(tokens: list[str], merges: list[str], pre: str):
 def _sentencepiece(tokens: list[str], scores: list[float], types: list[int], unk: int | None,
                    space_prefix: bool):
     from engine.hf.tokenizer_json import merges_from_scores
-    t = _tokenizers()
+    t = tokenizers_module()
     model = t.models.BPE(vocab={tok: i for i, tok in enumerate(tokens)},
                          merges=merges_from_scores(tokens, scores, types),
                          unk_token=tokens[unk] if unk is not None else None,
@@ -111,7 +111,7 @@ def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenToken
     add_bos = bool(get("tokenizer.ggml.add_bos_token", add_bos_default))
     if add_bos and ids["bos"] is not None:   # as the folders' tokenizer.json add it
         bos = tokens[ids["bos"]]
-        t = _tokenizers()
+        t = tokenizers_module()
         hf.post_processor = t.processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, ids["bos"])])
     eos_like = [i for i in (ids["eos"], ids["eot"], ids["eom"]) if i is not None]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from engine.errors import ModelImportError
-from engine.open_tokenizer import END_OF_TURN, _tokenizers, detect_pre
+from engine.open_tokenizer import END_OF_TURN, tokenizers_module, detect_pre
 
 _HINT = ("Open models need a tokenizer.json (byte-level BPE, as SmolLM2 and Llama 3, or "
          "SentencePiece-style BPE with byte fallback, as TinyLlama).")
@@ -70,12 +70,19 @@ def stop_ids_of(hf, eos_ids: list[int]) -> list[int]:
     return sorted(set(eos_ids) | {hf.token_to_id(n) for n in END_OF_TURN if n in added})
 
 
+def _adds_bos(hf, bos: int | None) -> bool:
+    """Whether tokenizer.json's post-processor puts BOS before a text (Llama 3, TinyLlama)."""
+    plain = hf.encode("a", add_special_tokens=False).ids
+    full = hf.encode("a", add_special_tokens=True).ids
+    return bos is not None and full == [bos] + plain
+
+
 def read_folder(folder: Path, cls):
     """`cls` (OpenTokenizer) for the tokenizer files of `folder`. Raises ModelImportError."""
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise ModelImportError(f"{folder} has no tokenizer.json.", _HINT)
-    t = _tokenizers()
+    t = tokenizers_module()
     try:
         text = path.read_text(encoding="utf-8")
         spec, hf = json.loads(text), t.Tokenizer.from_str(text)
@@ -97,10 +104,7 @@ def read_folder(folder: Path, cls):
         ids["eos"] = gen_eos[0]
     if ids["bos"] is None and gen.get("bos_token_id") is not None:
         ids["bos"] = int(gen["bos_token_id"])
-    with_special = hf.encode("a", add_special_tokens=True).ids
-    add_bos = bool(config.get("add_bos_token", ids["bos"] is not None and with_special[:1] ==
-                              [ids["bos"]] and len(with_special) > len(hf.encode(
-                                  "a", add_special_tokens=False).ids)))
+    add_bos = bool(config.get("add_bos_token", _adds_bos(hf, ids["bos"])))
     template = chat_template_of(folder, config)
     pre = detect_pre(hf) if kind == "byte_bpe" else "default"
     return cls(hf, kind, pre, ids["bos"], ids["eos"], ids["unk"], add_bos, template,

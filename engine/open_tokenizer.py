@@ -54,7 +54,8 @@ CHECK_TEXT = ("Hello World! I'm 12345 years old, aren't you? 3.14159\n\n  \t ind
               "def f(x):\n    return x**2  # code\n你好世界 🦙🚀 ÅÉ ﬁ '''quoted''' 1,000,000")
 
 
-def _tokenizers():
+def tokenizers_module():
+    """The `tokenizers` package; ModelImportError with the install hint when it is missing."""
     try:
         import tokenizers
     except ImportError:
@@ -67,7 +68,7 @@ def byte_bpe_pre_tokenizer(pre: str):
     """The `tokenizers` pre-tokenizer of llama.cpp's `pre` name: its regexes in order, each
     splitting the pieces of the one before (isolated), then the byte-to-unicode mapping.
     Raises KeyError for a name not in PRE_REGEXES."""
-    t = _tokenizers()
+    t = tokenizers_module()
     splits = [t.pre_tokenizers.Split(t.Regex(r), behavior="isolated") for r in PRE_REGEXES[pre]]
     return t.pre_tokenizers.Sequence(
         splits + [t.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -125,7 +126,7 @@ class OpenTokenizer:
             h = json.loads(head.decode("utf-8"))
             if h.get("format") != FORMAT:
                 raise ValueError(f"format {h.get('format')!r}")
-            hf = _tokenizers().Tokenizer.from_str(body.decode("utf-8"))
+            hf = tokenizers_module().Tokenizer.from_str(body.decode("utf-8"))
             return cls(hf, h["kind"], h["pre"], h["bos_id"], h["eos_id"], h["unk_id"],
                        h["add_bos"], h["chat_template"], h["stop_ids"], h["scores"])
         except Exception as e:   # json, KeyError, and tokenizers' own (plain) Exception
