@@ -253,6 +253,12 @@ def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, t
         tok = tokenizer_from_bytes(ck["tokenizer"])
         assert tok.encode(PROMPT) == bundle.tokenizer.encode(PROMPT)
         assert ck["header"]["chat_format"] == "model" and ck["pretrain_text"]
+        for target in (out, src):   # `tokenize` reads an imported run and an open GGUF
+            if target.is_dir() and target != out:
+                continue
+            assert main(["tokenize", str(target), PROMPT]) == 0
+            first = capsys.readouterr().out.splitlines()[0]
+            assert first == " ".join(map(str, tok.encode(PROMPT)))
     qwen = tmp_path / "qwen"
     shutil.copytree(open_folders["smollm2"], qwen)
     cfg = json.loads((qwen / "config.json").read_text())
