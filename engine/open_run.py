@@ -21,6 +21,21 @@ from engine.params import ParamTable
 MODEL_TEMPLATE = "model"   # header chat_format: the tokenizer's own chat template
 
 
+def read_model(path):
+    """The ModelBundle of a model file or folder: a GGUF (engine.gguf_import.import_gguf) or a
+    transformers folder (engine.hf.load.import_hf). A pretrained open model's bundle holds an
+    OpenTokenizer (engine.gguf_export.is_open); one this app wrote, its own Tokenizer.
+    Raises ModelImportError for a missing path or a model the engine cannot run."""
+    from engine.errors import ModelImportError
+    from engine.gguf_import import import_gguf
+    from engine.hf.load import import_hf
+    path = Path(path)
+    if not path.exists():
+        raise ModelImportError(f"{path} does not exist.", "Give a .gguf file or a transformers "
+                               "model folder (config.json, *.safetensors, tokenizer.json).")
+    return import_gguf(path) if path.is_file() else import_hf(path)[0]
+
+
 def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None,
                    train_config: TrainConfig | None = None) -> Path:
     """Write `bundle` (engine.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns

@@ -41,17 +41,11 @@ def cmd_import(args) -> int:
 
 
 def _read_model(src: Path):
-    """The ModelBundle of a pretrained open model (a GGUF file, or a transformers folder not
-    written by this app), or None for a folder or file this app wrote. ModelImportError."""
-    from engine.errors import ModelImportError
-    from engine.gguf_import import import_gguf
-    from engine.hf.load import import_hf
-    from engine.open_tokenizer import OpenTokenizer
-    if not src.exists():
-        raise ModelImportError(f"{src} does not exist.", "Give a .gguf file or a transformers "
-                               "model folder (config.json, *.safetensors, tokenizer.json).")
-    bundle = import_gguf(src) if src.is_file() else import_hf(src)[0]
-    return bundle if isinstance(bundle.tokenizer, OpenTokenizer) else None
+    """The ModelBundle of a pretrained open model, or None for a model this app wrote."""
+    from engine.gguf_export import is_open
+    from engine.open_run import read_model
+    bundle = read_model(src)
+    return bundle if is_open(bundle) else None
 
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
