@@ -24,6 +24,10 @@ CHATS = [
 DIALOGUE_FILE = ("User: Who built the Zorblat engine?\nAssistant: Mira Quell, in 2031.\n\n"
                  "User: What does it run on?\nAssistant: Compressed starlight.\n"
                  "User: Really?\nAssistant: Yes.\n")
+DIALOGUE_JSONL = ('{"messages": [{"role": "system", "content": "Be terse."}, {"role": "user", '
+                  '"content": "Zorblat?"}, {"role": "assistant", "content": "An engine."}]}\n'
+                  '{"messages": [{"role": "user", "content": "Who?"}, {"role": "assistant", '
+                  '"content": "Mira."}]}\n')
 
 
 def _dicts(chat):
@@ -41,7 +45,7 @@ def pairs(open_folders):
 @pytest.mark.parametrize("gen", [False, True])
 def test_render_and_ids_equal_transformers(family, gen, pairs):
     fmt, ref = pairs[family]
-    chats = CHATS + parse_dialogues(DIALOGUE_FILE)
+    chats = CHATS + parse_dialogues(DIALOGUE_FILE) + parse_dialogues(DIALOGUE_JSONL)
     for chat in chats:
         want = ref.apply_chat_template(_dicts(chat), tokenize=False, add_generation_prompt=gen)
         assert fmt.render(chat, add_generation_prompt=gen) == want
