@@ -3,7 +3,7 @@
 Read: `tokenizer_from_gguf` rebuilds the tokenizer llama.cpp would run from the
 tokenizer.ggml.* keys (llama.cpp src/llama-vocab.cpp, llama_vocab::impl::load):
 - model "gpt2": byte-level BPE from tokens and merges, with the pre-tokenizer regexes of
-  tokenizer.ggml.pre (engine.open_tokenizer.PRE_REGEXES: smollm, llama-bpe, qwen2, gpt2);
+  tokenizer.ggml.pre (engine.open_tokenizer.PRE_REGEXES: smollm, llama-bpe, qwen2, gpt-2);
 - model "llama": SentencePiece BPE with byte fallback; llama.cpp merges the adjacent pair whose
   joined piece has the highest score, which is a BPE whose merges are every split of each piece
   ranked by its score (transformers' SentencePieceExtractor: engine.hf.tokenizer_json).
@@ -91,7 +91,7 @@ def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenToken
                                "(tokenizer.ggml.eos_token_id).", _HINT)
     template = get("tokenizer.chat_template", "") or ""
     if model == "gpt2":
-        pre = get("tokenizer.ggml.pre", "gpt2") or "gpt2"
+        pre = get("tokenizer.ggml.pre", "default") or "default"   # llama.cpp's fallback
         if pre not in PRE_REGEXES:
             raise ModelImportError(f"{fname} uses the {pre!r} pre-tokenizer, which the engine "
                                    "does not know.", _HINT)

@@ -6,7 +6,7 @@ vocab_size, pieces(), scores(), token_types(), to_bytes()/from_bytes(), kind) ov
 
 - kind "byte_bpe": byte-level BPE (GPT-2's byte-to-unicode alphabet; GGUF tokenizer.ggml.model
   "gpt2"), with one of the pre-tokenizers llama.cpp names (`pre`: "smollm", "llama-bpe",
-  "qwen2", "gpt2"; the regexes are llama.cpp's, src/llama-vocab.cpp llm_tokenizer_bpe);
+  "qwen2", "gpt-2"; the regexes are llama.cpp's, src/llama-vocab.cpp llm_tokenizer_bpe);
 - kind "sentencepiece": SentencePiece BPE with byte fallback in the Llama-2 layout (<unk>, <s>,
   </s>, <0x00>..<0xFF>; GGUF model "llama"), as transformers' LlamaTokenizerFast runs it.
 
@@ -38,7 +38,7 @@ _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _TAIL = r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 PRE_REGEXES = {
-    "gpt2": (_GPT2,),
+    "gpt-2": (_GPT2,),
     "smollm": (r"\p{N}", _GPT2),
     "llama-bpe": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|" + _TAIL,),
     "qwen2": (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|" + _TAIL,),

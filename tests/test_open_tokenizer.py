@@ -130,3 +130,32 @@ def test_a_folder_without_tokenizer_json_or_with_a_wordpiece_is_refused(tmp_path
         str(tmp_path / "tokenizer.json"))
     with pytest.raises(ModelImportError, match="WordPiece"):
         OpenTokenizer.from_folder(tmp_path)
+
+
+def test_a_gpt2_pre_tokenizer_is_written_under_llama_cpps_name(tmp_path):
+    """GPT-2's own byte-level split is llama.cpp's "gpt-2" (a GGUF naming "gpt2" is refused by
+    llama.cpp): a tokenizer with it is recognised, exported, and tokenizes as llama.cpp does."""
+    import numpy as np
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from engine.config import ModelConfig
+    from engine.gguf_export import ModelBundle, export_gguf
+    from engine.params import ParamTable
+    from tests.open_models import corpus
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    hf.train_from_iterator(corpus(), trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=hf, eos_token="<|endoftext|>",
+                            bos_token="<|endoftext|>").save_pretrained(str(tmp_path))
+    tok = OpenTokenizer.from_folder(tmp_path)
+    assert tok.pre == "gpt-2"
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layer=1, n_head=2)
+    weights = ParamTable(cfg).unflatten(ParamTable(cfg).init_weights(np.random.default_rng(0)))
+    path = export_gguf(ModelBundle(cfg, tok, weights), tmp_path / "gpt2.gguf").path
+    llm = llama_vocab(path)
+    for s in STRINGS:
+        assert tok.encode(s) == llm.tokenize(s.encode("utf-8"), add_bos=False, special=True), s
+    assert import_gguf(path).tokenizer.pre == "gpt-2"
