@@ -268,9 +268,9 @@ def llama_vocab(path):
 
 
 def llama_model(path, n_ctx: int = 128):
-    """llama.cpp with the whole model, float32 KV cache (so its logits are float32 exact),
-    one thread, logits of every position kept."""
+    """llama.cpp with the whole model, float32 KV cache (so its logits are float32 exact), all
+    positions' logits kept, CPU weight repacking off (its Q8_0 path segfaults on this CPU:
+    tests/test_gguf_export.load)."""
     import llama_cpp
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, verbose=False,
-                           n_threads=1, type_k=llama_cpp.GGML_TYPE_F32,
-                           type_v=llama_cpp.GGML_TYPE_F32, seed=0)
+    from tests.test_gguf_export import load
+    return load(llama_cpp, path, n_ctx=n_ctx, repack=False)

@@ -68,3 +68,15 @@ def test_converted_vocabulary_tokenizes_as_llama_cpp(family):
     vocab = llama_cpp.llama_model_get_vocab(llm._model.model)
     eog = {i for i in range(tok.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, i)}
     assert set(tok.stop_ids) == eog     # the tokens llama.cpp ends generation on
+
+
+@pytest.mark.parametrize("dtype,bound", [("f16", 1e-5), ("q8_0", 1e-3)])
+def test_export_types_run_in_llama_cpp(dtype, bound, tmp_path):
+    bundle = import_gguf(FIXTURES / "llama32.f16.gguf")
+    path = export_gguf(bundle, tmp_path / f"m.{dtype}.gguf", dtype=dtype).path
+    back = import_gguf(path)
+    assert back.config == bundle.config and back.tokenizer.stop_ids == bundle.tokenizer.stop_ids
+    ids = _ids(bundle.tokenizer)
+    llm = llama_model(path)
+    llm.eval(ids)
+    assert nmse(np.array(llm.scores[:len(ids)]), numpy_logits(bundle, ids)) < bound
