@@ -13,8 +13,13 @@ are written unchanged: the engine's RoPE already is llama.cpp's "NORM" pair conv
 weights are always F32; matrices are F32, F16 or Q8_0 (blocks of 32 values with one f16 scale).
 With tied embeddings `output.weight` is omitted and llama.cpp falls back to `token_embd.weight`.
 
+An imported pretrained model (engine.open_tokenizer.OpenTokenizer) is written with its own
+vocabulary, pre-tokenizer, merges or scores, special ids and chat template (engine.gguf_vocab),
+head_count_kv and, for llama3 RoPE scaling, the rope_freqs.weight tensor llama.cpp reads.
+
 Beside the GGUF an Ollama Modelfile is written (`write_modelfile`; its text in the words of
-Ollama's parser: engine.modelfile). Both writes are
+Ollama's parser: engine.modelfile; not for a pretrained model, whose template and stops Ollama
+reads from the GGUF). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
 only with force=True. `import_gguf` lives in `engine.gguf_import` and is forwarded here.
 """
@@ -110,6 +115,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     path = Path(path)
     if modelfile == "":
         modelfile = Path(path).stem + ".Modelfile"
+    if is_open(bundle):   # Ollama takes an open model's template and stops from the GGUF
+        modelfile = None
     targets = [path] + ([path.parent / modelfile] if modelfile else [])
     for target in targets:
         _check_target(target, force)
@@ -120,7 +127,8 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     def write(tmp: Path) -> None:
         writer = gguf.GGUFWriter(tmp, ARCH)
         try:
-            title = gguf_text(bundle.metadata.get("name") or path.stem)
+            title = gguf_text(bundle.metadata.get("name")
+                              or (bundle.metadata.get("source") or {}).get("name") or path.stem)
             _add_metadata(writer, bundle, file_type, name=title)
             for tname, (arr, raw) in tensors.items():
                 writer.add_tensor(tname, arr, raw_dtype=raw)
@@ -206,6 +214,9 @@ def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, A
         else:
             _check_q8_0_rows(tname, w.shape[-1], cfg)
             out[tname] = (gguf.quants.quantize(w, qtype), qtype)
+    if cfg.rope_scaling == "llama3":   # llama.cpp reads the scaling from this tensor
+        from engine.rope_scaling import llama3_factors
+        out["rope_freqs.weight"] = (llama3_factors(cfg), None)
     return out
 
 
@@ -238,13 +249,19 @@ def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name:
     w.add_block_count(cfg.n_layer)
     w.add_feed_forward_length(cfg.hidden_dim)
     w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head)
+    w.add_head_count_kv(cfg.kv_heads)
     w.add_layer_norm_rms_eps(cfg.rms_eps)
     w.add_rope_dimension_count(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_base)
     w.add_vocab_size(cfg.vocab_size)
     w.add_file_type(int(file_type))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if is_open(bundle):   # a pretrained model's own vocabulary and chat template
+        from engine.gguf_vocab import add_tokenizer
+        add_tokenizer(w, tok)
+        for key, value in _flatten(bundle.metadata):
+            _add_value(w, f"{PREFIX}.{key}", value)
+        return
     w.add_tokenizer_model("llama")
     w.add_token_list([str(p) for p in tok.pieces()])
     w.add_token_scores([float(s) for s in tok.scores()])
@@ -262,6 +279,13 @@ def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name:
     w.add_string(TOKENIZER_KEY, base64.b64encode(tok.to_bytes()).decode("ascii"))
     for key, value in _flatten(bundle.metadata):
         _add_value(w, f"{PREFIX}.{key}", value)
+
+
+def is_open(bundle: ModelBundle) -> bool:
+    """Whether the bundle is an imported pretrained model (engine.open_tokenizer.OpenTokenizer):
+    its GGUF keeps the source's tokenizer (model, pre, merges, special ids, chat template)."""
+    from engine.open_tokenizer import OpenTokenizer
+    return isinstance(bundle.tokenizer, OpenTokenizer)
 
 
 def bundle_chat_format(bundle: ModelBundle) -> int:

@@ -8,8 +8,9 @@ metadata are plain values and the tokenizer is a SentencePiece ModelProto (proto
 
 Tensors of type F32, F16 and Q8_0 are dequantized to float32 (gguf.quants.dequantize). The
 tokenizer is rebuilt exactly from the ModelProto stored under
-`opencl_llm_studio.tokenizer.sentencepiece_model`, so GGUFs written by other programs (which lack
-it) are refused with an explanation.
+`opencl_llm_studio.tokenizer.sentencepiece_model`. GGUFs written by other programs (which lack
+it: pretrained open models) are read by engine.open_gguf, which refuses what the engine cannot
+run with the reason.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ class _Broken(Exception):
 
 
 def import_gguf(path) -> ModelBundle:
-    """Read a GGUF written by export_gguf: config, tokenizer, float32 weights, training metadata.
+    """Read a GGUF: config, tokenizer, float32 weights, metadata. One written by export_gguf
+    comes back with its SentencePiece Tokenizer and training metadata; any other llama GGUF (a
+    pretrained open model) with an OpenTokenizer and metadata["source"] (engine.open_gguf).
 
     Raises ModelImportError (never another exception for a bad file): missing or empty file,
     not a GGUF, truncated or corrupted, not architecture llama, hyperparameters the engine does not
-    support (grouped-query attention, partial RoPE), tensors missing, misshapen or of a type
-    other than F32/F16/Q8_0, or no stored tokenizer (a GGUF not written by this app).
+    support (partial RoPE, biases, other RoPE scalings, ...), tensors missing, misshapen or of
+    a type gguf-py cannot read, or a vocabulary the engine cannot run.
     """
     path = Path(path)
     if not path.is_file():
@@ -152,8 +155,12 @@ def _check_layout(buf, size: int) -> None:
 
 
 def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
-    """Fields and tensors of an opened reader -> ModelBundle; raises ModelImportError."""
+    """Fields and tensors of an opened reader -> ModelBundle; raises ModelImportError.
+    A GGUF without the app's stored tokenizer is an open model's (engine.open_gguf)."""
     fields = reader.fields
+    if TOKENIZER_KEY not in fields:
+        from engine.open_gguf import read_open_bundle
+        return read_open_bundle(reader, fname)
 
     def get(key: str, default: Any = None) -> Any:
         f = fields.get(key)

@@ -2,7 +2,8 @@
 
 Gradients and both AdamW moments use the same layout in their own flat buffers, so clipping and
 AdamW are one kernel each, and checkpoint and export walk the table (docs/DESIGN.md). Weights that one
-matmul reads together sit side by side: q, k, v form one (3C, C) matrix and gate, up one (2F, C).
+matmul reads together sit side by side: q, k, v form one (C + 2 kv_heads head_dim, C) matrix and
+gate, up one (2F, C).
 Matrices come first, then the norm weights, so weight decay covers exactly [0, n_decay).
 Groups start on 256-float boundaries, the sub-buffer alignment every device we know accepts.
 """
@@ -56,7 +57,9 @@ class ParamTable:
         self._group("token_embd", [("token_embd.weight", (V, d))])
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            self._group(p + "attn_qkv", [(p + n + ".weight", (d, d))
+            kv = cfg.kv_heads * cfg.head_dim   # grouped-query attention: fewer k, v rows
+            rows = {"attn_q": d, "attn_k": kv, "attn_v": kv}
+            self._group(p + "attn_qkv", [(p + n + ".weight", (rows[n], d))
                                          for n in ("attn_q", "attn_k", "attn_v")])
             self._group(p + "attn_output", [(p + "attn_output.weight", (d, d))])
             self._group(p + "ffn_gate_up", [(p + "ffn_gate.weight", (f, d)),

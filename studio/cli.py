@@ -364,12 +364,12 @@ def cmd_sample(args) -> int:
 
 def cmd_tokenize(args) -> int:
     from engine import checkpoint
-    from engine.tokenizer import Tokenizer
+    from engine.open_tokenizer import tokenizer_from_bytes   # the app's or an imported model's
     if str(args.dir).lower().endswith(".gguf"):
         from engine.gguf_export import import_gguf
         tok = import_gguf(args.dir).tokenizer
     else:
-        tok = Tokenizer.from_bytes(checkpoint.load(args.dir)["tokenizer"])
+        tok = tokenizer_from_bytes(checkpoint.load(args.dir)["tokenizer"])
     ids = tok.encode(args.text)
     print(" ".join(str(i) for i in ids))
     print(" ".join(repr(tok.id_to_piece(i)) for i in ids))

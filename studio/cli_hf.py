@@ -20,20 +20,63 @@ def cmd_import(args) -> int:
     from engine import checkpoint
     from engine.errors import StudioError
     from engine.dialogue import read_dialogues
+    from engine.hf.load import has_texts
+    from engine.textio import bundled_corpus, read_text
+    out, src = Path(args.out), Path(args.model)
+    if checkpoint.checkpoint_path(out).exists():
+        raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
+    pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
+    tune = read_dialogues(args.tune)[0] if args.tune else None
+    if pre is None and (src.is_file() or not has_texts(src)):
+        print("note: the model carries no training text; the run keeps the bundled corpus as "
+              "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
+        pre = read_text(bundled_corpus("pretrain"))
+    bundle = _read_model(src)
+    if bundle is not None:
+        return _import_open(bundle, src, out, pre, args.tune)
+    if src.is_file():
+        raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
+                          f"{src}` or continue the run it came from.", "Give a run folder.")
+    return _import_app_folder(src, out, pre, tune, args)
+
+
+def _read_model(src: Path):
+    """The ModelBundle of a pretrained open model, or None for a model this app wrote."""
+    from engine.gguf_export import is_open
+    from engine.open_run import read_model
+    bundle = read_model(src)
+    return bundle if is_open(bundle) else None
+
+
+def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
+    from engine.model_card import format_card, model_card
+    from engine.open_run import write_open_run
+    from engine.textio import read_text
+    from studio.cli import _make_run_folder
+    from studio.run_folder import METRICS
+    from engine.fsutil import FolderSnapshot
+    tune = read_text(tune_path, "tune dialogues") if tune_path else None
+    before = FolderSnapshot(out)
+    try:
+        _make_run_folder(out)
+        write_open_run(bundle, out, pre, tune)
+        (out / METRICS).write_text("")
+    except BaseException:
+        before.undo()   # a failed import leaves no half run folder
+        raise
+    print(format_card(model_card(bundle)))
+    print(f"Imported {src} into {out}. Tune it with `llm-studio train --out {out} --continue "
+          f"--tune FILE --tune-steps N`, chat with `llm-studio chat {out}`.", file=sys.stderr)
+    return 0
+
+
+def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
     from engine.fsutil import FolderSnapshot, atomic_write_text
     from engine.hf.load import has_texts, session_from_hf
     from engine.textio import bundled_corpus, read_text
     from studio.cli import _make_run_folder
     from studio.run_folder import METRICS
-    out, folder = Path(args.out), Path(args.folder)
-    if checkpoint.checkpoint_path(out).exists():
-        raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
-    pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
-    tune = read_dialogues(args.tune)[0] if args.tune else None
-    if pre is None and not has_texts(folder):
-        print("note: the folder holds no training text; the run uses the bundled corpora "
-              "(give --pretrain / --tune for your own)", file=sys.stderr)
-        pre = read_text(bundled_corpus("pretrain"))
+    if not args.pretrain and not has_texts(folder):
         tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
     before = FolderSnapshot(out)
@@ -66,12 +109,14 @@ def cmd_scale_out(args) -> int:
 
 def register(sub, S) -> None:
     """The `import` and `scale-out` subcommands (S = argparse.SUPPRESS, as in build_parser)."""
-    i = sub.add_parser("import", help="a transformers Llama folder -> a run folder",
-                       description="Turn a Hugging Face transformers Llama folder (exported by "
-                       "this app, continued with train_ddp.py, or any plain Llama the engine "
-                       "can run) into a run folder to chat with, continue or export.")
-    i.add_argument("folder", help="the transformers folder (config.json, *.safetensors, "
-                   "tokenizer.model)")
+    i = sub.add_parser("import", help="a GGUF or transformers Llama model -> a run folder",
+                       description="Turn a pretrained open model (a llama GGUF of any type, "
+                       "or a transformers folder: SmolLM2, TinyLlama, Llama 3.x) or a folder "
+                       "exported by this app into a run folder to chat with, tune or export; "
+                       "prints the model card. Models the engine cannot run are refused with "
+                       "the reason.")
+    i.add_argument("model", help="a .gguf file, or a transformers folder (config.json, "
+                   "*.safetensors, tokenizer.json or tokenizer.model)")
     i.add_argument("out", help="the new run folder")
     i.add_argument("--pretrain", default=None, help="pretraining text (default: the folder's)")
     i.add_argument("--tune", default=None, help="dialogue text (default: the folder's)")

@@ -147,10 +147,11 @@ def _edit_config(folder, tmp_path, **changes):
 
 
 @pytest.mark.parametrize("changes,words", [
-    ({"num_key_value_heads": 2}, "grouped key/value heads"),
+    ({"num_key_value_heads": 3}, "3 key/value heads for 4 heads"),
+    ({"num_key_value_heads": 2}, r"attn_k.weight: expected shape \(32, 64\), found \(64, 64\)"),
     ({"attention_bias": True}, "bias"),
     ({"hidden_act": "gelu"}, "gelu"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "scaled RoPE"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "linear RoPE scaling"),
     ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "not a Llama"),
 ])
 def test_folders_the_engine_cannot_run_are_refused(trained, tmp_path, capsys, changes, words):

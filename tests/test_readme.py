@@ -27,6 +27,9 @@ ELSEWHERE = {
     "--tune-steps 2000": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     "llm-studio import big-run/continued runs/back":
         "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    # no real SmolLM2 file here (no network): small models of its shape and tokenizer kind
+    "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf runs/smol":
+        "tests/test_open_import.py::test_cli_import_writes_a_run_and_prints_the_card",
 }
 
 
@@ -72,7 +75,7 @@ def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
         if line in ELSEWHERE:
             continue
         argv = shlex.split(line)[1:]
-        if argv[0] == "train" and "--continue" not in argv:
+        if argv[0] == "train" and not {"--continue", "--continue-from"} & set(argv):
             argv += SMALL
         if argv[0] == "plot":     # the README's runs/a and runs/b: two runs to compare
             for name in ("a", "b"):

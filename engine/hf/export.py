@@ -7,7 +7,9 @@
   tokenizer.json          the same ids as the engine (engine.hf.tokenizer_json)
   tokenizer_config.json   special tokens and the chat template (engine.dialogue.CHAT_TEMPLATE)
   tokenizer.model         the SentencePiece model itself (as Llama folders ship it; the
-                          importer and llama.cpp's convert_hf_to_gguf.py read it)
+                          importer and llama.cpp's convert_hf_to_gguf.py read it); not for
+                          an imported pretrained model, whose tokenizer.json, template and
+                          stop ids (generation_config.json) are its own
   generation_config.json  bos/eos ids
   studio.json             the training metadata (steps, data summary, configs) for the way back
   README.md               a model card with the training metadata
@@ -29,7 +31,7 @@ import numpy as np
 
 from engine.errors import ExportError
 from engine.fsutil import FolderSnapshot
-from engine.hf.names import hf_name, is_rotated, to_hf_rows
+from engine.hf.names import hf_name, to_hf_tensor
 
 STUDIO_FILE = "studio.json"
 # The training data a scale-out folder carries (engine.hf.scale_out writes them, engine.hf.load
@@ -44,15 +46,24 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config
 
 
 def hf_config(cfg, tokenizer) -> dict:
-    """config.json for a ModelConfig: a LlamaConfig with no biases, full multi-head attention."""
+    """config.json for a ModelConfig: a LlamaConfig with no biases, cfg.kv_heads key/value
+    heads, and llama3 RoPE scaling when cfg has it."""
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
+    scaling = None
+    if cfg.rope_scaling == "llama3":
+        scaling = {"rope_type": "llama3", "factor": cfg.rope_scaling_factor,
+                   "low_freq_factor": cfg.rope_low_freq_factor,
+                   "high_freq_factor": cfg.rope_high_freq_factor,
+                   "original_max_position_embeddings": cfg.rope_original_context}
+        rope = {**scaling, "rope_theta": cfg.rope_base}
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
         "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layer,
-        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.n_head,
+        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.kv_heads,
         "head_dim": cfg.head_dim, "max_position_embeddings": cfg.context_length,
         "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_base,
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
+        "rope_parameters": rope, "rope_scaling": scaling,
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1,
         "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
@@ -63,19 +74,24 @@ def hf_config(cfg, tokenizer) -> dict:
 
 def hf_weights(bundle) -> dict[str, np.ndarray]:
     """HF name -> contiguous float32 array; q and k rows permuted to rotate-half order."""
-    n_head = bundle.config.n_head
-    out = {}
-    for name, w in bundle.weights.items():
-        w = np.asarray(w, np.float32)
-        if is_rotated(name):
-            w = to_hf_rows(w, n_head)
-        out[hf_name(name)] = np.ascontiguousarray(w)
-    return out
+    return {hf_name(name): np.ascontiguousarray(
+        to_hf_tensor(name, np.asarray(w, np.float32), bundle.config))
+        for name, w in bundle.weights.items()}
 
 
 def _tokenizer_config(tok) -> dict:
     from engine.dialogue import CHAT_TEMPLATE   # dialogue imports the tokenizer module
+    from engine.open_tokenizer import OpenTokenizer
     p = tok.pieces()
+    if isinstance(tok, OpenTokenizer):   # a pretrained model's: its own specials and template
+        name = lambda i: None if i is None else p[i]   # noqa: E731
+        out = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": name(tok.bos_id),
+               "eos_token": name(tok.eos_id), "unk_token": name(tok.unk_id),
+               "clean_up_tokenization_spaces": False, "model_max_length": None,
+               "chat_template": tok.chat_template or None}
+        if tok.kind == "sentencepiece":   # byte-level BPEs add BOS in tokenizer.json, if at all
+            out["add_bos_token"], out["add_eos_token"] = tok.add_bos, False
+        return out
     return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": p[tok.bos_id],
             "eos_token": p[tok.eos_id], "unk_token": p[tok.unk_id], "pad_token": None,
             "add_bos_token": True, "add_eos_token": False, "clean_up_tokenization_spaces": False,
@@ -92,15 +108,18 @@ def _cell(v) -> str:
 def _card(bundle) -> str:
     meta = "\n".join(f"| {_cell(k)} | {_cell(v)} |" for k, v in sorted(bundle.metadata.items()))
     c = bundle.config
-    return (f"# {_cell(bundle.metadata.get('name', 'OpenCL LLM Studio model'))}\n\n"
-            "A Llama-style model trained from scratch with OpenCL LLM Studio.\n\n"
+    source = bundle.metadata.get("source") or {}
+    origin = (f"{_cell(source['name'])}, tuned with OpenCL LLM Studio" if source.get("name")
+              else "A Llama-style model trained from scratch with OpenCL LLM Studio")
+    title = bundle.metadata.get("name") or source.get("name") or "OpenCL LLM Studio model"
+    return (f"# {_cell(title)}\n\n{origin}.\n\n"
             f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
             f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
-            f"tokenizer {bundle.tokenizer.kind} (SentencePiece, byte fallback).\n\n"
+            f"tokenizer {bundle.tokenizer.kind}.\n\n"
             "```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
             "tok = AutoTokenizer.from_pretrained(PATH)\n"
             "model = LlamaForCausalLM.from_pretrained(PATH)\n```\n\n"
-            "Chat format: `User: ...\\nAssistant: ...</s>` (the tokenizer's chat template).\n\n"
+            "Chat format: the tokenizer's chat template (tokenizer_config.json).\n\n"
             "## Training metadata\n\n| key | value |\n|---|---|\n" + meta + "\n")
 
 
@@ -117,7 +136,9 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
     try:
         from safetensors.numpy import save_file
         from engine.hf.tokenizer_json import build
-        hf_tok = build(bundle.tokenizer)
+        from engine.open_tokenizer import OpenTokenizer
+        is_open = isinstance(bundle.tokenizer, OpenTokenizer)
+        hf_tok = bundle.tokenizer.hf if is_open else build(bundle.tokenizer)
     except ImportError as e:
         raise ExportError(f"Hugging Face export needs the optional packages ({e.name} missing).",
                           'Install them with: pip install "opencl-llm-studio[hf]"') from None
@@ -134,7 +155,8 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
         "config.json": json.dumps(cfg_json, indent=2),
         "tokenizer_config.json": json.dumps(_tokenizer_config(tok), indent=2),
         "generation_config.json": json.dumps({"bos_token_id": tok.bos_id,
-                                              "eos_token_id": tok.eos_id,
+                                              "eos_token_id": tok.stop_ids if is_open
+                                              else tok.eos_id,
                                               "max_length": bundle.config.context_length}, indent=2),
         STUDIO_FILE: json.dumps({"format": "opencl-llm-studio-hf/1", "tokenizer_kind": tok.kind,
                                  "metadata": bundle.metadata, **(studio or {})},
@@ -148,7 +170,8 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
         tmp.mkdir(parents=True)
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         hf_tok.save(str(tmp / "tokenizer.json"))
-        (tmp / "tokenizer.model").write_bytes(tok.to_bytes())
+        if not is_open:   # the app's SentencePiece model (an open model keeps tokenizer.json)
+            (tmp / "tokenizer.model").write_bytes(tok.to_bytes())
         for rel, content in texts.items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)

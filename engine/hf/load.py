@@ -1,13 +1,14 @@
-"""Read a Hugging Face transformers Llama folder into a ModelBundle (issue 14, the way back).
+"""Read a Hugging Face transformers Llama folder into a ModelBundle (issue 14, the way back;
+issue 21, pretrained open models).
 
-Accepted: `LlamaForCausalLM` folders whose model the engine can run: full multi-head attention
-(num_key_value_heads == num_attention_heads), no biases, SiLU (SwiGLU) feed-forward, plain RoPE
-(no rope scaling), head_dim = hidden_size / num_attention_heads, and a SentencePiece
-`tokenizer.model` with the engine's id layout (<unk>, <s>, </s>, 256 byte tokens) — what
-`export_hf` and `train_ddp.py` write. Anything else is refused with ModelImportError naming the
-setting. q/k rows go back from rotate-half to adjacent-pair order (engine.hf.names).
+Accepted: `LlamaForCausalLM` folders whose model the engine can run: multi-head or grouped-query
+attention (num_key_value_heads dividing num_attention_heads), no biases, SiLU (SwiGLU)
+feed-forward, RoPE plain or with llama3 scaling, head_dim = hidden_size / num_attention_heads.
+The tokenizer: the app's SentencePiece `tokenizer.model` (<unk>, <s>, </s>, 256 byte tokens) for
+folders `export_hf` and `train_ddp.py` write; a pretrained model's tokenizer.json otherwise
+(engine.open_tokenizer). Anything else is refused with ModelImportError naming the setting.
+q/k rows go back from rotate-half to adjacent-pair order (engine.hf.names).
 """
-
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import numpy as np
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import DataError, ModelImportError
 from engine.hf.export import DATA, STUDIO_FILE
-from engine.hf.names import from_hf_rows, gguf_name, hf_name, is_rotated
+from engine.hf.names import from_hf_tensor, gguf_name, hf_name
 from engine.tokenizer import Tokenizer
 
 _IGNORED = ("rotary_emb.inv_freq",)   # buffers some older transformers versions saved
@@ -56,29 +57,41 @@ def model_config(hf: dict) -> ModelConfig:
     heads = int(hf["num_attention_heads"])
     d = int(hf["hidden_size"])
     refuse = []
-    if int(hf.get("num_key_value_heads") or heads) != heads:
-        refuse.append(f"grouped key/value heads ({hf['num_key_value_heads']} for {heads} heads)")
+    kv = int(hf.get("num_key_value_heads") or heads)
+    if kv < 1 or heads % kv:
+        refuse.append(f"{kv} key/value heads for {heads} heads (must divide it)")
     if hf.get("attention_bias") or hf.get("mlp_bias"):
         refuse.append("bias vectors in attention or feed-forward layers")
     if hf.get("hidden_act", "silu") != "silu":
         refuse.append(f"the {hf['hidden_act']} activation (the engine has SwiGLU with SiLU)")
-    rope = hf.get("rope_parameters") or {}
-    if hf.get("rope_scaling") or rope.get("rope_type", "default") != "default":
-        refuse.append("scaled RoPE")
+    rope = {**(hf.get("rope_parameters") or {}), **(hf.get("rope_scaling") or {})}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "llama3"):
+        refuse.append(f"{rope_type} RoPE scaling (the engine has llama3 scaling only)")
     if int(hf.get("head_dim") or d // heads) * heads != d:
         refuse.append(f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads")
     if refuse:
         raise ModelImportError("The engine cannot run this model: " + "; ".join(refuse) + ".",
-                               "Import a plain Llama (multi-head attention, no biases), such "
-                               "as one exported by this app.")
+                               "Import a Llama-architecture model (RMSNorm, SwiGLU, RoPE, "
+                               "grouped-query attention, no biases): SmolLM2, TinyLlama, "
+                               "Llama 3.x, or one exported by this app.")
+    scaling = {}
+    if rope_type == "llama3":
+        scaling = {"rope_scaling": "llama3", "rope_scaling_factor": float(rope["factor"]),
+                   "rope_low_freq_factor": float(rope.get("low_freq_factor", 1.0)),
+                   "rope_high_freq_factor": float(rope.get("high_freq_factor", 4.0)),
+                   "rope_original_context": int(rope.get("original_max_position_embeddings",
+                                                         8192))}
     return ModelConfig(
         vocab_size=int(hf["vocab_size"]), d_model=d, n_layer=int(hf["num_hidden_layers"]),
-        n_head=heads, context_length=int(hf.get("max_position_embeddings", 2048)),
+        n_head=heads, n_kv_head=0 if kv == heads else kv,
+        context_length=int(hf.get("max_position_embeddings", 2048)),
         ffn_dim=0 if int(hf["intermediate_size"]) == swiglu_hidden_dim(d)   # 0 = the default
         else int(hf["intermediate_size"]),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_base=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0))).validate()
+        rope_base=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
+        **scaling).validate()
 
 
 def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
@@ -105,7 +118,17 @@ def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
     return {k: v for k, v in out.items() if not k.endswith(_IGNORED)}
 
 
-def read_tokenizer(folder: Path) -> Tokenizer:
+def read_tokenizer(folder: Path):
+    """The folder's tokenizer: the app's own SentencePiece Tokenizer for a folder this app
+    exported (studio.json) or one with only tokenizer.model; an OpenTokenizer
+    (engine.open_tokenizer: tokenizer.json, the chat template, stop tokens) for a pretrained
+    open model's folder. Raises ModelImportError."""
+    from engine.open_tokenizer import KINDS, OpenTokenizer
+    studio = folder / STUDIO_FILE
+    kind = json.loads(studio.read_text(encoding="utf-8")).get("tokenizer_kind") \
+        if studio.is_file() else None
+    if (folder / "tokenizer.json").is_file() and (kind is None or kind in KINDS):
+        return OpenTokenizer.from_folder(folder)
     path = folder / "tokenizer.model"
     if not path.is_file():
         raise ModelImportError(f"{folder} has no tokenizer.model (a SentencePiece model).",
@@ -142,7 +165,7 @@ def import_hf(folder) -> tuple:
             unknown.append(name)
             continue
         w = np.asarray(w, np.float32)
-        weights[g] = from_hf_rows(w, cfg.n_head) if is_rotated(g) else w
+        weights[g] = from_hf_tensor(g, w, cfg)
     if unknown:
         raise ModelImportError(f"The engine's model has no tensor {unknown[0]} "
                                f"({len(unknown)} unknown).", "Only plain Llama weights import.")
@@ -154,7 +177,11 @@ def import_hf(folder) -> tuple:
     studio = {}
     if (folder / STUDIO_FILE).is_file():
         studio = json.loads((folder / STUDIO_FILE).read_text(encoding="utf-8"))
-    return ModelBundle(cfg, tok, weights, dict(studio.get("metadata", {}))), studio
+    metadata = dict(studio.get("metadata", {}))
+    if not studio:   # a pretrained model from elsewhere
+        name = read_config(folder).get("_name_or_path") or folder.name
+        metadata["source"] = {"name": str(name), "format": "hf", "file": folder.name}
+    return ModelBundle(cfg, tok, weights, metadata), studio
 
 
 def _moments(folder: Path, cfg) -> tuple | None:
@@ -175,7 +202,7 @@ def _moments(folder: Path, cfg) -> tuple | None:
                 if key not in st.keys():
                     return None   # a partial state is no state: AdamW starts fresh
                 w = st.get_tensor(key).astype(np.float32)
-                named[name] = from_hf_rows(w, cfg.n_head) if is_rotated(name) else w
+                named[name] = from_hf_tensor(name, w, cfg)
             flats.append(table.flatten(named))
     return flats[0], flats[1], step
 

@@ -62,3 +62,19 @@ def from_hf_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """The inverse of to_hf_rows (llama.cpp's LlamaModel.permute)."""
     rows = w.shape[0]
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def rotated_heads(gguf_tensor: str, cfg) -> int:
+    """Heads whose rows a q or k weight holds: n_head for attn_q, kv_heads for attn_k (grouped-
+    query attention has fewer key heads)."""
+    return cfg.kv_heads if gguf_tensor.endswith("attn_k.weight") else cfg.n_head
+
+
+def to_hf_tensor(gguf_tensor: str, w: np.ndarray, cfg) -> np.ndarray:
+    """The engine's tensor `gguf_tensor` in transformers' layout (q/k rows to rotate-half)."""
+    return to_hf_rows(w, rotated_heads(gguf_tensor, cfg)) if is_rotated(gguf_tensor) else w
+
+
+def from_hf_tensor(gguf_tensor: str, w: np.ndarray, cfg) -> np.ndarray:
+    """The inverse of to_hf_tensor (q/k rows from rotate-half to the engine's pair order)."""
+    return from_hf_rows(w, rotated_heads(gguf_tensor, cfg)) if is_rotated(gguf_tensor) else w

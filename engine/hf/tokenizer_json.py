@@ -18,10 +18,16 @@ _WS = "\u2581"
 
 
 def merges(tok: Tokenizer) -> list[tuple[str, str]]:
+    """(left, right) pairs of `tok`, highest priority first (merges_from_scores)."""
+    return merges_from_scores(tok.pieces(), tok.scores(), tok.token_types())
+
+
+def merges_from_scores(pieces: list[str], scores: list[float],
+                       types: list[int]) -> list[tuple[str, str]]:
     """(left, right) pairs, highest priority first: the splits of each normal piece into two
     pieces of the vocabulary, ordered by the merged piece's score (then by the ids of the
-    parts, as transformers orders them)."""
-    pieces, scores, types = tok.pieces(), tok.scores(), tok.token_types()
+    parts, as transformers orders them). The inputs are index = id lists, as in a GGUF's
+    tokenizer.ggml.tokens / scores / token_type (a SentencePiece vocabulary)."""
     vocab = {p: i for i, p in enumerate(pieces)}
     normal = {p for p, t in zip(pieces, types) if t == TOKEN_NORMAL}
     out = []
