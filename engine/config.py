@@ -35,6 +35,12 @@ class ModelConfig:
     tie_embeddings: bool = True  # output projection shares token_embd.weight
     rms_eps: float = 1e-5        # RMSNorm epsilon, as llama.cpp's layer_norm_rms_epsilon
     rope_base: float = 10000.0   # RoPE theta (llama.cpp rope.freq_base), "NORM" pair convention
+    n_kv_head: int = 0           # key/value heads (grouped-query attention, Ainslie et al. 2023); 0 = n_head
+    rope_scaling: str = ""       # "" (none) or "llama3" (Meta's Llama 3.1 RoPE frequency scaling)
+    rope_scaling_factor: float = 1.0     # llama3: factor
+    rope_low_freq_factor: float = 1.0    # llama3: low_freq_factor
+    rope_high_freq_factor: float = 4.0   # llama3: high_freq_factor
+    rope_original_context: int = 8192    # llama3: original_max_position_embeddings
 
     @property
     def head_dim(self) -> int:
@@ -43,6 +49,11 @@ class ModelConfig:
     @property
     def hidden_dim(self) -> int:
         return self.ffn_dim or swiglu_hidden_dim(self.d_model)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or n_head when it is 0 (multi-head attention)."""
+        return self.n_kv_head or self.n_head
 
     def validate(self) -> "ModelConfig":
         """Raise ConfigError naming the bad setting and a fix; return self when valid."""
