@@ -181,7 +181,18 @@ def _encode_tensors(bundle: ModelBundle, qtype) -> dict[str, tuple[np.ndarray, A
         else:
             _check_q8_0_rows(tname, w.shape[-1], cfg)
             out[tname] = (gguf.quants.quantize(w, qtype), qtype)
+    if cfg.rope_scaling == "llama3":
+        out["rope_freqs.weight"] = (rope_freq_factors(cfg), None)
     return out
+
+
+def rope_freq_factors(cfg: ModelConfig) -> np.ndarray:
+    """llama.cpp's rope_freqs tensor (head_dim/2,) float32 for llama3 RoPE scaling: the
+    divisor of each base frequency (convert_hf_to_gguf.py LlamaModel: 1 for short wavelengths,
+    factor for long ones, smoothed between), i.e. plain / scaled inverse frequencies."""
+    from engine.attention import rope_inv_freq  # attention imports the runtime (pyopencl)
+    plain = rope_inv_freq(cfg.replace(rope_scaling=""))
+    return (plain / rope_inv_freq(cfg)).astype(np.float32)
 
 
 def _check_q8_0_rows(tname: str, n: int, cfg: ModelConfig) -> None:
@@ -213,7 +224,7 @@ def _add_metadata(w: gguf.GGUFWriter, bundle: ModelBundle, file_type: int, name:
     w.add_block_count(cfg.n_layer)
     w.add_feed_forward_length(cfg.hidden_dim)
     w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head)
+    w.add_head_count_kv(cfg.kv_heads)
     w.add_layer_norm_rms_eps(cfg.rms_eps)
     w.add_rope_dimension_count(cfg.head_dim)
     w.add_rope_freq_base(cfg.rope_base)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ExportError
-from engine.hf.names import hf_name, is_rotated, to_hf_rows
+from engine.hf.names import hf_name, rotated_heads, to_hf_rows
 
 STUDIO_FILE = "studio.json"
 # The training data a scale-out folder carries (engine.hf.scale_out writes them, engine.hf.load
@@ -41,15 +41,16 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config
 
 
 def hf_config(cfg, tokenizer) -> dict:
-    """config.json for a ModelConfig: a LlamaConfig with no biases, full multi-head attention."""
+    """config.json for a ModelConfig: a LlamaConfig with no biases, num_key_value_heads
+    kv_heads (grouped-query attention when below n_head), RoPE scaling as the config says."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
         "intermediate_size": cfg.hidden_dim, "num_hidden_layers": cfg.n_layer,
-        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.n_head,
+        "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.kv_heads,
         "head_dim": cfg.head_dim, "max_position_embeddings": cfg.context_length,
         "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_base,
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_base},
+        "rope_parameters": rope_parameters(cfg), **_rope_scaling(cfg),
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1,
         "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
@@ -58,14 +59,31 @@ def hf_config(cfg, tokenizer) -> dict:
     }
 
 
+def rope_parameters(cfg) -> dict:
+    """transformers' rope_parameters of cfg: default, or llama3 with its four settings."""
+    params = {"rope_type": cfg.rope_scaling or "default", "rope_theta": cfg.rope_base}
+    if cfg.rope_scaling == "llama3":
+        params.update(factor=cfg.rope_scaling_factor, low_freq_factor=cfg.rope_low_freq_factor,
+                      high_freq_factor=cfg.rope_high_freq_factor,
+                      original_max_position_embeddings=cfg.rope_original_context)
+    return params
+
+
+def _rope_scaling(cfg) -> dict:
+    """The older transformers key rope_scaling (before rope_parameters), for llama3 only."""
+    if not cfg.rope_scaling:
+        return {}
+    return {"rope_scaling": {k: v for k, v in rope_parameters(cfg).items() if k != "rope_theta"}}
+
+
 def hf_weights(bundle) -> dict[str, np.ndarray]:
     """HF name -> contiguous float32 array; q and k rows permuted to rotate-half order."""
-    n_head = bundle.config.n_head
     out = {}
     for name, w in bundle.weights.items():
         w = np.asarray(w, np.float32)
-        if is_rotated(name):
-            w = to_hf_rows(w, n_head)
+        heads = rotated_heads(name, bundle.config)
+        if heads:
+            w = to_hf_rows(w, heads)
         out[hf_name(name)] = np.ascontiguousarray(w)
     return out
 

@@ -52,6 +52,15 @@ def is_rotated(gguf_tensor: str) -> bool:
     return gguf_tensor.endswith(("attn_q.weight", "attn_k.weight"))
 
 
+def rotated_heads(gguf_tensor: str, cfg) -> int:
+    """Heads whose rows to_hf_rows / from_hf_rows permute in a rotated tensor of ModelConfig
+    cfg: n_head for attn_q, kv_heads for attn_k (grouped-query attention; llama.cpp's
+    convert_hf_to_gguf permutes k_proj with n_kv_head); 0 for tensors without RoPE."""
+    if gguf_tensor.endswith("attn_k.weight"):
+        return cfg.kv_heads
+    return cfg.n_head if is_rotated(gguf_tensor) else 0
+
+
 def to_hf_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """(n_head * head_dim, in) rows from adjacent-pair order to rotate-half order."""
     rows = w.shape[0]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.hf.export import DATA, export_hf, studio_state
-from engine.hf.names import hf_name, is_rotated, to_hf_rows
+from engine.hf.names import hf_name, rotated_heads, to_hf_rows
 from engine.params import ParamTable
 
 SCRIPT = Path(__file__).with_name("train_ddp.py")
@@ -36,7 +36,8 @@ def moments_to_hf(cfg, flat: np.ndarray) -> dict[str, np.ndarray]:
     like the weights (the moments are element-wise)."""
     out = {}
     for name, w in ParamTable(cfg).unflatten(flat).items():
-        out[hf_name(name)] = np.ascontiguousarray(to_hf_rows(w, cfg.n_head) if is_rotated(name) else w)
+        heads = rotated_heads(name, cfg)
+        out[hf_name(name)] = np.ascontiguousarray(to_hf_rows(w, heads) if heads else w)
     return out
 
 
