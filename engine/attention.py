@@ -190,11 +190,11 @@ def _kv_parts(s: Heads, qkv) -> tuple[tuple, tuple]:
 
 
 def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
-                      KVH: int | None = None):
+                      kv_heads: int | None = None):
     """Causal attention (Vaswani et al. 2017): y (B*T, C) and lse (B*H, T) from qkv (B*T, W),
-    W = C + 2 * KVH * head_dim (KVH key/value heads, None: H), scores scaled by
+    W = C + 2 * kv_heads * head_dim (kv_heads None: H, multi-head), scores scaled by
     1/sqrt(head_dim)."""
-    s = heads(B, T, C, H, KVH)
+    s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
         kt = _transposed(rt, s, [_kv_parts(s, qkv)[0]])
         _launch(rt, "attention_forward", s, 2, y, lse, qkv, kt)
@@ -203,12 +203,12 @@ def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
 
 
 def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int, C: int,
-                       H: int, KVH: int | None = None):
+                       H: int, kv_heads: int | None = None):
     """dqkv (B*T, W), fully overwritten, from dy (B*T, C) and the forward's qkv, y, lse
     (W as attention_forward); dk and dv of a key/value head sum over its query heads.
     dsum (B*H, T) is scratch (D = rowsum(dy * y), written by the dq pass, read by dk/dv).
     The blocked (CPU) variant also uses about 4 * B * T * C floats of the runtime's scratch."""
-    s = heads(B, T, C, H, KVH)
+    s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
         xt = _transposed(rt, s, [(qkv, s.width, 0, 1), *_kv_parts(s, qkv), (dy, C, 0, 1)])
         _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse, xt)
@@ -219,12 +219,12 @@ def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int,
 
 
 def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int,
-                     H: int, KVH: int | None = None):
+                     H: int, kv_heads: int | None = None):
     """y (C,) for one query at position pos over the KV cache rows 0..pos of (T_max, W)
     (W as attention_forward); scores (H, T_max) is scratch."""
     # attention.cl on every device (the tiled kernels in it only run on GPUs, so a CPU skips
     # the local-memory fit of the tiles)
-    s = heads(1, 1, C, H, KVH)
+    s = heads(1, 1, C, H, kv_heads)
     hd = s.head_dim
     t = TILES["tiled"] if rt.is_cpu else tiles_for(rt, hd)
     built = rt.build(("attention.cl",), (("ATT_HD", hd), ("ATT_G", s.group), ("ATT_BK", t.bk),

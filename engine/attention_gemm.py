@@ -180,12 +180,12 @@ def _kv(s: Heads, part: int) -> Strided:
 
 
 def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int,
-                      KVH: int | None = None):
+                      kv_heads: int | None = None):
     """Causal attention: y (B*T, C) and the probabilities att (B, H, T, T), query-major, zero
-    above the diagonal, from qkv (B*T, C + 2 * KVH * head_dim) (layouts as
-    engine/attention.py). Grouped-query attention (KVH < H) runs one batched product over the
+    above the diagonal, from qkv (B*T, C + 2 * kv_heads * head_dim) (layouts as
+    engine/attention.py). Grouped-query attention (kv_heads < H) runs one batched product over the
     key/value heads per query head of a group (G of them)."""
-    s = heads(B, T, C, H, KVH)
+    s = heads(B, T, C, H, kv_heads)
     hd = s.head_dim
     kt, kt_s = _keys(rt, qkv, 1, s)
     for g in range(s.group):
@@ -199,13 +199,13 @@ def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int,
 
 
 def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, y, att, B: int, T: int, C: int,
-                       H: int, KVH: int | None = None):
-    """dqkv (B*T, C + 2 * KVH * head_dim), fully overwritten, from dy (B*T, C), qkv and the
+                       H: int, kv_heads: int | None = None):
+    """dqkv (B*T, C + 2 * kv_heads * head_dim), fully overwritten, from dy (B*T, C), qkv and the
     forward's att; dk and dv of a key/value head sum over its G query heads (the first
     product writes them, the others add: beta 1). datt (B, H, T, T) is scratch. y is unused
     (the fused path's signature)."""
     del y
-    s = heads(B, T, C, H, KVH)
+    s = heads(B, T, C, H, kv_heads)
     hd, G = s.head_dim, s.group
     vt, vt_s = _keys(rt, qkv, 2, s)
     for g in range(G):
