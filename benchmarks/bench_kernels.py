@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from benchmarks.common import md_table, model_config  # noqa: E402
+from engine.params import qkv_width  # noqa: E402
 
 
 def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
@@ -45,7 +46,7 @@ def gemm_shapes(cfg, B):
     """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them."""
     BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
     out = []
-    for lname, n, k in (("qkv", 3 * C, C), ("attn_out", C, C), ("gate_up", 2 * F, C),
+    for lname, n, k in (("qkv", qkv_width(cfg), C), ("attn_out", C, C), ("gate_up", 2 * F, C),
                         ("down", C, F), ("logits", V, C)):
         out.append((f"{lname} fwd", "nn", BT, n, k))
         out.append((f"{lname} dX", "nn", BT, k, n))
@@ -133,14 +134,15 @@ def local_sweep(rt, cfg, B):
     BT, C, F = B * cfg.context_length, cfg.d_model, cfg.hidden_dim
     rng = np.random.default_rng(2)
     dev = lambda n: rt.to_device(rng.standard_normal(n).astype(np.float32))  # noqa: E731
-    gu, h, dh, dgu, qkv = dev(BT * 2 * F), dev(BT * F), dev(BT * F), dev(BT * 2 * F), dev(BT * 3 * C)
-    hd = cfg.head_dim
+    W, hd = qkv_width(cfg), cfg.head_dim
+    gu, h, dh, dgu, qkv = dev(BT * 2 * F), dev(BT * F), dev(BT * F), dev(BT * 2 * F), dev(BT * W)
+    pairs = (C + cfg.kv_heads * hd) // 2  # q and k: rotated (kernels/rope.cl)
     cos, sin = dev(cfg.context_length * hd // 2), dev(cfg.context_length * hd // 2)
     i32 = np.int32
     cases = [("swiglu_forward", (F, BT), (h, gu, i32(BT), i32(F))),
              ("swiglu_backward", (F, BT), (dgu, dh, gu, i32(BT), i32(F))),
-             ("rope", (C, BT), (qkv, cos, sin, i32(BT), i32(cfg.context_length), i32(C),
-                                i32(hd), i32(0), np.float32(1.0)))]
+             ("rope", (pairs, BT), (qkv, cos, sin, i32(BT), i32(cfg.context_length), i32(W),
+                                    i32(pairs), i32(hd), i32(0), np.float32(1.0)))]
     shapes = [(4, 4), (16, 1), (64, 1), (16, 16), (128, 1), (256, 1)]
     rows = []
     for name, gsz, args in cases:

@@ -6,6 +6,9 @@ dtype (float32 or int32: 4 bytes each), how many copies (one, one per layer, or 
 plus one) and whether only a training set (with gradients) holds it. Attention keeps a logsumexp
 (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the GEMM path
 (engine/attention_gemm.py); `Dims.att` is whichever the set's path needs.
+Logits are held for at most `Dims.R` rows at once (logit_rows): all B*T rows for small
+vocabularies, chunks of them for large ones (SmolLM2's 49,152, Llama 3's 128,256), where
+engine/output_head.py runs the output projection and cross-entropy chunk by chunk.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.params import qkv_width
 
 
 @dataclass(frozen=True)
@@ -28,12 +32,18 @@ class Dims:
     V: int          # vocab_size
     H: int          # n_head
     L: int          # n_layer
+    W: int          # qkv row width: d_model + 2 * kv_heads * head_dim (engine.params.qkv_width)
     attention: str  # "fused" or "gemm"
 
     @classmethod
     def of(cls, cfg: ModelConfig, B: int, T: int, attention: str) -> "Dims":
         return cls(B, T, cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.n_layer,
-                   attention)
+                   qkv_width(cfg), attention)
+
+    @property
+    def R(self) -> int:
+        """Rows of logits held at once: logit_rows(V, B*T)."""
+        return logit_rows(self.V, self.BT)
 
     @property
     def BT(self) -> int:
@@ -43,6 +53,20 @@ class Dims:
     def att(self) -> int:
         """Floats per layer of attention state: logsumexp (B, H, T), or probabilities (B, H, T, T)."""
         return self.B * self.H * self.T * (self.T if self.attention == "gemm" else 1)
+
+
+# Logits held at once, in floats: 64 MiB (SmolLM2's vocabulary: 256 rows; B x T x V would be
+# 400 MiB at batch 8 x 256). Below it a set holds all its B*T rows of logits.
+LOGITS_FLOATS = 1 << 24
+LOGIT_ROW_STEP = 128  # chunk rows are multiples of 128: sub-buffer origins stay aligned (ops._rows)
+
+
+def logit_rows(V: int, BT: int) -> int:
+    """Rows of logits (each V floats) computed and held at once for B*T rows: BT when they fit
+    LOGITS_FLOATS, else the most multiples of LOGIT_ROW_STEP that do (at least one step)."""
+    if BT * V <= LOGITS_FLOATS:
+        return BT
+    return min(BT, max(LOGIT_ROW_STEP, LOGITS_FLOATS // V // LOGIT_ROW_STEP * LOGIT_ROW_STEP))
 
 
 ONE, PER_LAYER, PER_LAYER_PLUS_ONE = "one", "layer", "layer+1"
@@ -68,7 +92,7 @@ BUFFERS: tuple[Buffer, ...] = (
     Buffer("x", lambda d: d.BT * d.C, copies=PER_LAYER_PLUS_ONE),  # residual entering layer l
     Buffer("xn", lambda d: d.BT * d.C, copies=PER_LAYER),          # attn RMSNorm output
     Buffer("rstd1", lambda d: d.BT, copies=PER_LAYER),
-    Buffer("qkv", lambda d: d.BT * 3 * d.C, copies=PER_LAYER),     # after RoPE on q, k
+    Buffer("qkv", lambda d: d.BT * d.W, copies=PER_LAYER),         # after RoPE on q, k
     Buffer("lse", lambda d: d.att, copies=PER_LAYER),              # logsumexp, or probabilities
     Buffer("y", lambda d: d.BT * d.C, copies=PER_LAYER),           # attention before attn_output
     Buffer("xmid", lambda d: d.BT * d.C, copies=PER_LAYER),        # residual after attention
@@ -79,13 +103,13 @@ BUFFERS: tuple[Buffer, ...] = (
     Buffer("proj", lambda d: d.BT * d.C),                          # attn_output / ffn_down result
     Buffer("xf", lambda d: d.BT * d.C),
     Buffer("rstdf", lambda d: d.BT),
-    Buffer("logits", lambda d: d.BT * d.V),
+    Buffer("logits", lambda d: d.R * d.V),                         # rows in chunks: logit_rows
     Buffer("losses", lambda d: d.BT),
     Buffer("dres", lambda d: d.BT * d.C, grad=True),
     Buffer("dtmp", lambda d: d.BT * d.C, grad=True),
     Buffer("dy", lambda d: d.BT * d.C, grad=True),
     Buffer("ddrop", lambda d: d.BT * d.C, grad=True),    # dout of a projection under dropout
-    Buffer("dqkv", lambda d: d.BT * 3 * d.C, grad=True),
+    Buffer("dqkv", lambda d: d.BT * d.W, grad=True),
     Buffer("dsum", lambda d: d.att, grad=True),          # rowsum(dy * y), or dP/dS scratch
     Buffer("dgu", lambda d: d.BT * 2 * d.F, grad=True),
     Buffer("dh", lambda d: d.BT * d.F, grad=True),

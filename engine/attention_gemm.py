@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine import gemm_tiles
+from engine.attention import Heads, heads
 from engine.config import ModelConfig
 from engine.device import DeviceInfo
 from engine.ops import _round, _rows_launch
@@ -130,54 +131,93 @@ def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a: Strided, b: Strided, c: Strided,
                         *rt.gemm_tiles(tl))
 
 
-def _heads_transposed(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
-    """The transpose of q, k or v (part 0, 1, 2) of every head, (B*H, head_dim, T), in
-    rt.scratch, for bmm_blocked: returns it and its bmm stride tuple."""
-    hd, C3 = C // H, 3 * C
-    out = rt.scratch(B * T * C)
-    grid = _round((-(-hd // 4), -(-T // 4), B * H), (4, 4, 1))
-    rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, H, part * C, C3,
-                    T * C3, hd)
-    return out, Strided(0, T, 1, H * hd * T, hd * T)
+def _heads_transposed(rt: Runtime, qkv, s: Heads, off: int):
+    """The transpose of k or v (at column off of qkv) of every key/value head,
+    (B*KVH, head_dim, T), in rt.scratch, for bmm_blocked: returns it and its bmm stride tuple."""
+    hd, T, W = s.head_dim, s.T, s.width
+    out = rt.scratch(s.B * s.KVH * hd * T)
+    grid = _round((-(-hd // 4), -(-T // 4), s.B * s.KVH), (4, 4, 1))
+    rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, s.KVH, off, W,
+                    T * W, hd)
+    return out, Strided(0, T, 1, s.KVH * hd * T, hd * T)
 
 
-def _keys(rt: Runtime, qkv, part: int, B: int, T: int, C: int, H: int):
-    """K (part 1) or V (part 2) of every head transposed, (hd, T) per head, as a bmm operand:
-    read in place with strides on GPUs, copied out for the CPU kernels (contiguous rows)."""
+def _keys(rt: Runtime, qkv, part: int, s: Heads):
+    """K (part 1) or V (part 2) of every key/value head transposed, (hd, T) per head, as a bmm
+    operand: read in place with strides on GPUs, copied out for the CPU kernels (contiguous
+    rows)."""
+    off = _part(s, part)
     if rt.gemm in ("blocked", "vector"):
-        return _heads_transposed(rt, qkv, part, B, T, C, H)
-    return qkv, Strided(part * C, 1, 3 * C, T * 3 * C, C // H)
+        return _heads_transposed(rt, qkv, s, off)
+    return qkv, Strided(off, 1, s.width, s.T * s.width, s.head_dim)
 
 
-def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int):
+def _part(s: Heads, part: int) -> int:
+    """Column of part 0 (q), 1 (k) or 2 (v) in a qkv row."""
+    return 0 if part == 0 else s.C + (part - 1) * s.KVH * s.head_dim
+
+
+class _Group(NamedTuple):
+    """The operands of query heads kvh * G + g (g fixed, kvh = 0..KVH-1) as a batched product
+    over KVH "heads": their q (or dq) inside qkv, dy (or y) rows, and P (or dS) with its
+    transpose."""
+
+    q: Strided
+    g: Strided
+    p: Strided
+    pt: Strided
+
+
+def _group(s: Heads, g: int) -> _Group:
+    hd, T, W, G, TT = s.head_dim, s.T, s.width, s.group, s.T * s.T
+    return _Group(Strided(g * hd, W, 1, T * W, G * hd), Strided(g * hd, s.C, 1, T * s.C, G * hd),
+                  Strided(g * TT, T, 1, s.H * TT, G * TT), Strided(g * TT, 1, T, s.H * TT, G * TT))
+
+
+def _kv(s: Heads, part: int) -> Strided:
+    """k (part 1) or v (part 2) rows of every key/value head inside qkv (or dqkv)."""
+    return Strided(_part(s, part), s.width, 1, s.T * s.width, s.head_dim)
+
+
+def attention_forward(rt: Runtime, y, att, qkv, B: int, T: int, C: int, H: int,
+                      kv_heads: int | None = None):
     """Causal attention: y (B*T, C) and the probabilities att (B, H, T, T), query-major, zero
-    above the diagonal, from qkv (B*T, 3C) (layouts as engine/attention.py)."""
-    hd, C3 = C // H, 3 * C
-    q, v = (Strided(part * C, C3, 1, T * C3, hd) for part in (0, 2))  # inside qkv
-    p = Strided(0, T, 1, H * T * T, T * T)  # P: (T_query, T_key) per (b, h)
-    kt, kt_s = _keys(rt, qkv, 1, B, T, C, H)
-    _bmm(rt, att, qkv, kt, T, T, hd, H, B, q, kt_s, p, 1.0 / np.sqrt(hd),
-         causal=Causal.SKIP_ABOVE)
+    above the diagonal, from qkv (B*T, C + 2 * kv_heads * head_dim) (layouts as
+    engine/attention.py). Grouped-query attention (kv_heads < H) runs one batched product over the
+    key/value heads per query head of a group (G of them)."""
+    s = heads(B, T, C, H, kv_heads)
+    hd = s.head_dim
+    kt, kt_s = _keys(rt, qkv, 1, s)
+    for g in range(s.group):
+        o = _group(s, g)
+        _bmm(rt, att, qkv, kt, T, T, hd, s.KVH, B, o.q, kt_s, o.p, 1.0 / np.sqrt(hd),
+             causal=Causal.SKIP_ABOVE)
     _rows_launch(rt, "attention_softmax", B * H * T, att, B * H * T, T, 1.0)
-    _bmm(rt, y, att, qkv, T, hd, T, H, B, p, v, Strided(0, C, 1, T * C, hd),
-         causal=Causal.K_UPTO_M)
+    for g in range(s.group):
+        o = _group(s, g)
+        _bmm(rt, y, att, qkv, T, hd, T, s.KVH, B, o.p, _kv(s, 2), o.g, causal=Causal.K_UPTO_M)
 
 
 def attention_backward(rt: Runtime, dqkv, datt, dy, qkv, y, att, B: int, T: int, C: int,
-                       H: int):
-    """dqkv (B*T, 3C), fully overwritten, from dy (B*T, C), qkv and the forward's att;
-    datt (B, H, T, T) is scratch. y is unused (the fused path's signature)."""
+                       H: int, kv_heads: int | None = None):
+    """dqkv (B*T, C + 2 * kv_heads * head_dim), fully overwritten, from dy (B*T, C), qkv and the
+    forward's att; dk and dv of a key/value head sum over its G query heads (the first
+    product writes them, the others add: beta 1). datt (B, H, T, T) is scratch. y is unused
+    (the fused path's signature)."""
     del y
-    hd, C3 = C // H, 3 * C
-    g = Strided(0, C, 1, T * C, hd)            # dy of head h: (T, hd)
-    p = Strided(0, T, 1, H * T * T, T * T)     # P or dS: (T_query, T_key)
-    pt = Strided(0, 1, T, H * T * T, T * T)    # their transpose
-    q, k, dq, dk, dv = (Strided(part * C, C3, 1, T * C3, hd)  # inside qkv and dqkv
-                        for part in (0, 1, 0, 1, 2))
-    vt, vt_s = _keys(rt, qkv, 2, B, T, C, H)
-    _bmm(rt, datt, dy, vt, T, T, hd, H, B, g, vt_s, p, causal=Causal.SKIP_ABOVE)
+    s = heads(B, T, C, H, kv_heads)
+    hd, G = s.head_dim, s.group
+    vt, vt_s = _keys(rt, qkv, 2, s)
+    for g in range(G):
+        o = _group(s, g)
+        _bmm(rt, datt, dy, vt, T, T, hd, s.KVH, B, o.g, vt_s, o.p, causal=Causal.SKIP_ABOVE)
     _rows_launch(rt, "attention_softmax_backward", B * H * T, datt, att, B * H * T, T,
                  1.0 / np.sqrt(hd))
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, p, k, dq, causal=Causal.K_UPTO_M)
-    _bmm(rt, dqkv, datt, qkv, T, hd, T, H, B, pt, q, dk, causal=Causal.K_FROM_M)
-    _bmm(rt, dqkv, att, dy, T, hd, T, H, B, pt, g, dv, causal=Causal.K_FROM_M)
+    for g in range(G):
+        o, beta = _group(s, g), 0.0 if g == 0 else 1.0
+        _bmm(rt, dqkv, datt, qkv, T, hd, T, s.KVH, B, o.p, _kv(s, 1), o.q,
+             causal=Causal.K_UPTO_M)
+        _bmm(rt, dqkv, datt, qkv, T, hd, T, s.KVH, B, o.pt, o.q, _kv(s, 1), beta=beta,
+             causal=Causal.K_FROM_M)
+        _bmm(rt, dqkv, att, dy, T, hd, T, s.KVH, B, o.pt, o.g, _kv(s, 2), beta=beta,
+             causal=Causal.K_FROM_M)

@@ -5,7 +5,7 @@ A run with TrainConfig.time_budget_s > 0 is planned in seconds, not steps (engin
 - engine.progress.Clock: seconds of training (elapsed_s), carried into a continued run; time
   paused in the studio does not count, so a pause never shortens training.
 - `TimePlan`: the stages split the budget by time share (pretraining gets
-  pretrain_steps / (pretrain_steps + tune_steps) of it, the user's step split); each stage ends
+  the pretraining steps' share of both stages' steps, the user's step split); each stage ends
   its training steps early enough for its stage-end phases (validation, samples, recall: the
   `reserve`) to finish by its deadline. The learning rate follows the share of the stage's
   training time used (engine.schedule: warmup, stable, decay placed by progress), so a machine

@@ -82,7 +82,34 @@ class ModelConfig:
                 "Use a vocabulary size of at least 259.")
         if self.ffn_dim < 0:
             raise ConfigError(f"ffn_dim must be 0 (auto) or positive, got {self.ffn_dim}.")
+        self._validate_kv_heads()
+        self._validate_rope_scaling()
         return self
+
+    def _validate_kv_heads(self):
+        """Grouped-query attention: each key/value head serves n_head / kv_heads query heads."""
+        if self.n_kv_head < 0 or self.n_head % self.kv_heads:
+            fits = [k for k in range(1, self.n_head + 1) if self.n_head % k == 0]
+            raise ConfigError(
+                f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head}): each "
+                "key/value head serves the same number of query heads.",
+                f"Use n_kv_head 0 (one per query head) or one of {', '.join(map(str, fits))}.")
+
+    def _validate_rope_scaling(self):
+        """rope_scaling "" or "llama3" with factors as Meta's Llama 3.1 config allows."""
+        if self.rope_scaling not in ROPE_SCALINGS:
+            raise ConfigError(f"rope_scaling {self.rope_scaling!r} is not supported.",
+                              'Use "" (no scaling) or "llama3".')
+        if self.rope_scaling and not (
+                self.rope_scaling_factor > 0 and self.rope_original_context > 0
+                and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+            raise ConfigError(
+                "llama3 RoPE scaling needs factor > 0, original context > 0 and "
+                f"0 < low_freq_factor < high_freq_factor; got factor {self.rope_scaling_factor}, "
+                f"original context {self.rope_original_context}, low {self.rope_low_freq_factor}"
+                f", high {self.rope_high_freq_factor}.",
+                "Copy rope_scaling from the model's config.json (Llama 3.2: factor 32, low 1, "
+                "high 4, original 8192).")
 
     def param_count(self) -> int:
         """Number of trainable parameters (elements): engine.params.ParamTable's entries."""
@@ -94,6 +121,7 @@ class ModelConfig:
 
 
 VAL_SPLITS = ("docs", "tail")
+ROPE_SCALINGS = ("", "llama3")  # ModelConfig.rope_scaling: none, or Llama 3.1's frequency scaling
 
 
 TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.tokenizer)

@@ -16,6 +16,7 @@ import pyopencl as cl
 
 from engine import attention, ops
 from engine.model import Model
+from engine.params import qkv_width
 
 
 class KVDecoder:
@@ -30,7 +31,8 @@ class KVDecoder:
         e = self.rt.empty
         self.tok = e(1, np.int32)
         self.x, self.xn, self.rstd = e(C), e(C), e(1)
-        self.qkv, self.y, self.proj, self.xmid = e(3 * C), e(C), e(C), e(C)
+        self.width = qkv_width(cfg)  # q, k, v of one row (grouped-query attention: k, v narrower)
+        self.qkv, self.y, self.proj, self.xmid = e(self.width), e(C), e(C), e(C)
         self.xn2, self.rstd2, self.gu, self.h = e(C), e(1), e(2 * F), e(F)
         self.xnext, self.xf, self.rstdf, self.logits = e(C), e(C), e(1), e(V)
         self.scores = e(H * self.T)
@@ -53,17 +55,18 @@ class KVDecoder:
         self.ids.append(int(token))
         rt, m, cfg, p = self.rt, self.model, self.model.cfg, self.model.p
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        KVH, W = cfg.kv_heads, self.width
         rt.write(self.tok, np.array([token], np.int32))
         ops.embedding_forward(rt, self.x, self.tok, p["token_embd"], 1, C)
         x = self.x
         ops.rmsnorm_forward(rt, self.xn, self.rstd, x, p["blk.0.attn_norm"], 1, C, cfg.rms_eps)
         for l in range(cfg.n_layer):
             b, cache = f"blk.{l}.", self.cache.qkv[l]
-            ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, 3 * C, C)
-            attention.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos)
-            cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=3 * C * 4,
-                            dst_offset=pos * 3 * C * 4)
-            attention.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H)
+            ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, W, C)
+            attention.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos, KVH)
+            cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=W * 4, dst_offset=pos * W * 4)
+            attention.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H,
+                                       KVH)
             ops.matmul_forward(rt, self.proj, self.y, p[b + "attn_output"], m.w_t, 1, C, C)
             ops.residual_rmsnorm_forward(rt, self.xmid, self.xn2, self.rstd2, x, self.proj,
                                          p[b + "ffn_norm"], 1, C, cfg.rms_eps)

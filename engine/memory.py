@@ -3,7 +3,9 @@
 Counts float32 elements of what engine.model allocates: parameters, gradients and two AdamW
 moments (4 x the padded table), the training activations for (batch_size, context_length), the
 evaluation set of the same shape and the generation window (1, context_length); the activation
-sets are summed from their one declaration, engine.activations.BUFFERS. Attention keeps
+sets are summed from their one declaration, engine.activations.BUFFERS (grouped-query
+attention's narrower k, v and the logits of a large vocabulary held a chunk of rows at a
+time, engine.activations.logit_rows, included). Attention keeps
 a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
 GEMM path; each activation set counts the path engine.attention_gemm.choose gives it.
 """
@@ -45,17 +47,55 @@ def _path(cfg, B, T, grad, device, forced) -> str:
     return attention_gemm.choose(device, cfg, B, T, grad, forced)
 
 
+def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+         attention_path: str | None = None) -> bool:
+    """Whether training cfg at batch_size fits device: at most 90% of its memory, no buffer
+    above its largest single allocation."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path)
+    return need <= 0.9 * device.global_mem_bytes and biggest <= device.max_alloc_bytes
+
+
+def _largest(ok, hi: int) -> int:
+    """The largest n in 1..hi with ok(n) (ok monotone: true up to some n), 0 when none."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def largest_fit(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+                attention_path: str | None = None) -> tuple[int, int]:
+    """(largest batch size at cfg's context_length, largest context_length at batch_size)
+    that fit device (0 where none does), by bisection on training_bytes."""
+    batch = _largest(lambda b: fits(cfg, b, device, attention_path), batch_size)
+    context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
+                                      attention_path), cfg.context_length)
+    return batch, context
+
+
 def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
                attention_path: str | None = None) -> int:
-    """Raise ConfigError when training would not fit the device; return the bytes needed.
-    attention_path: as engine.attention_gemm.choose's `forced` (default: its rule)."""
+    """Raise ConfigError when training would not fit the device, naming the largest batch size
+    and context length that do; return the bytes needed. attention_path: as
+    engine.attention_gemm.choose's `forced` (default: its rule)."""
     need, biggest = training_bytes(cfg, batch_size, device, attention_path)
     have = device.global_mem_bytes
     gib = 2 ** 30
-    if need > 0.9 * have or biggest > device.max_alloc_bytes:
+    if not fits(cfg, batch_size, device, attention_path):
+        batch, context = largest_fit(cfg, batch_size, device, attention_path)
+        if batch or context:
+            fix = ("Largest that fits: " + " or ".join(
+                part for part in (batch and f"batch size {batch} at context length "
+                                  f"{cfg.context_length}",
+                                  context and f"context length {context} at batch size "
+                                  f"{batch_size}") if part) + ".")
+        else:
+            fix = ("Even batch size 1 at context length 1 does not fit: the weights, "
+                   "gradients and AdamW moments alone are too large. Use a smaller d_model, "
+                   "n_layer or vocabulary, or a device with more memory.")
         raise ConfigError(
             f"This model needs about {need / gib:.2f} GiB on {device.name}, which has "
             f"{have / gib:.2f} GiB (largest single buffer {biggest / gib:.2f} GiB, limit "
-            f"{device.max_alloc_bytes / gib:.2f} GiB).",
-            "Use a smaller batch size, context length, d_model or vocabulary.")
+            f"{device.max_alloc_bytes / gib:.2f} GiB).", fix)
     return need

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine import activations, attention, attention_gemm, ops
+from engine import activations, attention, attention_gemm, ops, output_head
 from engine.config import ModelConfig
 from engine.dropout import StepDropout
-from engine.params import ParamTable
+from engine.params import ParamTable, qkv_width
 from engine.runtime import Runtime
 
 
@@ -30,6 +30,7 @@ class Activations:
         self.attention = attention_gemm.path_for(rt, cfg, B, T, with_grad)
         self.attend = attention_gemm if self.attention == "gemm" else attention
         d = activations.Dims.of(cfg, B, T, self.attention)
+        self.logit_rows = d.R  # logits held at once: B*T, or chunks of a large vocabulary
         for b in activations.buffers(with_grad):
             bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d))]
             setattr(self, b.name, bufs[0] if b.copies == activations.ONE else bufs)
@@ -52,7 +53,8 @@ class Model:
         self.g = self._views(self.grads)
         biggest = max(g.size for g in self.table.groups.values())
         self.w_t = rt.empty(biggest)  # transposed weight scratch for matmul_forward
-        cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base)
+        cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
+                                        attention.rope_inv_freq(cfg))
         self.rope_cos, self.rope_sin = rt.to_device(cos), rt.to_device(sin)
         self._acts: dict[tuple, Activations] = {}
         self.adam_t = 0  # AdamW steps taken (bias correction)
@@ -71,10 +73,13 @@ class Model:
     def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
                 check=None):
         """Logits (B*T, V) into a.logits from a.ids (already on the device); drop: dropout of
-        this training step (engine/dropout.py), None at inference. check: called between
-        blocks (Runtime.stop_point); raises to abandon the step."""
+        this training step (engine/dropout.py), None at inference. A set that holds logits in
+        chunks (large vocabularies) stops at the final norm a.xf: cross_entropy and logits
+        project it a chunk at a time (engine/output_head.py). check: called between blocks
+        (Runtime.stop_point); raises to abandon the step."""
         rt, cfg, p = self.rt, self.cfg, self.p
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        KVH, W = cfg.kv_heads, qkv_width(cfg)  # key/value heads; qkv row width (C + 2 kv_dim)
         BT = B * T
         ops.embedding_forward(rt, a.x[0], a.ids, p["token_embd"], BT, C)         # (B, T, C)
         L = cfg.n_layer
@@ -84,9 +89,10 @@ class Model:
             if check is not None:
                 rt.stop_point(check)
             b = f"blk.{l}."
-            ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, 3 * C, C)
-            attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd)
-            a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H)   # (B, T, C)
+            ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, W, C)
+            attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
+                                   KVH)
+            a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H, KVH)  # (B,T,C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
             self._dropout_forward(a.proj, drop, l, "attn", BT * C)
             # xmid = x + attention, and its ffn_norm, in one pass
@@ -103,20 +109,36 @@ class Model:
                 nxt = (a.xf, a.rstdf, p["output_norm"])
             ops.residual_rmsnorm_forward(rt, a.x[l + 1], nxt[0], nxt[1], a.xmid[l], a.proj,
                                          nxt[2], BT, C, cfg.rms_eps)
-        ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V, C)
+        if not output_head.chunked(a):
+            ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V,
+                               C)
+
+    def cross_entropy(self, a: Activations, n_counted: int, want_grad: bool):
+        """a.losses (B*T,) from the forward's logits and a.targets; with want_grad the gradient
+        of the mean over n_counted rows: dlogits in a.logits (then backward() projects them),
+        or, for chunked logits, already projected to dxf in a.dtmp and the output weight's
+        gradient (engine/output_head.py)."""
+        if output_head.chunked(a):
+            output_head.cross_entropy(self, a, n_counted, want_grad)
+            return
+        ops.crossentropy_forward_backward(self.rt, a.logits, a.losses, a.targets, a.B * a.T,
+                                          self.cfg.vocab_size, n_counted, want_grad)
 
     # -------------------------------------------------------------------------- backward
     def backward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
                  check=None):
-        """Gradients of the loss into self.grads, from dlogits already in a.logits; drop: the
-        dropout that forward applied; check: as in forward."""
+        """Gradients of the loss into self.grads, from dlogits already in a.logits (chunked
+        logits: from dxf already in a.dtmp, see cross_entropy); drop: the dropout that forward
+        applied; check: as in forward."""
         rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         BT, L = B * T, cfg.n_layer
+        KVH, W = cfg.kv_heads, qkv_width(cfg)
         out = self.table.output_group
         # Weight gradients run on the side queue (GPUs): before_write holds the main queue
         # until those reading a buffer are done with it (Runtime.side).
-        ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf (B, T, C)
+        if not output_head.chunked(a):
+            ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf
         rt.fill_zero(a.dres, BT * C)
         ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
                              a.rstdf, BT, C)
@@ -139,10 +161,11 @@ class Model:
                                 p[b + "attn_output"], BT, C, C)
             rt.before_write(a.dqkv)
             a.attend.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
-                                        B, T, C, H)                              # (B, T, 3C)
-            attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd)
+                                        B, T, C, H, KVH)                          # (B, T, W)
+            attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
+                                    KVH)
             ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
-                                p[b + "attn_qkv"], BT, 3 * C, C)
+                                p[b + "attn_qkv"], BT, W, C)
             rt.before_write(a.dres)
             ops.rmsnorm_backward(rt, a.dres, g[b + "attn_norm"], a.dtmp, a.x[l],
                                  p[b + "attn_norm"], a.rstd1[l], BT, C)
@@ -193,8 +216,7 @@ class Model:
         self.upload_batch(a, inputs, targets)
         self.forward(a, B, T)
         n = int((targets >= 0).sum())
-        ops.crossentropy_forward_backward(self.rt, a.logits, a.losses, a.targets, B * T,
-                                          self.cfg.vocab_size, n, want_grad=False)
+        self.cross_entropy(a, n, want_grad=False)
         return float(self.rt.read(a.losses, B * T).sum() / max(n, 1))
 
     def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, opt,
@@ -215,8 +237,7 @@ class Model:
         try:
             self.forward(a, B, T, drop, check)
             n_counted = int((targets >= 0).sum())
-            ops.crossentropy_forward_backward(rt, a.logits, a.losses, a.targets, B * T,
-                                              self.cfg.vocab_size, n_counted, want_grad=True)
+            self.cross_entropy(a, n_counted, want_grad=True)
             self.upload_groups(a, inputs)
             self.backward(a, B, T, drop, check)
         except BaseException:
@@ -242,6 +263,8 @@ class Model:
         a = self.activations(B, T, with_grad=False)
         self.upload_batch(a, ids, None)
         self.forward(a, B, T)
+        if output_head.chunked(a):
+            return output_head.logits(self, a).reshape(B, T, -1)
         return self.rt.read(a.logits, B * T * self.cfg.vocab_size).reshape(B, T, -1)
 
     def last_logits(self, window: np.ndarray, length: int) -> np.ndarray:
@@ -252,6 +275,8 @@ class Model:
         self.upload_batch(a, window, None)
         self.forward(a, B, T)
         V = self.cfg.vocab_size
+        if output_head.chunked(a):
+            return output_head.logits(self, a, length - 1, length)[0]
         return self.rt.read(a.logits, V, offset_elems=(length - 1) * V)
 
     # -------------------------------------------------------------------------- host copies

@@ -2,8 +2,8 @@
 
 Gradients and both AdamW moments use the same layout in their own flat buffers, so clipping and
 AdamW are one kernel each, and checkpoint and export walk the table (docs/DESIGN.md). Weights that one
-matmul reads together sit side by side: q, k, v form one (C + 2 kv_heads head_dim, C) matrix and
-gate, up one (2F, C).
+matmul reads together sit side by side: q, k, v form one (C + 2 kv_dim, C) matrix (kv_dim =
+kv_heads * head_dim) and gate, up one (2F, C).
 Matrices come first, then the norm weights, so weight decay covers exactly [0, n_decay).
 Groups start on 256-float boundaries, the sub-buffer alignment every device we know accepts.
 """
@@ -38,6 +38,12 @@ class Group:
     size: int
 
 
+def qkv_width(cfg: ModelConfig) -> int:
+    """Columns of the fused qkv rows: q (n_head * head_dim), then k and v (kv_heads * head_dim
+    each; grouped-query attention, Ainslie et al. 2023)."""
+    return cfg.d_model + 2 * cfg.kv_heads * cfg.head_dim
+
+
 def tensors_per_layer() -> int:
     """Tensors each transformer block holds (GGUF import checks a file's block_count with it
     before building a table of that many layers)."""
@@ -51,16 +57,16 @@ class ParamTable:
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg
         d, f, V = cfg.d_model, cfg.hidden_dim, cfg.vocab_size
+        kv = cfg.kv_heads * cfg.head_dim  # k and v rows (grouped-query attention)
         self.entries: dict[str, Entry] = {}
         self.groups: dict[str, Group] = {}
         self._cursor = 0
         self._group("token_embd", [("token_embd.weight", (V, d))])
         for i in range(cfg.n_layer):
             p = f"blk.{i}."
-            kv = cfg.kv_heads * cfg.head_dim   # grouped-query attention: fewer k, v rows
-            rows = {"attn_q": d, "attn_k": kv, "attn_v": kv}
-            self._group(p + "attn_qkv", [(p + n + ".weight", (rows[n], d))
-                                         for n in ("attn_q", "attn_k", "attn_v")])
+            self._group(p + "attn_qkv", [(p + "attn_q.weight", (d, d)),
+                                         (p + "attn_k.weight", (kv, d)),
+                                         (p + "attn_v.weight", (kv, d))])
             self._group(p + "attn_output", [(p + "attn_output.weight", (d, d))])
             self._group(p + "ffn_gate_up", [(p + "ffn_gate.weight", (f, d)),
                                             (p + "ffn_up.weight", (f, d))])

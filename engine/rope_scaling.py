@@ -21,7 +21,7 @@ LLAMA3_DEFAULTS = (1.0, 4.0, 8192)   # low_freq_factor, high_freq_factor, origin
 
 
 def _factors(head_dim: int, base: float, factor: float, low: float, high: float,
-             original: float) -> np.ndarray:
+             original: float, dtype=np.float32) -> np.ndarray:
     freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     out = []
     for freq in freqs:
@@ -33,17 +33,18 @@ def _factors(head_dim: int, base: float, factor: float, low: float, high: float,
         else:
             s = (original / wavelen - low) / (high - low)
             out.append(1.0 / ((1 - s) / factor + s))
-    return np.asarray(out, np.float32)
+    return np.asarray(out, dtype)
 
 
-def llama3_factors(cfg: ModelConfig) -> np.ndarray:
-    """(head_dim // 2,) float32 divisors of the RoPE frequencies for cfg's llama3 scaling (the
-    GGUF tensor rope_freqs.weight). ValueError when cfg has no llama3 scaling."""
+def llama3_factors(cfg: ModelConfig, dtype=np.float32) -> np.ndarray:
+    """(head_dim // 2,) divisors of the RoPE frequencies for cfg's llama3 scaling (float32: the
+    GGUF tensor rope_freqs.weight; engine.attention.rope_inv_freq divides by them in float64).
+    ValueError when cfg has no llama3 scaling."""
     if cfg.rope_scaling != "llama3":
         raise ValueError(f"rope_scaling is {cfg.rope_scaling!r}, not 'llama3'")
     return _factors(cfg.head_dim, cfg.rope_base, cfg.rope_scaling_factor,
                     cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
-                    cfg.rope_original_context)
+                    cfg.rope_original_context, dtype)
 
 
 def llama3_from_factors(factors: np.ndarray, head_dim: int, base: float,

@@ -315,11 +315,11 @@ class TrainingSession:
 
     def tune_time_share(self) -> float:
         """With a time budget, the tuning stage's share of it: the step split's,
-        tune_steps / (pretrain_steps + tune_steps); 0 without dialogues (engine.budget)."""
+        tune_steps of the run's total (both stages); 0 without dialogues (engine.budget)."""
         tc = self.train_config
         if not self.has_tune:
             return 0.0
-        return tc.tune_steps / max(tc.pretrain_steps + tc.tune_steps, 1)
+        return tc.tune_steps / max(tc.total_steps, 1)
 
     def pretrain_eval_tokens(self, max_tokens: int | None = None) -> int:
         """Targets a pretraining validation pass scores (pretrain_val's windows)."""

@@ -1,5 +1,7 @@
-/* Causal multi-head self-attention (Vaswani et al. 2017) over the fused qkv rows (B*T, 3C):
- * q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels [h*HD, (h+1)*HD); scores
+/* Causal multi-head self-attention (Vaswani et al. 2017) over the fused qkv rows
+ * (B*T, C + 2 KV) of kernels/common.h (QKV_ROW): q at [0, C), k and v after it with KV = C / ATT_G
+ * columns each; query head h owns q channels [h*HD, (h+1)*HD) and reads key/value head
+ * h / ATT_G (grouped-query attention, Ainslie et al. 2023; ATT_G 1: multi-head); scores
  * scaled by 1/sqrt(HD). Training runs it fused and tiled as FlashAttention-2 does (Dao 2023):
  * the forward keeps a running max m and sum l per query row and stores only the output y and
  * the logsumexp L (B, H, T) of the scaled scores; the backward recomputes P = exp(S - L) from
@@ -10,11 +12,12 @@
  * GPU kernels (docs/DESIGN.md: __local memory is slow on PoCL's CPU device): a work-group per ATT_BQ
  * rows, the other side's rows staged in __local tiles of ATT_BK rows, tiles wholly above the
  * diagonal skipped. CPUs run attention_blocked.cl (register tiles in vectors, no __local).
- * Index z = b * H + h enumerates (batch, head); launches may cover a chunk of z from z0 on
- * (engine/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
+ * Index z = b * H + h enumerates (batch, query head), in the dk/dv kernels z = b * (H / ATT_G) + kv
+ * head, whose dk, dv sum over the ATT_G query heads of the group; launches may cover a chunk of
+ * z from z0 on (engine/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
 
 #ifndef ATT_HD
-#error "attention.cl is built per head_dim with -DATT_HD, -DATT_BK, -DATT_BQ (engine/attention.py)"
+#error "attention.cl is built with -DATT_HD, -DATT_G, -DATT_BK, -DATT_BQ (engine/attention.py)"
 #endif
 
 /* dst = xr . P over ATT_HD floats. */
@@ -108,8 +111,9 @@
         for (int d = 0; d < ATT_HD; d++) out[d] = dq[d] * scale;                               \
     }
 
+/* z = b * (H / ATT_G) + kv head; h = the group's first query head (k, v rows are the group's) */
 #define DKV_START                                                                              \
-    const int b = z / H, h = z % H;                                                            \
+    const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G;                                \
     const float scale = 1.0f / sqrt((float)ATT_HD);                                            \
     float kr[ATT_HD], vr[ATT_HD], dk[ATT_HD], dv[ATT_HD];                                      \
     for (int d = 0; d < ATT_HD; d++) { dk[d] = 0.0f; dv[d] = 0.0f; kr[d] = 0.0f; vr[d] = 0.0f; } \
@@ -149,9 +153,10 @@ void attention_forward_tiled(__global float* y, __global float* lse, __global co
     for (int d = 0; d < ATT_HD; d++) { o[d] = 0.0f; qr[d] = 0.0f; }
     if (t < T) ROW_IN(qr, QKV_ROW(qkv, b, t, 0, C, h), 1.0f / sqrt((float)ATT_HD));
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     for (int s0 = 0; s0 < q_end; s0 += ATT_BK) {  /* key tiles above the diagonal: skipped */
-        STAGE(Ks, k0, 3 * C, s0)
-        STAGE(Vs, k0 + C, 3 * C, s0)
+        STAGE(Ks, k0, QKV_W(C), s0)
+        STAGE(Vs, v0, QKV_W(C), s0)
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
         if (n > 0) FWD_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
@@ -171,9 +176,10 @@ void attention_backward_dq_tiled(__global float* dqkv, __global float* dsum,
     const int q_end = min(T, (int)get_group_id(0) * ATT_BQ + ATT_BQ);
     DQ_START(DOT)
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
+    const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     for (int s0 = 0; s0 < q_end; s0 += ATT_BK) {
-        STAGE(Ks, k0, 3 * C, s0)
-        STAGE(Vs, k0 + C, 3 * C, s0)
+        STAGE(Ks, k0, QKV_W(C), s0)
+        STAGE(Vs, v0, QKV_W(C), s0)
         barrier(CLK_LOCAL_MEM_FENCE);
         const int n = t < T ? min(ATT_BK, t + 1 - s0) : 0;
         DQ_BLOCK(DOT, Ks, ATT_HD, Vs, ATT_HD, 0, n)
@@ -182,8 +188,9 @@ void attention_backward_dq_tiled(__global float* dqkv, __global float* dsum,
     DQ_STORE
 }
 
-/* As attention_backward_dkv: a work-group per ATT_BQ keys walks the query tiles from its first
- * key on (tiles wholly above the diagonal skipped), staging q, dy, lse and dsum. */
+/* As attention_backward_dkv: a work-group per ATT_BQ keys of one key/value head walks the query
+ * tiles from its first key on (tiles wholly above the diagonal skipped) of each query head of
+ * the group, staging q, dy, lse and dsum. */
 __kernel __attribute__((reqd_work_group_size(ATT_BQ, 1, 1)))
 void attention_backward_dkv_tiled(__global float* dqkv, __global const float* dy,
                                   __global const float* qkv, __global const float* lse,
@@ -193,35 +200,39 @@ void attention_backward_dkv_tiled(__global float* dqkv, __global const float* dy
     const int j = get_global_id(0), z = z0 + get_group_id(1);
     const int k_start = get_group_id(0) * ATT_BQ;
     DKV_START
-    const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
-    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
-    for (int i0 = k_start - k_start % ATT_BK; i0 < T; i0 += ATT_BK) {
-        STAGE(Qs, q0, 3 * C, i0)
-        STAGE(Gs, g0, C, i0)
-        STAGE_VEC(Ls, lse + (size_t)z * T, i0)
-        STAGE_VEC(Ds, dsum + (size_t)z * T, i0)
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* queries i0 + i with j <= i0 + i < T */
-        const int lo = j < T ? max(0, j - i0) : ATT_BK, hi = min(ATT_BK, T - i0);
-        DKV_BLOCK(DOT, Qs, ATT_HD, Gs, ATT_HD, Ls, Ds, lo, hi)
-        barrier(CLK_LOCAL_MEM_FENCE);
+    for (int hq = h; hq < h + ATT_G; hq++) {  /* dk, dv sum over the group's query heads */
+        const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, hq);
+        const __global float* g0 = dy + (size_t)b * T * C + hq * ATT_HD;
+        const size_t zq = (size_t)b * H + hq;
+        for (int i0 = k_start - k_start % ATT_BK; i0 < T; i0 += ATT_BK) {
+            STAGE(Qs, q0, QKV_W(C), i0)
+            STAGE(Gs, g0, C, i0)
+            STAGE_VEC(Ls, lse + zq * T, i0)
+            STAGE_VEC(Ds, dsum + zq * T, i0)
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* queries i0 + i with j <= i0 + i < T */
+            const int lo = j < T ? max(0, j - i0) : ATT_BK, hi = min(ATT_BK, T - i0);
+            DKV_BLOCK(DOT, Qs, ATT_HD, Gs, ATT_HD, Ls, Ds, lo, hi)
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
     }
     DKV_STORE
 }
 
 /* Decoding with a KV cache: one new query at position pos attends to rows 0..pos of the
- * layer's cached qkv rows (T_max, 3C) (k and v of earlier tokens, already rotated).
- * q comes from qkv_row (3C); scores (H, T_max) is scratch; one work-item per head. */
+ * layer's cached qkv rows (T_max, C + 2 KV) (k and v of earlier tokens, already rotated).
+ * q comes from qkv_row (C + 2 KV); scores (H, T_max) is scratch; one work-item per query head,
+ * reading key/value head h / ATT_G. */
 __kernel void attention_decode(__global float* y, __global float* scores,
                                __global const float* qkv_row, __global const float* cache,
                                int pos, int T_max, int C, int H) {
     const int h = get_global_id(0);
     if (h >= H) return;
-    const int C3 = 3 * C, n = pos + 1;
+    const int C3 = QKV_W(C), n = pos + 1;
     const float scale = 1.0f / sqrt((float)ATT_HD);
     const __global float* q = qkv_row + h * ATT_HD;
-    const __global float* k0 = cache + C + h * ATT_HD;
-    const __global float* v0 = cache + 2 * C + h * ATT_HD;
+    const __global float* k0 = cache + QKV_COL(1, C, h);
+    const __global float* v0 = cache + QKV_COL(2, C, h);
     __global float* a = scores + (size_t)h * T_max;
     __global float* out = y + h * ATT_HD;
     /* a[s] = softmax over s < n of scale * q . k_s */

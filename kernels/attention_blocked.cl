@@ -9,15 +9,19 @@
  * Scores vectorise over keys, so they read K (and V, Q, dy) transposed: attention_transpose lays
  * a part of each head out as xt (ATT_HD, Tp) per (batch, head), Tp = T rounded up to ATT_KB,
  * zero past T (pad columns are masked out, and finite). The launcher keeps xt in the runtime's
- * scratch: (nz, np, ATT_HD, Tp) floats, np parts per z (forward 1: k; backward 4: q, k, v, dy).
+ * scratch: (nz, np, ATT_HD, Tp) floats, np parts per z (forward 1: k; backward 4: q, k, v, dy),
+ * z over (batch, query head): the k and v parts of a query head are its key/value head's
+ * (grouped-query attention, ATT_G query heads per key/value head: kernels/common.h QKV_ROW).
  * Memory stays linear in T.
  *
- * Built per (head_dim, vector width) by engine/attention.py: ATT_HD, ATT_VW (8 or 16), ATT_R.
+ * Built per (head_dim, group, vector width) by engine/attention.py: ATT_HD, ATT_G, ATT_VW (8 or
+ * 16), ATT_R.
  * As on CPUs generally (docs/DESIGN.md), plain a*b+c, pointer-cast vector loads and an inline exp:
- * PoCL does not inline OpenCL built-ins. Index z = b * H + h; launches cover z0 <= z < z_end. */
+ * PoCL does not inline OpenCL built-ins. Index z = b * H + h (dk/dv: b * (H / ATT_G) + kv head);
+ * launches cover z0 <= z < z_end. */
 
 #ifndef ATT_VW
-#error "attention_blocked.cl is built with -DATT_HD, -DATT_VW, -DATT_R (engine/attention.py)"
+#error "attention_blocked.cl needs -DATT_HD, -DATT_G, -DATT_VW, -DATT_R (engine/attention.py)"
 #endif
 
 #define ATT_KB (2 * ATT_VW)
@@ -160,16 +164,18 @@ inline att_vf att_vexp(att_vf x0) {
     const float scale = 1.0f / sqrt((float)ATT_HD);                                            \
     const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
 
-/* xt[z][part] (ATT_HD, Tp) = the head-h channels of rows t of src, transposed: row (b, t) at
- * src + (b * T + t) * rs + off; zero for T <= t < Tp. Global (Tp / ATT_KB, z chunk): a
- * work-item per ATT_KB columns. */
+/* xt[z][part] (ATT_HD, Tp) = the channels of head h / hdiv of rows t of src, transposed: row
+ * (b, t) at src + (b * T + t) * rs + off; zero for T <= t < Tp (hdiv: ATT_G for k and v, whose
+ * heads are key/value heads, 1 for q and dy). Global (Tp / ATT_KB, z chunk): a work-item per
+ * ATT_KB columns. */
 __kernel void attention_transpose(__global float* xt, __global const float* src, int rs, int off,
-                                  int np, int part, int T, int C, int H, int z0, int z_end) {
+                                  int hdiv, int np, int part, int T, int C, int H, int z0,
+                                  int z_end) {
     const int t0 = get_global_id(0) * ATT_KB, z = z0 + get_global_id(1), Tp = ATT_TP(T);
     if (t0 >= Tp || z >= z_end) return;
     const int b = z / H, h = z % H;
     __global float* out = xt + ((size_t)z * np + part) * ATT_HD * Tp + t0;
-    const __global float* in = src + ((size_t)b * T + t0) * rs + off + h * ATT_HD;
+    const __global float* in = src + ((size_t)b * T + t0) * rs + off + h / hdiv * ATT_HD;
     const int n = T - t0 < ATT_KB ? T - t0 : ATT_KB;
     for (int d = 0; d < ATT_HD; d++) {
         for (int t = 0; t < n; t++) out[(size_t)d * Tp + t] = in[(size_t)t * rs + d];
@@ -177,7 +183,7 @@ __kernel void attention_transpose(__global float* xt, __global const float* src,
     }
 }
 
-/* y (B*T, C) and lse (B*H, T) from qkv (B*T, 3C) and kt = k transposed (np 1). Global
+/* y (B*T, C) and lse (B*H, T) from qkv (B*T, C + 2 KV) and kt = k transposed (np 1). Global
  * (ceil(T / ATT_R), z chunk). Queries i0..i0+ATT_R-1 attend to keys 0..i. */
 __kernel void attention_forward(__global float* y, __global float* lse, __global const float* qkv,
                                 __global const float* kt, int T, int C, int H, int z0,
@@ -185,7 +191,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
     QUERY_TILE_START
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     const __global float* Kt = kt + (size_t)z * ATT_HD * Tp;
-    ROW_OFFSETS(ro, i0, T, 3 * C)
+    ROW_OFFSETS(ro, i0, T, QKV_W(C))
     float o[ATT_R][ATT_HD], p[ATT_R][ATT_KB], m[ATT_R], l[ATT_R], alpha[ATT_R];
     ZERO_ROWS(o)
     for (int i = 0; i < ATT_R; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
@@ -211,7 +217,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
             VSTORE_P(p[i], p0);
             VSTORE_P(p[i] + ATT_VW, p1);
         }
-        ROWS_ACC(o, alpha, p, v0 + (size_t)j0 * 3 * C, 3 * C, min(ATT_KB, last + 1 - j0))
+        ROWS_ACC(o, alpha, p, v0 + (size_t)j0 * QKV_W(C), QKV_W(C), min(ATT_KB, last + 1 - j0))
     }
     for (int i = 0; i < last + 1 - i0; i++) {
         __global float* yr = y + ((size_t)b * T + i0 + i) * C + h * ATT_HD;
@@ -233,7 +239,7 @@ __kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
     const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
     const __global float* Kt = xt + ((size_t)z * 4 + 1) * ATT_HD * Tp;
     const __global float* Vt = Kt + (size_t)ATT_HD * Tp;
-    ROW_OFFSETS(ro, i0, T, 3 * C)
+    ROW_OFFSETS(ro, i0, T, QKV_W(C))
     ROW_OFFSETS(rg, i0, T, C)
     float dq[ATT_R][ATT_HD], ds[ATT_R][ATT_KB], L[ATT_R], D[ATT_R], one[ATT_R];
     ZERO_ROWS(dq)
@@ -260,7 +266,7 @@ __kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
                               ? (att_vf)(-INFINITY) : x;
                 VSTORE_P(ds[i] + u * ATT_VW, att_vexp(x) * (dp[i][u] - D[i]));
             }
-        ROWS_ACC(dq, one, ds, k0 + (size_t)j0 * 3 * C, 3 * C, min(ATT_KB, last + 1 - j0))
+        ROWS_ACC(dq, one, ds, k0 + (size_t)j0 * QKV_W(C), QKV_W(C), min(ATT_KB, last + 1 - j0))
     }
     for (int i = 0; i < last + 1 - i0; i++) {
         __global float* out = QKV_ROW(dqkv, b, i0 + i, 0, C, h);
@@ -269,51 +275,57 @@ __kernel void attention_backward_dq(__global float* dqkv, __global float* dsum,
 }
 
 /* dk, dv parts of dqkv, after attention_backward_dq wrote dsum; xt np 4 (parts q 0, dy 3).
- * Global (ceil(T / ATT_R), z chunk): a work-item per ATT_R keys j, over the query blocks from
- * the one holding its first key on (queries i >= j). dv = P^T dy; dk = scale dS^T q. */
+ * Global (ceil(T / ATT_R), z chunk), z = b * (H / ATT_G) + kv head: a work-item per ATT_R keys
+ * j, over the query blocks from the one holding its first key on (queries i >= j) of each of
+ * the ATT_G query heads sharing the key/value head, summed. dv = P^T dy; dk = scale dS^T q. */
 __kernel void attention_backward_dkv(__global float* dqkv, __global const float* dy,
                                      __global const float* qkv, __global const float* lse,
                                      __global const float* dsum, __global const float* xt, int T,
                                      int C, int H, int z0, int z_end) {
     const int j0 = get_global_id(0) * ATT_R, z = z0 + get_global_id(1);
     if (j0 >= T || z >= z_end) return;
-    const int b = z / H, h = z % H, Tp = ATT_TP(T), nk = min(ATT_R, T - j0);
+    /* h: the group's first query head; its k, v rows are the group's key/value head */
+    const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G, Tp = ATT_TP(T);
+    const int nk = min(ATT_R, T - j0);
     const float scale = 1.0f / sqrt((float)ATT_HD);
-    const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
-    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
-    const __global float* Qt = xt + (size_t)z * 4 * ATT_HD * Tp;
-    const __global float* Gt = Qt + (size_t)3 * ATT_HD * Tp;
-    ROW_OFFSETS(ro, j0, T, 3 * C)
+    ROW_OFFSETS(ro, j0, T, QKV_W(C))
     float dk[ATT_R][ATT_HD], dv[ATT_R][ATT_HD], pt[ATT_R][ATT_KB], dst[ATT_R][ATT_KB];
     float Lb[ATT_KB], Db[ATT_KB], one[ATT_R];
     ZERO_ROWS(dk)
     ZERO_ROWS(dv)
     for (int i = 0; i < ATT_R; i++) one[i] = 1.0f;
-    for (int i0 = j0 - j0 % ATT_KB; i0 < T; i0 += ATT_KB) {
-        const int ni = min(ATT_KB, T - i0);
-        for (int t = 0; t < ATT_KB; t++) {
-            Lb[t] = t < ni ? lse[(size_t)z * T + i0 + t] : 0.0f;
-            Db[t] = t < ni ? dsum[(size_t)z * T + i0 + t] : 0.0f;
-        }
-        att_vf s[ATT_R][2], dp[ATT_R][2];
-        TILE_DOTS(s, k0, ro, Qt, Tp, i0)
-        TILE_DOTS(dp, v0, ro, Gt, Tp, i0)
-        const bool edge = i0 < j0 + ATT_R || ni < ATT_KB;
-        _Pragma("unroll") for (int i = 0; i < ATT_R; i++)
-            _Pragma("unroll") for (int u = 0; u < 2; u++) {
-                att_vf x = s[i][u] * scale - VLOAD_P(Lb + u * ATT_VW);
-                if (edge) {
-                    const att_vf qi = ATT_LANES + (float)(i0 + u * ATT_VW);
-                    x = qi < (float)(j0 + i) || qi >= (float)T ? (att_vf)(-INFINITY) : x;
-                }
-                const att_vf pv = att_vexp(x);
-                VSTORE_P(pt[i] + u * ATT_VW, pv);
-                VSTORE_P(dst[i] + u * ATT_VW, pv * (dp[i][u] - VLOAD_P(Db + u * ATT_VW)));
+    for (int hq = h; hq < h + ATT_G; hq++) {
+        const size_t zq = (size_t)b * H + hq;
+        const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, hq);
+        const __global float* g0 = dy + (size_t)b * T * C + hq * ATT_HD;
+        const __global float* Qt = xt + zq * 4 * ATT_HD * Tp;
+        const __global float* Gt = Qt + (size_t)3 * ATT_HD * Tp;
+        for (int i0 = j0 - j0 % ATT_KB; i0 < T; i0 += ATT_KB) {
+            const int ni = min(ATT_KB, T - i0);
+            for (int t = 0; t < ATT_KB; t++) {
+                Lb[t] = t < ni ? lse[zq * T + i0 + t] : 0.0f;
+                Db[t] = t < ni ? dsum[zq * T + i0 + t] : 0.0f;
             }
-        ROWS_ACC(dv, one, pt, g0 + (size_t)i0 * C, C, ni)
-        ROWS_ACC(dk, one, dst, q0 + (size_t)i0 * 3 * C, 3 * C, ni)
+            att_vf s[ATT_R][2], dp[ATT_R][2];
+            TILE_DOTS(s, k0, ro, Qt, Tp, i0)
+            TILE_DOTS(dp, v0, ro, Gt, Tp, i0)
+            const bool edge = i0 < j0 + ATT_R || ni < ATT_KB;
+            _Pragma("unroll") for (int i = 0; i < ATT_R; i++)
+                _Pragma("unroll") for (int u = 0; u < 2; u++) {
+                    att_vf x = s[i][u] * scale - VLOAD_P(Lb + u * ATT_VW);
+                    if (edge) {
+                        const att_vf qi = ATT_LANES + (float)(i0 + u * ATT_VW);
+                        x = qi < (float)(j0 + i) || qi >= (float)T ? (att_vf)(-INFINITY) : x;
+                    }
+                    const att_vf pv = att_vexp(x);
+                    VSTORE_P(pt[i] + u * ATT_VW, pv);
+                    VSTORE_P(dst[i] + u * ATT_VW, pv * (dp[i][u] - VLOAD_P(Db + u * ATT_VW)));
+                }
+            ROWS_ACC(dv, one, pt, g0 + (size_t)i0 * C, C, ni)
+            ROWS_ACC(dk, one, dst, q0 + (size_t)i0 * QKV_W(C), QKV_W(C), ni)
+        }
     }
     for (int i = 0; i < nk; i++) {
         __global float* ok = QKV_ROW(dqkv, b, j0 + i, 1, C, h);

@@ -69,11 +69,18 @@ inline float lanes_reduce(__local float* red, float v, int lane, int is_max) {
 }
 
 /* Attention's shared layout (engine/attention.py, attention_gemm.py): the fused qkv rows
- * (B*T, 3C) hold q at [0, C), k at [C, 2C), v at [2C, 3C); head h owns channels
- * [h*ATT_HD, (h+1)*ATT_HD) of each part. QKV_ROW is the head-h channels of row t of batch b
- * (part 0 q, 1 k, 2 v); T comes from the kernel, ATT_HD from the build options. */
+ * (B*T, C + 2 KV) hold q at [0, C), k at [C, C + KV), v at [C + KV, C + 2 KV), KV = C / ATT_G
+ * (grouped-query attention, Ainslie et al. 2023: ATT_G query heads share one key/value head;
+ * ATT_G 1 is multi-head attention). Query head h reads key/value head h / ATT_G (the
+ * llama.cpp / transformers convention). QKV_ROW is the head-h channels of row t of batch b
+ * (part 0 q, 1 k, 2 v; h is the query head); T comes from the kernel, ATT_HD and ATT_G from
+ * the build options. */
+#define QKV_KV(C) ((C) / ATT_G)
+#define QKV_W(C) ((C) + 2 * QKV_KV(C))
+#define QKV_COL(part, C, h) \
+    ((part) == 0 ? (h) * ATT_HD : (C) + ((part) - 1) * QKV_KV(C) + ((h) / ATT_G) * ATT_HD)
 #define QKV_ROW(qkv, b, t, part, C, h) \
-    ((qkv) + ((size_t)(b) * T + (t)) * 3 * (C) + (part) * (C) + (h) * ATT_HD)
+    ((qkv) + ((size_t)(b) * T + (t)) * QKV_W(C) + QKV_COL(part, C, h))
 
 /* The causal mode of a batched attention product (engine.attention_gemm.Causal, same values):
  * NONE a plain product; SKIP_ABOVE skips output tiles wholly above the diagonal (n > m

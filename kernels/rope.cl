@@ -1,7 +1,9 @@
 /* Rotary position embedding (Su et al. 2021) in llama.cpp's NORM convention: within each head
  * the pair (x[2i], x[2i+1]) is rotated by pos * base^(-2i/head_dim). cos/sin come from a host
  * table (context_length, head_dim/2) computed in float64, so no trig runs on the device.
- * Applied in place to the q and k parts of the fused qkv rows (BT, 3C): q at [0, C), k at [C, 2C).
+ * Applied in place to the q and k parts of the fused qkv rows (BT, W): q at [0, C), k (kv_heads
+ * heads, grouped-query attention) right after it, so the rotated pairs are the first np of a
+ * row, np = (C + kv_heads * head_dim) / 2.
  * sign +1 rotates by +angle (forward); sign -1 by -angle, which is the backward: the rotation
  * is orthogonal, so its gradient is the inverse rotation, applied in place on dqkv. */
 
@@ -14,17 +16,17 @@
     }
 
 __kernel void rope(__global float* qkv, __global const float* cos_t, __global const float* sin_t,
-                   int BT, int T, int C, int head_dim, int pos0, float sign) {
-    const int i = get_global_id(1);  /* row; columns: the C pairs of q then k (C/2 each) */
+                   int BT, int T, int W, int np, int head_dim, int pos0, float sign) {
+    const int i = get_global_id(1);  /* row; columns: the np pairs of q then k */
     if (i >= BT) return;
     const int hp = head_dim / 2, pos = i % T + pos0;
     const __global float* ct = cos_t + (size_t)pos * hp;
     const __global float* st = sin_t + (size_t)pos * hp;
-    __global float* x = qkv + (size_t)i * 3 * C;  /* q at [0, C), k at [C, 2C): contiguous */
+    __global float* x = qkv + (size_t)i * W;  /* q then k: contiguous */
 #ifdef CPU_DEVICE  /* head by head: contiguous inner loops, no modulo (vectorised) */
-    for (int p0 = 0; p0 < C; p0 += hp)
+    for (int p0 = 0; p0 < np; p0 += hp)
         for (int j = 0; j < hp; j++) ROPE_PAIR(x, p0 + j, ct[j], sign * st[j])
 #else
-    FOR_COLUMNS(p, C) ROPE_PAIR(x, p, ct[p % hp], sign * st[p % hp])
+    FOR_COLUMNS(p, np) ROPE_PAIR(x, p, ct[p % hp], sign * st[p % hp])
 #endif
 }

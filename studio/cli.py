@@ -43,12 +43,13 @@ def cmd_devices(args) -> int:
 
 
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
-MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "context_length",
+MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
                  "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
                  "preset")
 # option -> (ModelConfig or TrainConfig, field)
 _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
-               n_head=("model", "n_head"), context_length=("model", "context_length"),
+               n_head=("model", "n_head"), n_kv_head=("model", "n_kv_head"),
+               context_length=("model", "context_length"),
                vocab_size=("model", "vocab_size"), lr=("train", "learning_rate"),
                steps=("train", "pretrain_steps"), tune_steps=("train", "tune_steps"),
                batch_size=("train", "batch_size"), seed=("train", "seed"),
@@ -229,7 +230,8 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
                  f"asked for (no more merges to learn); the model uses {c.vocab_size}.")
     line.say(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
-             f"n_head {c.n_head}, context {c.context_length}, vocab {c.vocab_size} "
+             f"n_head {c.n_head}{f' ({c.kv_heads} kv)' if c.kv_heads < c.n_head else ''}, "
+             f"context {c.context_length}, vocab {c.vocab_size} "
              f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
              f"tokens")
     return session
@@ -467,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--n-layer", type=count(1, MAX_LAYERS),
                    help=f"transformer blocks ({d['n_layer']})")
     t.add_argument("--n-head", type=count(1, MAX_WIDTH), help=f"attention heads ({d['n_head']})")
+    t.add_argument("--n-kv-head", type=count(0, MAX_WIDTH),
+                   help="key/value heads, a divisor of n_head: grouped-query attention "
+                        f"(0 = n_head, {d['n_kv_head']})")
     t.add_argument("--context-length", type=count(1, MAX_WIDTH),
                    help=f"tokens per window ({d['context_length']})")
     t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),

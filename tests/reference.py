@@ -9,6 +9,8 @@ Every function takes and returns float64 arrays; `_backward` functions return gr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.params import ParamTable  # names and shapes only; the arithmetic here is independent
@@ -84,19 +86,49 @@ def matmul_backward(dout, x, w):
     return dx, dw
 
 
-def rope_angles(T, head_dim, base=10000.0, pos0=0):
-    """-> cos, sin of shape (T, head_dim // 2): angle = pos * base^(-2i/head_dim)."""
-    i = np.arange(head_dim // 2)
-    inv_freq = base ** (-2.0 * i / head_dim)
+def llama3_inv_freq(base, dim, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """(dim/2,) RoPE inverse frequencies with Llama 3.1 scaling, line by line as transformers'
+    src/transformers/modeling_rope_utils.py _compute_llama3_parameters (numpy for torch)."""
+    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float64) / dim))
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    # wavelen < high_freq_wavelen: do nothing
+    # wavelen > low_freq_wavelen: divide by factor
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    # otherwise: interpolate between the two, using a smooth factor
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor
+                                                                     - low_freq_factor)
+    smoothed_inv_freq = ((1 - smooth_factor) * inv_freq_llama / factor
+                         + smooth_factor * inv_freq_llama)
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def model_inv_freq(cfg):
+    """A ModelConfig's RoPE inverse frequencies, or None for the plain base^(-2i/head_dim)."""
+    if cfg.rope_scaling != "llama3":
+        return None
+    return llama3_inv_freq(cfg.rope_base, cfg.head_dim, cfg.rope_scaling_factor,
+                           cfg.rope_low_freq_factor, cfg.rope_high_freq_factor,
+                           cfg.rope_original_context)
+
+
+def rope_angles(T, head_dim, base=10000.0, pos0=0, inv_freq=None):
+    """-> cos, sin of shape (T, head_dim // 2): angle = pos * inv_freq, inv_freq by default
+    base^(-2i/head_dim)."""
+    if inv_freq is None:
+        i = np.arange(head_dim // 2)
+        inv_freq = base ** (-2.0 * i / head_dim)
     ang = np.arange(pos0, pos0 + T)[:, None] * inv_freq[None, :]
     return np.cos(ang), np.sin(ang)
 
 
-def rope_forward(x, n_head, base=10000.0, pos0=0):
+def rope_forward(x, n_head, base=10000.0, pos0=0, inv_freq=None):
     """x (B, T, n_head * head_dim) -> rotated copy; pairs (2i, 2i+1) within each head."""
     B, T, C = x.shape
     hd = C // n_head
-    cos, sin = rope_angles(T, hd, base, pos0)
+    cos, sin = rope_angles(T, hd, base, pos0, inv_freq)
     xr = x.reshape(B, T, n_head, hd // 2, 2)
     a, b = xr[..., 0], xr[..., 1]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -104,11 +136,11 @@ def rope_forward(x, n_head, base=10000.0, pos0=0):
     return out.reshape(B, T, C)
 
 
-def rope_backward(dout, n_head, base=10000.0, pos0=0):
+def rope_backward(dout, n_head, base=10000.0, pos0=0, inv_freq=None):
     """The rotation is orthogonal: its gradient is the inverse rotation."""
     B, T, C = dout.shape
     hd = C // n_head
-    cos, sin = rope_angles(T, hd, base, pos0)
+    cos, sin = rope_angles(T, hd, base, pos0, inv_freq)
     dr = dout.reshape(B, T, n_head, hd // 2, 2)
     a, b = dr[..., 0], dr[..., 1]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -116,48 +148,64 @@ def rope_backward(dout, n_head, base=10000.0, pos0=0):
     return out.reshape(B, T, C)
 
 
+def _heads(t, n, hd):
+    """(B, T, n * hd) -> (B, n, T, hd)."""
+    B, T, _ = t.shape
+    return t.reshape(B, T, n, hd).transpose(0, 2, 1, 3)
+
+
+def _kv_heads(q, k, n_head):
+    """Grouped-query attention (Ainslie et al. 2023): k (or v) (B, T, kv_heads * hd) as
+    (B, n_head, T, hd), key/value head j repeated for query heads j*G .. j*G+G-1
+    (transformers' repeat_kv; query head h reads kv head h // G)."""
+    hd = q.shape[-1] // n_head
+    kv = k.shape[-1] // hd
+    return np.repeat(_heads(k, kv, hd), n_head // kv, axis=1)
+
+
+def _scores(q, k, n_head):
+    """Causal scaled scores (B, H, T, T), -inf above the diagonal."""
+    T, hd = q.shape[1], q.shape[-1] // n_head
+    s = _heads(q, n_head, hd) @ _kv_heads(q, k, n_head).transpose(0, 1, 3, 2) / np.sqrt(hd)
+    return np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+
+
 def attention_forward(q, k, v, n_head):
-    """q, k, v (B, T, C) (already rotated) -> y (B, T, C), att (B, H, T, T) causal softmax."""
+    """q (B, T, C), k, v (B, T, kv_heads * head_dim) (already rotated; kv_heads divides n_head,
+    kv_heads = n_head is multi-head attention) -> y (B, T, C), att (B, H, T, T) causal softmax."""
     B, T, C = q.shape
-    hd = C // n_head
-    qh = q.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
-    kh = k.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
-    vh = v.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
-    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(hd)
-    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s = _scores(q, k, n_head)
     s = s - s.max(axis=-1, keepdims=True)
     att = np.exp(s)
     att /= att.sum(axis=-1, keepdims=True)
-    y = (att @ vh).transpose(0, 2, 1, 3).reshape(B, T, C)
+    y = (att @ _kv_heads(q, v, n_head)).transpose(0, 2, 1, 3).reshape(B, T, C)
     return y, att
 
 
 def attention_logsumexp(q, k, n_head):
     """(B, H, T): log of the sum over keys s <= t of exp(q_t . k_s / sqrt(head_dim)), what the
     fused forward keeps per query row instead of the probabilities (Dao 2023)."""
-    B, T, C = q.shape
-    hd = C // n_head
-    qh = q.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
-    kh = k.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)
-    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(hd)
-    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s = _scores(q, k, n_head)
     mx = s.max(axis=-1, keepdims=True)
     return (mx + np.log(np.exp(s - mx).sum(axis=-1, keepdims=True)))[..., 0]
 
 
 def attention_backward(dy, q, k, v, att, n_head):
-    """-> dq, dk, dv (B, T, C)."""
+    """-> dq (B, T, C), dk, dv (B, T, kv_heads * head_dim): the gradients of a key/value head
+    sum over the query heads that read it."""
     B, T, C = q.shape
     hd = C // n_head
-    split = lambda t: t.reshape(B, T, n_head, hd).transpose(0, 2, 1, 3)  # noqa: E731
-    merge = lambda t: t.transpose(0, 2, 1, 3).reshape(B, T, C)  # noqa: E731
-    qh, kh, vh, dyh = split(q), split(k), split(v), split(dy)
+    kv = k.shape[-1] // hd
+    merge = lambda t: t.transpose(0, 2, 1, 3).reshape(B, T, -1)  # noqa: E731
+    group = lambda t: t.reshape(B, kv, n_head // kv, T, hd).sum(axis=2)  # noqa: E731
+    qh, dyh = _heads(q, n_head, hd), _heads(dy, n_head, hd)
+    kh, vh = _kv_heads(q, k, n_head), _kv_heads(q, v, n_head)
     dv = att.transpose(0, 1, 3, 2) @ dyh
     datt = dyh @ vh.transpose(0, 1, 3, 2)
     ds = att * (datt - np.sum(datt * att, axis=-1, keepdims=True)) / np.sqrt(hd)
     dq = ds @ kh
     dk = ds.transpose(0, 1, 3, 2) @ qh
-    return merge(dq), merge(dk), merge(dv)
+    return merge(dq), merge(group(dk)), merge(group(dv))
 
 
 def silu(x):
@@ -232,6 +280,7 @@ def forward(weights, cfg, ids, targets=None, masks=None, drop_p=0.0):
     ids = np.asarray(ids)
     B, T = ids.shape
     H, eps, base, f = cfg.n_head, cfg.rms_eps, cfg.rope_base, cfg.hidden_dim
+    KVH, inv = cfg.kv_heads, model_inv_freq(cfg)
     cache = {"ids": ids, "layers": [], "masks": masks, "p": drop_p}
     drop = (lambda z, i, site: z) if masks is None else \
         (lambda z, i, site: dropout_forward(z, masks[(i, site)], drop_p))
@@ -240,8 +289,8 @@ def forward(weights, cfg, ids, targets=None, masks=None, drop_p=0.0):
         p = f"blk.{i}."
         L = {"x": x}
         L["xn"], L["rstd1"] = rmsnorm_forward(x, w[p + "attn_norm.weight"], eps)
-        q = rope_forward(matmul_forward(L["xn"], w[p + "attn_q.weight"]), H, base)
-        k = rope_forward(matmul_forward(L["xn"], w[p + "attn_k.weight"]), H, base)
+        q = rope_forward(matmul_forward(L["xn"], w[p + "attn_q.weight"]), H, base, 0, inv)
+        k = rope_forward(matmul_forward(L["xn"], w[p + "attn_k.weight"]), KVH, base, 0, inv)
         v = matmul_forward(L["xn"], w[p + "attn_v.weight"])
         L["q"], L["k"], L["v"] = q, k, v
         L["y"], L["att"] = attention_forward(q, k, v, H)
@@ -267,7 +316,7 @@ def forward(weights, cfg, ids, targets=None, masks=None, drop_p=0.0):
 def backward(weights, cfg, cache):
     """Gradients of the mean cross-entropy for every weight, same names as `weights`."""
     w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
-    H, base = cfg.n_head, cfg.rope_base
+    H, base, KVH, inv = cfg.n_head, cfg.rope_base, cfg.kv_heads, model_inv_freq(cfg)
     logits, targets = cache["logits"], cache["targets"]
     B, T, V = logits.shape
     g = {k: np.zeros_like(v) for k, v in w.items()}
@@ -292,7 +341,7 @@ def backward(weights, cfg, cache):
         dy, g[p + "attn_output.weight"] = matmul_backward(drop(dx, i, "attn"), L["y"],
                                                           w[p + "attn_output.weight"])
         dq, dk, dv = attention_backward(dy, L["q"], L["k"], L["v"], L["att"], H)
-        dq, dk = rope_backward(dq, H, base), rope_backward(dk, H, base)
+        dq, dk = rope_backward(dq, H, base, 0, inv), rope_backward(dk, KVH, base, 0, inv)
         dxn = 0.0
         for name, dproj in (("attn_q", dq), ("attn_k", dk), ("attn_v", dv)):
             dpart, g[p + name + ".weight"] = matmul_backward(dproj, L["xn"], w[p + name + ".weight"])

@@ -10,7 +10,7 @@ import pytest
 import tests.reference as ref
 from engine import attention
 from engine.config import ModelConfig
-from engine.errors import DeviceError
+from engine.errors import ConfigError, DeviceError
 from engine.memory import activation_floats
 from tests.test_kernels import close, down, up
 
@@ -27,24 +27,33 @@ def att_rt(rt, request):
     rt.attention_variant, rt.vector_width = before
 
 
-def run_attention(rt, B, T, H, hd, seed):
+def run_attention(rt, B, T, H, hd, seed, KVH=None, attend=attention, state=None):
+    """attend's forward and backward on random qkv (B, T, C + 2 KVH hd) against the float64
+    reference; KVH None: multi-head. state: floats of the forward's second output, compared
+    too: None for the fused path's logsumexp (B*H*T), B*H*T*T for the gemm path's
+    probabilities."""
     rng = np.random.default_rng(seed)
-    C = H * hd
-    qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
-    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    C, KV = H * hd, (KVH or H) * hd
+    W = C + 2 * KV
+    qkv, dy = rng.normal(size=(B, T, W)), rng.normal(size=(B, T, C))
+    q, k, v = qkv[..., :C], qkv[..., C:C + KV], qkv[..., C + KV:]
     nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
-    y, lse, bqkv = nan(B * T * C), nan(B * H * T), up(rt, qkv)
-    attention.attention_forward(rt, y, lse, bqkv, B, T, C, H)
+    n_state = B * H * T if state is None else state
+    y, lse, bqkv = nan(B * T * C), nan(n_state), up(rt, qkv)
+    attend.attention_forward(rt, y, lse, bqkv, B, T, C, H, KVH)
     ry, ratt = ref.attention_forward(q, k, v, H)
     close(down(rt, y, (B, T, C)), ry)
-    close(down(rt, lse, (B, H, T)), ref.attention_logsumexp(q, k, H))
-    dqkv, dsum = nan(B * T * 3 * C), nan(B * H * T)
-    attention.attention_backward(rt, dqkv, dsum, up(rt, dy), bqkv, y, lse, B, T, C, H)
-    got = down(rt, dqkv, (B, T, 3 * C))
+    if state is None:
+        close(down(rt, lse, (B, H, T)), ref.attention_logsumexp(q, k, H))
+    else:
+        close(down(rt, lse, (B, H, T, T)), ratt)  # zero above the diagonal
+    dqkv, dsum = nan(B * T * W), nan(n_state)
+    attend.attention_backward(rt, dqkv, dsum, up(rt, dy), bqkv, y, lse, B, T, C, H, KVH)
+    got = down(rt, dqkv, (B, T, W))
     rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
     close(got[..., :C], rdq, 5e-5)
-    close(got[..., C:2 * C], rdk, 5e-5)
-    close(got[..., 2 * C:], rdv, 5e-5)
+    close(got[..., C:C + KV], rdk, 5e-5)
+    close(got[..., C + KV:], rdv, 5e-5)
 
 
 @pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 33, 2, 10),
@@ -52,6 +61,22 @@ def run_attention(rt, B, T, H, hd, seed):
                                       (1, 47, 1, 24), (1, 37, 2, 40), (1, 45, 1, 128)])
 def test_attention(att_rt, B, T, H, hd):
     run_attention(att_rt, B, T, H, hd, seed=B * T + H)
+
+
+# grouped-query attention: n_head 9 / kv 3, 6 / 1 (multi-query), 4 / 2; odd T, T 1, batch 1
+GQA_SHAPES = [(1, 1, 9, 2, 3), (2, 5, 6, 4, 1), (1, 19, 9, 6, 3), (2, 33, 4, 10, 2),
+              (1, 70, 6, 8, 1), (3, 17, 9, 64, 3), (1, 45, 2, 24, 1)]
+
+
+@pytest.mark.parametrize("B,T,H,hd,KVH", GQA_SHAPES)
+def test_grouped_query_attention(att_rt, B, T, H, hd, KVH):
+    """Query head h reads key/value head h // (H / KVH); dk, dv sum over the group."""
+    run_attention(att_rt, B, T, H, hd, seed=B * T + H + KVH, KVH=KVH)
+
+
+def test_grouped_query_attention_with_kv_heads_equal_heads_is_multi_head(att_rt):
+    """KVH = H gives the layout and numbers of plain multi-head attention."""
+    run_attention(att_rt, 2, 9, 3, 4, seed=3, KVH=3)
 
 
 def test_attention_split_launches(att_rt):
@@ -65,6 +90,18 @@ def test_attention_split_launches(att_rt):
     finally:
         rt.max_launch_flops = before
     assert rt.launches - n0 >= 3 * 6  # forward, dq, dkv: one launch per (batch, head)
+
+
+def test_grouped_query_attention_split_launches(att_rt):
+    """Split launches of the grouped kernels (dk/dv per (batch, key/value head)) agree too."""
+    rt = att_rt
+    before, rt.max_launch_flops = rt.max_launch_flops, 1.0e4
+    n0 = rt.launches
+    try:
+        run_attention(rt, 2, 21, 6, 6, seed=8, KVH=2)
+    finally:
+        rt.max_launch_flops = before
+    assert rt.launches - n0 >= 2 * 6 + 2 * 2  # forward, dq per (batch, head); dkv per kv head
 
 
 def test_tiles_shrink_to_local_memory_or_refuse(rt):
@@ -86,21 +123,66 @@ def test_activation_memory_is_linear_in_context_length():
         assert biggest < 4 * 6 * 2048 * 2048
 
 
-@pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 17, 2, 6), (3, 32, 4, 16)])
-def test_rope(rt, B, T, H, hd):
+@pytest.mark.parametrize("B,T,H,hd,KVH", [(1, 1, 1, 2, 1), (2, 5, 3, 4, 3), (1, 17, 2, 6, 2),
+                                          (3, 32, 4, 16, 4), (1, 1, 9, 2, 3), (2, 7, 6, 4, 1),
+                                          (1, 13, 9, 6, 3)])
+def test_rope(rt, B, T, H, hd, KVH):
+    """q (H heads) and k (KVH heads) rotated, v untouched; backward the inverse rotation."""
     rng = np.random.default_rng(T)
-    C = H * hd
-    qkv = rng.normal(size=(B, T, 3 * C))
+    C, KV = H * hd, KVH * hd
+    W = C + 2 * KV
+    qkv = rng.normal(size=(B, T, W))
     cos, sin = ref.rope_angles(T, hd)
     bq, bc, bs = up(rt, qkv), up(rt, cos), up(rt, sin)
-    attention.rope_forward(rt, bq, bc, bs, B * T, T, C, hd)
+    attention.rope_forward(rt, bq, bc, bs, B * T, T, C, hd, 0, KVH)
     want = qkv.copy()
     want[..., :C] = ref.rope_forward(qkv[..., :C], H)
-    want[..., C:2 * C] = ref.rope_forward(qkv[..., C:2 * C], H)
-    close(down(rt, bq, (B, T, 3 * C)), want)
-    attention.rope_backward(rt, bq, bc, bs, B * T, T, C, hd)
-    close(down(rt, bq, (B, T, 3 * C)), qkv)  # backward is the inverse rotation
-    dq = rng.normal(size=(B, T, C))
-    bd = up(rt, np.concatenate([dq, dq, np.zeros_like(dq)], -1))
-    attention.rope_backward(rt, bd, bc, bs, B * T, T, C, hd)
-    close(down(rt, bd, (B, T, 3 * C))[..., :C], ref.rope_backward(dq, H))
+    want[..., C:C + KV] = ref.rope_forward(qkv[..., C:C + KV], KVH)
+    close(down(rt, bq, (B, T, W)), want)
+    attention.rope_backward(rt, bq, bc, bs, B * T, T, C, hd, 0, KVH)
+    close(down(rt, bq, (B, T, W)), qkv)  # backward is the inverse rotation
+    dq, dk = rng.normal(size=(B, T, C)), rng.normal(size=(B, T, KV))
+    bd = up(rt, np.concatenate([dq, dk, np.zeros_like(dk)], -1))
+    attention.rope_backward(rt, bd, bc, bs, B * T, T, C, hd, 0, KVH)
+    got = down(rt, bd, (B, T, W))
+    close(got[..., :C], ref.rope_backward(dq, H))
+    close(got[..., C:C + KV], ref.rope_backward(dk, KVH))
+    assert not got[..., C + KV:].any()
+
+
+@pytest.mark.parametrize("hd,base,factor,lo,hi,orig,T", [
+    (64, 500000.0, 32.0, 1.0, 4.0, 8192, 40),   # Llama 3.2 1B
+    (128, 500000.0, 8.0, 1.0, 4.0, 8192, 9),    # Llama 3.1 8B
+    (16, 10000.0, 4.0, 2.0, 8.0, 64, 33)])      # a small model where all three bands occur
+def test_rope_llama3_scaling(hd, base, factor, lo, hi, orig, T):
+    """rope_inv_freq with rope_scaling llama3 equals transformers' _compute_llama3_parameters
+    (tests/reference.py's line-by-line numpy copy), and its table feeds the angles."""
+    cfg = ModelConfig(d_model=2 * hd, n_head=2, rope_base=base, rope_scaling="llama3",
+                      rope_scaling_factor=factor, rope_low_freq_factor=lo,
+                      rope_high_freq_factor=hi, rope_original_context=orig).validate()
+    want = ref.llama3_inv_freq(base, hd, factor, lo, hi, orig)
+    got = attention.rope_inv_freq(cfg)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    plain = attention.rope_inv_freq(cfg.replace(rope_scaling=""))
+    assert (got < plain).any() and (got == plain).any()  # scaled low, kept high frequencies
+    if hd == 16:
+        assert ((got < plain) & (got > plain / factor)).any()  # the smoothed band
+    cos, sin = attention.rope_table(hd, T, base, got)
+    rc, rs = ref.rope_angles(T, hd, inv_freq=want)
+    close(cos, rc)
+    close(sin, rs)
+
+
+def test_rope_scaling_settings_are_checked():
+    with pytest.raises(ConfigError, match="rope_scaling"):
+        ModelConfig(rope_scaling="yarn").validate()
+    with pytest.raises(ConfigError, match="low_freq_factor"):
+        ModelConfig(rope_scaling="llama3", rope_low_freq_factor=4.0).validate()
+
+
+def test_kv_heads_must_divide_heads():
+    with pytest.raises(ConfigError, match="n_kv_head") as e:
+        ModelConfig(d_model=96, n_head=6, n_kv_head=4).validate()
+    assert "1, 2, 3, 6" in e.value.hint
+    assert ModelConfig(d_model=96, n_head=6, n_kv_head=2).validate().kv_heads == 2
+    assert ModelConfig(n_head=4).kv_heads == 4

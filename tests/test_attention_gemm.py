@@ -14,7 +14,7 @@ from engine.config import ModelConfig, TrainConfig
 from engine.memory import activation_floats, check_fits, training_bytes
 from engine.model import Model
 from engine.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
-from tests.test_kernels import close, down, up
+from tests.test_attention import GQA_SHAPES, run_attention
 from tests.helpers import tiny_config
 from tests.test_model import batch, rel_err
 
@@ -33,30 +33,21 @@ def gemm_rt(rt, rt_lanes, request):
     r.gemm = before
 
 
-def run_gemm_attention(rt, B, T, H, hd, seed):
-    rng = np.random.default_rng(seed)
-    C = H * hd
-    qkv, dy = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
-    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
-    nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
-    y, att, bqkv = nan(B * T * C), nan(B * H * T * T), up(rt, qkv)
-    attention_gemm.attention_forward(rt, y, att, bqkv, B, T, C, H)
-    ry, ratt = ref.attention_forward(q, k, v, H)
-    close(down(rt, y, (B, T, C)), ry)
-    close(down(rt, att, (B, H, T, T)), ratt)  # zero above the diagonal
-    dqkv, datt = nan(B * T * 3 * C), nan(B * H * T * T)
-    attention_gemm.attention_backward(rt, dqkv, datt, up(rt, dy), bqkv, y, att, B, T, C, H)
-    got = down(rt, dqkv, (B, T, 3 * C))
-    rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
-    close(got[..., :C], rdq, 5e-5)
-    close(got[..., C:2 * C], rdk, 5e-5)
-    close(got[..., 2 * C:], rdv, 5e-5)
+def run_gemm_attention(rt, B, T, H, hd, seed, KVH=None):
+    run_attention(rt, B, T, H, hd, seed, KVH, attend=attention_gemm, state=B * H * T * T)
 
 
 @pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 33, 2, 10),
                                       (1, 70, 3, 8), (2, 130, 2, 32)])
 def test_gemm_attention(gemm_rt, B, T, H, hd):
     run_gemm_attention(gemm_rt, B, T, H, hd, seed=B * T + H)
+
+
+@pytest.mark.parametrize("B,T,H,hd,KVH", GQA_SHAPES)
+def test_gemm_grouped_query_attention(gemm_rt, B, T, H, hd, KVH):
+    """Grouped-query attention as G batched products per step over the key/value heads: dk,
+    dv of a key/value head sum over its query heads."""
+    run_gemm_attention(gemm_rt, B, T, H, hd, seed=B * T + H + KVH, KVH=KVH)
 
 
 @pytest.mark.parametrize("kind", ["blocked", "tiled"])
@@ -126,7 +117,9 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
 
 @pytest.mark.parametrize("path", ["gemm", "fused"])
 @pytest.mark.parametrize("cfg,B,T", [(tiny_config(), 2, 16), (tiny_config(n_layer=1, d_model=20, n_head=5), 3, 7),
-                                     (tiny_config(n_layer=1, d_model=16, n_head=2), 1, 1)])
+                                     (tiny_config(n_layer=1, d_model=16, n_head=2), 1, 1),
+                                     (tiny_config(d_model=36, n_head=9, n_kv_head=3), 2, 9),
+                                     (tiny_config(n_layer=1, n_head=6, n_kv_head=1), 1, 1)])
 def test_model_on_both_paths(rt, path, cfg, B, T):
     """Loss and every gradient of the whole model against the reference on each path."""
     before, rt.attention_path = rt.attention_path, path

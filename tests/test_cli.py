@@ -95,6 +95,7 @@ def test_existing_run_is_not_overwritten(run, capsys):
 @pytest.mark.parametrize("args,message", [
     (["--pretrain", "/nonexistent/file.txt"], "does not exist"),
     (["--d-model", "30", "--n-head", "4"], "not divisible by n_head"),
+    (["--n-kv-head", "3"], "must divide n_head"),
     (["--device", "no-such-device"], "No OpenCL device matches"),
     (["--context-length", "4000"], "shorter than one training window"),
 ])
@@ -103,6 +104,20 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
     assert main(argv + args) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_grouped_query_run_trains_samples_and_exports(tmp_path, capsys):
+    """--n-kv-head: a grouped-query model trains, continues from its checkpoint (sample) and
+    exports a GGUF whose head_count_kv is the run's."""
+    gguf = pytest.importorskip("gguf")
+    out = tmp_path / "r"
+    args = ["--steps", "3", "--no-tune", *TINY, "--n-head", "4", "--n-kv-head", "2"]
+    assert main(["train", "--out", str(out), *args]) == 0
+    assert main(["sample", str(out), "--prompt", "Paris", "--max-tokens", "3"]) == 0
+    assert main(["export", str(out), str(tmp_path / "m.gguf")]) == 0
+    fields = gguf.GGUFReader(tmp_path / "m.gguf").fields
+    assert fields["llama.attention.head_count_kv"].contents() == 2
+    assert fields["llama.attention.head_count"].contents() == 4
 
 
 def test_empty_file_exits_2(tmp_path, capsys):

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
         "--vocab-size", "320", "--batch-size", "4", "--quiet"]
 BAD = ["-1", "-1000000", "99999999999999999999", "1e309", "nan", "inf", "-inf", "abc", ""]
-TRAIN_NUMBERS = {"--d-model": ["0", "1"], "--n-layer": ["0"], "--n-head": ["0"],
+TRAIN_NUMBERS = {"--d-model": ["0", "1"], "--n-layer": ["0"], "--n-head": ["0"], "--n-kv-head": [],
                  "--context-length": ["0"], "--vocab-size": ["0", "258"], "--lr": ["0", "1"],
                  "--steps": [], "--tune-steps": [], "--batch-size": ["0"], "--replay": ["1.5"],
                  "--seed": [], "--checkpoint-every": []}

@@ -8,10 +8,13 @@ from engine.decode import KVDecoder
 from engine.model import Model
 
 
-@pytest.mark.parametrize("n_prompt", [1, 5])
-def test_kv_cache_logits_equal_full_forward(rt, n_prompt):
-    cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=3, context_length=12,
-                      ffn_dim=40)
+@pytest.mark.parametrize("n_prompt,n_head,n_kv_head,scaling", [
+    (1, 3, 0, ""), (5, 3, 0, ""),
+    (5, 6, 2, ""), (1, 6, 1, "llama3")])  # grouped-query, multi-query with Llama 3.1 RoPE
+def test_kv_cache_logits_equal_full_forward(rt, n_prompt, n_head, n_kv_head, scaling):
+    cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=n_head, context_length=12,
+                      ffn_dim=40, n_kv_head=n_kv_head, rope_scaling=scaling,
+                      rope_scaling_factor=4.0, rope_original_context=4)
     model = Model(rt, cfg, seed=4)
     rng = np.random.default_rng(n_prompt)
     ids = list(rng.integers(0, cfg.vocab_size, size=cfg.context_length))

@@ -49,18 +49,22 @@ def test_swiglu_gpu_form(rt, gpu_form, BT, F, cols):
     close(down(rt, dgu, (BT, 2 * F)), np.concatenate([rdg, rdu], -1))
 
 
-@pytest.mark.parametrize("B,T,H,hd,cols", [(1, 1, 1, 2, 1), (2, 5, 3, 4, 12), (1, 17, 2, 6, 5)])
-def test_rope_gpu_form(rt, gpu_form, B, T, H, hd, cols):
+@pytest.mark.parametrize("B,T,H,hd,KVH,cols", [(1, 1, 1, 2, 1, 1), (2, 5, 3, 4, 3, 12),
+                                               (1, 17, 2, 6, 2, 5), (2, 7, 6, 4, 2, 5)])
+def test_rope_gpu_form(rt, gpu_form, B, T, H, hd, KVH, cols):
+    """q (H heads) and the KVH k heads of rows (B*T, C + 2 KVH hd) rotated, v untouched."""
     rng = np.random.default_rng(T)
-    C = H * hd
-    qkv = rng.normal(size=(B, T, 3 * C))
+    C, KV = H * hd, KVH * hd
+    W = C + 2 * KV
+    qkv = rng.normal(size=(B, T, W))
     cos, sin = ref.rope_angles(T, hd)
     bq, bc, bs = up(rt, qkv), up(rt, cos), up(rt, sin)
-    run(rt, gpu_form["rope"], cols, B * T, bq, bc, bs, B * T, T, C, hd, 0, 1.0)
+    pairs = (C + KV) // 2
+    run(rt, gpu_form["rope"], cols, B * T, bq, bc, bs, B * T, T, W, pairs, hd, 0, 1.0)
     want = qkv.copy()
     want[..., :C] = ref.rope_forward(qkv[..., :C], H)
-    want[..., C:2 * C] = ref.rope_forward(qkv[..., C:2 * C], H)
-    close(down(rt, bq, (B, T, 3 * C)), want)
+    want[..., C:C + KV] = ref.rope_forward(qkv[..., C:C + KV], KVH)
+    close(down(rt, bq, (B, T, W)), want)
 
 
 @pytest.mark.parametrize("B,T,V,C,cols", [(1, 1, 5, 3, 3), (2, 7, 11, 9, 4)])

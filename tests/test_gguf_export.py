@@ -550,3 +550,37 @@ def test_llama_cpp_chat_uses_gguf_template(llama_cpp, tok, tmp_path):
     assert out["usage"]["prompt_tokens"] == len(prompt)
     assert llm.input_ids[: len(prompt)].tolist() == prompt      # one BOS, same ids as training
     assert prompt[0] == tok.bos_id and prompt[1] != tok.bos_id
+
+
+GQA_MODELS = {
+    "gqa-4-2": dict(n_head=4, n_kv_head=2),
+    "mqa-8-1": dict(n_head=8, n_kv_head=1, tie_embeddings=False),
+    # Llama 3.1 RoPE scaling: original context 16 (< our 64), so all three frequency bands occur
+    "llama3-rope": dict(n_head=4, n_kv_head=1, rope_base=500000.0, rope_scaling="llama3",
+                        rope_scaling_factor=4.0, rope_original_context=16),
+}
+
+
+@pytest.mark.parametrize("name", list(GQA_MODELS))
+def test_llama_cpp_runs_grouped_query_models(llama_cpp, tok, tmp_path, name):
+    """A model trained with n_kv_head (and llama3 RoPE scaling) exports head_count_kv, k and v
+    of kv_heads rows (and llama.cpp's rope_freqs factors), and llama.cpp gives the reference's
+    logits on all 64 positions."""
+    b = make_bundle(tok, seed=4, **GQA_MODELS[name])
+    cfg = b.config
+    path = export_gguf(b, tmp_path / "m.gguf").path
+    reader = gguf.GGUFReader(path)
+    assert reader.fields["llama.attention.head_count_kv"].contents() == cfg.kv_heads
+    shapes = {t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors}
+    assert shapes["blk.0.attn_k.weight"] == (cfg.kv_heads * cfg.head_dim, cfg.d_model)
+    assert ("rope_freqs.weight" in shapes) == bool(cfg.rope_scaling)
+    text = " ".join(read_text(RES / "pretrain.txt").split("\n"))
+    ids = np.array([[tok.bos_id] + tok.encode(text)[:63]])
+    want = reference.forward(b.weights, cfg, ids)[0]
+    llm = load(llama_cpp, path)
+    llm.eval(ids[0].tolist())
+    got = np.array(llm.scores[: ids.shape[1]], dtype=np.float64)
+    assert nmse(got, want) < NMSE_LIMIT["f32"]
+    if cfg.rope_scaling:   # the scaling matters: unscaled RoPE gives other logits
+        plain = reference.forward(b.weights, cfg.replace(rope_scaling=""), ids)[0]
+        assert nmse(plain, want) > 100 * nmse(got, want)

@@ -307,3 +307,26 @@ def test_ddp_scores_the_dialogues_the_studio_scores(tok, texts):
     assert len(theirs) == len(ours) == MAX_TUNE_EVAL_BATCHES
     for (x, y), (dx, dy) in zip(ours, theirs):
         assert (x == dx).all() and (y == dy).all()
+
+
+@pytest.mark.parametrize("changes", [
+    dict(n_head=4, n_kv_head=2),
+    dict(n_head=8, n_kv_head=1, tie_embeddings=False),
+    dict(n_head=4, n_kv_head=1, rope_base=500000.0, rope_scaling="llama3",
+         rope_scaling_factor=4.0, rope_original_context=16)])
+def test_grouped_query_export_runs_in_transformers(tok, tmp_path, changes):
+    """num_key_value_heads = kv_heads, k rows permuted per kv head, llama3 rope_parameters:
+    transformers gives the float64 reference's logits."""
+    import tests.reference as ref
+    from engine.gguf_export import ModelBundle
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=64, n_layer=2, context_length=64,
+                      **changes).validate()
+    w = {k: v.astype(np.float32) for k, v in ref.init_weights(cfg, seed=2, std=0.08).items()}
+    folder = export_hf(ModelBundle(cfg, tok, w, {}), tmp_path / "m")
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    assert model.config.num_key_value_heads == cfg.kv_heads
+    ids = np.array([[tok.bos_id] + tok.encode("Paris is the capital of France. " * 6)[:47]])
+    want = ref.forward(w, cfg, ids)[0]
+    with torch.no_grad():
+        got = model(torch.tensor(ids)).logits[0].numpy().astype(np.float64)
+    assert ((got - want) ** 2).mean() / (want ** 2).mean() < 1e-10

@@ -38,6 +38,13 @@ def assert_step_matches(model, x, y, tc, rloss, rgrads) -> float:
     (tiny_config(), 2, 16),
     (tiny_config(tie_embeddings=False, n_layer=1, d_model=16, n_head=2), 1, 1),
     (tiny_config(n_layer=1, d_model=20, n_head=5, ffn_dim=0), 3, 7),
+    # grouped-query attention: 9 heads / 3 kv heads, multi-query (6 / 1) at T 1 and odd T
+    (tiny_config(d_model=36, n_head=9, n_kv_head=3), 2, 13),
+    (tiny_config(tie_embeddings=False, n_layer=1, n_head=6, n_kv_head=1), 1, 1),
+    (tiny_config(n_layer=1, n_head=6, n_kv_head=1), 3, 7),
+    # Llama 3.1 RoPE scaling, original context 8 so all three frequency bands occur
+    (tiny_config(d_model=32, n_head=2, n_kv_head=1, rope_base=500000.0, rope_scaling="llama3",
+                 rope_scaling_factor=4.0, rope_original_context=8), 2, 16),
 ])
 def test_logits_loss_and_every_gradient(rt, cfg, B, T):
     model = Model(rt, cfg, seed=3)

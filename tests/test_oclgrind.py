@@ -36,14 +36,16 @@ def test_kernels_under_oclgrind_have_no_reports(tmp_path):
     (tmp_path / "oclgrind.icd").write_text(lib + "\n")
     env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path), LLM_STUDIO_TEST_DEVICE="Oclgrind",
                OCLGRIND_DATA_RACES="1", OCLGRIND_CHECK_API="1")
-    # The awkward shapes of every kernel (odd sizes, batch 1, T=1) and KV-cache decoding (one
-    # prompt length: each simulated decode run takes ~1.5 minutes). Kernel variants of other
+    # The awkward shapes of every kernel (odd sizes, batch 1, T=1), grouped-query attention
+    # (9 heads / 3 kv, 6 / 1) and KV-cache decoding (one prompt length, multi-head and
+    # grouped: each simulated decode run takes ~1.5 minutes). Kernel variants of other
     # devices run too (test fixtures force them): the CPU's float8/float16 GEMMs and
     # register-blocked attention (1-37-2-40: head_dim 40 takes its vector pairs, single vectors
     # and scalar tail), and the GPU's tiled kernels.
     subset = ("1-1-1 or 7-13 or 37-50 or 2-5-3-4 or 1-19-2-6 or 2-7-11-9 or 1-17-2-6 or 13-31 "
               "or 9-300 or 1000 or nonfinite or residual or (kv_cache and 5) or 2-33-2-10 "
-              "or split_launches or (same_mask and 7-0.1) or 1-37-2-40")
+              "or split_launches or (same_mask and 7-0.1) or 1-37-2-40 or 2-5-6-4-1 "
+              "or 1-1-9-2-3 or 2-7-6-4-1 or kv_heads_equal")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
          "tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",

@@ -46,16 +46,8 @@ FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config
 
 
 def hf_config(cfg, tokenizer) -> dict:
-    """config.json for a ModelConfig: a LlamaConfig with no biases, cfg.kv_heads key/value
-    heads, and llama3 RoPE scaling when cfg has it."""
-    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
-    scaling = None
-    if cfg.rope_scaling == "llama3":
-        scaling = {"rope_type": "llama3", "factor": cfg.rope_scaling_factor,
-                   "low_freq_factor": cfg.rope_low_freq_factor,
-                   "high_freq_factor": cfg.rope_high_freq_factor,
-                   "original_max_position_embeddings": cfg.rope_original_context}
-        rope = {**scaling, "rope_theta": cfg.rope_base}
+    """config.json for a ModelConfig: a LlamaConfig with no biases, num_key_value_heads
+    kv_heads (grouped-query attention when below n_head), RoPE scaling as the config says."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
@@ -63,13 +55,30 @@ def hf_config(cfg, tokenizer) -> dict:
         "num_attention_heads": cfg.n_head, "num_key_value_heads": cfg.kv_heads,
         "head_dim": cfg.head_dim, "max_position_embeddings": cfg.context_length,
         "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_base,
-        "rope_parameters": rope, "rope_scaling": scaling,
+        "rope_parameters": rope_parameters(cfg), **_rope_scaling(cfg),
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1,
         "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
         "bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id,
         "torch_dtype": "float32", "dtype": "float32",
     }
+
+
+def rope_parameters(cfg) -> dict:
+    """transformers' rope_parameters of cfg: default, or llama3 with its four settings."""
+    params = {"rope_type": cfg.rope_scaling or "default", "rope_theta": cfg.rope_base}
+    if cfg.rope_scaling == "llama3":
+        params.update(factor=cfg.rope_scaling_factor, low_freq_factor=cfg.rope_low_freq_factor,
+                      high_freq_factor=cfg.rope_high_freq_factor,
+                      original_max_position_embeddings=cfg.rope_original_context)
+    return params
+
+
+def _rope_scaling(cfg) -> dict:
+    """The older transformers key rope_scaling (before rope_parameters), for llama3 only."""
+    if not cfg.rope_scaling:
+        return {}
+    return {"rope_scaling": {k: v for k, v in rope_parameters(cfg).items() if k != "rope_theta"}}
 
 
 def hf_weights(bundle) -> dict[str, np.ndarray]:

@@ -52,6 +52,15 @@ def is_rotated(gguf_tensor: str) -> bool:
     return gguf_tensor.endswith(("attn_q.weight", "attn_k.weight"))
 
 
+def rotated_heads(gguf_tensor: str, cfg) -> int:
+    """Heads whose rows to_hf_rows / from_hf_rows permute in a rotated tensor of ModelConfig
+    cfg: n_head for attn_q, kv_heads for attn_k (grouped-query attention; llama.cpp's
+    convert_hf_to_gguf permutes k_proj with n_kv_head); 0 for tensors without RoPE."""
+    if gguf_tensor.endswith("attn_k.weight"):
+        return cfg.kv_heads
+    return cfg.n_head if is_rotated(gguf_tensor) else 0
+
+
 def to_hf_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     """(n_head * head_dim, in) rows from adjacent-pair order to rotate-half order."""
     rows = w.shape[0]
@@ -64,17 +73,13 @@ def from_hf_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def rotated_heads(gguf_tensor: str, cfg) -> int:
-    """Heads whose rows a q or k weight holds: n_head for attn_q, kv_heads for attn_k (grouped-
-    query attention has fewer key heads)."""
-    return cfg.kv_heads if gguf_tensor.endswith("attn_k.weight") else cfg.n_head
-
-
 def to_hf_tensor(gguf_tensor: str, w: np.ndarray, cfg) -> np.ndarray:
     """The engine's tensor `gguf_tensor` in transformers' layout (q/k rows to rotate-half)."""
-    return to_hf_rows(w, rotated_heads(gguf_tensor, cfg)) if is_rotated(gguf_tensor) else w
+    heads = rotated_heads(gguf_tensor, cfg)
+    return to_hf_rows(w, heads) if heads else w
 
 
 def from_hf_tensor(gguf_tensor: str, w: np.ndarray, cfg) -> np.ndarray:
     """The inverse of to_hf_tensor (q/k rows from rotate-half to the engine's pair order)."""
-    return from_hf_rows(w, rotated_heads(gguf_tensor, cfg)) if is_rotated(gguf_tensor) else w
+    heads = rotated_heads(gguf_tensor, cfg)
+    return from_hf_rows(w, heads) if heads else w

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
                                QWhatsThis, QWidget)
 
+from engine.config import run_steps
 from studio.ui.log_axis import LogAxis
 from studio.ui.plot_parts import (LINE_ONLY, LOSS_HELP, PALETTE, STAGE_NAMES, TITLE_STYLE,
                                   VAL_ON_TRAINING_TEXT, Series, grad_title, loss_title,
@@ -263,7 +264,8 @@ class LivePlots(QWidget):
             self.grad_plot.setYRange(0, 2 * grad_clip if grad_clip > 0 else 2, padding=0)
         verb = "Planned run" if preview else "Run"
         if time_budget_s > 0:
-            split = (f", about {pretrain_steps / max(pretrain_steps + tune_steps, 1):.0%} "
+            share = pretrain_steps / max(run_steps(pretrain_steps, tune_steps, True), 1)
+            split = (f", about {share:.0%} "
                      "pretraining, the rest tuning" if tune_steps else "")
             self.summary.setText(f"{verb}: {_clock(time_budget_s)} of training{split}; the "
                                  "steps follow the measured speed")
