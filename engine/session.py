@@ -236,7 +236,10 @@ class TrainingSession:
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
                                        time_budget_s=budget).validate()
         last = self._last_lr()
-        if last is None or self.step == 0:
+        same = (more_seconds is None and last is not None and self.step > 0
+                and abs(self._plan_lr(self.step - 1) - last) <= 1e-6 * last)
+        if last is None or self.step == 0 or same:   # nothing done, or the schedule goes on
+            self.rewarm = None
             return None
         self.rewarm = Rewarm(self.step, last, max(self.train_config.warmup_steps, 1))
         peak = tc.learning_rate if self.stage_at(self.step) == "pretrain" else tc.tune_peak
@@ -305,13 +308,22 @@ class TrainingSession:
 
     def lr_at(self, step: int) -> float:
         """The learning rate of global `step` under the step plan (engine.config.TrainConfig.
-        lr_at per stage), held to a continued run's re-warm ramp."""
+        lr_at per stage), held to a continued run's re-warm ramp (rewarm_cap)."""
+        return self.rewarm_cap(step, self._plan_lr(step))
+
+    def _plan_lr(self, step: int) -> float:
         tc = self.train_config
         if self.stage_at(step) == "pretrain":
-            lr = tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
-        else:
-            lr = tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
-        return self.rewarm.cap(step, lr) if self.rewarm else lr
+            return tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
+        return tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+
+    def rewarm_cap(self, step: int, lr: float) -> float:
+        """lr held to the re-warm ramp of a continued run (engine.schedule.Rewarm), within the
+        stage it was continued in (the next stage warms up on its own)."""
+        r = self.rewarm
+        if r is None or self.stage_at(step) != self.stage_at(r.step):
+            return lr
+        return r.cap(step, lr)
 
     def tune_time_share(self) -> float:
         """With a time budget, the tuning stage's share of it: the step split's,

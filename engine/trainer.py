@@ -198,12 +198,8 @@ class Trainer:
         # progress at the step's end, as a step plan's (s + 1) / n: the last step is at the floor
         ends = self.clock.now() + (self.plan.step_s or 0.0)
         lr = sched.lr(into, self.plan.progress(stage, stage_start, ends))
-        if s.rewarm is not None:
-            capped = s.rewarm.cap(s.step, lr)
-            rewarming = capped < lr
-            lr = capped
-        else:
-            rewarming = False
+        capped = s.rewarm_cap(s.step, lr)
+        rewarming, lr = capped < lr, capped
         last = self._stage_lr
         if last and last[0] == stage and into + 1 > warm and not rewarming:
             lr = min(lr, last[1])

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 import engine.generation as generation_module
-import engine.session as session_module
+import engine.trainer as trainer_module
 from engine import evaluate
 from engine.config import ModelConfig, TrainConfig
 from engine.corpus import PretrainData
@@ -73,7 +73,8 @@ def _cancel_at(monitor: Monitor, phase: str, at: int, seen: list):
     return on_phase
 
 
-@pytest.mark.parametrize("phase", ["validation", "generating samples", "checking recall"])
+# the run's only step is its last: its validation is the final one, over the whole held-out text
+@pytest.mark.parametrize("phase", ["final validation", "generating samples", "checking recall"])
 def test_a_stop_during_a_phase_ends_it_and_keeps_the_step(one_line_session, monkeypatch, phase):
     s = one_line_session
     s.monitor.clear()
@@ -91,7 +92,7 @@ def test_a_stop_during_a_phase_ends_it_and_keeps_the_step(one_line_session, monk
         steps = s.train()
         m = next(steps)
         assert m.step == 1 and m.extra["interrupted"] == phase
-        if phase != "validation":
+        if phase != "final validation":
             assert m.val_loss is not None  # what was measured before the stop is kept
         assert s.history[-1]["extra"]["interrupted"] == phase
         assert len(tokens) - at_cancel[0] <= 1  # at most the token under way
@@ -183,7 +184,7 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
     old check generated ~2,000 tokens after it); the CLI keeps the step and its metrics."""
     text = tmp_path / "one.txt"
     text.write_text(" ".join(_words(3_000)) + "\n")
-    real_recall = session_module.fact_recall
+    real_recall = trainer_module.fact_recall
     tokens = []
 
     def recall_after_ctrl_c(s, *a, **k):
@@ -192,7 +193,7 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
         return real_recall(s, *a, **k)
 
     real_next = generation_module.next_token
-    monkeypatch.setattr(session_module, "fact_recall", recall_after_ctrl_c)
+    monkeypatch.setattr(trainer_module, "fact_recall", recall_after_ctrl_c)
     monkeypatch.setattr(generation_module, "next_token",
                         lambda *a: tokens.append(1) or real_next(*a))
     out = tmp_path / "run"

@@ -18,6 +18,7 @@ from test_studio import configure, curve_x, settings, train, window  # noqa: E40
 
 from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
 from engine.session import TrainingSession  # noqa: E402
+from engine.trainer import Trainer  # noqa: E402
 from studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
 
 
@@ -112,18 +113,18 @@ def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
 
 
 def failing_at(step, exc, restore=False):
-    """A TrainingSession.train that raises `exc` once `step` is reached (TrainingDiverged:
-    after restoring the last good state, as the engine does)."""
-    original = TrainingSession.train
+    """A Trainer.run that raises `exc` once `step` is reached (TrainingDiverged: after
+    restoring the last good state, as the engine does)."""
+    original = Trainer.run
 
-    def train_(self):
+    def run_(self):
         for m in original(self):
             if m.step == step:
                 if restore:
                     self._restore()
                 raise exc
             yield m
-    return train_
+    return run_
 
 
 @pytest.mark.parametrize("kind", ["diverged", "device"])
@@ -134,7 +135,7 @@ def test_training_errors_are_shown_and_the_checkpoint_stays(qtbot, window, monke
                                "Lower the learning rate (e.g. by 3x) and train again.")
     else:
         exc = DeviceError("The OpenCL device failed during step 9.", "Use a smaller batch.")
-    monkeypatch.setattr(TrainingSession, "train", failing_at(9, exc, kind == "diverged"))
+    monkeypatch.setattr(Trainer, "run", failing_at(9, exc, kind == "diverged"))
     configure(window, pretrainStepsSpin=30, tuneStepsSpin=0, sampleIntervalSpin=0,
               evalIntervalSpin=5)
     window.autosave_box.every_spin.setValue(4)

@@ -188,6 +188,45 @@ def test_continue_rewarms_instead_of_jumping():
     assert second[-1].lr == pytest.approx(tc.learning_rate * tc.min_lr_ratio)
 
 
+def test_continue_with_the_same_totals_changes_no_rate():
+    """A run resumed with the totals it had (the CLI's --continue after a kill passes them)
+    follows the schedule exactly: no re-warm (a rewarm there capped the tuning stage's warmup
+    and the resumed losses differed from the unkilled run's)."""
+    tc = TrainConfig(pretrain_steps=20, tune_steps=8, batch_size=4, eval_interval=50,
+                     sample_interval=0, evaluate_recall=False, warmup_steps=4)
+    full = [m.lr for m in _session(tc).train()]
+    s = _session(tc)
+    part = []
+    for m in s.train():
+        part.append(m.lr)
+        if m.step == 19:
+            break
+    assert s.continue_training(20, 8) is None and s.rewarm is None
+    part += [m.lr for m in s.train()]
+    assert part == pytest.approx(full, rel=1e-12)
+
+
+def test_a_rewarm_stays_in_its_stage():
+    tc = TrainConfig(pretrain_steps=20, tune_steps=8, batch_size=4, eval_interval=50,
+                     sample_interval=0, evaluate_recall=False, warmup_steps=10)
+    s = _session(tc)
+    list(s.train())
+    s.continue_training(tune_steps=16)            # more tuning: re-warms inside tuning
+    assert s.rewarm is not None and s.stage_at(s.rewarm.step) == "tune"
+    t = TrainConfig(pretrain_steps=20, tune_steps=0, batch_size=4, eval_interval=50,
+                    sample_interval=0, evaluate_recall=False, warmup_steps=10)
+    p = _session(t, tune=False)
+    for m in p.train():
+        if m.step == 15:
+            break
+    p.continue_training(pretrain_steps=18)         # re-warm in pretraining, near its end
+    assert p.rewarm is not None
+    assert p.lr_at(16) <= p._plan_lr(16)
+    p.train_config = p.train_config.replace(tune_steps=5)
+    p.tune = s.tune                                # a tuning stage after it
+    assert p.lr_at(18) == p._plan_lr(18)           # the tuning warmup is its own
+
+
 def test_continue_rewarm_survives_a_checkpoint(tmp_path):
     tc = TrainConfig(pretrain_steps=20, tune_steps=0, batch_size=4, eval_interval=25,
                      sample_interval=0, evaluate_recall=False, warmup_steps=10)
