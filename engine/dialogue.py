@@ -73,9 +73,13 @@ CHAT_TEMPLATES = {
 CHAT_TEMPLATE = CHAT_TEMPLATES[CHAT_FORMAT]
 
 
-def check_chat_format(chat_format: int) -> int:
-    """`chat_format` if known, else DataError (a run saved by a newer studio)."""
-    if chat_format not in CHAT_FORMATS:
+MODEL_FORMAT = "model"   # a pretrained open model's own chat template (engine.chat_template)
+
+
+def check_chat_format(chat_format: int | str) -> int | str:
+    """`chat_format` if known (1, 2, or MODEL_FORMAT for an imported model's own template), else
+    DataError (a run saved by a newer studio)."""
+    if chat_format != MODEL_FORMAT and chat_format not in CHAT_FORMATS:
         raise DataError(f"This model was tuned with chat format {chat_format}, which this version "
                         f"does not know (it knows {', '.join(map(str, CHAT_FORMATS))}).",
                         "Update OpenCL LLM Studio to chat with it.")
@@ -246,6 +250,8 @@ def encode_dialogue(tokenizer: Tokenizer, messages: list[Message],
     special tokens in one go, because no learned piece contains "\\n" or a space after another
     character (add_dummy_prefix=False; SentencePiece puts the space at the start of a piece).
     """
+    if chat_format == MODEL_FORMAT:
+        return _model_format(tokenizer).encode_dialogue(messages)
     ids, mask = [tokenizer.bos_id], [0]
     for text, m in _segments(messages, chat_format):
         seg = [tokenizer.eos_id] if text is None else tokenizer.encode(text)
@@ -258,9 +264,17 @@ def encode_prompt(tokenizer: Tokenizer, messages: list[Message],
                   chat_format: int = CHAT_FORMAT) -> list[int]:
     """Ids of BOS + render_prompt(messages), with real EOS ids: what the model sees before it
     answers (the same ids as in training)."""
+    if chat_format == MODEL_FORMAT:   # BOS and the generation prompt as the template has them
+        return _model_format(tokenizer).prompt_ids(messages)
     if messages and messages[-1].role == "assistant":
         messages = messages[:-1]
     return encode_dialogue(tokenizer, messages, chat_format)[0]
+
+
+def _model_format(tokenizer):
+    """The engine.chat_template.ChatFormat of an imported model's tokenizer (its template)."""
+    from engine.chat_template import ChatFormat   # chat_template imports this module
+    return ChatFormat(tokenizer)
 
 
 # ---------------------------------------------------------------- training batches

@@ -60,10 +60,11 @@ class Generator:
             self._decoder = KVDecoder(self.model)
         logits = self._prefill(ctx, kv_cache)
         self.last_finish = "length"
+        stops = set(self.tokenizer.stop_ids)   # </s>, or an imported template's end of turn
         for i in range(max_new_tokens):
             self.monitor.check()  # a stop lands within one token
             tok = next_token(logits, sampling, rng, out)
-            if tok == self.tokenizer.eos_id:
+            if tok in stops:
                 self.last_finish = "stop"
                 break
             out.append(tok)

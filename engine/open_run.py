@@ -15,10 +15,18 @@ from pathlib import Path
 import numpy as np
 
 from engine import checkpoint
-from engine.config import TrainConfig
+from engine.config import ModelConfig, TrainConfig
+from engine.dialogue import MODEL_FORMAT as MODEL_TEMPLATE   # header chat_format: its own template
 from engine.params import ParamTable
 
-MODEL_TEMPLATE = "model"   # header chat_format: the tokenizer's own chat template
+TUNE_CONTEXT = 1024   # the training window of an imported model: its own context (2k-128k)
+#                       would make every activation of a tuning step that many tokens long
+
+
+def tuning_config(cfg: ModelConfig) -> ModelConfig:
+    """An imported model's ModelConfig as a run trains and chats with it: context_length at
+    most TUNE_CONTEXT (RoPE positions are the same up to there; the export says that context)."""
+    return cfg.replace(context_length=min(cfg.context_length, TUNE_CONTEXT))
 
 
 def read_model(path):
@@ -47,7 +55,7 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
     flat = ParamTable(bundle.config).flatten(bundle.weights)
     zeros = np.zeros_like(flat)
     header = {
-        "model_config": bundle.config.__dict__, "train_config": tc.__dict__,
+        "model_config": tuning_config(bundle.config).__dict__, "train_config": tc.__dict__,
         "step": 0, "adam_t": 0, "last_loss": None,
         "rng_state": np.random.default_rng(tc.seed).bit_generator.state, "history": [],
         "tokenizer_kind": bundle.tokenizer.kind, "chat_format": MODEL_TEMPLATE,

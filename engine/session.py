@@ -32,6 +32,7 @@ from engine.params import ParamTable
 from engine.progress import Monitor
 from engine.runtime import Runtime
 from engine.schedule import Rewarm
+from engine.open_tokenizer import tokenizer_from_bytes
 from engine.tokenizer import Tokenizer
 
 
@@ -146,7 +147,7 @@ class TrainingSession:
             tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
         except TypeError as e:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
-        tok = Tokenizer.from_bytes(ck["tokenizer"])
+        tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
         rt = runtime or Runtime(device)
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
                 chat_format=h.get("chat_format", 1), monitor=monitor)      # key: format 1
@@ -172,12 +173,15 @@ class TrainingSession:
         """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
         or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
         for a file that is not such a GGUF."""
-        from engine.gguf_export import import_gguf
+        from engine.gguf_export import import_gguf, is_open
+        from engine.open_run import MODEL_TEMPLATE, tuning_config
         b = import_gguf(path)
         rt = runtime or Runtime(device)
-        s = cls(rt, b.config, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
-                flat_weights=ParamTable(b.config).flatten(b.weights),
-                chat_format=b.metadata.get("chat_format", 1),   # exported before the key: 1
+        cfg, fmt = b.config, b.metadata.get("chat_format", 1)   # exported before the key: 1
+        if is_open(b):   # a pretrained open model: its own template, a training window
+            cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+        s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
+                flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
                 monitor=monitor)
         s.last_loss = b.metadata.get("final_loss")
         return s

@@ -294,6 +294,12 @@ class Tokenizer:
         """The piece string of id `i` (spaces shown as "▁", bytes as "<0xNN>")."""
         return self._sp.id_to_piece(int(i))
 
+    @property
+    def stop_ids(self) -> list[int]:
+        """Ids that end an answer: `</s>` (an imported model's OpenTokenizer lists its
+        template's end-of-turn tokens too)."""
+        return [self.eos_id]
+
     def pieces(self) -> list[str]:
         """All piece strings, index = id (GGUF tokenizer.ggml.tokens)."""
         return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]

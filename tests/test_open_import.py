@@ -237,6 +237,7 @@ def test_model_card_counts_what_transformers_counts(open_folders):
 
 def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, tmp_path, capsys):
     from engine import checkpoint
+    from engine.open_run import tuning_config
     from engine.open_tokenizer import tokenizer_from_bytes
     from engine.params import ParamTable
     from studio.cli import main
@@ -247,7 +248,7 @@ def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, t
         assert "key-value heads" in printed and "chat template: yes" in printed
         ck = checkpoint.load(out)
         bundle = import_gguf(src) if src.is_file() else import_hf(src)[0]
-        assert ModelConfig(**ck["header"]["model_config"]) == bundle.config
+        assert ModelConfig(**ck["header"]["model_config"]) == tuning_config(bundle.config)
         np.testing.assert_array_equal(ck["params"],
                                       ParamTable(bundle.config).flatten(bundle.weights))
         tok = tokenizer_from_bytes(ck["tokenizer"])

@@ -28,8 +28,12 @@ ELSEWHERE = {
     "llm-studio import big-run/continued runs/back":
         "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     # no real SmolLM2 file here (no network): small models of its shape and tokenizer kind
-    "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf runs/smol":
-        "tests/test_open_import.py::test_cli_import_writes_a_run_and_prints_the_card",
+    "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf runs/smol --tune my-dialogues.txt":
+        "tests/test_open_session.py::smol_run",
+    'llm-studio chat runs/smol -m "Hello!"':
+        "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
+    "llm-studio train --out runs/smol --continue --tune-steps 200":
+        "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
 }
 
 

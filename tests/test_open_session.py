@@ -1,0 +1,71 @@
+"""Issue 21, the session part: an imported pretrained model (grouped-query attention, byte-level
+BPE, ChatML template) is opened as a run, chats in its own template with the greedy ids
+transformers gives, stops at its end-of-turn token, and tunes on dialogues (loss on the
+assistant's tokens) through the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from engine.config import SamplingParams  # noqa: E402
+from engine.dialogue import Message, encode_prompt  # noqa: E402
+from tests.open_models import build  # noqa: E402
+
+DIALOGUES = "".join(f"User: What is the code word {i}?\nAssistant: The code word {i} is "
+                    f"zebra{i}.\n\n" for i in range(6))
+
+
+@pytest.fixture(scope="module")
+def smol_run(tmp_path_factory):
+    from studio.cli import main
+    root = tmp_path_factory.mktemp("smol")
+    folder = build("smollm2", root / "folder")
+    tune = root / "tune.txt"
+    tune.write_text(DIALOGUES)
+    out = root / "run"
+    assert main(["import", str(folder), str(out), "--tune", str(tune)]) == 0
+    return folder, out
+
+
+def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
+    from engine.session import TrainingSession
+    folder, out = smol_run
+    s = TrainingSession.load(out)
+    messages = [Message("user", "Hello there, what is 2 + 2?")]
+    ids = encode_prompt(s.tokenizer, messages, s.chat_format)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    want = hf_tok.apply_chat_template([{"role": "user", "content": messages[0].content}],
+                                      add_generation_prompt=True, tokenize=True,
+                                      return_dict=True)["input_ids"]
+    assert ids == want                      # old: the session refused chat_format "model"
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    stops = s.tokenizer.stop_ids
+    greedy = model.eval().generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                   eos_token_id=stops, pad_token_id=0)[0, len(ids):].tolist()
+    got = s.generate_ids(ids, max_new_tokens=12, sampling=SamplingParams(greedy=True))
+    assert got == [t for t in greedy if t not in stops][:len(got)]
+    assert len(got) == 12 or greedy[len(got)] in stops
+    assert s.model_config.context_length <= 1024
+
+
+def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
+    import shutil
+    from engine import checkpoint
+    from studio.cli import main
+    _, src = smol_run
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    assert main(["train", "--out", str(out), "--continue", "--tune-steps", "4",
+                 "--batch-size", "2"]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in rows] == ["tune"] * 4
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    assert "pretrain_val_loss" in rows[-1]              # the general text's loss beside it
+    ck = checkpoint.load(out)
+    assert ck["header"]["chat_format"] == "model" and ck["header"]["step"] == 4
+    assert main(["chat", str(out), "-m", "What is the code word 1?", "--greedy",
+                 "--max-tokens", "8"]) == 0
