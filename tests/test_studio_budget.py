@@ -29,6 +29,7 @@ def test_plots_follow_the_live_plan(qtbot):
     qtbot.addWidget(plots)
     plots.start_run(950, 750, 200, 512, 1.0, preview=True, time_budget_s=180.0)
     assert "3:00" in plots.summary.text() and "950" not in plots.summary.text()
+    assert not plots._stage_lines          # the boundary is not known before the run
     plots.add_metrics([_record(1, 1366, 1025)])
     plots.add_metrics([_record(step, 1366, 1025) for step in range(2, 1200)])
     plots.redraw()

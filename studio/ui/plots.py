@@ -244,10 +244,12 @@ class LivePlots(QWidget):
         for plot, line in self._stage_lines:
             plot.removeItem(line)
         self._stage_lines.clear()
-        self._plan = (total_steps, pretrain_steps if tune_steps else None)
+        # the frame the records' live plan is compared with (a budget's: none yet)
+        self._plan = (0, None) if time_budget_s else (total_steps, pretrain_steps if tune_steps
+                                                      else None)
         self._stage_x = None
         self._show_stage_axis()
-        if pretrain_steps and tune_steps:
+        if pretrain_steps and tune_steps and not time_budget_s:   # a budget's is not known yet
             self.mark_stage(pretrain_steps + 0.5)
         self.val_bpb = None
         self.set_val_source("held-out")   # until a record says otherwise
@@ -265,10 +267,10 @@ class LivePlots(QWidget):
         verb = "Planned run" if preview else "Run"
         if time_budget_s > 0:
             share = pretrain_steps / max(run_steps(pretrain_steps, tune_steps, True), 1)
-            split = (f", about {share:.0%} "
-                     "pretraining, the rest tuning" if tune_steps else "")
-            self.summary.setText(f"{verb}: {_clock(time_budget_s)} of training{split}; the "
-                                 "steps follow the measured speed")
+            split = f", {share:.0%} pretraining + {1 - share:.0%} tuning" if tune_steps else ""
+            self.summary.setText(f"{verb}: {_clock(time_budget_s)} of training{split}")
+            self.summary.setToolTip("With a time budget the step counts follow the measured "
+                                    "speed: the plots take the live plan as the run goes.")
         else:
             self.summary.setText(f"{verb}: {total_steps} steps ({pretrain_steps} pretraining + "
                                  f"{tune_steps} tuning)")
