@@ -184,7 +184,27 @@ class TrainingSession:
                 flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
                 monitor=monitor)
         s.last_loss = b.metadata.get("final_loss")
+        if "steps_done" in b.metadata:   # exported by this app: where its training stood
+            s.adopt_progress(b.metadata["steps_done"], b.metadata.get("pretrain_steps"),
+                             b.metadata.get("tune_steps"))
         return s
+
+    def adopt_progress(self, step: int, pretrain_steps: int | None = None,
+                       tune_steps: int | None = None) -> None:
+        """Start at `step` with the stage totals the model was trained to (an exported GGUF's
+        metadata, a transformers folder's studio.json), not at step 0 with the settings'
+        totals; a model trained past its recorded totals gets totals that cover its steps
+        (the pretraining total without dialogues, else the tuning one)."""
+        tc = self.train_config
+        tc = tc.replace(pretrain_steps=tc.pretrain_steps if pretrain_steps is None
+                        else int(pretrain_steps),
+                        tune_steps=tc.tune_steps if tune_steps is None else int(tune_steps))
+        self.train_config, self.step = tc, int(step)
+        if self.step > self.total_steps:
+            self.train_config = tc.replace(
+                pretrain_steps=tc.pretrain_steps if self.has_tune
+                else max(tc.pretrain_steps, self.step),
+                tune_steps=max(tc.tune_steps, self.step - tc.pretrain_steps))
 
     def save(self, path) -> Path:
         """Write the checkpoint atomically into folder `path` (made if missing) as

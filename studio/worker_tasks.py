@@ -17,41 +17,6 @@ from engine.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 
 
-def gguf_progress(path) -> dict:
-    """How far the model of a GGUF this app exported was trained, from its metadata
-    (TrainingSession.bundle writes them): {"steps_done", "pretrain_steps", "tune_steps"}, each
-    only where the file has it."""
-    import gguf
-    from engine.gguf_export import PREFIX
-    fields = gguf.GGUFReader(path).fields   # memory-mapped: the weights are not read
-    found = {}
-    for key in ("steps_done", "pretrain_steps", "tune_steps"):
-        f = fields.get(f"{PREFIX}.{key}")
-        if f is not None:
-            found[key] = int(f.contents())
-    return found
-
-
-def adopt_gguf_progress(session, path) -> None:
-    """The session opened from a GGUF starts at the step its model reached, with the stage
-    totals it was trained to (as engine.hf.load does for a transformers folder), not at step 0
-    with whatever the settings fields held. A GGUF without these keys is left as it is. A run
-    trained past its totals, or a tuning stage without dialogues now, keeps step <= totals by
-    the same rule as engine.hf.load."""
-    got = gguf_progress(path)
-    if "steps_done" not in got:
-        return
-    tc = session.train_config
-    tc = tc.replace(pretrain_steps=got.get("pretrain_steps", tc.pretrain_steps),
-                    tune_steps=got.get("tune_steps", tc.tune_steps))
-    session.train_config, session.step = tc, got["steps_done"]
-    if session.step > session.total_steps:
-        session.train_config = tc.replace(
-            pretrain_steps=max(tc.pretrain_steps, session.step) if not session.has_tune
-            else tc.pretrain_steps,
-            tune_steps=max(tc.tune_steps, session.step - tc.pretrain_steps))
-
-
 class ModelTasks:
     """chat / export / save / load slots of the training worker (see the module)."""
 
@@ -123,8 +88,7 @@ class ModelTasks:
             elif gguf:
                 session = TrainingSession.from_gguf(
                     path, job.pretrain_text, job.tune_text or None, train_cfg=job.train_config,
-                    device=job.device, monitor=self.monitor)
-                adopt_gguf_progress(session, path)
+                    device=job.device, monitor=self.monitor)   # at its exported step
             else:
                 session = TrainingSession.load(path, device=job.device, monitor=self.monitor)
         except Cancelled:  # the window closes while a large checkpoint is read

@@ -30,6 +30,18 @@ def test_export_import_identical_logits(rt, trained):
     assert back.model_config == s.model_config
 
 
+def test_an_opened_gguf_starts_where_its_training_stood(rt, trained):
+    """TrainingSession.from_gguf takes the exported step and stage totals (the CLI and the
+    studio alike; it started at step 0 with the settings' totals), and a model trained past
+    them gets totals that cover its steps."""
+    s, path = trained
+    back = TrainingSession.from_gguf(path, s.pretrain_text, s.tune_text, runtime=rt)
+    assert (back.step, back.train_config.pretrain_steps, back.train_config.tune_steps) == \
+        (250, 150, 100)
+    back.adopt_progress(300, 150, 100)
+    assert back.step == 300 and back.total_steps == 300 and back.train_config.tune_steps == 150
+
+
 def test_llama_cpp_chat_answers_like_the_studio(trained):
     llama_cpp = pytest.importorskip("llama_cpp")
     s, path = trained

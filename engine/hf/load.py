@@ -235,7 +235,7 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     rt = runtime or Runtime(device)
     s = TrainingSession(rt, bundle.config, tc, bundle.tokenizer, pretrain_text, tune_text,
                         flat_weights=ParamTable(bundle.config).flatten(bundle.weights))
-    s.step = int(studio.get("step", bundle.metadata.get("steps_done", 0)))
+    s.adopt_progress(studio.get("step", bundle.metadata.get("steps_done", 0)))
     s.history = list(studio.get("history", []))
     s.last_loss = bundle.metadata.get("final_loss")
     moments = _moments(folder, bundle.config)
@@ -243,8 +243,4 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
         s.model.write_flat("m", moments[0])
         s.model.write_flat("v", moments[1])
         s.model.adam_t = moments[2]
-    if s.step > s.total_steps:   # a folder trained past its recorded totals
-        s.train_config = tc.replace(pretrain_steps=max(tc.pretrain_steps, s.step)
-                                    if s.tune is None else tc.pretrain_steps,
-                                    tune_steps=max(tc.tune_steps, s.step - tc.pretrain_steps))
     return s
