@@ -1,0 +1,114 @@
+"""A full fine-tuning step of a 135M-class open model (issue 21 item 6): the engine against
+transformers + PyTorch doing the same step on the same device, tokens/s and peak memory.
+
+Shape of SmolLM2-135M: d_model 576, 30 blocks, 9 heads with 3 key-value heads, SwiGLU 1536,
+vocabulary 49,152, tied embeddings, RoPE base 100000; random weights (speed does not depend on
+them). Both sides: fp32, AdamW (decoupled decay on matrices), grad-norm clip 1, one batch of
+B x T random ids, STEPS timed steps after WARMUP. Peak memory: the engine's own count of what it
+allocates (engine.memory.training_bytes) and, on a GPU, torch.cuda.max_memory_allocated for
+PyTorch; on a CPU, each side's peak resident set in its own process.
+
+    PYTHONPATH=. python benchmarks/bench_open.py --side engine --batch 8 --context 64
+    PYTHONPATH=. python benchmarks/bench_open.py --side torch --batch 8 --context 64 --threads 2
+    PYTHONPATH=. python benchmarks/bench_open.py --side engine --device NVIDIA --batch 16 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.config import ModelConfig, TrainConfig  # noqa: E402
+
+SMOL = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
+                   context_length=2048, ffn_dim=1536, tie_embeddings=True, rope_base=100000.0)
+
+
+def engine_side(args) -> dict:
+    from engine.memory import training_bytes
+    from engine.model import Model
+    from engine.runtime import Runtime
+    rt = Runtime(args.device)
+    cfg = SMOL.replace(context_length=args.context)
+    model = Model(rt, cfg, seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
+    y = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
+    opt = TrainConfig(learning_rate=1e-4).optim()
+    times = []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        loss, _, _ = model.train_step(x, y, 1e-4, opt)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    return {"side": "engine", "device": rt.info.name, "loss": loss,
+            "s_per_step": float(np.median(times)),
+            "counted_gib": training_bytes(cfg, args.batch, rt.info)[0] / 2**30}
+
+
+def torch_side(args) -> dict:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(args.torch_device)
+    c = SMOL
+    cfg = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ffn_dim,
+                      num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
+                      num_key_value_heads=c.n_kv_head, max_position_embeddings=args.context,
+                      rope_theta=c.rope_base, tie_word_embeddings=True, rms_norm_eps=c.rms_eps)
+    model = LlamaForCausalLM(cfg).float().to(dev).train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": rest, "weight_decay": 0.0}], lr=1e-4, betas=(0.9, 0.95))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, c.vocab_size, (args.batch, args.context), generator=g).to(dev)
+    times = []
+    for i in range(args.warmup + args.steps):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model(input_ids=x, labels=x)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    peak = (torch.cuda.max_memory_allocated() / 2**30) if dev.type == "cuda" else None
+    return {"side": "torch", "device": str(dev), "loss": float(out.loss),
+            "s_per_step": float(np.median(times)), "cuda_peak_gib": peak}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--side", choices=("engine", "torch"), required=True)
+    p.add_argument("--device", default=None, help="OpenCL device (engine side)")
+    p.add_argument("--torch-device", default="cpu")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--context", type=int, default=64)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    args = p.parse_args(argv)
+    r = engine_side(args) if args.side == "engine" else torch_side(args)
+    r.update(batch=args.batch, context=args.context,
+             tokens_per_s=args.batch * args.context / r["s_per_step"],
+             peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    print(json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
