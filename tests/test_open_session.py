@@ -69,3 +69,31 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
     assert ck["header"]["chat_format"] == "model" and ck["header"]["step"] == 4
     assert main(["chat", str(out), "-m", "What is the code word 1?", "--greedy",
                  "--max-tokens", "8"]) == 0
+
+
+def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
+    """File > Open Hugging Face folder on a pretrained model (engine.hf.load.session_from_hf):
+    its own template and a training window, as an imported run (it opened in the app's
+    User:/Assistant: format with the model's whole context)."""
+    from engine.hf.load import session_from_hf
+    folder, _ = smol_run
+    s = session_from_hf(folder, "A general text.\n" * 50, None, runtime=rt)
+    assert s.chat_format == "model" and s.model_config.context_length <= 1024
+    reply = s.chat([Message("user", "Hi!")], greedy=True, max_new_tokens=4)
+    assert isinstance(reply.text, str) and reply.finish_reason in ("stop", "length")
+
+
+def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
+    """studio.json records the chat format, so a run tuned in format 1 opens in format 1."""
+    from engine.config import ModelConfig, TrainConfig
+    from engine.hf.export import export_session
+    from engine.hf.load import session_from_hf
+    from engine.session import TrainingSession
+    from tests.helpers import bundled_texts
+    mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
+    s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
+                               *bundled_texts(), runtime=rt)
+    s.chat_format = 1
+    export_session(s, tmp_path / "hf")
+    back = session_from_hf(tmp_path / "hf", s.pretrain_text, s.tune_text, runtime=rt)
+    assert back.chat_format == 1 and back.tune.chat_format == 1

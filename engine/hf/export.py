@@ -238,10 +238,11 @@ def _replace_folder(tmp: Path, folder: Path) -> None:
 
 
 def studio_state(session) -> dict:
-    """What studio.json needs to continue a run exactly: configs, step, history."""
+    """What studio.json needs to continue a run exactly: configs, step, history, and the chat
+    format its dialogues were tuned in."""
     return {"model_config": session.model_config.__dict__,
             "train_config": session.train_config.__dict__, "step": session.step,
-            "history": session.history}
+            "history": session.history, "chat_format": session.chat_format}
 
 
 def export_session(session, folder, force: bool = False) -> Path:

@@ -215,6 +215,9 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     Texts given here replace the folder's; with neither, the caller must pass them.
     Raises ModelImportError (folder), DataError (texts), DeviceError."""
     from engine.config import TrainConfig
+    from engine.dialogue import CHAT_FORMAT
+    from engine.gguf_export import is_open
+    from engine.open_run import MODEL_TEMPLATE, tuning_config
     from engine.params import ParamTable
     from engine.runtime import Runtime
     from engine.session import TrainingSession
@@ -233,8 +236,11 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
                  if k in TrainConfig.__dataclass_fields__}
         tc = TrainConfig(**known)
     rt = runtime or Runtime(device)
-    s = TrainingSession(rt, bundle.config, tc, bundle.tokenizer, pretrain_text, tune_text,
-                        flat_weights=ParamTable(bundle.config).flatten(bundle.weights))
+    cfg, fmt = bundle.config, studio.get("chat_format", CHAT_FORMAT)
+    if is_open(bundle):   # a pretrained open model: its own template, a training window
+        cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+    s = TrainingSession(rt, cfg, tc, bundle.tokenizer, pretrain_text, tune_text,
+                        flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt)
     s.adopt_progress(studio.get("step", bundle.metadata.get("steps_done", 0)))
     s.history = list(studio.get("history", []))
     s.last_loss = bundle.metadata.get("final_loss")
