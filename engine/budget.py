@@ -26,7 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 MEDIAN_OF = 50      # recent steps in the step-time estimate: follows a change of speed in ~25
-MIN_MEASURED = 3    # steps measured before the plan may end a stage early for its reserve
+MIN_MEASURED = 3    # steps measured (besides the first) before the plan ends a stage early or
+#                     places a decay
 EVAL_FORWARD = 0.5  # a validation token costs about this share of a training token until
 #                     measured (forward only: ~1/3 of forward + backward + AdamW, rounded up)
 
@@ -96,6 +97,13 @@ class TimePlan:
 
     # -- estimates -------------------------------------------------------------------------
     @property
+    def settled(self) -> bool:
+        """MIN_MEASURED steps are measured besides the run's first (kernel builds): until then
+        estimates from step times are not trusted to end a stage or place its decay."""
+        n = len(self._steps) - (1 if self._first_in and len(self._steps) > 1 else 0)
+        return n >= MIN_MEASURED
+
+    @property
     def step_s(self) -> float | None:
         """Median seconds per training step (None before the first). The run's first step
         (kernel builds, buffer allocation: seconds where later ones take milliseconds) counts
@@ -143,13 +151,16 @@ class TimePlan:
         MIN_MEASURED steps are measured, only a deadline already passed ends a stage (the
         reserve is priced from step times until an evaluation is measured, and a first step
         that built the kernels would price it many times too high)."""
-        step = self.step_s
-        if step is None or len(self._steps) < MIN_MEASURED:
+        if not self.settled:
             return elapsed < self.deadline(stage)
-        return elapsed + step <= self.train_end(stage)
+        return elapsed + self.step_s <= self.train_end(stage)
 
     def progress(self, stage: str, stage_start: float, elapsed: float) -> float:
-        """Share of `stage`'s training time used at `elapsed` (0..1), for the lr schedule."""
+        """Share of `stage`'s training time used at `elapsed` (0..1), for the lr schedule; 0
+        until the plan is settled (a first step that built kernels priced the stage's end at
+        minutes, put the decay at its floor from step 2, and the no-rise rule kept it there)."""
+        if not self.settled:
+            return 0.0
         span = self.train_end(stage) - stage_start
         if span <= 0:
             return 1.0

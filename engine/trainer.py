@@ -188,7 +188,7 @@ class Trainer:
         tc = s.train_config
         first = 0 if stage == "pretrain" else tc.pretrain_steps
         into = s.step - first
-        if stage not in self._warmup and self.plan.step_s is not None:
+        if stage not in self._warmup and self.plan.settled:   # frozen once estimates hold
             planned = into + self.plan.steps_left(stage, self.clock.now(),
                                                   self.pacer.share(self.clock.now()))
             self._warmup[stage] = tc.warmup_for(max(planned, 1))

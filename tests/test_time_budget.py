@@ -134,9 +134,15 @@ def test_a_first_step_that_builds_kernels_does_not_end_the_run():
     14 s. The first step no longer prices the plan once later ones are measured."""
     text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(20000))
     s = _session(TC.replace(val_split="tail"), tune=False, pretrain=text)
-    records, _ = _timed_run(s, FakeTime(), first_step_s=10.0)
+    records, trainer = _timed_run(s, FakeTime(), first_step_s=10.0)
     assert len(records) > 100
     assert abs(records[-1].elapsed_s - TC.time_budget_s) <= 0.05 * TC.time_budget_s
+    # and it did not place the decay: the rate warms up to the peak and holds it (a first
+    # estimate put it at the floor from step 2, where the no-rise rule kept it all run)
+    lrs = [m.lr for m in records]
+    assert max(lrs) == pytest.approx(TC.learning_rate)
+    assert trainer._warmup["pretrain"] == TC.warmup_steps
+    assert lrs[-1] == pytest.approx(TC.learning_rate * TC.min_lr_ratio, rel=0.05)
 
 
 def test_evaluations_take_a_bounded_share_of_the_time():
