@@ -82,6 +82,7 @@ class TrainingActions:
         if c.state is not RunState.IDLE or c.continue_from is None:
             return
         c.forget_model()
+        self.settings_panel.forget_opened()
         self.run_bar.set_continue(None)
         self.statusBar().showMessage("Train now starts a new model from scratch.", 8000)
 

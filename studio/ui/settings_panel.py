@@ -126,6 +126,13 @@ class SettingsPanel(QWidget):
                                   "parameters)")
         self.tie_check.toggled.connect(self._on_change)
         mform.addRow(self.tie_check)
+        self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
+        self.opened_label = QLabel()
+        self.opened_label.setObjectName("openedModelLabel")
+        self.opened_label.setProperty("role", "muted")
+        self.opened_label.setWordWrap(True)
+        self.opened_label.setVisible(False)
+        mform.addRow(self.opened_label)
         self.estimate_label = QLabel()
         self.estimate_label.setObjectName("estimateLabel")
         self.estimate_label.setWordWrap(True)
@@ -284,7 +291,17 @@ class SettingsPanel(QWidget):
         return {f[1]: self.spins[f[0]].value() for f in fields}
 
     def model_config(self) -> ModelConfig:
+        """The fields' model, or an opened model's own (its fields are locked; it may have
+        settings without a field here, or values past a field's range: a pretrained model)."""
+        if self._opened is not None:
+            return self._opened
         return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
+
+    def forget_opened(self) -> None:
+        """New model: the fields describe the model again."""
+        self._opened = None
+        self.opened_label.setVisible(False)
+        self._on_change()
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(**{**self._preset_extra,
@@ -317,9 +334,14 @@ class SettingsPanel(QWidget):
     def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None) -> None:
         """Show a loaded checkpoint's settings."""
         self.preset_combo.setCurrentIndex(0)
+        self._opened = model_cfg
         for name, field, *_ in MODEL_FIELDS:
             self.spins[name].setValue(getattr(model_cfg, field))
         self.tie_check.setChecked(model_cfg.tie_embeddings)
+        note = opened_model_note(model_cfg, {f: self.spins[n].value()
+                                             for n, f, *_ in MODEL_FIELDS})
+        self.opened_label.setText(note)
+        self.opened_label.setVisible(bool(note))
         if train_cfg is not None:
             for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
                 self.spins[name].setValue(getattr(train_cfg, field))
@@ -460,3 +482,21 @@ class SettingsPanel(QWidget):
         return {k: v for k, v in saved.items() if k in fields
                 and isinstance(v, (int, float)) and not isinstance(v, bool)} \
             if isinstance(saved, dict) else {}
+
+
+def opened_model_note(cfg: ModelConfig, shown: dict) -> str:
+    """What an opened model has that the fields do not show: grouped-query attention, its own
+    feed-forward width, RoPE base and scaling, and values past a field's range (shown: field
+    -> the value the field holds). "" when the fields say it all."""
+    default = ModelConfig()
+    parts = [f"{field.replace('_', ' ')} {getattr(cfg, field):,}" for field, value in shown.items()
+             if value != getattr(cfg, field)]
+    if cfg.kv_heads != cfg.n_head:
+        parts.append(f"{cfg.kv_heads} key-value heads (grouped-query attention)")
+    if cfg.ffn_dim:   # set explicitly (the app's own models take the SwiGLU default width)
+        parts.append(f"feed-forward {cfg.ffn_dim}")
+    if cfg.rope_base != default.rope_base:
+        parts.append(f"RoPE base {cfg.rope_base:g}")
+    if cfg.rope_scaling:
+        parts.append(f"RoPE scaling {cfg.rope_scaling} (factor {cfg.rope_scaling_factor:g})")
+    return ("This model also has: " + ", ".join(parts) + ".") if parts else ""
