@@ -71,6 +71,7 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
 
 
 def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
+    from engine.errors import StudioError
     from engine.fsutil import FolderSnapshot, atomic_write_text
     from engine.hf.load import has_texts, session_from_hf
     from engine.textio import bundled_corpus, read_text

@@ -97,3 +97,27 @@ def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
     export_session(s, tmp_path / "hf")
     back = session_from_hf(tmp_path / "hf", s.pretrain_text, s.tune_text, runtime=rt)
     assert back.chat_format == 1 and back.tune.chat_format == 1
+
+
+def test_a_failed_write_of_an_imported_folder_is_explained_and_leaves_nothing(rt, tmp_path,
+                                                                              monkeypatch,
+                                                                              capsys):
+    """`llm-studio import` of a folder this app exported, on a full disk: the person reads
+    what failed and the run folder is not left half written (the write's error path named
+    StudioError without importing it: a NameError traceback)."""
+    from engine.config import ModelConfig, TrainConfig
+    from engine.hf.export import export_session
+    from engine.session import TrainingSession
+    from studio.cli import main
+    from tests.helpers import bundled_texts
+    mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
+    s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
+                               *bundled_texts(), runtime=rt)
+    export_session(s, tmp_path / "hf")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(TrainingSession, "save", full)
+    assert main(["import", str(tmp_path / "hf"), str(tmp_path / "run")]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
