@@ -77,7 +77,3 @@ class StageSchedule:
         """The rate of the step `steps_into_stage` (0-based) at `progress` of the stage."""
         warm = min(1.0, (steps_into_stage + 1) / max(self.warmup_steps, 1))
         return self.peak * warm * decay_factor(progress, self.decay_fraction, self.min_ratio)
-
-    @property
-    def floor(self) -> float:
-        return self.peak * self.min_ratio
