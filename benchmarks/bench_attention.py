@@ -9,7 +9,7 @@ T2048 (d384 L6 H6 T2048 B8 V512).
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own
-count (engine/memory.py activation_floats, which allocates exactly those buffers).
+count (engine/model/memory.py activation_floats, which allocates exactly those buffers).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def config(name: str, vocab: int = 512):
 
 def time_steps(name: str, device, steps: int) -> dict:
     from engine.config import TrainConfig
-    from engine.model import Model
-    from engine.runtime import Runtime
+    from engine.model.transformer import Model
+    from engine.opencl.runtime import Runtime
     rt = Runtime(device)
     cfg, B = config(name)
     model = Model(rt, cfg, seed=0)
@@ -65,9 +65,9 @@ def time_steps(name: str, device, steps: int) -> dict:
 def one_step_memory(d_model: int, n_layer: int, T: int, B: int, device) -> dict:
     """Run in a child process: one training step, then the device memory in use."""
     from engine.config import ModelConfig, TrainConfig
-    from engine.memory import activation_floats
-    from engine.model import Model
-    from engine.runtime import Runtime
+    from engine.model.memory import activation_floats
+    from engine.model.transformer import Model
+    from engine.opencl.runtime import Runtime
     rt = Runtime(device)
     cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layer=n_layer, n_head=d_model // 64,
                       context_length=T).validate()

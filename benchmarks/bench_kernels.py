@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from benchmarks.common import md_table, model_config  # noqa: E402
-from engine.params import qkv_width  # noqa: E402
+from engine.model.params import qkv_width  # noqa: E402
 
 
 def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
@@ -55,7 +55,7 @@ def gemm_shapes(cfg, B):
 
 
 def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
-    from engine import gemm_tiles, ops
+    from engine.opencl import gemm_tiles, ops
     rng = np.random.default_rng(0)
     rows = []
     for label, kind, M, N, K in gemm_shapes(cfg, B):
@@ -92,7 +92,7 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
 
 
 def bench_rowwise(rt, cfg, B):
-    from engine import ops
+    from engine.opencl import ops
     BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
     rng = np.random.default_rng(1)
     dev = lambda n: rt.to_device(rng.standard_normal(n).astype(np.float32))  # noqa: E731
@@ -171,12 +171,12 @@ def main(argv=None):
     ap.add_argument("--no-numpy", action="store_true", help="skip numpy's sgemm column")
     ap.add_argument("--groups-per-cu", type=int, default=None,
                     help="tiled GEMM: resident work-groups per compute unit assumed by the "
-                         "split-K and tile choices (engine.ops.GROUPS_PER_CU)")
+                         "split-K and tile choices (engine.opencl.ops.GROUPS_PER_CU)")
     ap.add_argument("--build-options", default="",
                     help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
-    from engine import gemm_tiles, ops
-    from engine.runtime import Runtime
+    from engine.opencl import gemm_tiles, ops
+    from engine.opencl.runtime import Runtime
     if args.groups_per_cu:
         ops.GROUPS_PER_CU = args.groups_per_cu
     # select_device: never a simulator by default

@@ -5,7 +5,7 @@ Shape of SmolLM2-135M: d_model 576, 30 blocks, 9 heads with 3 key-value heads, S
 vocabulary 49,152, tied embeddings, RoPE base 100000; random weights (speed does not depend on
 them). Both sides: fp32, AdamW (decoupled decay on matrices), grad-norm clip 1, one batch of
 B x T random ids, STEPS timed steps after WARMUP. Peak memory: the engine's own count of what it
-allocates (engine.memory.training_bytes) and, on a GPU, torch.cuda.max_memory_allocated for
+allocates (engine.model.memory.training_bytes) and, on a GPU, torch.cuda.max_memory_allocated for
 PyTorch; on a CPU, each side's peak resident set in its own process.
 
     PYTHONPATH=. python benchmarks/bench_open.py --side engine --batch 8 --context 64
@@ -33,9 +33,9 @@ SMOL = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_hea
 
 
 def engine_side(args) -> dict:
-    from engine.memory import training_bytes
-    from engine.model import Model
-    from engine.runtime import Runtime
+    from engine.model.memory import training_bytes
+    from engine.model.transformer import Model
+    from engine.opencl.runtime import Runtime
     rt = Runtime(args.device)
     cfg = SMOL.replace(context_length=args.context)
     model = Model(rt, cfg, seed=0)

@@ -27,8 +27,8 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 from engine.config import ModelConfig, TrainConfig
-from engine.model import Model
-from engine.runtime import Runtime
+from engine.model.transformer import Model
+from engine.opencl.runtime import Runtime
 name, steps, spec = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 spec = dict(spec)
 B = spec.pop("batch")

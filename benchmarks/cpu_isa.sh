@@ -46,8 +46,8 @@ check() {
 import numpy as np
 from engine import ops
 from engine.config import ModelConfig, TrainConfig
-from engine.model import Model
-from engine.runtime import Runtime
+from engine.model.transformer import Model
+from engine.opencl.runtime import Runtime
 rt = Runtime("haswell")
 print("device:", rt.info.name, "| vector width", rt.vector_width, "| GEMM", rt.gemm)
 rng = np.random.default_rng(0)

@@ -17,12 +17,12 @@ from benchmarks.common import md_table
 
 
 def _is_matmul(name: str) -> bool:
-    """Every GEMM kernel of engine/ops.py (matmul_nn / matmul_tn and their tiled, vector and
+    """Every GEMM kernel of engine/opencl/ops.py (matmul_nn / matmul_tn and their tiled, vector and
     float4 forms): FLOPs of one launch from its scalar arguments (M, N, K after 3 buffers)."""
     return name.startswith(("matmul_nn", "matmul_tn"))
 
 
-# fused attention (engine/attention.py): q.k-sized products per causal (query, key) pair
+# fused attention (engine/model/attention.py): q.k-sized products per causal (query, key) pair
 _ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
 
 

@@ -9,7 +9,7 @@ completely in consecutive windows; nats per token and bits per UTF-8 byte of tha
   engine-char, engine-bpe   `llm-studio train --no-tune --time-budget S --tokenizer char|bpe
                             --vocab-size 512 --val-split tail:0.1 ...` (what a user runs; more
                             flags with --engine-args), then the whole held-out text scored from
-                            the saved run (engine.evaluate.final_validation)
+                            the saved run (engine.training.evaluate.final_validation)
   script-char, script-bpe   llama_script.py --seconds S (AdamW 1e-3, warmup 100, cosine over S,
                             batch 12, SDPA; characters or SentencePiece BPE 512)
 Texts: "code" (engine/*.py, 300 KB) and "prose" (docs/*.md, README.md, benchmarks/RESULTS.md,
@@ -109,8 +109,8 @@ def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict
 
 def score_run(folder: str) -> None:
     """Print the held-out score of a saved run as JSON (the engine's final validation)."""
-    from engine.evaluate import final_validation
-    from engine.session import TrainingSession
+    from engine.training.evaluate import final_validation
+    from engine.training.session import TrainingSession
     s = TrainingSession.load(folder)
     v = final_validation(s)
     print(json.dumps({"val_loss": v.loss, "val_bpb": v.bpb, "tokens": v.tokens,

@@ -1,4 +1,4 @@
-"""The engine's side of benchmarks/quality_nanogpt.py: an engine.presets preset trained with the engine's
+"""The engine's side of benchmarks/quality_nanogpt.py: an engine.training.presets preset trained with the engine's
 own training step (Model.train_step: forward, backward, clipping, AdamW on the device, dropout)
 and its warmup + cosine schedule (TrainConfig.lr_at), on quality_nanogpt.CharData's split.
 
@@ -17,10 +17,10 @@ import time
 import numpy as np
 
 from engine.config import ModelConfig, TrainConfig
-from engine.model import Model
-from engine.presets import get_preset
-from engine.runtime import Runtime
-from engine.tokenizer import Tokenizer
+from engine.model.transformer import Model
+from engine.training.presets import get_preset
+from engine.opencl.runtime import Runtime
+from engine.data.tokenizer import Tokenizer
 
 
 def engine_ids(chars: list[str]) -> tuple[np.ndarray, int]:

@@ -172,7 +172,7 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="nanoGPT's autocast dtype (its GPU default is bfloat16)")
     p.add_argument("--device", default=None, help="the engine's OpenCL device")
-    p.add_argument("--engine-preset", default=None, help="engine.presets name (default: by recipe)")
+    p.add_argument("--engine-preset", default=None, help="engine.training.presets name (default: by recipe)")
     p.add_argument("--engine-steps", type=int, default=None,
                    help="engine steps, the cosine schedule's length (default: the preset's)")
     p.add_argument("--engine-set", action="append", default=[], metavar="FIELD=VALUE",

@@ -1,6 +1,6 @@
 """The engine's Llama-style model written in PyTorch (fp32), for benchmarks/bench_train.py.
 
-Same math as tests/reference.py and engine/model.py: token embedding; per block RMSNorm (eps
+Same math as tests/reference.py and engine/model/transformer.py: token embedding; per block RMSNorm (eps
 1e-5) -> causal multi-head attention with RoPE in llama.cpp's NORM convention (pairs (2i, 2i+1))
 -> residual; RMSNorm -> SwiGLU -> residual; final RMSNorm; output projection tied to the
 embedding by default. No biases. Weights are loaded from the engine by GGUF name, so both sides
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.params import ParamTable
+from engine.model.params import ParamTable
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -105,7 +105,7 @@ class TorchLlama(nn.Module):
 
     # -- weights by GGUF name ----------------------------------------------------------------
     def _group_param(self, group: str) -> nn.Parameter:
-        """The parameter holding one engine.params.ParamTable group ("blk.3.attn_qkv" ->
+        """The parameter holding one engine.model.params.ParamTable group ("blk.3.attn_qkv" ->
         blocks[3].attn_qkv): the groups are the fused tensors this model keeps."""
         if group.startswith("blk."):
             _, layer, name = group.split(".", 2)
@@ -114,7 +114,7 @@ class TorchLlama(nn.Module):
 
     @torch.no_grad()
     def load_gguf_weights(self, w: dict[str, np.ndarray]):
-        """Copy {GGUF name: array} (engine.model.Model.weights()) into the parameters, through
+        """Copy {GGUF name: array} (engine.model.transformer.Model.weights()) into the parameters, through
         the engine's table (names, shapes and group layout from ParamTable alone)."""
         table = ParamTable(self.cfg)
         flat = torch.from_numpy(table.flatten(w))

@@ -1,3 +1,10 @@
-"""The training engine: OpenCL device, tokenizer, data, model, optimizer, training loop,
-generation, checkpoints and GGUF export. It never imports Qt (see the import-linter contract in
-pyproject.toml)."""
+"""The training engine, grouped by job. It never imports Qt (import-linter contract in pyproject.toml).
+
+- engine/opencl/: the OpenCL device, its runtime (context, queue, program) and the kernel launchers.
+- engine/model/: the Llama-style model on the device: parameters, layers, attention, memory estimate.
+- engine/data/: texts, tokenizers (the app's SentencePiece and open models' own), corpora, dialogues.
+- engine/training/: the session (state), the Trainer (loop), schedule, time budget, checkpoints.
+- engine/generation/: sampling, KV-cache decoding, chat turns.
+- engine/files/: model files: GGUF export/import, Hugging Face folders, Modelfile, model cards.
+- engine.config, engine.errors, engine.fsutil: settings, user-facing errors, crash-safe files.
+"""

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from engine.errors import ConfigError
-from engine.schedule import StageSchedule
+from engine.training.schedule import StageSchedule
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 32) -> int:
@@ -112,8 +112,8 @@ class ModelConfig:
                 "high 4, original 8192).")
 
     def param_count(self) -> int:
-        """Number of trainable parameters (elements): engine.params.ParamTable's entries."""
-        from engine.params import ParamTable  # params imports this module
+        """Number of trainable parameters (elements): engine.model.params.ParamTable's entries."""
+        from engine.model.params import ParamTable  # params imports this module
         return ParamTable(self).n_params
 
     def replace(self, **changes) -> "ModelConfig":
@@ -124,7 +124,7 @@ VAL_SPLITS = ("docs", "tail")
 ROPE_SCALINGS = ("", "llama3")  # ModelConfig.rope_scaling: none, or Llama 3.1's frequency scaling
 
 
-TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.tokenizer)
+TOKENIZER_KINDS = ("bpe", "char")  # SentencePiece BPE, or one token per character (engine.data.tokenizer)
 DEFAULT_TOKENIZER = "bpe"
 CHECKPOINT_EVERY = 100  # steps between automatic checkpoints of a run (0: only at its end)
 MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (CLI, chat panel)
@@ -132,7 +132,7 @@ MAX_NEW_TOKENS = 64  # tokens a continuation or an answer may have unless told (
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How engine.sampling.next_token picks a token; the defaults are the CLI's and the chat
+    """How engine.generation.sampling.next_token picks a token; the defaults are the CLI's and the chat
     panel's (llama.cpp's sampler chain order: temperature, top-k, top-p)."""
     temperature: float = 0.8    # 0 or greedy=True: argmax
     top_k: int = 40             # 0 disables
@@ -165,7 +165,7 @@ def parse_val_split(spec: str) -> tuple[str, float]:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """What one optimizer step needs (engine.model.Model.train_step): AdamW's betas, eps and
+    """What one optimizer step needs (engine.model.transformer.Model.train_step): AdamW's betas, eps and
     decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
     dropout and the seed its masks are keyed by. The learning rate is passed per step."""
     beta1: float = 0.9
@@ -180,7 +180,7 @@ class OptimConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and schedule. Steps count optimizer updates; per stage the lr follows
-    warmup, a stable phase and a decay over the last decay_fraction (engine.schedule, WSD)."""
+    warmup, a stable phase and a decay over the last decay_fraction (engine.training.schedule, WSD)."""
 
     pretrain_steps: int = 600     # updates on pretraining windows
     tune_steps: int = 200         # updates on dialogue windows after pretraining
@@ -189,7 +189,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1     # the decay ends at learning_rate * min_lr_ratio
     warmup_steps: int = 30        # linear warmup from 0 (per stage)
     decay_fraction: float = 0.2   # share of a stage (its steps, or its time with a budget) spent
-    #                               decaying to the floor (engine.schedule; Hägele et al. 2024)
+    #                               decaying to the floor (engine.training.schedule; Hägele et al. 2024)
     weight_decay: float = 0.1     # AdamW decoupled decay, on matrices only (Loshchilov & Hutter 2019)
     beta1: float = 0.9
     beta2: float = 0.95
@@ -207,12 +207,12 @@ class TrainConfig:
     val_split: str = "docs"       # "docs": the last paragraphs are held out (the last
     #                               characters when there is one paragraph or too few); "tail":
     #                               the last share of the characters (nanoGPT's split); the
-    #                               held-out end is encoded and scored on its own: engine.corpus
+    #                               held-out end is encoded and scored on its own: engine.data.corpus
     val_fraction: float = 0.1     # share of the pretraining text held out for validation
     time_budget_s: float = 0.0    # wall seconds of training for the whole run (elapsed_s,
     #                               evaluations included, pauses not); > 0 plans the run in
     #                               time: stages by time share, lr by the share of time used,
-    #                               step counts follow (engine.budget). 0 = off
+    #                               step counts follow (engine.training.budget). 0 = off
     eval_share: float = 0.05      # with a time budget: periodic validation and samples take at
     #                               most this share of the wall time (0: every interval)
     tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
@@ -226,12 +226,12 @@ class TrainConfig:
     def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
         """Learning rate for global `step` inside a stage of `stage_steps` steps starting at
         `stage_start`: warmup, stable, then decay to peak * min_lr_ratio at the stage's last
-        step (engine.schedule.StageSchedule, progress = steps done / stage_steps)."""
+        step (engine.training.schedule.StageSchedule, progress = steps done / stage_steps)."""
         s = step - stage_start
         return self.stage_schedule(stage_steps, peak).lr(s, (s + 1) / max(stage_steps, 1))
 
     def stage_schedule(self, stage_steps: int, peak: float) -> StageSchedule:
-        """The engine.schedule.StageSchedule of a stage of `stage_steps` steps at `peak`."""
+        """The engine.training.schedule.StageSchedule of a stage of `stage_steps` steps at `peak`."""
         return StageSchedule(peak, self.warmup_for(stage_steps), self.decay_fraction,
                              self.min_lr_ratio)
 
@@ -241,7 +241,7 @@ class TrainConfig:
         return self.tune_learning_rate or self.learning_rate / 3
 
     def optim(self) -> OptimConfig:
-        """The optimizer settings of one step (engine.model.Model.train_step)."""
+        """The optimizer settings of one step (engine.model.transformer.Model.train_step)."""
         return OptimConfig(self.beta1, self.beta2, self.adam_eps, self.weight_decay,
                            self.grad_clip, self.dropout, self.seed)
 

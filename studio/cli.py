@@ -14,11 +14,11 @@ from pathlib import Path
 from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
                            TOKENIZER_KINDS, ModelConfig, SamplingParams, TrainConfig, run_steps)
 from engine.errors import StudioError
-from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
+from engine.files.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
-from engine.progress import Cancelled, Monitor
+from engine.training.progress import Cancelled, Monitor
 from studio.cli_input import (MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TOKENS, MAX_VOCAB,
                               MAX_WIDTH, count, number)
 from studio.cli_progress import ProgressLine
@@ -28,7 +28,7 @@ EXIT_USER_ERROR = 2
 
 
 def cmd_devices(args) -> int:
-    from engine.device import NO_DEVICE_HINT, list_devices, select_device
+    from engine.opencl.device import NO_DEVICE_HINT, list_devices, select_device
     devices = list_devices()
     if not devices:
         print("No OpenCL device found.\n" + NO_DEVICE_HINT)
@@ -74,10 +74,10 @@ def _opt(args, name):
 
 
 def _configs(args):
-    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.presets),
+    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets),
     else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
     from engine.config import parse_val_split
-    from engine.presets import get_preset
+    from engine.training.presets import get_preset
     preset = get_preset(args.preset) if args.preset else None
     parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
         {"model": {}, "train": {}}
@@ -118,12 +118,12 @@ def _catch_stop_signals(monitor: Monitor) -> dict:
 
 
 def cmd_train(args) -> int:
-    """Train with --out locked (engine.run_lock): a second train into it exits 2 naming the pid.
+    """Train with --out locked (engine.training.run_lock): a second train into it exits 2 naming the pid.
     A train that saves nothing (refused: a bad device, a model that does not fit, bad data;
     stopped before its first step; nothing left to train) leaves --out as it was."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     from engine.fsutil import FolderSnapshot
-    from engine.run_lock import RunFolderBusy, RunLock
+    from engine.training.run_lock import RunFolderBusy, RunLock
     out = Path(args.out)
     if args.resume:  # the old spelling of --continue ("resume" is going on after a pause)
         print("note: --resume is now --continue; the old spelling still works.", file=sys.stderr)
@@ -181,10 +181,10 @@ def _train(args) -> int:
 def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     """The session to train: the run in --out continued, or new from the options (run folder
     made)."""
-    from engine import checkpoint
-    from engine.dialogue import read_dialogues
-    from engine.session import TrainingSession
-    from engine.textio import bundled_corpus, read_text
+    from engine.training import checkpoint
+    from engine.data.dialogue import read_dialogues
+    from engine.training.session import TrainingSession
+    from engine.data.textio import bundled_corpus, read_text
     source = Path(args.continue_from) if args.continue_from else out
     if args.continue_from and checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.",
@@ -213,7 +213,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
                           "Add --continue to train it further, or give another --out folder.")
     mc, tc = _configs(args)
     if args.preset:
-        from engine.presets import get_preset
+        from engine.training.presets import get_preset
         line.say(f"preset {args.preset}: {get_preset(args.preset).description}")
     if run_steps(tc.pretrain_steps, tc.tune_steps, not args.no_tune) == 0:
         raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
@@ -240,7 +240,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
 def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> int:
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
-    from engine import checkpoint
+    from engine.training import checkpoint
     from studio.run_folder import MetricsLog, recall_text
     line.pace.start(session.step)
     tc = session.train_config
@@ -297,7 +297,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
 
 def _final_validation(session) -> str | None:
     """The run's last validation (the Trainer scores the whole held-out text at the end, up to
-    engine.corpus.FINAL_VAL_TOKENS), for a person: None when the last record has none."""
+    engine.data.corpus.FINAL_VAL_TOKENS), for a person: None when the last record has none."""
     last = session.history[-1] if session.history else {}
     loss = last.get("val_loss") if last.get("stage") == "pretrain" else last.get("pretrain_val_loss")
     if loss is None or "val_bpb" not in last:
@@ -339,9 +339,9 @@ def _note_fallback(session):
 
 def _load(args):
     """A run folder / checkpoint, or a GGUF this app exported (with the bundled corpora)."""
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     if str(args.dir).lower().endswith(".gguf"):
-        from engine.textio import bundled_corpus, read_text
+        from engine.data.textio import bundled_corpus, read_text
         return TrainingSession.from_gguf(args.dir, read_text(bundled_corpus("pretrain")),
                                          device=args.device)
     s = TrainingSession.load(args.dir, device=args.device)
@@ -365,10 +365,10 @@ def cmd_sample(args) -> int:
 
 
 def cmd_tokenize(args) -> int:
-    from engine import checkpoint
-    from engine.open_tokenizer import tokenizer_from_bytes   # the app's or an imported model's
+    from engine.training import checkpoint
+    from engine.data.open_tokenizer import tokenizer_from_bytes   # the app's or an imported model's
     if str(args.dir).lower().endswith(".gguf"):
-        from engine.gguf_export import import_gguf
+        from engine.files.gguf_export import import_gguf
         tok = import_gguf(args.dir).tokenizer
     else:
         tok = tokenizer_from_bytes(checkpoint.load(args.dir)["tokenizer"])
@@ -391,7 +391,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from engine.dialogue import Message
+    from engine.data.dialogue import Message
     s = _load(args)
     kw = _sampling_kwargs(args)
     if args.message is not None:
@@ -448,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("devices", help="list the OpenCL devices").set_defaults(func=cmd_devices)
 
-    from engine.presets import PRESETS
+    from engine.training.presets import PRESETS
     d = TRAIN_DEFAULTS
     t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl",
                        description="Train a model headless. Step counts are totals per stage; "
@@ -501,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dropout", type=number(0, 1, hi_open=True), help="drop probability after the attention output "
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
-                   "integrated or a discrete GPU (engine/presets.py); explicit options win")
+                   "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
     t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=CHECKPOINT_EVERY,
                    help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
     t.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -1,5 +1,5 @@
 """`llm-studio export --format hf`, `import` and `scale-out`: the Hugging Face round trip
-(engine/hf). Registered by studio.cli.build_parser; no Qt."""
+(engine/files/hf). Registered by studio.cli.build_parser; no Qt."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def export_hf(session, args) -> int:
-    from engine.hf.export import export_session
+    from engine.files.hf.export import export_session
     folder = export_session(session, args.output, force=args.force)
     print(f"Wrote {folder} (transformers LlamaForCausalLM folder: "
           "from_pretrained loads it as is)")
@@ -17,11 +17,11 @@ def export_hf(session, args) -> int:
 
 
 def cmd_import(args) -> int:
-    from engine import checkpoint
+    from engine.training import checkpoint
     from engine.errors import StudioError
-    from engine.dialogue import read_dialogues
-    from engine.hf.load import has_texts
-    from engine.textio import bundled_corpus, read_text
+    from engine.data.dialogue import read_dialogues
+    from engine.files.hf.load import has_texts
+    from engine.data.textio import bundled_corpus, read_text
     out, src = Path(args.out), Path(args.model)
     if checkpoint.checkpoint_path(out).exists():
         raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
@@ -42,16 +42,16 @@ def cmd_import(args) -> int:
 
 def _read_model(src: Path):
     """The ModelBundle of a pretrained open model, or None for a model this app wrote."""
-    from engine.gguf_export import is_open
-    from engine.open_run import read_model
+    from engine.files.gguf_export import is_open
+    from engine.files.open_run import read_model
     bundle = read_model(src)
     return bundle if is_open(bundle) else None
 
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
-    from engine.model_card import format_card, model_card
-    from engine.open_run import write_open_run
-    from engine.textio import read_text
+    from engine.files.model_card import format_card, model_card
+    from engine.files.open_run import write_open_run
+    from engine.data.textio import read_text
     from studio.cli import _make_run_folder
     from studio.run_folder import METRICS
     from engine.fsutil import FolderSnapshot
@@ -73,8 +73,8 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
 def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
     from engine.errors import StudioError
     from engine.fsutil import FolderSnapshot, atomic_write_text
-    from engine.hf.load import has_texts, session_from_hf
-    from engine.textio import bundled_corpus, read_text
+    from engine.files.hf.load import has_texts, session_from_hf
+    from engine.data.textio import bundled_corpus, read_text
     from studio.cli import _make_run_folder
     from studio.run_folder import METRICS
     if not args.pretrain and not has_texts(folder):
@@ -99,7 +99,7 @@ def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
 
 
 def cmd_scale_out(args) -> int:
-    from engine.hf.scale_out import scale_out, torchrun_command
+    from engine.files.hf.scale_out import scale_out, torchrun_command
     from studio.cli import _load
     s = _load(args)
     folder = scale_out(s, args.output, force=args.force)

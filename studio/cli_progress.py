@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from engine.progress import Pace, format_eta
+from engine.training.progress import Pace, format_eta
 
 
 class ProgressLine:
@@ -49,7 +49,7 @@ class ProgressLine:
         self._write(text + "\n")
 
     def phase(self, name: str, done: int, total: int) -> None:
-        """A long phase (engine.progress.Monitor's on_phase)."""
+        """A long phase (engine.training.progress.Monitor's on_phase)."""
         pct = f" {100 * done // total}%" if total > 1 else ""
         count = f" {done}/{total}" if 1 < total < 10_000 else ""
         self.show(f"{self.last_step}{' · ' if self.last_step else ''}{name}{count or pct}…")
@@ -83,7 +83,7 @@ def _isatty(out) -> bool:
 
 def val_text(m) -> str:
     """' val 1.234 (1.780 bpb)', or ' val on training text 1.234 (...)' when nothing could be
-    held out (engine.corpus): a number measured on the training text is never called val."""
+    held out (engine.data.corpus): a number measured on the training text is never called val."""
     name = "val" if m.val_source != "training text" else "val on training text"
     bpb = f" ({m.val_bpb:.3f} bpb)" if m.val_bpb is not None else ""
     return f" {name} {m.val_loss:.3f}{bpb}"

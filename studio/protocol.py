@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.config import CHECKPOINT_EVERY, DEFAULT_TOKENIZER, ModelConfig, TrainConfig
-from engine.dialogue import Message
+from engine.data.dialogue import Message
 
 if TYPE_CHECKING:
-    from engine.device import DeviceInfo
+    from engine.opencl.device import DeviceInfo
 
 
 
@@ -40,7 +40,7 @@ class TrainJob:
     run_dir: str                       # the run folder to create (studio.run_folder.new_run_dir)
     tune_text: str | None = None       # the tune dialogues, or None for no tuning stage
     device: int | str | None = None  # device index or name; None: default (select_device)
-    tokenizer_kind: str = DEFAULT_TOKENIZER  # engine.tokenizer kind: "bpe" or "char"
+    tokenizer_kind: str = DEFAULT_TOKENIZER  # engine.data.tokenizer kind: "bpe" or "char"
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
 
 

@@ -3,7 +3,7 @@
 A run folder holds `checkpoint.npz` (TrainingSession.save, atomic) and `metrics.jsonl` (one
 StepMetrics.to_dict() per line, as `llm-studio train` writes it), so `llm-studio sample/chat/
 export <folder>` and File › Open checkpoint both read it. While a run records into it the folder
-is locked (engine.run_lock): a CLI `train --out` there is refused, and vice versa. The worker
+is locked (engine.training.run_lock): a CLI `train --out` there is refused, and vice versa. The worker
 thread owns one RunRecorder per run and calls it only between two steps; nothing here imports Qt.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from engine import fsutil
 from engine.config import CHECKPOINT_EVERY
 from engine.errors import CheckpointError
-from engine.metrics import StepMetrics
-from engine.run_lock import RunLock
+from engine.training.metrics import StepMetrics
+from engine.training.run_lock import RunLock
 
 log = logging.getLogger(__name__)
 DEFAULT_EVERY = CHECKPOINT_EVERY  # the studio also saves on stop, pause, end and close
@@ -213,7 +213,7 @@ def recall_text(recall: dict) -> str:
     """'Text recall after pretraining: 31/32 documents (97%)' or, after tuning,
     'Recall after tuning: text 32/32 documents (100%), answers 24/24 (100%)'.
 
-    What engine.evaluate.fact_recall measures, named as such: how many training documents the
+    What engine.training.evaluate.fact_recall measures, named as such: how many training documents the
     model continues word for word from their first words. On a text of facts that is fact
     recall; on prose (Shakespeare) it is verbatim memory, so the line never says "facts"."""
     if recall.get("stage") == "tune":

@@ -6,7 +6,7 @@ checkpoint's JSON header is one small member of the .npz archive and np.load rea
 lazily. Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
-  running   a process holds the folder's training lock (engine.run_lock); a folder without a
+  running   a process holds the folder's training lock (engine.training.run_lock); a folder without a
             lock file (older runs): metrics.jsonl was written in the last RUNNING_S seconds and
             the run is not finished;
   finished  the checkpoint's step reached the run's total (pretraining + tuning steps);
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.checkpoint import FILENAME, PREVIOUS
+from engine.training.checkpoint import FILENAME, PREVIOUS
 from engine.config import ModelConfig, run_steps
 from engine.errors import StudioError
-from engine.run_lock import in_use
+from engine.training.run_lock import in_use
 from studio.run_folder import METRICS
 
 RUN_JSON = "run.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine.config import run_steps
 from engine.errors import ConfigError
-from engine.session import check_continuation
+from engine.training.session import check_continuation
 from studio.protocol import (CONTROLS, ContinueJob, ModelSource, Outcome, RunPoint, RunResult,
                              RunState, SessionInfo, TrainJob)
 from studio.run_folder import new_run_dir
@@ -88,7 +88,7 @@ class TrainingActions:
 
     def _continue_problem(self) -> str | None:
         """Why the opened model cannot be continued to the step counts on the left, or None:
-        the engine's own rule (engine.session.check_continuation, as
+        the engine's own rule (engine.training.session.check_continuation, as
         TrainingSession.continue_training and `llm-studio train --continue` apply it)."""
         r, tc = self.controller.continue_from, self.settings_panel.train_config()
         if tc.time_budget_s > 0:   # "Train for N minutes": that much longer, by time

@@ -10,8 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from engine.export_types import DEFAULT_DTYPE
-from engine.textio import bundled_corpus
+from engine.files.export_types import DEFAULT_DTYPE
+from engine.data.textio import bundled_corpus
 from studio.protocol import (ChatRequest, ExportRequest, LoadJob, ModelSource, RunState,
                              SaveRequest)
 from studio.ui.export_dialog import ExportDialog
@@ -159,7 +159,7 @@ class WindowActions:
         """source: the kind asked for (its errors name it); None: told by the path."""
         p = Path(path)
         job = LoadJob(str(p), device=self.device_panel.spec(), source=source)
-        from engine.hf.load import has_texts, is_model_folder
+        from engine.files.hf.load import has_texts, is_model_folder
         hf_without_texts = is_model_folder(p) and not has_texts(p)
         gguf = source is ModelSource.GGUF or (source is None and p.suffix.lower() == ".gguf")
         if gguf or hf_without_texts:

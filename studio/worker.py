@@ -3,7 +3,7 @@
 Everything that touches the session (create, train steps, autosave, chat, export, checkpoints)
 runs as a slot on that one thread, so nothing can overlap a training step and no lock is needed.
 Pause and stop are threading.Event flags checked between steps (docs/DESIGN.md: never
-QThread.terminate()); the stop flag is also the session's engine.progress.Monitor flag, so Stop
+QThread.terminate()); the stop flag is also the session's engine.training.progress.Monitor flag, so Stop
 and closing the window end a long phase (encoding a large text, validation, samples, recall,
 a chat answer) within a fraction of a second, and the phase's progress is shown meanwhile.
 Pausing returns to the thread's event loop with the generator kept, which
@@ -25,7 +25,7 @@ import traceback
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
-from engine.progress import Cancelled, Monitor
+from engine.training.progress import Cancelled, Monitor
 from studio.protocol import ContinueJob, Outcome, RunPoint, RunResult, SessionInfo, TrainJob
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from studio.worker_tasks import ModelTasks
@@ -69,7 +69,7 @@ class TrainingWorker(ModelTasks, QObject):
         self.session = None
         self.recorder: RunRecorder | None = None  # the run folder of the run in progress
         self._steps = None          # the suspended Trainer.run() generator
-        self.trainer = None         # its engine.trainer.Trainer (its clock stops while paused)
+        self.trainer = None         # its engine.training.trainer.Trainer (its clock stops while paused)
         self._stop = threading.Event()
         self._pause = threading.Event()
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
@@ -122,7 +122,7 @@ class TrainingWorker(ModelTasks, QObject):
     @Slot(object)
     def start(self, job: TrainJob) -> None:
         """Train a new model; sessionReady, metrics, then one of finished/stopped/failed."""
-        from engine.session import TrainingSession
+        from engine.training.session import TrainingSession
         self._close_steps()
         self._end_run()
         self.session = None
@@ -178,7 +178,7 @@ class TrainingWorker(ModelTasks, QObject):
     def _trainer(self, session):
         """The run's generator, keeping its Trainer (Pause stops its clock: a pause never
         counts as training time, so a time budget is not shortened by it)."""
-        from engine.trainer import Trainer
+        from engine.training.trainer import Trainer
         self.trainer = Trainer(session)
         return self.trainer.run()
 

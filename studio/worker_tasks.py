@@ -12,8 +12,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Slot
 
-from engine.progress import Cancelled
-from engine.run_lock import ensure_free
+from engine.training.progress import Cancelled
+from engine.training.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 
 
@@ -45,10 +45,10 @@ class ModelTasks:
 
     @Slot(object)
     def export(self, request: ExportRequest) -> None:
-        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf)."""
+        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/files/hf)."""
         try:
             if request.dtype == "hf":
-                from engine.hf.export import export_result, export_session
+                from engine.files.hf.export import export_result, export_session
                 result = export_result(export_session(self.session, request.path, force=True))
             else:
                 result = self.session.export_gguf(request.path, dtype=request.dtype, force=True)
@@ -73,11 +73,11 @@ class ModelTasks:
     def load(self, job: LoadJob) -> None:
         """Open the job's model (a GGUF or a folder without texts is trained further on the
         job's texts and train_config); loaded carries its SessionInfo, or None."""
-        from engine.session import TrainingSession
+        from engine.training.session import TrainingSession
         self._close_steps()
         self._end_run()
         path = Path(job.path)
-        from engine.hf.load import has_texts, is_model_folder, session_from_hf
+        from engine.files.hf.load import has_texts, is_model_folder, session_from_hf
         guess = job.source is None  # Open checkpoint: the path tells
         hf = job.source is ModelSource.HF or (guess and is_model_folder(path))
         gguf = job.source is ModelSource.GGUF or (guess and path.suffix.lower() == ".gguf")

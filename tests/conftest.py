@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def rt():
     """The test device: LLM_STUDIO_TEST_DEVICE, else the default device (PoCL CPU here)."""
-    from engine.runtime import Runtime
+    from engine.opencl.runtime import Runtime
     return Runtime(os.environ.get("LLM_STUDIO_TEST_DEVICE") or None)
 
 
@@ -18,7 +18,7 @@ def rt():
 def rt_lanes(rt):
     """A second runtime on the test device whose row kernels share each row among 64 lanes
     (the GPU layout, whatever the device), so CI on a CPU checks that path too."""
-    from engine.runtime import Runtime
+    from engine.opencl.runtime import Runtime
     return Runtime(rt.info, row_lanes=(64, 4))
 
 
@@ -33,5 +33,5 @@ def texts():
 def tok(texts):
     """The SentencePiece BPE tokenizer (vocab 512) of the bundled texts; files that test
     another tokenizer define their own `tok`."""
-    from engine.tokenizer import Tokenizer
+    from engine.data.tokenizer import Tokenizer
     return Tokenizer.train(texts, 512, "bpe")

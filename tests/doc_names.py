@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLBACKS = {"on_phase", "slide", "on_token", "loss_fn"}
 EXTERNAL = {"tokenizers", "LlamaModel", "np", "cl", "gguf", "transformers"}
 # How the doc refers to instances: `session.train()` is TrainingSession.train.
-ALIASES = {"session": "engine.session.TrainingSession", "rt": "engine.runtime.Runtime",
-           "monitor": "engine.progress.Monitor", "tok": "engine.tokenizer.Tokenizer"}
+ALIASES = {"session": "engine.training.session.TrainingSession", "rt": "engine.opencl.runtime.Runtime",
+           "monitor": "engine.training.progress.Monitor", "tok": "engine.data.tokenizer.Tokenizer"}
 # Python's own names and the typing names a signature shows
 PYTHON = set(dir(builtins)) | {"Path", "Iterator", "Optional", "Callable"}
-SCRIPTS = {"engine.hf.train_ddp"}  # a standalone torchrun script (imports torch), not engine API
+SCRIPTS = {"engine.files.hf.train_ddp"}  # a standalone torchrun script (imports torch), not engine API
 SKIP_CAPS = ("LLM_STUDIO_", "CL_")  # environment variables and OpenCL constants, not names
 
 _FENCE = re.compile(r"```.*?\n(.*?)```", re.S)
@@ -260,7 +260,7 @@ class Checker:
                     self.problems.append(f"{token}: no such file in the repository")
             elif "/" not in token:
                 self._check_name(token, calls, first and text.lstrip().startswith(token))
-            elif token.startswith("engine/"):  # engine/progress.Monitor
+            elif token.startswith("engine/"):  # engine/training/progress.Monitor
                 self._check_name(token.replace("/", "."), calls, first)
             first = False
 

@@ -2,9 +2,9 @@
 (fixtures built on them live in tests/conftest.py; run folders in tests/runs_helpers.py)."""
 
 from engine.config import ModelConfig, TrainConfig
-from engine.textio import bundled_corpus, read_text
+from engine.data.textio import bundled_corpus, read_text
 
-RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.textio)
+RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.data.textio)
 
 
 def bundled_texts() -> tuple[str, str]:
@@ -21,7 +21,7 @@ def tiny_config(**kw) -> ModelConfig:
 
 def trained_session(rt, model_cfg: ModelConfig, train_cfg: TrainConfig):
     """A TrainingSession on the bundled texts, trained to its last step on runtime rt."""
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     s = TrainingSession.create(model_cfg, train_cfg, *bundled_texts(), runtime=rt)
     for _ in s.train():
         pass

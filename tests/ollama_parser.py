@@ -1,5 +1,5 @@
 """Ollama's Modelfile parser, ported line by line to Python for the tests: the judge of every
-Modelfile the export writes (engine.modelfile).
+Modelfile the export writes (engine.files.modelfile).
 
 Source: github.com/ollama/ollama, parser/parser.go (`ParseFile`, `parseRuneForState`,
 `unquote`, `isSpace`, `isNewline`, `isValidCommand`), read 2026-12-01. Go's strconv.IsPrint

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from engine.params import ParamTable  # names and shapes only; the arithmetic here is independent
+from engine.model.params import ParamTable  # names and shapes only; the arithmetic here is independent
 
 # ----------------------------------------------------------------------------- layers
 
@@ -259,7 +259,7 @@ def adamw_update(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, clip_sca
 
 
 def init_weights(cfg, seed=0, std=0.02):
-    """Random float64 weights with the engine's names and shapes (engine.params.ParamTable):
+    """Random float64 weights with the engine's names and shapes (engine.model.params.ParamTable):
     matrices N(0, std), norm weights 1 + N(0, 0.1)."""
     rng = np.random.default_rng(seed)
     return {name: (1.0 + rng.normal(0, 0.1, shape)) if len(shape) == 1

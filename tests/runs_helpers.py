@@ -1,4 +1,4 @@
-"""Run folders for the Runs tests, written the way the engine writes them (engine.checkpoint.save
+"""Run folders for the Runs tests, written the way the engine writes them (engine.training.checkpoint.save
 and StepMetrics records), with tiny weight arrays: no training needed."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import checkpoint
+from engine.training import checkpoint
 from engine.config import ModelConfig, TrainConfig
 
 

@@ -1,5 +1,5 @@
-"""One declaration of the activation buffers (engine/activations.py): what engine.model.Activations
-allocates on the device is exactly what engine.memory counts, for random configs, batch sizes,
+"""One declaration of the activation buffers (engine/model/activations.py): what engine.model.transformer.Activations
+allocates on the device is exactly what engine.model.memory counts, for random configs, batch sizes,
 context lengths and both attention paths."""
 
 import inspect
@@ -8,11 +8,11 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from engine import model
-from engine.activations import BUFFERS, Dims, buffers
+from engine.model import transformer as model
+from engine.model.activations import BUFFERS, Dims, buffers
 from engine.config import ModelConfig
-from engine.memory import activation_floats
-from engine.model import Activations
+from engine.model.memory import activation_floats
+from engine.model.transformer import Activations
 
 
 def allocated(a: Activations) -> list[int]:

@@ -1,4 +1,4 @@
-"""Fused causal attention (FlashAttention-2 style, engine/attention.py) and RoPE against the
+"""Fused causal attention (FlashAttention-2 style, engine/model/attention.py) and RoPE against the
 float64 twin in tests/reference.py, on every kernel variant (the CPU's register-blocked kernels
 at both vector widths, and the GPU's "tiled", all on the test device), random awkward shapes
 (T = 1, odd T, T a multiple of no tile, batch 1, head_dim 2 to 128) and with launches split over
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import attention
+from engine.model import attention
 from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
-from engine.memory import activation_floats
+from engine.model.memory import activation_floats
 from tests.test_kernels import close, down, up
 
 

@@ -1,4 +1,4 @@
-"""Attention as batched GEMMs (engine/attention_gemm.py, the GPU path where the (B, H, T, T)
+"""Attention as batched GEMMs (engine/model/attention_gemm.py, the GPU path where the (B, H, T, T)
 probabilities fit) against the float64 twin in tests/reference.py on every bmm kernel and
 awkward shapes; the rule that picks it or the fused kernels; the whole model on both paths;
 the per-launch work cap scaled to the device."""
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import attention_gemm
+from engine.model import attention_gemm
 from engine.config import ModelConfig, TrainConfig
-from engine.memory import activation_floats, check_fits, training_bytes
-from engine.model import Model
-from engine.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
+from engine.model.memory import activation_floats, check_fits, training_bytes
+from engine.model.transformer import Model
+from engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
 from tests.test_attention import GQA_SHAPES, run_attention
 from tests.helpers import tiny_config
 from tests.test_model import batch, rel_err

@@ -5,12 +5,12 @@ answers with exactly the engine's characters (no leading space) and stops at </s
 import numpy as np
 import pytest
 
-from engine import checkpoint
-from engine.chat import ChatReply, answer_reserve
+from engine.training import checkpoint
+from engine.generation.chat import ChatReply, answer_reserve
 from engine.config import ModelConfig, TrainConfig
-from engine.dialogue import CHAT_TEMPLATES, Message, encode_prompt
-from engine.gguf_export import import_gguf
-from engine.session import TrainingSession
+from engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
+from engine.files.gguf_export import import_gguf
+from engine.training.session import TrainingSession
 from tests.helpers import trained_session
 
 U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))

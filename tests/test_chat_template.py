@@ -8,10 +8,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
 
-from engine.chat_template import ChatFormat, render  # noqa: E402
-from engine.dialogue import Message, parse_dialogues  # noqa: E402
+from engine.data.chat_template import ChatFormat, render  # noqa: E402
+from engine.data.dialogue import Message, parse_dialogues  # noqa: E402
 from engine.errors import DataError  # noqa: E402
-from engine.open_tokenizer import OpenTokenizer  # noqa: E402
+from engine.data.open_tokenizer import OpenTokenizer  # noqa: E402
 from tests.open_models import FAMILIES, TEMPLATES, open_folders  # noqa: E402,F401
 
 CHATS = [

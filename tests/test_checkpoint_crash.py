@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import checkpoint, fsutil
+from engine.training import checkpoint
+from engine import fsutil
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 STEPS = ("fsync", "link", "replace", "unlink", "fsync_dir", "copyfile")
@@ -166,7 +167,7 @@ def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
 
 
 def test_a_killed_exports_temp_file_is_removed_by_the_next_export(tmp_path):
-    from engine.gguf_export import atomic_write
+    from engine.files.gguf_export import atomic_write
     target = tmp_path / "m.gguf"
     dead = tmp_path / f".m.gguf.{2**22 + 7}.0badf00d.tmp"  # pid above pid_max: its writer is gone
     dead.write_bytes(b"half a model")

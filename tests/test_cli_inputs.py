@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.progress import Pace
+from engine.training.progress import Pace
 from studio.cli import main
 from studio.cli_progress import ProgressLine
 
@@ -167,7 +167,7 @@ def test_sighup_saves_the_run(tmp_path):
     proc.stderr.close()  # the terminal is gone: writing to it fails
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=120) == 130
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     steps = len(mfile.read_text().splitlines())
     assert TrainingSession.load(out).step == steps >= 3
 

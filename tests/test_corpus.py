@@ -1,13 +1,13 @@
-"""engine.corpus: document split, token stream, validation split, training windows."""
+"""engine.data.corpus: document split, token stream, validation split, training windows."""
 
 
 import numpy as np
 import pytest
 
-from engine.corpus import PretrainData, split_documents, suggest_context_length
+from engine.data.corpus import PretrainData, split_documents, suggest_context_length
 from engine.errors import ConfigError, DataError
-from engine.textio import read_text
-from engine.tokenizer import Tokenizer
+from engine.data.textio import read_text
+from engine.data.tokenizer import Tokenizer
 
 from tests.helpers import RESOURCES as RES  # noqa: E402
 

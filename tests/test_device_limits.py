@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import ops
+from engine.opencl import ops
 from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
-from engine.memory import check_fits
-from engine.runtime import Runtime
+from engine.model.memory import check_fits
+from engine.opencl.runtime import Runtime
 from tests.test_kernels import close, down, up
 
 

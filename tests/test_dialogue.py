@@ -1,4 +1,4 @@
-"""engine.dialogue: parsing, chat template, loss mask, tune batches."""
+"""engine.data.dialogue: parsing, chat template, loss mask, tune batches."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMPLATES, Message,
+from engine.data.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMPLATES, Message,
                              TuneData, answer_text, check_chat_format, encode_dialogue,
                              encode_prompt, parse_dialogues, render_prompt)
 from engine.errors import DataError

@@ -1,4 +1,4 @@
-"""Dialogue files from other trainers (engine.dialogue_json): a pretty-printed JSON array, JSONL
+"""Dialogue files from other trainers (engine.data.dialogue_json): a pretty-printed JSON array, JSONL
 lines that are bare lists, OpenAI messages, ShareGPT conversations and Alpaca records become the
 same dialogues as the text format, so the encoded ids and loss masks are the same; a record of
 another structure is refused naming what was found and the formats read."""
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.dialogue import Message, encode_dialogue, parse_dialogues
+from engine.data.dialogue import Message, encode_dialogue, parse_dialogues
 from engine.errors import DataError
 
 TEXT = ("System: Be brief.\nUser: What is the capital of France?\nAssistant: Paris.\n\n"
@@ -37,7 +37,7 @@ def jsonl(records):
     json.dumps(OPENAI, indent=2), jsonl(OPENAI),
     json.dumps(SHAREGPT, indent=2), jsonl(SHAREGPT),
     json.dumps(BARE, indent=2), jsonl(BARE),
-    "\ufeff" + json.dumps(OPENAI),          # a BOM is gone after engine.textio; spaces too
+    "\ufeff" + json.dumps(OPENAI),          # a BOM is gone after engine.data.textio; spaces too
 ], ids=["openai-json", "openai-jsonl", "sharegpt-json", "sharegpt-jsonl", "bare-json",
         "bare-jsonl", "one-line-json"])
 def test_other_formats_give_the_text_formats_dialogues(text, tok):
@@ -91,6 +91,6 @@ def test_the_cli_trains_on_a_sharegpt_file(tmp_path, capsys):
     assert main(["train", "--out", str(out), "--tune", str(path), "--d-model", "32",
                  "--n-layer", "1", "--n-head", "2", "--context-length", "48", "--vocab-size",
                  "400", "--batch-size", "2", "--steps", "2", "--tune-steps", "2", "--quiet"]) == 0
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     s = TrainingSession.load(out)
     assert s.tune.dialogues == parse_dialogues(TEXT) * 4

@@ -17,11 +17,11 @@ def test_engine_api_doc_names_what_the_code_has():
 def test_the_checker_catches_a_moved_argument_a_wrong_default_and_a_missing_name():
     """The parser itself: each kind of drift is reported (else the test above could pass on
     a doc it never read)."""
-    doc = ("`engine.gguf_export.export_gguf(bundle, path, force=False, dtype=\"f32\")`\n\n"
-           "`engine.gguf_export.export_gguf(bundle, path, dtype=\"f16\", force=False)`\n\n"
-           "`engine.gguf_export.export_gguf(path, dtype=\"f32\", force=False)`\n\n"
-           "`engine.gguf_export.export_gguf(bundle, path, level=3)`\n\n"
-           "`engine.session.TrainingSession.grow()` and `engine/nowhere.py`\n\n"
+    doc = ("`engine.files.gguf_export.export_gguf(bundle, path, force=False, dtype=\"f32\")`\n\n"
+           "`engine.files.gguf_export.export_gguf(bundle, path, dtype=\"f16\", force=False)`\n\n"
+           "`engine.files.gguf_export.export_gguf(path, dtype=\"f32\", force=False)`\n\n"
+           "`engine.files.gguf_export.export_gguf(bundle, path, level=3)`\n\n"
+           "`engine.training.session.TrainingSession.grow()` and `engine/nowhere.py`\n\n"
            "`ModelConfig(vocab_size, d_model, n_layer, n_head, context_length)`, `.no_such`")
     found = "\n".join(problems(doc))
     assert "another order" in found

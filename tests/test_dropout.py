@@ -1,14 +1,15 @@
-"""Dropout (kernels/dropout.cl, engine/dropout.py) against the float64 reference with the same
+"""Dropout (kernels/dropout.cl, engine/model/dropout.py) against the float64 reference with the same
 fixed masks: the kernels alone on odd sizes, then the whole model's loss and every gradient."""
 
 import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import dropout, ops
+from engine.model import dropout
+from engine.opencl import ops
 from engine.config import TrainConfig
 from engine.errors import ConfigError
-from engine.model import Model
+from engine.model.transformer import Model
 from tests.helpers import tiny_config
 from tests.test_model import assert_step_matches, batch
 

@@ -10,8 +10,9 @@ import pyopencl as cl
 import pytest
 
 import tests.reference as ref
-from engine import attention, ops
-from engine.runtime import kernel_source
+from engine.model import attention
+from engine.opencl import ops
+from engine.opencl.runtime import kernel_source
 from tests.test_kernels import close, down, up
 
 FILES = ("swiglu.cl", "rope.cl", "embedding.cl")

@@ -1,4 +1,4 @@
-"""The split-K plan of the tiled GPU GEMM's weight gradients (engine.ops._k_slices), on the
+"""The split-K plan of the tiled GPU GEMM's weight gradients (engine.opencl.ops._k_slices), on the
 H200's figures (132 compute units, 2 groups each): products whose tiles leave a wave partly
 empty are split until the groups fill whole waves (measured: benchmarks/RESULTS.md)."""
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import ops
+from engine.opencl import ops
 
 
 def _rt(compute_units=132):

@@ -1,4 +1,4 @@
-"""engine.gguf_export / engine.gguf_import: GGUF round trips, errors, and llama.cpp as the judge.
+"""engine.files.gguf_export / engine.files.gguf_import: GGUF round trips, errors, and llama.cpp as the judge.
 
 Without llama-cpp-python only the first half runs. With it (pip install llama-cpp-python), the
 exported file is loaded by llama.cpp and must tokenize exactly like the engine, give the same
@@ -17,13 +17,13 @@ import pytest
 
 import reference
 from engine.config import ModelConfig
-from engine.dialogue import CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt
+from engine.data.dialogue import CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt
 from engine.errors import ExportError, ModelImportError
-from engine.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
-from engine.gguf_export import (ModelBundle, export_gguf, import_gguf, modelfile_text,
+from engine.files.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
+from engine.files.gguf_export import (ModelBundle, export_gguf, import_gguf, modelfile_text,
                                 tensor_shapes)
-from engine.textio import read_text
-from engine.tokenizer import Tokenizer
+from engine.data.textio import read_text
+from engine.data.tokenizer import Tokenizer
 
 from tests.helpers import RESOURCES as RES  # noqa: E402
 META = {"learning_rate": 3e-3, "pretrain_steps": 600, "final_loss": 2.125, "seed": 1337,
@@ -82,7 +82,7 @@ def special_encode(tok, text):
 
 def as_llama_reads(text):
     """llama.cpp's SPM tokenizer reads a literal "▁" as a space; the engine writes it as bytes
-    so that it round-trips (engine.tokenizer). Every other character tokenizes identically."""
+    so that it round-trips (engine.data.tokenizer). Every other character tokenizes identically."""
     return text.replace("\u2581", " ")
 
 
@@ -172,7 +172,7 @@ def test_q8_0_row_length_error_names_tensor(tok, tmp_path):
 @pytest.mark.parametrize("cfg", [dict(), dict(d_model=80, n_head=4), dict(ffn_dim=100),
                                  dict(d_model=96, n_head=3, tie_embeddings=False)])
 def test_q8_0_rule_and_size_estimate_are_the_writers(tok, tmp_path, cfg):
-    """engine.export_types (what the CLI and the export dialog offer and show) says Q8_0 fits
+    """engine.files.export_types (what the CLI and the export dialog offer and show) says Q8_0 fits
     exactly when the writer accepts it, and its size is the file's within the keys' slack."""
     b = make_bundle(tok, **cfg)
     for dtype in DTYPE_NAMES:
@@ -216,7 +216,7 @@ def test_bad_dtype_and_missing_folder(bundle, tmp_path, monkeypatch):
     r = export_gguf(bundle, tmp_path / "new" / "sub" / "m.gguf")
     assert r.path.is_file() and r.modelfile_path.is_file()
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    import engine.gguf_export as ge
+    import engine.files.gguf_export as ge
 
     real = ge.atomic_write
 

@@ -1,4 +1,4 @@
-"""engine.health: per-group gradient norms against the float64 reference model's gradients,
+"""engine.training.health: per-group gradient norms against the float64 reference model's gradients,
 update-to-weight ratios against AdamW's own update, clipped/skipped counts, and the warnings
 (a too-high learning rate, a plateau, a divergence) from the measurements."""
 
@@ -11,10 +11,10 @@ import pytest
 import tests.reference as ref
 from tests.helpers import tiny_config
 from engine.config import TrainConfig
-from engine.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
+from engine.training.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
                            unigram_entropy)
-from engine.metrics import StepMetrics
-from engine.model import Model
+from engine.training.metrics import StepMetrics
+from engine.model.transformer import Model
 
 
 def ref_group_norms(grads: dict) -> dict:

@@ -1,12 +1,12 @@
 """The kernel sources keep what they share in kernels/common.h: no .cl file uses a macro another
 .cl file defines (the main program concatenates the files in name order, and the specialized
 ones are built alone, so such a use works by accident or not at all), no macro is defined twice,
-and the causal modes of kernels/common.h equal engine.attention_gemm.Causal."""
+and the causal modes of kernels/common.h equal engine.model.attention_gemm.Causal."""
 
 import re
 from pathlib import Path
 
-from engine.attention_gemm import Causal
+from engine.model.attention_gemm import Causal
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)", re.M)
@@ -42,9 +42,9 @@ def test_common_h_causal_modes_equal_the_python_enum():
 
 
 def test_gemm_tile_sizes_come_from_the_python_table():
-    """The GEMM tile sizes are -D options from engine/gemm_tiles.py (which the launchers size
+    """The GEMM tile sizes are -D options from engine/opencl/gemm_tiles.py (which the launchers size
     their grids from), never a literal in a kernel file, not even as an #ifndef default."""
-    from engine import gemm_tiles
+    from engine.opencl import gemm_tiles
     tile_macros = {"MM_TM", "MM_TN", "VM_TM", "VM_TN", "BMM_TL", "TK"}
     for p in sorted(KERNELS.glob("*.cl")):
         defined = set(_DEFINE.findall(_code(p.read_text())))

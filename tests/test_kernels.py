@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import ops
+from engine.opencl import ops
 
 SEEDS = [0, 1, 2]
 
@@ -75,7 +75,7 @@ def test_matmul_forward_backward(rt, gemm, M, N, K):
                                    (4, 8, 772)])
 def test_matmul_tn_split_over_k(rt, gemm, M, N, K, monkeypatch):
     """A weight gradient with few output tiles and a long K is split into slices of K summed by
-    sum_slices (engine.ops._k_slices; float4 fetches where M, N, K allow), accumulating into
+    sum_slices (engine.opencl.ops._k_slices; float4 fetches where M, N, K allow), accumulating into
     the existing gradient (beta 1) as matmul_backward does. The wave is made large (as on a big
     GPU) so the split happens on any test device."""
     monkeypatch.setattr(ops, "GROUPS_PER_CU", 64)
@@ -220,7 +220,7 @@ def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
     that width; LLM_STUDIO_VECTOR_WIDTH or the Runtime argument override it (tests run the
     AVX2 kernels on an AVX-512 machine); other widths are refused with a hint."""
     from engine.errors import DeviceError
-    from engine.runtime import VECTOR_WIDTH_ENV, Runtime, pick_vector_width
+    from engine.opencl.runtime import VECTOR_WIDTH_ENV, Runtime, pick_vector_width
     assert pick_vector_width(16) == 16 and pick_vector_width(8) == 8
     assert pick_vector_width(4) == 8 and pick_vector_width(1) == 8
     assert pick_vector_width(16, "8") == 8 and pick_vector_width(8, 16) == 16

@@ -8,17 +8,17 @@ import signal
 
 import pytest
 
-import engine.generation as generation_module
-import engine.trainer as trainer_module
-from engine import evaluate
+import engine.generation.generator as generation_module
+import engine.training.trainer as trainer_module
+from engine.training import evaluate
 from engine.config import ModelConfig, TrainConfig
-from engine.corpus import PretrainData
-from engine.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
-from engine.progress import Cancelled, Monitor
-from engine.session import TrainingSession
-from engine.textio import read_text
-from engine.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
-from engine.textio import bundled_corpus
+from engine.data.corpus import PretrainData
+from engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
+from engine.training.progress import Cancelled, Monitor
+from engine.training.session import TrainingSession
+from engine.data.textio import read_text
+from engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
+from engine.data.textio import bundled_corpus
 from studio.cli import main
 
 MC = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=400)

@@ -7,7 +7,7 @@ import pytest
 import tests.reference as ref
 from tests.helpers import tiny_config
 from engine.config import TrainConfig
-from engine.model import Model
+from engine.model.transformer import Model
 
 
 def batch(cfg, B, T, seed=0, mask=False):
@@ -115,7 +115,7 @@ def test_side_queue_training_is_identical(rt):
     forced on. The model is big enough that the queues really overlap on a multi-core PoCL."""
     import pyopencl as cl
 
-    from engine.runtime import Runtime
+    from engine.opencl.runtime import Runtime
     two = Runtime(rt.info)
     two.side_queue = two.side_queue or cl.CommandQueue(two.ctx)
     one = Runtime(rt.info)

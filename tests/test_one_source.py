@@ -1,4 +1,4 @@
-"""Each fact lives once (issue 16): tensor names and shapes come from engine.params.ParamTable
+"""Each fact lives once (issue 16): tensor names and shapes come from engine.model.params.ParamTable
 alone; a second hand-written copy anywhere in the tree fails here."""
 
 import re
@@ -8,8 +8,8 @@ import pytest
 
 import tests.reference as ref
 from engine.config import ModelConfig
-from engine.gguf_export import tensor_shapes
-from engine.params import ParamTable, tensors_per_layer
+from engine.files.gguf_export import tensor_shapes
+from engine.model.params import ParamTable, tensors_per_layer
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("engine", "studio", "benchmarks")
@@ -22,18 +22,18 @@ def files_matching(pattern: str, dirs=PRODUCT + ("tests",)) -> list[str]:
                   if p.name != Path(__file__).name and rx.search(p.read_text(encoding="utf-8")))
 
 
-# (what the rule is, a regex that spells it out, the files allowed to). engine/hf/train_ddp.py
+# (what the rule is, a regex that spells it out, the files allowed to). engine/files/hf/train_ddp.py
 # is self-contained on purpose (it runs without the engine); tests/test_hf.py compares it.
 RULES = [
-    ("simulator never the default device", r'(?i)"oclgrind"', ["engine/device.py"]),
-    ("device environment variable", r'"LLM_STUDIO_DEVICE"', ["engine/device.py"]),
+    ("simulator never the default device", r'(?i)"oclgrind"', ["engine/opencl/device.py"]),
+    ("device environment variable", r'"LLM_STUDIO_DEVICE"', ["engine/opencl/device.py"]),
     ("total steps of a run", r"pretrain_steps\S*\)? \+ \(?\S*tune_steps",
-     ["engine/config.py", "engine/hf/train_ddp.py"]),
-    ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/export_types.py", "engine/gguf_export.py"]),
+     ["engine/config.py", "engine/files/hf/train_ddp.py"]),
+    ("Q8_0 row rule", r"% 32 == 0|% QK8_0 == 0", ["engine/files/export_types.py", "engine/files/gguf_export.py"]),
     ("export size per type", r"34 / 32", []),
     ("model and training defaults", r"steps=600|tune_steps=200|seed=1337", []),
     ("the metrics.jsonl writer", r"json\.dumps\(m\.to_dict\(\)\)", ["studio/run_folder.py"]),
-    ("bundled corpus path", r'resources\.__file__|"resources"', ["engine/textio.py"]),
+    ("bundled corpus path", r'resources\.__file__|"resources"', ["engine/data/textio.py"]),
     ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["engine/config.py"]),
 ]
 
@@ -45,7 +45,7 @@ def test_rule_is_written_once(rule, pattern, homes):
 
 def test_tensor_list_is_written_only_in_the_param_table():
     # a per-layer list of tensor names with shapes, or the parameter-count formula
-    assert files_matching(r'attn_k\.weight", \(') == ["engine/params.py"]   # a name with its shape
+    assert files_matching(r'attn_k\.weight", \(') == ["engine/model/params.py"]   # a name with its shape
     assert files_matching(r"4 \* d \* d \+ 3 \* d \* f") == []
 
 
@@ -69,7 +69,7 @@ def subcommand_actions(name: str) -> dict:
 def test_export_types_are_the_engines(qapp):
     import gguf
 
-    from engine import export_types, gguf_export
+    from engine.files import export_types, gguf_export
     from studio.ui.export_dialog import ExportDialog
     assert tuple(gguf_export.DTYPES) == export_types.DTYPE_NAMES
     for name, (qtype, _) in gguf_export.DTYPES.items():
@@ -91,7 +91,7 @@ def test_sampling_defaults_are_the_engines(qapp):
     import inspect
 
     from engine.config import MAX_NEW_TOKENS, SamplingParams
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     from studio.ui.chat_panel import ChatPanel
     sp = SamplingParams()
     want = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
@@ -113,7 +113,7 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     """`llm-studio train` without options, the studio's settings column and a preset over the
     defaults all start from engine.config.ModelConfig() and TrainConfig()."""
     from engine.config import DEFAULT_TOKENIZER, TrainConfig
-    from engine.presets import PRESETS
+    from engine.training.presets import PRESETS
     from studio.cli import _configs, build_parser
     from studio.ui.settings_panel import SettingsPanel
     args = build_parser().parse_args(["train", "--out", str(tmp_path)])
@@ -132,8 +132,8 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
 
 
 def test_bundled_corpus_is_one_path(qapp):
-    """The CLI and the studio call engine.textio.bundled_corpus, with no wrapper of their own."""
-    from engine.textio import BUNDLED, bundled_corpus
+    """The CLI and the studio call engine.data.textio.bundled_corpus, with no wrapper of their own."""
+    from engine.data.textio import BUNDLED, bundled_corpus
     for which, name in BUNDLED.items():
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
@@ -144,14 +144,14 @@ def test_bundled_corpus_is_one_path(qapp):
 
 
 def test_scale_out_data_names_are_one_table():
-    """The scale-out folder's data files are named once (engine.hf.export.DATA); the
+    """The scale-out folder's data files are named once (engine.files.hf.export.DATA); the
     standalone train_ddp.py reads each array and text by that same name."""
-    from engine.hf.export import DATA
-    script = (ROOT / "engine" / "hf" / "train_ddp.py").read_text()
+    from engine.files.hf.export import DATA
+    script = (ROOT / "engine" / "files" / "hf" / "train_ddp.py").read_text()
     for key, rel in DATA.items():
         if key not in ("pretrain_text", "tune_text"):  # the texts are for people, not the script
             assert f'"{rel.split("/", 1)[1]}"' in script, f"train_ddp.py does not read {rel}"
-    for path in ("engine/hf/scale_out.py", "engine/hf/load.py"):
+    for path in ("engine/files/hf/scale_out.py", "engine/files/hf/load.py"):
         assert '"data/' not in (ROOT / path).read_text(), f"{path} spells a data file name"
 
 

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from engine.config import SamplingParams, TrainConfig  # noqa: E402
-from engine.hf.load import import_hf  # noqa: E402
-from engine.params import ParamTable  # noqa: E402
+from engine.files.hf.load import import_hf  # noqa: E402
+from engine.model.params import ParamTable  # noqa: E402
 from tests.open_models import build, nmse  # noqa: E402
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
@@ -20,7 +20,7 @@ MHA = {"smollm2": {"num_key_value_heads": 6}, "tinyllama": {"num_key_value_heads
 
 @pytest.mark.parametrize("family", MHA)
 def test_engine_gives_transformers_logits_and_greedy_ids(family, rt, tmp_path):
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     folder = build(family, tmp_path / family, **MHA[family])
     bundle = import_hf(folder)[0]
     cfg = bundle.config.replace(context_length=64)

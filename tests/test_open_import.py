@@ -19,13 +19,13 @@ import gguf  # noqa: E402
 
 from engine.config import ModelConfig  # noqa: E402
 from engine.errors import ModelImportError  # noqa: E402
-from engine.gguf_export import export_gguf  # noqa: E402
-from engine.gguf_import import import_gguf  # noqa: E402
-from engine.hf.export import export_hf  # noqa: E402
-from engine.hf.load import import_hf, model_config  # noqa: E402
-from engine.model_card import format_card, model_card  # noqa: E402
-from engine.open_gguf import open_config  # noqa: E402
-from engine.rope_scaling import llama3_factors, llama3_from_factors  # noqa: E402
+from engine.files.gguf_export import export_gguf  # noqa: E402
+from engine.files.gguf_import import import_gguf  # noqa: E402
+from engine.files.hf.export import export_hf  # noqa: E402
+from engine.files.hf.load import import_hf, model_config  # noqa: E402
+from engine.files.model_card import format_card, model_card  # noqa: E402
+from engine.files.open_gguf import open_config  # noqa: E402
+from engine.model.rope_scaling import llama3_factors, llama3_from_factors  # noqa: E402
 from tests.open_models import (FAMILIES, build, llama_model, nmse,  # noqa: E402,F401
                                numpy_logits, open_folders, open_ggufs)
 
@@ -236,10 +236,10 @@ def test_model_card_counts_what_transformers_counts(open_folders):
 
 
 def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, tmp_path, capsys):
-    from engine import checkpoint
-    from engine.open_run import tuning_config
-    from engine.open_tokenizer import tokenizer_from_bytes
-    from engine.params import ParamTable
+    from engine.training import checkpoint
+    from engine.files.open_run import tuning_config
+    from engine.data.open_tokenizer import tokenizer_from_bytes
+    from engine.model.params import ParamTable
     from studio.cli import main
     for src in (open_ggufs["llama32"], open_folders["tinyllama"]):
         out = tmp_path / src.stem

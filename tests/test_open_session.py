@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from engine.config import SamplingParams  # noqa: E402
-from engine.dialogue import Message, encode_prompt  # noqa: E402
+from engine.data.dialogue import Message, encode_prompt  # noqa: E402
 from tests.open_models import build  # noqa: E402
 
 DIALOGUES = "".join(f"User: What is the code word {i}?\nAssistant: The code word {i} is "
@@ -32,7 +32,7 @@ def smol_run(tmp_path_factory):
 
 
 def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     folder, out = smol_run
     s = TrainingSession.load(out)
     messages = [Message("user", "Hello there, what is 2 + 2?")]
@@ -54,7 +54,7 @@ def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
 
 def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
     import shutil
-    from engine import checkpoint
+    from engine.training import checkpoint
     from studio.cli import main
     _, src = smol_run
     out = tmp_path / "run"
@@ -72,10 +72,10 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
 
 
 def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
-    """File > Open Hugging Face folder on a pretrained model (engine.hf.load.session_from_hf):
+    """File > Open Hugging Face folder on a pretrained model (engine.files.hf.load.session_from_hf):
     its own template and a training window, as an imported run (it opened in the app's
     User:/Assistant: format with the model's whole context)."""
-    from engine.hf.load import session_from_hf
+    from engine.files.hf.load import session_from_hf
     folder, _ = smol_run
     s = session_from_hf(folder, "A general text.\n" * 50, None, runtime=rt)
     assert s.chat_format == "model" and s.model_config.context_length <= 1024
@@ -86,9 +86,9 @@ def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
 def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
     """studio.json records the chat format, so a run tuned in format 1 opens in format 1."""
     from engine.config import ModelConfig, TrainConfig
-    from engine.hf.export import export_session
-    from engine.hf.load import session_from_hf
-    from engine.session import TrainingSession
+    from engine.files.hf.export import export_session
+    from engine.files.hf.load import session_from_hf
+    from engine.training.session import TrainingSession
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
     s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
@@ -106,8 +106,8 @@ def test_a_failed_write_of_an_imported_folder_is_explained_and_leaves_nothing(rt
     what failed and the run folder is not left half written (the write's error path named
     StudioError without importing it: a NameError traceback)."""
     from engine.config import ModelConfig, TrainConfig
-    from engine.hf.export import export_session
-    from engine.session import TrainingSession
+    from engine.files.hf.export import export_session
+    from engine.training.session import TrainingSession
     from studio.cli import main
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)

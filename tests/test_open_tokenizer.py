@@ -11,8 +11,8 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("llama_cpp")
 
 from engine.errors import DataError, ModelImportError  # noqa: E402
-from engine.gguf_import import import_gguf  # noqa: E402
-from engine.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes  # noqa: E402
+from engine.files.gguf_import import import_gguf  # noqa: E402
+from engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes  # noqa: E402
 from tests.open_models import (STRINGS, TOKENIZER_FAMILIES, llama_vocab,  # noqa: E402,F401
                                open_folders, open_ggufs)
 
@@ -139,8 +139,8 @@ def test_a_gpt2_pre_tokenizer_is_written_under_llama_cpps_name(tmp_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     from engine.config import ModelConfig
-    from engine.gguf_export import ModelBundle, export_gguf
-    from engine.params import ParamTable
+    from engine.files.gguf_export import ModelBundle, export_gguf
+    from engine.model.params import ParamTable
     from tests.open_models import corpus
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

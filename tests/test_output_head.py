@@ -1,5 +1,5 @@
 """Large vocabularies (issue 21): the output projection and cross-entropy in row chunks
-(engine/output_head.py) give the numbers of the unchunked path and of the float64 reference;
+(engine/model/output_head.py) give the numbers of the unchunked path and of the float64 reference;
 the memory estimate counts the chunk, not B x T x V, and a model that does not fit is refused
 with the largest batch size and context length that do."""
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine import activations, output_head
+from engine.model import activations, output_head
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
-from engine.memory import activation_floats, check_fits, fits, largest_fit
-from engine.model import Model
+from engine.model.memory import activation_floats, check_fits, fits, largest_fit
+from engine.model.transformer import Model
 from tests.helpers import tiny_config
 from tests.test_model import batch, rel_err
 

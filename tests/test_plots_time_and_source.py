@@ -3,7 +3,7 @@ named for where its text comes from (issue 11 "Honest numbers", issue 12 items 1
 
 import numpy as np
 
-from engine.metrics import StepMetrics
+from engine.training.metrics import StepMetrics
 from studio.ui.plots import VAL_ON_TRAINING_TEXT, LivePlots
 
 

@@ -1,4 +1,4 @@
-"""Presets (engine/presets.py) and the CLI's --preset / --dropout: one table, explicit options win,
+"""Presets (engine/training/presets.py) and the CLI's --preset / --dropout: one table, explicit options win,
 dropout reaches the checkpoint header."""
 
 import argparse
@@ -7,8 +7,8 @@ import pytest
 
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
-from engine.presets import PRESETS, get_preset
-from engine.session import TrainingSession
+from engine.training.presets import PRESETS, get_preset
+from engine.training.session import TrainingSession
 from studio.cli import _configs, build_parser, main
 from tests.test_cli import TINY
 

@@ -18,9 +18,9 @@ from test_studio import TEST_DEVICE, configure, settings, window  # noqa: E402,F
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import DeviceError  # noqa: E402
-from engine.textio import read_text  # noqa: E402
+from engine.data.textio import read_text  # noqa: E402
 from studio import protocol  # noqa: E402
-from engine.textio import bundled_corpus  # noqa: E402
+from engine.data.textio import bundled_corpus  # noqa: E402
 from studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
 from studio import worker as worker_mod  # noqa: E402
@@ -156,7 +156,7 @@ def test_pause_resume_stop_fire_their_own_signals(qtbot, tmp_path, monkeypatch):
 
 
 def test_a_failing_job_fires_failed_only(qtbot, tmp_path, monkeypatch):
-    from engine import session as session_mod
+    from engine.training import session as session_mod
 
     def broken(*args, **kwargs):
         raise DeviceError("The device ran out of memory.", "Choose a smaller model.")

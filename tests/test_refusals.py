@@ -132,7 +132,7 @@ def test_a_busy_folder_is_left_to_its_trainer(tmp_path, capsys, monkeypatch):
     """A train refused because another process trains in --out removes nothing there, not even
     what that process made while this one started (here: a folder and a file made just before
     the refusal)."""
-    from engine import run_lock
+    from engine.training import run_lock
 
     def busy(self):   # the other trainer made the folder and its first file meanwhile
         (tmp_path / "new").mkdir()

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine import checkpoint
+from engine.training import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.errors import CheckpointError, ConfigError, TrainingDiverged
-from engine.session import TrainingSession
+from engine.training.session import TrainingSession
 from tests.helpers import bundled_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,9 +217,9 @@ def test_checkpoint_round_trip_restores_identical_state(session, tmp_path_factor
        tied=st.booleans(), seed=st.integers(0, 1000))
 def test_export_then_import_gives_identical_logits(session, tmp_path_factory, d_head, n_head,
                                                    n_layer, tied, seed):
-    from engine.gguf_export import ModelBundle, export_gguf
-    from engine.model import Model
-    from engine.session import TrainingSession as S
+    from engine.files.gguf_export import ModelBundle, export_gguf
+    from engine.model.transformer import Model
+    from engine.training.session import TrainingSession as S
     cfg = session.model_config.replace(d_model=d_head * n_head, n_head=n_head, n_layer=n_layer,
                                        tie_embeddings=tied)
     model = Model(session.rt, cfg, seed=seed)

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from engine import checkpoint, run_lock
-from engine.run_lock import RunFolderBusy, RunLock, ensure_free
+from engine.training import checkpoint, run_lock
+from engine.training.run_lock import RunFolderBusy, RunLock, ensure_free
 from studio.run_folder import RunRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
         "--vocab-size", "320", "--batch-size", "4", "--quiet"]
-HOLD = ("import sys, time; from engine.run_lock import RunLock; "
+HOLD = ("import sys, time; from engine.training.run_lock import RunLock; "
         "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 

@@ -63,7 +63,7 @@ def test_status_follows_the_run_lock_not_the_clock(tmp_path):
     """A run stopped a moment ago is "stopped" (its lock is free), not "running" for a minute
     with Open / Continue / Delete off; a run whose lock is held is "running" however old its
     files look (a continued run before its first new checkpoint looks finished)."""
-    from engine.run_lock import RunLock, in_use
+    from engine.training.run_lock import RunLock, in_use
     stopped = make_run(tmp_path, "stopped", steps_done=20, saved_step=20, stamp="20261101-1")
     RunLock(stopped).acquire().release()           # as the studio and `train` leave it
     os.utime(stopped / "metrics.jsonl")            # written just now

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from engine.config import ModelConfig, TrainConfig
-from engine.model import Model
-from engine.progress import Cancelled
-from engine.session import TrainingSession
+from engine.model.transformer import Model
+from engine.training.progress import Cancelled
+from engine.training.session import TrainingSession
 from tests.helpers import bundled_texts
 
 

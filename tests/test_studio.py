@@ -141,7 +141,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
         window.findChild(QObject, "exportButton").click()
     assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
     assert path.with_suffix(".Modelfile").is_file()
-    gguf_export = pytest.importorskip("engine.gguf_export")
+    gguf_export = pytest.importorskip("engine.files.gguf_export")
     bundle = gguf_export.import_gguf(path)
     assert bundle.config == window.controller.model_config
     assert window.last_error is None
@@ -251,7 +251,7 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     assert window.last_error is not None and blob.name in window.last_error[0]
     assert window.data_panel.pretrain_text == before         # the old text is kept
 
-    from engine import session as session_mod
+    from engine.training import session as session_mod
     from engine.errors import DeviceError
 
     def broken(*args, **kwargs):

@@ -17,8 +17,8 @@ from PySide6.QtGui import QGuiApplication  # noqa: E402
 from test_studio import configure, curve_x, settings, train, window  # noqa: E402,F401
 
 from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
-from engine.session import TrainingSession  # noqa: E402
-from engine.trainer import Trainer  # noqa: E402
+from engine.training.session import TrainingSession  # noqa: E402
+from engine.training.trainer import Trainer  # noqa: E402
 from studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
 
 

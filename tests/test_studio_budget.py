@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from engine.metrics import StepMetrics  # noqa: E402
+from engine.training.metrics import StepMetrics  # noqa: E402
 from studio.protocol import Outcome, RunState  # noqa: E402
 from studio.ui.plots import LivePlots  # noqa: E402
 from studio.ui.run_bar import RunBar  # noqa: E402

@@ -1,4 +1,4 @@
-"""Continue in the studio follows the engine's one rule (engine.session.check_continuation, as
+"""Continue in the studio follows the engine's one rule (engine.training.session.check_continuation, as
 `llm-studio train --continue` applies it): more tuning after tuning began, more pretraining before,
 a pretraining-only run, a run stopped mid-stage."""
 
@@ -17,7 +17,7 @@ from test_studio_autosave import metrics_steps, open_model  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
-from engine.session import TrainingSession, check_continuation  # noqa: E402
+from engine.training.session import TrainingSession, check_continuation  # noqa: E402
 from studio.protocol import ContinuePoint, Outcome  # noqa: E402
 
 
@@ -85,7 +85,7 @@ def set_steps(win, pretrain: int, tune: int) -> None:
 
 
 def _tiny_tokenizer():
-    from engine.tokenizer import Tokenizer
+    from engine.data.tokenizer import Tokenizer
     return Tokenizer.train(["Cats sleep a lot. Dogs bark at night. User: Assistant:"], 259,
                            "char")
 

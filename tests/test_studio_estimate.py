@@ -1,4 +1,4 @@
-"""Issue 16: the memory the studio shows is the engine's own number (engine.memory, what
+"""Issue 16: the memory the studio shows is the engine's own number (engine.model.memory, what
 check_fits enforces), for the chosen device; before, the studio had its own formula that showed
 1.4-1.7x less than the engine refused at."""
 
@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 
 from engine.config import ModelConfig  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
-from engine.memory import check_fits, training_bytes  # noqa: E402
+from engine.model.memory import check_fits, training_bytes  # noqa: E402
 from studio.ui.settings_panel import SettingsPanel, human_bytes  # noqa: E402
 
 

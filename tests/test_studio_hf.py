@@ -47,7 +47,7 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     with qtbot.waitSignal(window.exportFinished, timeout=60_000) as blocker:
         window.findChild(QObject, "exportButton").click()
     assert blocker.args[0].dtype == "hf" and (folder / "config.json").is_file()
-    from engine.hf.load import import_hf
+    from engine.files.hf.load import import_hf
     assert import_hf(folder)[0].config == window.controller.model_config
     with qtbot.waitSignal(window.controller.host.worker.loaded, timeout=60_000) as loaded:
         window.open_hf(str(folder))

@@ -17,8 +17,8 @@ from tests.test_studio import settings, window  # noqa: E402,F401
 
 
 def test_an_opened_open_model_is_shown_as_it_is(qtbot, window, tmp_path):
-    from engine.gguf_export import export_gguf
-    from engine.hf.load import import_hf
+    from engine.files.gguf_export import export_gguf
+    from engine.files.hf.load import import_hf
     gguf = export_gguf(import_hf(build("smollm2", tmp_path / "smol"))[0],
                        tmp_path / "smol.gguf").path
     w = window

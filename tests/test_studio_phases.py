@@ -4,9 +4,9 @@ the progress bar names the phase, and the ETA ignores paused time and steps of e
 import random
 
 from engine.config import ModelConfig, TrainConfig
-from engine.progress import Pace
-from engine.textio import read_text
-from engine.textio import bundled_corpus
+from engine.training.progress import Pace
+from engine.data.textio import read_text
+from engine.data.textio import bundled_corpus
 from studio.protocol import Outcome, TrainJob
 from studio.ui.run_bar import RunBar
 from studio.worker import TrainingWorker

@@ -128,7 +128,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
     result = train(qtbot, window)
     folder = Path(result.run_dir)
     assert (folder / "checkpoint.prev.npz").exists()
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     gguf = tmp_path / "tiny.gguf"
     TrainingSession.load(folder, runtime=rt).export_gguf(gguf)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
@@ -201,7 +201,7 @@ def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window)
     on, and pressing it failed at once with "Could not start training". The hint gives the
     engine's own minimum (Tokenizer.train accepts exactly that, refuses one less)."""
     from engine.errors import ConfigError
-    from engine.tokenizer import Tokenizer
+    from engine.data.tokenizer import Tokenizer
     sp, rb, data = window.settings_panel, window.run_bar, window.data_panel
     texts = [data.pretrain_text, data.tune_text]
     sp.set_value("tuneStepsSpin", 10)

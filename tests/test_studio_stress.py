@@ -24,7 +24,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 
 from test_studio import TEST_DEVICE, configure  # noqa: E402
 
-from engine.session import TrainingSession  # noqa: E402
+from engine.training.session import TrainingSession  # noqa: E402
 from studio.app import MainWindow  # noqa: E402
 from studio.protocol import RunState  # noqa: E402
 

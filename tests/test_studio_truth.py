@@ -33,7 +33,7 @@ def test_an_opened_gguf_shows_how_far_its_model_was_trained(qtbot, window, tmp_p
     """File > Open exported GGUF said "GGUF opened at step 0" and the plan showed whatever the
     fields held, for a model trained 30 steps (20 + 10): now its metadata's steps_done,
     pretrain_steps and tune_steps."""
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "model.gguf"
@@ -145,7 +145,7 @@ def test_continue_in_place_and_as_a_new_run(qtbot, window):
 
 
 def test_a_gguf_continues_only_as_a_new_run(qtbot, window, tmp_path, rt):
-    from engine.session import TrainingSession
+    from engine.training.session import TrainingSession
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=2, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "m.gguf"

@@ -20,7 +20,7 @@ from test_studio_autosave import open_model  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 
-from engine.metrics import StepMetrics  # noqa: E402
+from engine.training.metrics import StepMetrics  # noqa: E402
 from studio.ui.plots import PALETTE, LivePlots  # noqa: E402
 
 SCREENS = [(1280, 720), (1366, 768)]

@@ -3,8 +3,8 @@ trained on text with blank lines writes blank lines (the old stream, [BOS] + par
 per paragraph, never showed it one: generation stopped at the paragraph's end)."""
 
 from engine.config import ModelConfig, TrainConfig
-from engine.sampling import SamplingParams
-from engine.session import TrainingSession
+from engine.generation.sampling import SamplingParams
+from engine.training.session import TrainingSession
 
 BLOCK = "def f():\n    pass\n\n"   # code-like: a blank line after every block
 

@@ -1,13 +1,13 @@
-"""engine.textio.read_text: good files read back exactly; every bad file gives a clear DataError."""
+"""engine.data.textio.read_text: good files read back exactly; every bad file gives a clear DataError."""
 
 import os
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import textio
+from engine.data import textio
 from engine.errors import DataError
-from engine.textio import read_text
+from engine.data.textio import read_text
 
 
 def write(tmp_path, data: bytes, name="corpus.txt"):

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from engine.budget import EvalPacer, PhaseCosts, TimePlan
-from engine.progress import Clock
+from engine.training.budget import EvalPacer, PhaseCosts, TimePlan
+from engine.training.progress import Clock
 from engine.config import ModelConfig, TrainConfig
-from engine.schedule import Rewarm, StageSchedule, decay_factor
-from engine.session import TrainingSession
-from engine.textio import read_text
-from engine.trainer import Trainer
+from engine.training.schedule import Rewarm, StageSchedule, decay_factor
+from engine.training.session import TrainingSession
+from engine.data.textio import read_text
+from engine.training.trainer import Trainer
 
 from tests.helpers import RESOURCES as RES  # noqa: E402
 MODEL = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=96)
@@ -159,7 +159,7 @@ def test_evaluations_take_a_bounded_share_of_the_time():
 def test_one_line_text_prices_its_stage_end_by_the_caps():
     """The old plan priced recall by whole documents: a 1 MB one-line text reserved most of
     the budget and trained a fraction of it. Recall is now priced by its per-case caps."""
-    from engine.evaluate import MAX_FACTS, RECALL_MAX_NEW_TOKENS, recall_tokens
+    from engine.training.evaluate import MAX_FACTS, RECALL_MAX_NEW_TOKENS, recall_tokens
     rng = np.random.default_rng(0)
     words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far"]
     text = " ".join(rng.choice(words, 250_000))   # one line, ~1 MB

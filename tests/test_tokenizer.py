@@ -1,4 +1,4 @@
-"""engine.tokenizer.Tokenizer: id layout, round trips, serialization, errors."""
+"""engine.data.tokenizer.Tokenizer: id layout, round trips, serialization, errors."""
 
 import io
 
@@ -8,7 +8,7 @@ import sentencepiece as spm
 from hypothesis import given, settings, strategies as st
 
 from engine.errors import ConfigError, DataError
-from engine.tokenizer import Tokenizer
+from engine.data.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_vocab_is_what_training_produced(texts, bpe, char):
 
 
 def test_no_piece_holds_newline_or_inner_space(tok):
-    # engine.dialogue encodes segments separately; that needs these two properties.
+    # engine.data.dialogue encodes segments separately; that needs these two properties.
     for p in tok.pieces()[259:]:
         assert "\n" not in p
         assert "\u2581" not in p.lstrip("\u2581"), f"space after a character in {p!r}"

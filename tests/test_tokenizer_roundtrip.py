@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from engine.errors import ConfigError
-from engine.gguf_export import export_gguf
-from engine.tokenizer import MIN_VOCAB, Tokenizer
+from engine.files.gguf_export import export_gguf
+from engine.data.tokenizer import MIN_VOCAB, Tokenizer
 
 WS = "\u2581"
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from engine.config import parse_val_split
-from engine.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
+from engine.data.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
 from engine.errors import ConfigError
-from engine.metrics import bits_per_byte, score_validation
-from engine.tokenizer import Tokenizer
+from engine.training.metrics import bits_per_byte, score_validation
+from engine.data.tokenizer import Tokenizer
 from studio.cli import main
 
 CATS = "Cats sleep a lot.\n\nDogs bark at night.\n"

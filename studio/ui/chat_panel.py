@@ -138,7 +138,7 @@ class ChatPanel(QWidget):
 
     def append_token(self, piece: str) -> None:
         """One streamed piece of the answer, inserted at the end without re-rendering. Shown
-        as the engine gives it: the same characters llama.cpp answers with (engine.dialogue)."""
+        as the engine gives it: the same characters llama.cpp answers with (engine.data.dialogue)."""
         if not piece:
             return
         self.answer += piece
@@ -149,7 +149,7 @@ class ChatPanel(QWidget):
         self.view.ensureCursorVisible()
 
     def finish_answer(self, text: str | None) -> None:
-        """The answer is complete (text: a str, or an engine.chat.ChatReply whose notes say
+        """The answer is complete (text: a str, or an engine.generation.chat.ChatReply whose notes say
         which turns were left out of the prompt) or failed (None: the user turn is withdrawn)."""
         self.generating = False
         if text is None:

@@ -1,6 +1,6 @@
 """Pretraining and tune files: Open buttons, drag and drop, statistics and a preview.
 
-Files are read and checked by the engine (engine.textio.read_text, engine.dialogue); a file the
+Files are read and checked by the engine (engine.data.textio.read_text, engine.data.dialogue); a file the
 engine refuses is shown with its message and hint, and the previous text is kept.
 """
 
@@ -33,9 +33,9 @@ def looks_like_dialogue(path: Path, text: str) -> bool:
 
 def _split_documents(text: str) -> list[str]:
     try:
-        from engine.textio import split_documents
+        from engine.data.textio import split_documents
     except ImportError:
-        from engine.corpus import split_documents
+        from engine.data.corpus import split_documents
     return split_documents(text)
 
 
@@ -103,7 +103,7 @@ class DataPanel(QGroupBox):
         self.tune_path: Path | None = None
         self.n_dialogues = 0
         self._base_stats: dict[str, str] = {}  # statistics before token counts are known
-        # engine.tokenizer.bpe_characters of each text loaded: the smallest BPE vocabulary
+        # engine.data.tokenizer.bpe_characters of each text loaded: the smallest BPE vocabulary
         self._chars: dict[str, frozenset[str]] = {"pretrain": frozenset(), "tune": frozenset()}
         self.pretrain = FileSlot("Pretraining text", "openPretrainButton")
         self.tune = FileSlot("Tune dialogues (User: … Assistant: …)", "openTuneButton")
@@ -146,7 +146,7 @@ class DataPanel(QGroupBox):
 
     def load(self, which: str, path) -> bool:
         """Read and check a file through the engine; on error keep the old text and explain."""
-        from engine.textio import read_text
+        from engine.data.textio import read_text
         path = Path(path)
         slot = self.pretrain if which == "pretrain" else self.tune
         notes: list[str] = []  # e.g. read as Latin-1: said in the statistics line
@@ -157,7 +157,7 @@ class DataPanel(QGroupBox):
                 stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
                         f"{len(docs):,} documents"
             else:
-                from engine.dialogue import read_dialogues
+                from engine.data.dialogue import read_dialogues
                 text, dialogues = read_dialogues(path, notes)
                 if not dialogues:
                     raise DataError(f"{path.name} contains no dialogues.",
@@ -170,7 +170,7 @@ class DataPanel(QGroupBox):
             self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
             return False
         stats += "".join(f" · {note}" for note in notes)
-        from engine.tokenizer import bpe_characters
+        from engine.data.tokenizer import bpe_characters
         self._chars[which] = bpe_characters(text)  # once per file: a big text takes a while
         slot.set_error("")
         slot.name.setText(path.name)
@@ -190,7 +190,7 @@ class DataPanel(QGroupBox):
     def load_dropped(self, path: str) -> bool:
         """A file dropped on the window: dialogue-looking files go to tune, others to pretrain.
         Only the file's start is peeked at; what cannot be read (a folder, no permission) goes
-        to load(), whose reading (engine.textio) says what is wrong and what to do."""
+        to load(), whose reading (engine.data.textio) says what is wrong and what to do."""
         p = Path(path)
         try:
             with open(p, "rb") as f:
@@ -210,13 +210,13 @@ class DataPanel(QGroupBox):
     def problem(self, tune_steps: int, vocab_size: int | None = None,
                 tokenizer_kind: str = DEFAULT_TOKENIZER) -> str | None:
         """Why training cannot start with this data (and, when given, this vocabulary size for
-        a BPE tokenizer: engine.tokenizer.min_bpe_vocab), or None."""
+        a BPE tokenizer: engine.data.tokenizer.min_bpe_vocab), or None."""
         if not self.pretrain_text:
             return "Open a pretraining text file (or drop one on the window)."
         if tune_steps > 0 and not self.tune_text:
             return "Open a tune dialogue file, or set Tuning steps to 0."
         if vocab_size is not None and tokenizer_kind == "bpe":
-            from engine.tokenizer import MIN_VOCAB, min_bpe_vocab
+            from engine.data.tokenizer import MIN_VOCAB, min_bpe_vocab
             sets = [self._chars["pretrain"]] + ([self._chars["tune"]] if tune_steps > 0 else [])
             need = min_bpe_vocab(sets)
             if vocab_size < need:

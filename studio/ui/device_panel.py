@@ -11,7 +11,7 @@ from studio.ui.widgets import enable_with_reason
 
 
 def _no_device_help() -> str:
-    from engine.device import NO_DEVICE_HINT
+    from engine.opencl.device import NO_DEVICE_HINT
     return f"No OpenCL device was found. {NO_DEVICE_HINT}"
 
 
@@ -48,7 +48,7 @@ class DevicePanel(QGroupBox):
 
     def refresh(self, preferred=None) -> None:
         """List devices; choose `preferred` (index or name, the CLI's --device) or the default."""
-        from engine.device import list_devices, select_device
+        from engine.opencl.device import list_devices, select_device
         self.combo.blockSignals(True)
         self.combo.clear()
         try:

@@ -1,5 +1,5 @@
 """Export: a GGUF (where to write, which dtype with its size; an Ollama Modelfile is written
-beside it) or a Hugging Face transformers folder (float32; engine/hf)."""
+beside it) or a Hugging Face transformers folder (float32; engine/files/hf)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QPushButton)
 
-from engine.export_types import DTYPE_NAMES, TRANSFORMERS_NOTE, estimated_bytes, q8_0_fits
+from engine.files.export_types import DTYPE_NAMES, TRANSFORMERS_NOTE, estimated_bytes, q8_0_fits
 from studio.ui.settings_panel import human_bytes
 
 FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
            ("hf", "Hugging Face folder: transformers, PyTorch, torchrun")]
-# what each of the engine's export types (engine.export_types.DTYPE_NAMES) means to a person
+# what each of the engine's export types (engine.files.export_types.DTYPE_NAMES) means to a person
 DTYPE_TEXT = {"f32": "F32: exact, largest", "f16": "F16: half the size, tiny rounding",
               "q8_0": "Q8_0: about a quarter, 8-bit blocks of 32"}
 

@@ -222,7 +222,7 @@ class LivePlots(QWidget):
         self.redraw()
 
     def set_val_source(self, source: str) -> None:
-        """Name the "val" curve for where its text comes from (engine.corpus val_source)."""
+        """Name the "val" curve for where its text comes from (engine.data.corpus val_source)."""
         if source == self.val_source:
             return
         self.val_source = source
@@ -237,7 +237,7 @@ class LivePlots(QWidget):
                   time_budget_s: float = 0.0) -> None:
         """Clear the curves and frame the run: x from 0 to its last step, the stage boundary,
         ln(vocab) and the clip threshold. preview: only show the planned run's frame.
-        time_budget_s > 0: the steps are not known ahead (engine.budget re-plans them as the
+        time_budget_s > 0: the steps are not known ahead (engine.training.budget re-plans them as the
         run goes): x follows the live plan that each record carries (follow_plan)."""
         for s in self.series.values():
             s.clear()
@@ -333,7 +333,7 @@ class LivePlots(QWidget):
         return " | ".join(STAGE_NAMES) if shown and self._stage_x is not None else None
 
     def add_metrics(self, records) -> None:
-        """Append a batch of StepMetrics (engine.metrics), oldest first."""
+        """Append a batch of StepMetrics (engine.training.metrics), oldest first."""
         s = self.series
         for m in records:
             t = m.elapsed_s

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
 
 from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
 from engine.errors import ConfigError
-from engine.export_types import estimated_bytes
-from engine.memory import training_bytes
-from engine.presets import PRESETS
+from engine.files.export_types import estimated_bytes
+from engine.model.memory import training_bytes
+from engine.training.presets import PRESETS
 from studio.ui.widgets import enable_with_reason
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
@@ -238,7 +238,7 @@ class SettingsPanel(QWidget):
         self._errors[field] = err
 
     def _add_preset_combo(self, form) -> None:
-        """The presets of engine/presets.py; choosing one sets its fields (and keeps its values
+        """The presets of engine/training/presets.py; choosing one sets its fields (and keeps its values
         that have no field here, e.g. beta2, in `_preset_extra`); editing a field afterwards
         shows "Custom"."""
         self.preset_combo = QComboBox()
@@ -362,12 +362,12 @@ class SettingsPanel(QWidget):
     device_info = None   # the chosen device (DeviceInfo), set by the window: set_device
 
     def set_device(self, info) -> None:
-        """The device the estimate is for (its attention path and memory: engine.memory)."""
+        """The device the estimate is for (its attention path and memory: engine.model.memory)."""
         self.device_info = info
         self._on_change()
 
     def training_bytes(self, cfg: ModelConfig, batch_size: int) -> int:
-        """The engine's own number (engine.memory.training_bytes, what check_fits enforces)."""
+        """The engine's own number (engine.model.memory.training_bytes, what check_fits enforces)."""
         return training_bytes(cfg, batch_size, self.device_info)[0]
 
     def _on_change(self, *_):

@@ -1,0 +1,154 @@
+"""Import a pretrained open model's GGUF (llama architecture: SmolLM2, TinyLlama, Llama 3.x) into a
+ModelBundle the engine trains, chats with and exports.
+
+Keys (gguf-py constants.Keys, as llama.cpp's converter writes them) -> ModelConfig: embedding
+length, block count, head count and head_count_kv (grouped-query attention), feed-forward
+length, layer_norm_rms_epsilon, rope.freq_base, context length; llama3 RoPE scaling from the
+`rope_freqs.weight` tensor (engine.model.rope_scaling); tied embeddings when there is no
+`output.weight`. Tensors keep their GGUF names, which are the engine's ParamTable names, and their
+rows: GGUF q/k rows are llama.cpp's RoPE pair order, which is the engine's. Every tensor type
+gguf-py reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_x, K-quants, ...) is dequantized to float32
+with gguf.quants.dequantize. Models the engine cannot run are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gguf
+import numpy as np
+
+from engine.config import ModelConfig, swiglu_hidden_dim
+from engine.errors import ModelImportError, StudioError
+from engine.files.gguf_import import _f32_decimal
+from engine.model.params import ParamTable
+
+_RUNS = ("The engine runs the llama architecture (SmolLM2, TinyLlama, Llama 3.x): "
+         "RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases.")
+# what other architectures have that the engine lacks
+_WHY = {"qwen2": "bias vectors on the q/k/v projections", "qwen3": "q/k norms",
+        "gemma": "GeGLU and embedding scaling", "gemma2": "logit soft-capping and sliding window",
+        "gemma3": "sliding-window attention", "phi3": "fused projections with partial RoPE",
+        "mistral": "sliding-window attention", "gpt2": "LayerNorm, GELU and learned positions"}
+
+
+def fields_getter(fields):
+    """get(key, default=None) over a GGUFReader's fields (their Python values)."""
+    def get(key: str, default: Any = None) -> Any:
+        f = fields.get(key)
+        return default if f is None else f.contents()
+    return get
+
+
+def refuse_architecture(arch: str, fname: str) -> None:
+    """ModelImportError unless `arch` is llama."""
+    if arch != "llama":
+        why = _WHY.get(arch)
+        raise ModelImportError(f"{fname} is a {arch!r} model" + (f", which has {why}" if why else "")
+                               + "; the engine cannot run it.", _RUNS)
+
+
+def open_config(get, tensors: dict, fname: str) -> ModelConfig:
+    """ModelConfig of a llama GGUF's keys and tensors (a dict name -> ReaderTensor).
+    Raises ModelImportError naming what the engine cannot run."""
+    from engine.model.rope_scaling import llama3_from_factors
+    a = "llama."
+    need = lambda key: _need(get, a + key, fname)    # noqa: E731
+    d, n_head = int(need("embedding_length")), int(need("attention.head_count"))
+    n_kv = int(get(a + "attention.head_count_kv", n_head))
+    head_dim = d // n_head if n_head else 0
+    refuse = []
+    if int(get(a + "expert_count", 0) or 0):
+        refuse.append("mixture-of-experts layers")
+    for key in ("attention.key_length", "attention.value_length", "rope.dimension_count"):
+        if int(get(a + key, head_dim)) != head_dim:
+            refuse.append(f"{key} {get(a + key)} != embedding_length / head_count ({head_dim})")
+    if n_kv < 1 or n_head % n_kv:
+        refuse.append(f"{n_kv} key/value heads for {n_head} heads (must divide it)")
+    scaling = get(a + "rope.scaling.type", "none")
+    if scaling not in ("none", "llama3"):
+        refuse.append(f"{scaling} RoPE scaling (the engine has llama3 scaling only)")
+    bias = sorted(n for n in tensors if n.endswith(".bias"))
+    if bias:
+        refuse.append(f"bias vectors ({bias[0]})")
+    if refuse:
+        raise ModelImportError(f"{fname}: the engine cannot run this model: "
+                               + "; ".join(refuse) + ".", _RUNS)
+    ffn = int(need("feed_forward_length"))
+    tokens = get("tokenizer.ggml.tokens") or []
+    rope = {}
+    if "rope_freqs.weight" in tensors:
+        t = tensors["rope_freqs.weight"]
+        try:
+            rope = llama3_from_factors(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type),
+                                       head_dim, float(get(a + "rope.freq_base", 10000.0)),
+                                       get(a + "rope.scaling.original_context_length")) or {}
+        except ValueError as e:
+            raise ModelImportError(f"{fname}: {e}.", _RUNS) from None
+    config = ModelConfig(
+        vocab_size=int(get(a + "vocab_size", len(tokens))), d_model=d,
+        n_layer=int(need("block_count")), n_head=n_head, n_kv_head=0 if n_kv == n_head else n_kv,
+        context_length=int(need("context_length")),
+        ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,
+        tie_embeddings="output.weight" not in tensors,
+        rms_eps=_f32_decimal(need("attention.layer_norm_rms_epsilon")),
+        rope_base=_f32_decimal(get(a + "rope.freq_base", 10000.0)), **rope)
+    try:
+        return config.validate()
+    except StudioError as e:
+        raise ModelImportError(f"{fname} has settings the engine cannot use: {e}", e.hint) from None
+
+
+def _need(get, key: str, fname: str):
+    value = get(key)
+    if value is None:
+        raise ModelImportError(f"{fname} has no {key} value.", "The file is incomplete.")
+    return value
+
+
+def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np.ndarray]:
+    """name -> float32 array of ParamTable's shape, dequantized with gguf.quants.dequantize.
+    Raises ModelImportError for a missing, misshapen, unreadable or unknown tensor."""
+    shapes = ParamTable(config).shapes()
+    extra = sorted(set(tensors) - set(shapes) - {"rope_freqs.weight"})
+    if extra:
+        raise ModelImportError(f"{fname} has a tensor the engine's model lacks: {extra[0]} "
+                               f"({len(extra)} in all).", _RUNS)
+    weights = {}
+    for name, shape in shapes.items():
+        t = tensors.get(name)
+        if t is None:
+            raise ModelImportError(f"{fname} lacks the tensor {name}.", "The file is incomplete.")
+        got = tuple(int(x) for x in reversed(t.shape.tolist()))  # ggml ne is numpy's reversed
+        if got != shape:
+            raise ModelImportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
+                                   "The file's keys and tensors disagree.")
+        try:
+            w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+        except NotImplementedError:
+            raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
+                                   "which gguf-py cannot dequantize.",
+                                   "Use a GGUF in F32, F16, BF16, Q8_0, Q4_0/Q4_1 or a K-quant."
+                                   ) from None
+        weights[name] = np.array(w, dtype=np.float32).reshape(shape)
+    return weights
+
+
+def read_open_bundle(reader: gguf.GGUFReader, fname: str):
+    """ModelBundle (config, OpenTokenizer, float32 weights, metadata["source"]) of an open
+    llama GGUF. Raises ModelImportError."""
+    from engine.files.gguf_export import ModelBundle
+    from engine.files.gguf_vocab import tokenizer_from_gguf
+    get = fields_getter(reader.fields)
+    refuse_architecture(get("general.architecture", "?"), fname)
+    tensors = {t.name: t for t in reader.tensors}
+    config = open_config(get, tensors, fname)
+    tokenizer = tokenizer_from_gguf(get, fname)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ModelImportError(f"{fname}: the vocabulary has {tokenizer.vocab_size} tokens but "
+                               f"the model {config.vocab_size}.", "The file is damaged.")
+    weights = open_weights(tensors, config, fname)
+    source = {"name": get("general.name", fname), "format": "gguf", "file": fname,
+              "file_type": int(get("general.file_type", 0) or 0)}
+    return ModelBundle(config, tokenizer, weights, {"source": source})
+

@@ -1,0 +1,3 @@
+"""The Llama-style model on the device: the parameter table (params), activation buffers (activations), the
+forward/backward/AdamW model (transformer), attention (attention, attention_gemm), RoPE scaling, the chunked output
+head, dropout masks and the memory estimate checked before allocation (memory)."""

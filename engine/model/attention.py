@@ -1,0 +1,279 @@
+"""Causal self-attention with RoPE, in one place: the launchers of kernels/attention.cl and
+kernels/rope.cl, their tile table and layouts.
+
+Attention is fused and tiled as FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention
+with Better Parallelism and Work Partitioning", Algorithms 1 and 2): no (T, T) matrix is stored;
+the forward keeps y and the logsumexp L, the backward recomputes the probabilities from q, k and
+L. Memory per layer is linear in T. Layouts (all row-major float32):
+
+    qkv, dqkv  (B*T, W)    W = C + 2 KV, KV = kv_heads * head_dim: q at columns [0, C), k at
+                           [C, C + KV), v at [C + KV, W); query head h owns q columns
+                           [h*head_dim, (h+1)*head_dim) and reads key/value head h // G,
+                           G = H / kv_heads (grouped-query attention, Ainslie et al. 2023; the
+                           llama.cpp / transformers convention; G 1: multi-head attention)
+    y, dy      (B*T, C)    attention output (before attn_output), heads side by side
+    lse, dsum  (B*H, T)    logsumexp of the scaled scores per query row; D = rowsum(dy * y)
+
+Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
+work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
+vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
+attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU,
+kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __local, tiles above
+the diagonal skipped). Each file is built once per head_dim and G (and vector width) with -D
+options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
+On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
+that run for seconds), so long ones are split over (batch, head).
+GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever the
+(B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.errors import DeviceError
+from engine.model.rope_scaling import llama3_factors
+from engine.opencl.runtime import Built, Runtime
+
+
+class AttentionTiles(NamedTuple):
+    """Tile sizes of one kernel variant, passed to kernels/attention.cl as -D options."""
+
+    bq: int  # ATT_BQ: rows (queries, or keys in dk/dv) per work-group of the tiled variant
+    bk: int  # ATT_BK: keys (or queries) per block: a private score block, or a __local tile
+
+
+# tiled: 64 rows per work-group (two NVIDIA warps), 32-row __local tiles of k and v (16 KiB at
+# head_dim 64).
+TILES = {"tiled": AttentionTiles(bq=64, bk=32)}
+# blocked: rows per work-item by vector width (ATT_R), so the (rows x 2 vectors) score tile fits
+# the vector registers with room for two operands: 8 x 2 float16 in 32 zmm (AVX-512), 6 x 2
+# float8 in 16 ymm (AVX2), as matmul_vec.cl's GEMM tiles.
+ROWS = {16: 8, 8: 6}
+BLOCKED_LOCAL = (4, 1)  # work-items per group: fixed (each local size is a PoCL compile)
+
+
+class Heads(NamedTuple):
+    """The shape of one attention call: batch B, sequence T, d_model C, query heads H and
+    key/value heads KVH (H for multi-head attention)."""
+
+    B: int
+    T: int
+    C: int
+    H: int
+    KVH: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.C // self.H
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (G)."""
+        return self.H // self.KVH
+
+    @property
+    def nz(self) -> int:
+        """(batch, query head) pairs: index z = b * H + h."""
+        return self.B * self.H
+
+    @property
+    def width(self) -> int:
+        """Columns of a qkv row: C + 2 * KVH * head_dim."""
+        return self.C + 2 * self.KVH * self.head_dim
+
+
+def heads(B: int, T: int, C: int, H: int, KVH: int | None = None) -> Heads:
+    """Heads of a call; KVH None or 0 means H (multi-head attention). ValueError when KVH does
+    not divide H (ModelConfig.validate refuses such models before any kernel runs)."""
+    KVH = KVH or H
+    if H % KVH:
+        raise ValueError(f"{KVH} key/value heads do not divide {H} query heads")
+    return Heads(B, T, C, H, KVH)
+
+
+def variant(rt: Runtime) -> str:
+    """The kernel variant for rt: rt.attention_variant when set (tests run both on one
+    device), else "blocked" on CPUs and "tiled" on GPUs."""
+    return rt.attention_variant or ("blocked" if rt.is_cpu else "tiled")
+
+
+def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | None = None
+              ) -> AttentionTiles:
+    """The tiled variant's tiles, its __local tiles shrunk (halving bk) until they fit
+    local_mem bytes (default: the device's local memory). DeviceError when even 4-row tiles
+    do not fit."""
+    t = TILES[kind]
+    local_mem = rt.device.local_mem_size if local_mem is None else local_mem
+    bk = t.bk
+    while bk >= 4 and (2 * bk * head_dim + 2 * bk) * 4 > local_mem:
+        bk //= 2
+    if bk < 4:
+        raise DeviceError(
+            f"{rt.info.name} has {local_mem // 1024} KiB of local memory, too "
+            f"little for attention tiles at head_dim {head_dim}.",
+            "Use more heads (a smaller head_dim = d_model / n_head) or another device.")
+    return t._replace(bk=bk)
+
+
+def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1
+            ) -> tuple[Built, AttentionTiles]:
+    """kernels/attention.cl (tiled) or attention_blocked.cl (blocked) built for head_dim and
+    `group` query heads per key/value head, with the tiles it was built with (blocked: bq =
+    rows per work-item, bk = keys per block), cached by the runtime."""
+    kind = kind or variant(rt)
+    if kind == "blocked":
+        vw = rt.vector_width
+        built = rt.build(("attention_blocked.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
+                                                     ("ATT_VW", vw), ("ATT_R", ROWS[vw])))
+        return built, AttentionTiles(bq=ROWS[vw], bk=2 * vw)
+    t = tiles_for(rt, head_dim, kind)
+    built = rt.build(("attention.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
+                                         ("ATT_BK", t.bk), ("ATT_BQ", t.bq)))
+    return built, t
+
+
+def _chunks(rt: Runtime, nz: int, flops_per_z: float):
+    """(z0, count) ranges of nz (batch, head) pairs, each within rt.max_launch_flops."""
+    cap = rt.max_launch_flops
+    step = nz if cap is None else max(1, min(nz, int(cap // max(flops_per_z, 1.0))))
+    for z0 in range(0, nz, step):
+        yield z0, min(step, nz - z0)
+
+
+def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool = False):
+    """Launch the blocked or tiled form of kernel `name` over every (row, z), in chunks of z:
+    z over (batch, query head), or with per_kv over (batch, key/value head), each of which
+    does the work of its G query heads. passes: q.k-sized products per (query, key) pair
+    (forward 2, dq 3, dkv 4)."""
+    kind = variant(rt)
+    built, t = program(rt, s.head_dim, kind, s.group)
+    nz = s.B * s.KVH if per_kv else s.nz
+    work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
+    for z0, count in _chunks(rt, nz, work):  # work: 2 flops per multiply-add, half the pairs
+        if kind == "blocked":
+            local = BLOCKED_LOCAL
+            grid = (_up(-(-s.T // t.bq), local[0]), count)
+            rt.launch_local(name, grid, local, *args, s.T, s.C, s.H, z0, z0 + count,
+                            built=built)
+        else:
+            grid = (_up(s.T, t.bq), count)
+            rt.launch_local(name + "_tiled", grid, (t.bq, 1), *args, s.T, s.C, s.H, z0,
+                            z0 + count, built=built)
+
+
+def _up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _transposed(rt: Runtime, s: Heads, parts) -> object:
+    """The blocked kernels' xt: (nz, len(parts), head_dim, Tp) floats in the runtime's scratch,
+    part p of each (batch, query head) transposed from (src, row stride, column offset, head
+    divisor) = parts[p] (divisor G for k and v: a query head reads its key/value head's);
+    Tp = T rounded up to the key block, zero-padded (kernels/attention_blocked.cl)."""
+    built, t = program(rt, s.head_dim, "blocked", s.group)
+    tp = _up(s.T, t.bk)
+    xt = rt.scratch(s.nz * len(parts) * s.head_dim * tp)
+    local = BLOCKED_LOCAL
+    for p, (src, rs, off, hdiv) in enumerate(parts):
+        rt.launch_local("attention_transpose", (_up(tp // t.bk, local[0]), s.nz), local, xt, src,
+                        rs, off, hdiv, len(parts), p, s.T, s.C, s.H, 0, s.nz, built=built)
+    return xt
+
+
+def _kv_parts(s: Heads, qkv) -> tuple[tuple, tuple]:
+    """_transposed's parts for k and v of qkv."""
+    kv = s.KVH * s.head_dim
+    return (qkv, s.width, s.C, s.group), (qkv, s.width, s.C + kv, s.group)
+
+
+def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
+                      kv_heads: int | None = None):
+    """Causal attention (Vaswani et al. 2017): y (B*T, C) and lse (B*H, T) from qkv (B*T, W),
+    W = C + 2 * kv_heads * head_dim (kv_heads None: H, multi-head), scores scaled by
+    1/sqrt(head_dim)."""
+    s = heads(B, T, C, H, kv_heads)
+    if variant(rt) == "blocked":
+        kt = _transposed(rt, s, [_kv_parts(s, qkv)[0]])
+        _launch(rt, "attention_forward", s, 2, y, lse, qkv, kt)
+    else:
+        _launch(rt, "attention_forward", s, 2, y, lse, qkv)
+
+
+def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int, C: int,
+                       H: int, kv_heads: int | None = None):
+    """dqkv (B*T, W), fully overwritten, from dy (B*T, C) and the forward's qkv, y, lse
+    (W as attention_forward); dk and dv of a key/value head sum over its query heads.
+    dsum (B*H, T) is scratch (D = rowsum(dy * y), written by the dq pass, read by dk/dv).
+    The blocked (CPU) variant also uses about 4 * B * T * C floats of the runtime's scratch."""
+    s = heads(B, T, C, H, kv_heads)
+    if variant(rt) == "blocked":
+        xt = _transposed(rt, s, [(qkv, s.width, 0, 1), *_kv_parts(s, qkv), (dy, C, 0, 1)])
+        _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse, xt)
+        _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, xt, per_kv=True)
+        return
+    _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse)
+    _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, per_kv=True)
+
+
+def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int,
+                     H: int, kv_heads: int | None = None):
+    """y (C,) for one query at position pos over the KV cache rows 0..pos of (T_max, W)
+    (W as attention_forward); scores (H, T_max) is scratch."""
+    # attention.cl on every device (the tiled kernels in it only run on GPUs, so a CPU skips
+    # the local-memory fit of the tiles)
+    s = heads(1, 1, C, H, kv_heads)
+    hd = s.head_dim
+    t = TILES["tiled"] if rt.is_cpu else tiles_for(rt, hd)
+    built = rt.build(("attention.cl",), (("ATT_HD", hd), ("ATT_G", s.group), ("ATT_BK", t.bk),
+                                         ("ATT_BQ", t.bq)))
+    local = rt.local_1d
+    rt.launch_local("attention_decode", (-(-H // local[0]) * local[0],), local, y, scores,
+                    qkv_row, cache, pos, T_max, C, H, built=built)
+
+
+def _rope(rt: Runtime, qkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int, pos0: int,
+          sign: float, kv_heads: int | None):
+    s = heads(BT, T, C, C // head_dim, kv_heads)
+    pairs = (C + s.KVH * head_dim) // 2  # q then k: contiguous at the start of each row
+    rt.launch_elementwise("rope", pairs, BT, qkv, cos_t, sin_t, BT, T, s.width, pairs, head_dim,
+                          pos0, sign)
+
+
+def rope_forward(rt: Runtime, qkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int,
+                 pos0: int = 0, kv_heads: int | None = None):
+    """RoPE (Su et al. 2021, llama.cpp NORM pairs): rotate q and k in place inside qkv (BT, W),
+    W = C + 2 * kv_heads * head_dim (kv_heads None: C // head_dim); the position of row i is
+    i % T + pos0; cos_t, sin_t (context_length, head_dim/2) from rope_table."""
+    _rope(rt, qkv, cos_t, sin_t, BT, T, C, head_dim, pos0, 1.0, kv_heads)
+
+
+def rope_backward(rt: Runtime, dqkv, cos_t, sin_t, BT: int, T: int, C: int, head_dim: int,
+                  pos0: int = 0, kv_heads: int | None = None):
+    """The gradient of rope_forward in place on dqkv: the inverse rotation (it is orthogonal)."""
+    _rope(rt, dqkv, cos_t, sin_t, BT, T, C, head_dim, pos0, -1.0, kv_heads)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+    """RoPE inverse frequencies (head_dim/2,) float64: base^(-2i/head_dim) (Su et al. 2021),
+    with rope_scaling "llama3" rescaled as Meta's Llama 3.1 does (transformers'
+    modeling_rope_utils._compute_llama3_parameters, llama.cpp's rope_freqs): wavelengths
+    longer than original_context / low_freq_factor are divided by factor, those shorter than
+    original_context / high_freq_factor kept, and those between interpolated smoothly."""
+    hd = cfg.head_dim
+    inv = cfg.rope_base ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    if cfg.rope_scaling != "llama3":
+        return inv
+    return inv / llama3_factors(cfg, np.float64)   # one formula for the engine and the GGUF
+
+
+def rope_table(head_dim: int, T: int, base: float, inv_freq: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin (T, head_dim/2) float32 of pos * inv_freq, computed in float64; inv_freq
+    (head_dim/2,) defaults to base^(-2i/head_dim) (rope_inv_freq gives a model's, scaled)."""
+    inv = base ** (-2.0 * np.arange(head_dim // 2) / head_dim) if inv_freq is None else inv_freq
+    ang = np.arange(T)[:, None] * np.asarray(inv, np.float64)[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)

@@ -1,0 +1,101 @@
+"""How much device memory a model needs, checked before anything is allocated.
+
+Counts float32 elements of what engine.model.transformer allocates: parameters, gradients and two AdamW
+moments (4 x the padded table), the training activations for (batch_size, context_length), the
+evaluation set of the same shape and the generation window (1, context_length); the activation
+sets are summed from their one declaration, engine.model.activations.BUFFERS (grouped-query
+attention's narrower k, v and the logits of a large vocabulary held a chunk of rows at a
+time, engine.model.activations.logit_rows, included). Attention keeps
+a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
+GEMM path; each activation set counts the path engine.model.attention_gemm.choose gives it.
+"""
+
+from __future__ import annotations
+
+from engine.model import activations, attention_gemm
+from engine.config import ModelConfig
+from engine.opencl.device import DeviceInfo
+from engine.errors import ConfigError
+from engine.model.params import ParamTable
+
+
+def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
+                      path: str = "fused") -> tuple[int, int]:
+    """(total, largest single buffer) in 4-byte words of engine.model.transformer.Activations(B, T) with
+    attention on `path` ("fused" or "gemm"): the buffers engine.model.activations.BUFFERS declares."""
+    total, largest = activations.set_bytes(cfg, B, T, with_grad, path)
+    return total // 4, largest // 4
+
+
+def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
+                   attention_path: str | None = None) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`; each
+    activation set's attention path as engine.model.attention_gemm.choose picks it on `device`
+    (attention_path forces one; no device: "fused")."""
+    T = cfg.context_length
+    table = ParamTable(cfg)
+    sets = [activation_floats(cfg, B, T, grad, _path(cfg, B, T, grad, device, attention_path))
+            for B, grad in ((batch_size, True), (batch_size, False), (1, False))]
+    biggest_group = max(g.size for g in table.groups.values())
+    total = 4 * table.size + biggest_group + sum(n for n, _ in sets)
+    return 4 * total, 4 * max(max(b for _, b in sets), table.size)
+
+
+def _path(cfg, B, T, grad, device, forced) -> str:
+    if device is None:
+        return forced or "fused"
+    return attention_gemm.choose(device, cfg, B, T, grad, forced)
+
+
+def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+         attention_path: str | None = None) -> bool:
+    """Whether training cfg at batch_size fits device: at most 90% of its memory, no buffer
+    above its largest single allocation."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path)
+    return need <= 0.9 * device.global_mem_bytes and biggest <= device.max_alloc_bytes
+
+
+def _largest(ok, hi: int) -> int:
+    """The largest n in 1..hi with ok(n) (ok monotone: true up to some n), 0 when none."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def largest_fit(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+                attention_path: str | None = None) -> tuple[int, int]:
+    """(largest batch size at cfg's context_length, largest context_length at batch_size)
+    that fit device (0 where none does), by bisection on training_bytes."""
+    batch = _largest(lambda b: fits(cfg, b, device, attention_path), batch_size)
+    context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
+                                      attention_path), cfg.context_length)
+    return batch, context
+
+
+def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+               attention_path: str | None = None) -> int:
+    """Raise ConfigError when training would not fit the device, naming the largest batch size
+    and context length that do; return the bytes needed. attention_path: as
+    engine.model.attention_gemm.choose's `forced` (default: its rule)."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path)
+    have = device.global_mem_bytes
+    gib = 2 ** 30
+    if not fits(cfg, batch_size, device, attention_path):
+        batch, context = largest_fit(cfg, batch_size, device, attention_path)
+        if batch or context:
+            fix = ("Largest that fits: " + " or ".join(
+                part for part in (batch and f"batch size {batch} at context length "
+                                  f"{cfg.context_length}",
+                                  context and f"context length {context} at batch size "
+                                  f"{batch_size}") if part) + ".")
+        else:
+            fix = ("Even batch size 1 at context length 1 does not fit: the weights, "
+                   "gradients and AdamW moments alone are too large. Use a smaller d_model, "
+                   "n_layer or vocabulary, or a device with more memory.")
+        raise ConfigError(
+            f"This model needs about {need / gib:.2f} GiB on {device.name}, which has "
+            f"{have / gib:.2f} GiB (largest single buffer {biggest / gib:.2f} GiB, limit "
+            f"{device.max_alloc_bytes / gib:.2f} GiB).", fix)
+    return need

@@ -1,0 +1,42 @@
+"""Tile sizes of the GEMM kernels, one table: the kernels receive them as -D build options
+(engine.opencl.runtime builds the main program with main_defines(); engine.opencl.ops builds matmul_vec.cl
+with vector_defines()), and the launchers size their grids from the same entries.
+
+Each tile is (rows, columns) of C one work-item computes (kernels/matmul.cl, matmul_vec.cl) or
+the edge of the square tile one 16 x 16 work-group computes (kernels/matmul_tiled.cl). Why
+each size: docs/DESIGN.md ("register-blocked GEMM") and benchmarks/RESULTS.md (tuning timings).
+"""
+
+from __future__ import annotations
+
+# matmul.cl (scalar CPU GEMM, bmm_blocked): 6 x 16 floats of C per work-item, in registers
+BLOCKED = (6, 16)
+# matmul_vec.cl by vector width: 8 x 2 float16 accumulators on AVX-512 (16 of 32 zmm
+# registers), 6 x 2 float8 on AVX2 (12 of 16 ymm, room for B's row and A's broadcast)
+VECTOR = {16: (8, 32), 8: (6, 16)}
+# matmul_tiled.cl: output tile edges of the GPU GEMMs (4x4 or 8x8 per work-item; engine.opencl.ops
+# picks per product) and of bmm_tiled (attention's batched products)
+TILED_EDGES = (64, 128)
+BMM_EDGE = 64
+TILED_K = 16  # K slice staged in __local per step (TK); split-K slices are multiples of it
+# work-items per tiled work-group: fixed by the kernels (reqd_work_group_size, tid = ty*16 + tx)
+TILED_GROUP = (16, 16)
+
+
+def tiled_local_bytes(edge: int) -> int:
+    """Bytes of one of the two __local tile arguments (A's or B's) of a tiled kernel with tile
+    edge `edge`: 2 buffers x TILED_K rows x (edge + 4) floats (LDS_STRIDE in the kernel)."""
+    return 2 * TILED_K * (edge + 4) * 4
+
+
+def main_defines() -> list[str]:
+    """-D options of the main program for the tiles of matmul.cl and matmul_tiled.cl."""
+    return [f"-DMM_TM={BLOCKED[0]}", f"-DMM_TN={BLOCKED[1]}", f"-DBMM_TL={BMM_EDGE}",
+            f"-DTK={TILED_K}"]
+
+
+def vector_defines(width: int) -> tuple[tuple[str, int], ...]:
+    """(name, value) defines of matmul_vec.cl for a vector width of 8 or 16 floats.
+    KeyError for other widths (engine.opencl.runtime.pick_vector_width gives only these)."""
+    tm, tn = VECTOR[width]
+    return (("VEC_W", width), ("VM_TM", tm), ("VM_TN", tn))
