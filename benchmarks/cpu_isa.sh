@@ -44,7 +44,7 @@ check() {
     cache=$(mktemp -d)
     POCL_CACHE_DIR="$cache" "$PYTHON" - <<'EOF'
 import numpy as np
-from engine import ops
+from engine.opencl import ops
 from engine.config import ModelConfig, TrainConfig
 from engine.model.transformer import Model
 from engine.opencl.runtime import Runtime

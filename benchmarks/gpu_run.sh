@@ -71,7 +71,7 @@ if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
-from engine import attention
+from engine.model import attention
 from engine.opencl.runtime import Runtime
 # the programs as the engine builds them (its -D options), with NVIDIA's verbose log
 rt = Runtime("NVIDIA", build_options=("-cl-nv-verbose",))
