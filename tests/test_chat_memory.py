@@ -9,7 +9,7 @@ from engine import checkpoint
 from engine.chat import ChatReply, answer_reserve
 from engine.config import ModelConfig, TrainConfig
 from engine.dialogue import CHAT_TEMPLATES, Message, encode_prompt
-from engine.gguf_export import import_gguf
+from engine.gguf_import import import_gguf
 from engine.session import TrainingSession
 from tests.helpers import trained_session
 
