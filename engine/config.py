@@ -113,7 +113,7 @@ class ModelConfig:
 
     def param_count(self) -> int:
         """Number of trainable parameters (elements): engine.model.params.ParamTable's entries."""
-        from engine.model.params import ParamTable  # params imports this module
+        from engine.model.params import ParamTable  # deferred: params' table is built from a config
         return ParamTable(self).n_params
 
     def replace(self, **changes) -> "ModelConfig":

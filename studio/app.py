@@ -14,7 +14,8 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
-from studio.app_settings import APP_NAME, open_settings
+from studio.app_settings import APP_NAME
+from studio.ui.settings_store import open_settings
 from studio.protocol import FileTask, RunState
 from studio.run_controller import RunController
 from studio.runs_actions import install_runs

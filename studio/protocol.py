@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.config import CHECKPOINT_EVERY, DEFAULT_TOKENIZER, ModelConfig, TrainConfig
 from engine.data.dialogue import Message
+from studio.run_folder import HF_KINDS, ModelKind, path_kind
 
 if TYPE_CHECKING:
     from engine.opencl.device import DeviceInfo
@@ -28,6 +29,14 @@ class ModelSource(Enum):
     CHECKPOINT = "checkpoint"          # a run folder or checkpoint .npz
     GGUF = "gguf"                      # a GGUF this app exported
     HF = "hf"                          # a Hugging Face transformers folder
+
+    @classmethod
+    def of(cls, path) -> "ModelSource":
+        """How File › Open reads `path`, by its kind (studio.run_folder.path_kind). Raises
+        StudioError for a path that holds no model."""
+        kind = path_kind(path)
+        return cls.GGUF if kind is ModelKind.GGUF else cls.HF if kind in HF_KINDS \
+            else cls.CHECKPOINT
 
 
 # -- jobs: GUI thread -> worker ---------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""Autosave: every training run writes into its own run folder.
+"""Run folders: the one place that writes and reads them, and that tells what a path holds.
 
-A run folder holds `checkpoint.npz` (TrainingSession.save, atomic) and `metrics.jsonl` (one
-StepMetrics.to_dict() per line, as `llm-studio train` writes it), so `llm-studio sample/chat/
-export <folder>` and File › Open checkpoint both read it. While a run records into it the folder
-is locked (engine.training.run_lock): a CLI `train --out` there is refused, and vice versa. The worker
-thread owns one RunRecorder per run and calls it only between two steps; nothing here imports Qt.
+A run folder holds `checkpoint.npz` (TrainingSession.save, atomic; `checkpoint.prev.npz`, the one
+before), `metrics.jsonl` (one StepMetrics.to_dict() per line, written only through MetricsLog)
+and, once named, `run.json` ({"name": ...}). `llm-studio train/import`, the studio's autosave
+(RunRecorder), the Runs table (studio.runs), `--continue`, File › Open and every command that
+takes a model path read and write through this module; the checkpoint's header is read with
+engine.training.checkpoint.read_header, which takes the same file engine.training.checkpoint.load would.
+While a run records into a folder it is locked (engine.training.run_lock): a CLI `train --out` there is
+refused, and vice versa. The worker thread owns one RunRecorder per run and calls it only between
+two steps. Nothing here imports Qt (import-linter contract, tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -14,17 +18,122 @@ import json
 import logging
 import math
 import time
+from enum import Enum
 from pathlib import Path
 
+from engine.training import checkpoint
 from engine import fsutil
 from engine.config import CHECKPOINT_EVERY
-from engine.errors import CheckpointError
+from engine.errors import CheckpointError, StudioError
+from engine.files.hf.export import STUDIO_FILE
 from engine.training.metrics import StepMetrics
 from engine.training.run_lock import RunLock
 
 log = logging.getLogger(__name__)
 DEFAULT_EVERY = CHECKPOINT_EVERY  # the studio also saves on stop, pause, end and close
 METRICS = "metrics.jsonl"
+RUN_JSON = "run.json"
+
+
+class ModelKind(str, Enum):
+    """What a model path holds (path_kind)."""
+    RUN_FOLDER = "run folder"          # checkpoint.npz / checkpoint.prev.npz / metrics.jsonl
+    CHECKPOINT = "checkpoint file"     # a checkpoint .npz on its own
+    GGUF = "GGUF file"                 # this app's export or a pretrained open model's
+    HF_FOLDER = "transformers folder"  # config.json + weights, from elsewhere
+    APP_HF_FOLDER = "transformers folder exported by this app"   # with studio.json
+
+
+HF_KINDS = (ModelKind.HF_FOLDER, ModelKind.APP_HF_FOLDER)
+
+PATH_HINT = ("Give a run folder (it holds checkpoint.npz), a checkpoint .npz, a .gguf file or a "
+             "transformers model folder (config.json).")
+
+
+def path_kind(path) -> ModelKind:
+    """What `path` holds, from its names alone (no file is read). Raises StudioError naming the
+    path when it does not exist or is none of ModelKind."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return ModelKind.APP_HF_FOLDER if (p / STUDIO_FILE).is_file() else ModelKind.HF_FOLDER
+        if is_run_folder(p):
+            return ModelKind.RUN_FOLDER
+        raise StudioError(f"{p} is a folder without a model: no checkpoint.npz, metrics.jsonl "
+                          "or config.json in it.", PATH_HINT)
+    if p.is_file():
+        suffix = p.suffix.lower()
+        if suffix == ".gguf":
+            return ModelKind.GGUF
+        if suffix == ".npz":
+            return ModelKind.CHECKPOINT
+        raise StudioError(f"{p} is neither a checkpoint (.npz) nor a GGUF (.gguf) file.",
+                          PATH_HINT)
+    raise StudioError(f"{p} does not exist.", PATH_HINT)
+
+
+def is_run_folder(path) -> bool:
+    """A folder holding a checkpoint (or the one before it) or metrics.jsonl."""
+    p = Path(path)
+    return p.is_dir() and any((p / n).is_file()
+                              for n in (checkpoint.FILENAME, checkpoint.PREVIOUS, METRICS))
+
+
+def holds_run(folder) -> bool:
+    """Whether `folder` holds a saved run (its checkpoint.npz): a new run or an import must
+    not go there."""
+    return checkpoint.checkpoint_path(folder).exists()
+
+
+def make_run_folder(out) -> None:
+    """Create the run folder before any work, so an unwritable place fails at once.
+    Raises StudioError naming the folder."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise StudioError(f"Cannot write the run folder {out}: {e.strerror or e}.",
+                          "Give a folder you can write to with --out.") from None
+
+
+def read_header(folder) -> dict | None:
+    """The JSON header (no weights) of the checkpoint that `--continue` and File › Open would
+    load (engine.training.checkpoint.read_header: checkpoint.npz, a complete temp file of an interrupted
+    save, checkpoint.prev.npz); None when none is readable."""
+    try:
+        return checkpoint.read_header(folder)[0]
+    except CheckpointError:
+        return None
+
+
+def read_metrics(folder) -> list[dict]:
+    """metrics.jsonl as dicts; a torn last line (a crash mid-write) and NaN strings tolerated."""
+    path = Path(folder) / METRICS
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(d, dict) and "step" in d:
+            out.append(d)
+    return out
+
+
+def read_sidecar(folder) -> dict:
+    """run.json ({"name": ..., "created": ...}), or {} when missing or unreadable."""
+    try:
+        d = json.loads((Path(folder) / RUN_JSON).read_text(encoding="utf-8"))
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def new_run_dir(root, now: float | None = None) -> Path:
@@ -90,6 +199,12 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def write_metrics(folder, history=()) -> None:
+    """metrics.jsonl of a new run folder holding `history` (a session's records; none for an
+    imported model), written atomically. Raises OSError."""
+    MetricsLog(folder, history).close()
 
 
 def _kept_lines(path: Path, keep_until: int) -> list[str]:

@@ -1,9 +1,10 @@
 """Run history without Qt: find run folders, read what they hold, compare them.
 
-A run folder (studio.run_folder) holds checkpoint.npz, metrics.jsonl and, once the person names
-it, run.json ({"name": ...}, written atomically). Reading a run never loads its weights: the
-checkpoint's JSON header is one small member of the .npz archive and np.load reads members
-lazily. Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
+A run folder (studio.run_folder, which reads and writes its files) holds checkpoint.npz,
+metrics.jsonl and, once the person names it, run.json ({"name": ...}, written atomically).
+Reading a run never loads its weights: the checkpoint's JSON header is one small member of the
+.npz archive, read from the file `--continue` would load (engine.training.checkpoint.read_header).
+Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
   running   a process holds the folder's training lock (engine.training.run_lock); a folder without a
@@ -24,22 +25,29 @@ import os
 import re
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from engine.training.checkpoint import FILENAME, PREVIOUS
+from engine.training.checkpoint import FILENAME
 from engine.config import ModelConfig, run_steps
 from engine.errors import StudioError
 from engine.training.run_lock import in_use
-from studio.run_folder import METRICS
-
-RUN_JSON = "run.json"
+from studio.run_folder import (METRICS, RUN_JSON, is_run_folder, read_header,
+                               read_metrics, read_sidecar)
 RUNNING_S = 60.0  # without a lock file: metrics.jsonl written this recently, still going
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
+# How the comparison plots draw runs (studio.ui.compare_plot in the window, studio.cli.plot in
+# a PNG): Tableau 10 (matplotlib's default cycle), distinct on white and readable by most
+# colour-blind eyes; one line style per parameter group (matplotlib's names).
+RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf")
+GROUP_LINES = {"attention": "solid", "feed_forward": "dashed", "embedding": "dotted",
+               "norms": "dashdot"}
+GROUP_NAMES = {"attention": "attention ━", "feed_forward": "feed-forward ╍",
+               "embedding": "embedding ┈", "norms": "norms ─·"}
 
 
 @dataclass
@@ -78,54 +86,6 @@ class RunInfo:
         return out
 
 
-# ------------------------------------------------------------------ reading one folder
-def read_header(folder) -> dict | None:
-    """The checkpoint's JSON header without its weights (checkpoint.prev.npz when the newest
-    is damaged); None when there is no readable checkpoint."""
-    for name in (FILENAME, PREVIOUS):
-        path = Path(folder) / name
-        if not path.is_file():
-            continue
-        try:
-            with np.load(path, allow_pickle=False) as z:  # lazy: reads one member
-                return json.loads(bytes(z["header"]).decode())
-        except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError,
-                zipfile.BadZipFile):
-            continue
-    return None
-
-
-def read_metrics(folder) -> list[dict]:
-    """metrics.jsonl as dicts; a torn last line (a crash mid-write) and NaN strings tolerated."""
-    path = Path(folder) / METRICS
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []
-    out = []
-    for line in lines:
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(d, dict) and "step" in d:
-            out.append(d)
-    return out
-
-
-def read_sidecar(folder) -> dict:
-    try:
-        d = json.loads((Path(folder) / RUN_JSON).read_text(encoding="utf-8"))
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def is_run_folder(path) -> bool:
-    p = Path(path)
-    return p.is_dir() and any((p / n).is_file() for n in (FILENAME, PREVIOUS, METRICS))
-
-
 def _num(v) -> float:
     try:
         return float(v)  # NaN/Inf were written as strings
@@ -147,6 +107,17 @@ def held_out(r: dict) -> float | None:
     pretrain_val_loss while tuning (val_loss is then the tune dialogues' loss)."""
     v = r.get("val_loss") if r.get("stage", "pretrain") == "pretrain" else r.get("pretrain_val_loss")
     return None if v is None else _num(v)
+
+
+def run_colour(i: int) -> str:
+    """The colour of the i-th run shown (RUN_COLOURS, repeating)."""
+    return RUN_COLOURS[i % len(RUN_COLOURS)]
+
+
+def fmt_duration(s: float) -> str:
+    """Seconds as m:ss, or h:mm:ss from an hour (the Runs table's and `llm-studio runs`' wall)."""
+    s = int(round(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def wall_times(records) -> np.ndarray:

@@ -10,10 +10,12 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from engine.errors import StudioError
 from engine.files.export_types import DEFAULT_DTYPE
 from engine.data.textio import bundled_corpus
 from studio.protocol import (ChatRequest, ExportRequest, LoadJob, ModelSource, RunState,
                              SaveRequest)
+from studio.run_folder import HF_KINDS, ModelKind, path_kind
 from studio.ui.export_dialog import ExportDialog
 from studio.ui.settings_panel import human_bytes
 
@@ -159,9 +161,10 @@ class WindowActions:
         """source: the kind asked for (its errors name it); None: told by the path."""
         p = Path(path)
         job = LoadJob(str(p), device=self.device_panel.spec(), source=source)
-        from engine.files.hf.load import has_texts, is_model_folder
-        hf_without_texts = is_model_folder(p) and not has_texts(p)
-        gguf = source is ModelSource.GGUF or (source is None and p.suffix.lower() == ".gguf")
+        from engine.files.hf.load import has_texts
+        kind = _kind_or_none(p)   # None: the worker says what the path is not
+        hf_without_texts = kind in HF_KINDS and not has_texts(p)
+        gguf = source is ModelSource.GGUF or (source is None and kind is ModelKind.GGUF)
         if gguf or hf_without_texts:
             if not self.data_panel.pretrain_text:
                 self.show_error("Open a pretraining text first",
@@ -185,10 +188,19 @@ class WindowActions:
     def dropEvent(self, event):
         for url in event.mimeData().urls()[:2]:
             path = Path(url.toLocalFile())
-            if path.is_dir() or path.suffix.lower() == ".npz":
-                self.open_checkpoint(str(path))
-            elif path.suffix.lower() == ".gguf":
+            kind = _kind_or_none(path)
+            if kind is ModelKind.GGUF:
                 self.open_gguf(str(path))
+            elif kind is not None or path.is_dir():  # a folder without a model: the worker says so
+                self.open_checkpoint(str(path))
             elif path.is_file() and self.controller.continue_from is None:  # it keeps its data
                 self.data_panel.load_dropped(str(path))
         event.acceptProposedAction()
+
+
+def _kind_or_none(path: Path) -> ModelKind | None:
+    """path_kind(path), or None for a path that holds no model."""
+    try:
+        return path_kind(path)
+    except StudioError:
+        return None

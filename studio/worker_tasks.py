@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Slot
 
+from engine.errors import StudioError
 from engine.training.progress import Cancelled
 from engine.training.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
@@ -77,10 +78,14 @@ class ModelTasks:
         self._close_steps()
         self._end_run()
         path = Path(job.path)
-        from engine.files.hf.load import has_texts, is_model_folder, session_from_hf
-        guess = job.source is None  # Open checkpoint: the path tells
-        hf = job.source is ModelSource.HF or (guess and is_model_folder(path))
-        gguf = job.source is ModelSource.GGUF or (guess and path.suffix.lower() == ".gguf")
+        from engine.files.hf.load import has_texts, session_from_hf
+        try:   # Open checkpoint (no source): the path's kind tells
+            source = job.source or ModelSource.of(path)
+        except StudioError as e:
+            self._fail("Could not open the model", e)
+            self.loaded.emit(None)
+            return
+        hf, gguf = source is ModelSource.HF, source is ModelSource.GGUF
         try:
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
                 texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
@@ -100,5 +105,4 @@ class ModelTasks:
             self.loaded.emit(None)
             return
         self.session = session
-        source = ModelSource.HF if hf else ModelSource.GGUF if gguf else ModelSource.CHECKPOINT
         self.loaded.emit(self._info(history=True, path=str(path), source=source))

@@ -1,7 +1,9 @@
 """The architecture contracts of pyproject.toml ([tool.importlinter]) hold, and the headless
 commands run without loading Qt (the engine and the CLI must work on a machine with no display)."""
 
+import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,36 +28,181 @@ def test_import_contracts_are_kept():
     assert "broken" in r.stdout and " 0 broken" in r.stdout, r.stdout
 
 
-def test_a_qt_import_in_the_engine_breaks_the_contract(tmp_path):
-    """The contract can fail: a copy of the tree whose engine imports PySide6 is refused."""
+@pytest.mark.parametrize("module,line", [
+    ("engine/errors.py", "import PySide6"),
+    ("studio/run_folder.py", "from studio.ui import widgets"),
+    ("studio/runs.py", "import pyqtgraph"),
+    ("studio/cli/runs.py", "from PySide6 import QtGui"),
+    ("studio/cli/train.py", "import studio.app"),
+])
+def test_a_qt_import_breaks_the_contracts(tmp_path, module, line):
+    """The contracts can fail: a copy of the tree where the engine, the run folders, the run
+    history or the command line imports Qt (or the window) is refused."""
     for name in ("engine", "studio", "pyproject.toml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    bad = tmp_path / "engine" / "errors.py"
-    bad.write_text(bad.read_text() + "\nimport PySide6  # noqa\n")
-    env_path = f"{tmp_path}"
+    bad = tmp_path / module
+    bad.write_text(bad.read_text() + f"\n{line}  # noqa\n")
     r = subprocess.run([_lint_imports(), "--no-cache"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120, env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+                       text=True, timeout=120,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert r.returncode != 0, r.stdout
     assert "BROKEN" in r.stdout
 
 
-HEADLESS = """
-import sys
-from studio import cli
-for argv in (["devices"], ["--help"]):
-    try:
-        cli.main(argv)
-    except SystemExit:
-        pass
-import studio.run_folder
-print(__import__("json").dumps(sorted(m for m in sys.modules
-                                      if m.split(".")[0] in ("PySide6", "pyqtgraph", "shiboken6"))))
-"""
+QT_PACKAGES = ("PySide6", "pyqtgraph", "shiboken6")
+NO_QT = """
+import json, sys
+from studio.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:   # --help, a bad argument
+    code = e.code
+print("modules:", json.dumps([code, sorted(m for m in sys.modules
+                                          if m.split(".")[0] in %r)]))
+""" % (QT_PACKAGES,)
+TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "16",
+        "--vocab-size", "320", "--batch-size", "2", "--quiet", "--no-tune"]
 
 
-def test_headless_commands_never_load_qt():
-    r = subprocess.run([sys.executable, "-c", HEADLESS], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+def _without_qt(argv: list[str], home: Path) -> int:
+    """Run `llm-studio ARGV` in a fresh interpreter; its exit status. Fails when any Qt module
+    (PySide6, pyqtgraph, shiboken6) was loaded by then."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(home / "config"),
+               XDG_DATA_HOME=str(home / "data"))
+    r = subprocess.run([sys.executable, "-c", NO_QT, *argv], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env=env)
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    assert last.startswith("modules: "), r.stdout + r.stderr
+    code, qt = json.loads(last.removeprefix("modules: "))
+    assert qt == [], f"`llm-studio {' '.join(argv)}` loaded {len(qt)} Qt modules: {qt[:4]}"
+    return code
+
+
+def test_runs_plot_and_devices_never_load_qt(tmp_path):
+    """`llm-studio runs` loaded PySide6.QtWidgets to print a text table (the runs folder came
+    from QSettings, the wall time's format from the Runs panel) and `plot` drew with Qt
+    offscreen; neither loads Qt now, nor do `devices`, `--help` or a refused command."""
+    from tests.runs_helpers import make_run
+    run = make_run(tmp_path / "runs", "a")
+    assert _without_qt(["runs", str(tmp_path / "runs")], tmp_path) == 0
+    assert _without_qt(["runs"], tmp_path) == 2   # the default runs folder: none made yet
+    assert _without_qt(["plot", str(run), "-o", str(tmp_path / "c.png")], tmp_path) == 0
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _without_qt(["devices"], tmp_path) in (0, 1)   # 1: no OpenCL device
+    assert _without_qt(["--help"], tmp_path) == 0
+    assert _without_qt(["chat", str(tmp_path / "nowhere")], tmp_path) == 2
+
+
+def test_train_continue_and_sample_never_load_qt(tmp_path):
+    """A short run on the bundled corpus, then --continue, then sample: no Qt module loaded."""
+    out = str(tmp_path / "run")
+    assert _without_qt(["train", "--out", out, "--steps", "2", *TINY], tmp_path) == 0
+    assert _without_qt(["train", "--out", out, "--continue", "--steps", "3", "--quiet"],
+                       tmp_path) == 0
+    assert _without_qt(["sample", out, "--max-tokens", "2"], tmp_path) == 0
+
+
+# ------------------------------------------------------------------ import circles
+def _project_modules(root: Path) -> dict[str, Path]:
+    """"engine.config" -> its file, for every module of the engine and the studio."""
+    mods = {}
+    for pkg in ("engine", "studio"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return mods
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node, less the bodies of `if TYPE_CHECKING:` (annotations only, never run)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+            else:
+                stack.append(child)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the project modules it imports, at module level or inside a function."""
+    mods = _project_modules(root)
+
+    def owner(name: str) -> str | None:   # "engine.config.ModelConfig" -> "engine.config"
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps.update(owner(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                deps.update(owner(f"{base}.{a.name}") if f"{base}.{a.name}" in mods
+                            else owner(base) for a in node.names)
+        graph[name] = deps - {None, name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan): each is an import
+    circle (a imports b imports ... imports a)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    """No two project modules import each other, directly or around a ring, at module level or
+    inside a function (a deferred import hides a circle from Python, not from a reader)."""
+    graph = import_graph(ROOT)
+    assert {"engine.config", "studio.run_folder"} <= set(graph)
+    found = circles(graph)
+    assert found == [], "\n".join(
+        " <-> ".join(group) + ": " + "; ".join(f"{a} imports {sorted(graph[a] & set(group))}"
+                                             for a in group) for group in found)
+
+
+def test_the_circle_finder_sees_deferred_and_relative_imports(tmp_path):
+    """The finder can fail: a function-level import back and a relative one are circles; an
+    import under `if TYPE_CHECKING:` is not."""
+    for pkg in ("engine", "studio"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "engine" / "a.py").write_text("from engine.b import x\n")
+    (tmp_path / "engine" / "b.py").write_text("def x():\n    from engine import a\n")
+    (tmp_path / "engine" / "c.py").write_text("from .d import y\n")
+    (tmp_path / "engine" / "d.py").write_text("from . import c\n")
+    (tmp_path / "studio" / "e.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from studio import f\n")
+    (tmp_path / "studio" / "f.py").write_text("import studio.e\n")
+    assert circles(import_graph(tmp_path)) == [["engine.a", "engine.b"], ["engine.c", "engine.d"]]

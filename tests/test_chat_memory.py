@@ -9,7 +9,7 @@ from engine.training import checkpoint
 from engine.generation.chat import ChatReply, answer_reserve
 from engine.config import ModelConfig, TrainConfig
 from engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
-from engine.files.gguf_export import import_gguf
+from engine.files.gguf_import import import_gguf
 from engine.training.session import TrainingSession
 from tests.helpers import trained_session
 

@@ -11,7 +11,7 @@ pytest.importorskip("jinja2")
 from engine.data.chat_template import ChatFormat, render  # noqa: E402
 from engine.data.dialogue import Message, parse_dialogues  # noqa: E402
 from engine.errors import DataError  # noqa: E402
-from engine.data.open_tokenizer import OpenTokenizer  # noqa: E402
+from engine.data.open_folder_tokenizer import read_folder  # noqa: E402
 from tests.open_models import FAMILIES, TEMPLATES, open_folders  # noqa: E402,F401
 
 CHATS = [
@@ -37,7 +37,7 @@ def _dicts(chat):
 @pytest.fixture(scope="module")
 def pairs(open_folders):
     from transformers import AutoTokenizer
-    return {f: (ChatFormat(OpenTokenizer.from_folder(p)), AutoTokenizer.from_pretrained(str(p)))
+    return {f: (ChatFormat(read_folder(p)), AutoTokenizer.from_pretrained(str(p)))
             for f, p in open_folders.items()}
 
 

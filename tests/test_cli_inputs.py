@@ -14,7 +14,7 @@ import pytest
 
 from engine.training.progress import Pace
 from studio.cli import main
-from studio.cli_progress import ProgressLine
+from studio.cli.progress import ProgressLine
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",

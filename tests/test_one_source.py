@@ -56,7 +56,7 @@ def test_every_use_of_the_tensor_list_agrees(cfg):
     assert tensor_shapes(cfg) == table.shapes()
     assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
     assert cfg.param_count() == sum(e.size for e in table.entries.values())
-    assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer()
+    assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer(cfg)
 
 
 def subcommand_actions(name: str) -> dict:
@@ -114,10 +114,11 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     defaults all start from engine.config.ModelConfig() and TrainConfig()."""
     from engine.config import DEFAULT_TOKENIZER, TrainConfig
     from engine.training.presets import PRESETS
-    from studio.cli import _configs, build_parser
+    from studio.cli import build_parser
+    from studio.cli.options import configs
     from studio.ui.settings_panel import SettingsPanel
     args = build_parser().parse_args(["train", "--out", str(tmp_path)])
-    assert _configs(args) == (ModelConfig(), TrainConfig())
+    assert configs(args) == (ModelConfig(), TrainConfig())
     assert args.tokenizer == DEFAULT_TOKENIZER
     panel = SettingsPanel()
     assert panel.model_config() == ModelConfig()
@@ -128,7 +129,7 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     assert args.checkpoint_every == CHECKPOINT_EVERY == AutosaveBox().every_spin.value()
     for name, preset in PRESETS.items():
         args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
-        assert _configs(args) == preset.configs()
+        assert configs(args) == preset.configs()
 
 
 def test_bundled_corpus_is_one_path(qapp):
@@ -137,8 +138,8 @@ def test_bundled_corpus_is_one_path(qapp):
     for which, name in BUNDLED.items():
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
-    for p in ("studio/cli.py", "studio/cli_hf.py", "studio/window_actions.py",
-              "studio/ui/data_panel.py"):
+    for p in (*(str(f.relative_to(ROOT)) for f in sorted((ROOT / "studio" / "cli").glob("*.py"))),
+              "studio/window_actions.py", "studio/ui/data_panel.py"):
         text = (ROOT / p).read_text()
         assert "def _bundled" not in text and "def bundled_path" not in text, p
 
@@ -147,7 +148,7 @@ def test_scale_out_data_names_are_one_table():
     """The scale-out folder's data files are named once (engine.files.hf.export.DATA); the
     standalone train_ddp.py reads each array and text by that same name."""
     from engine.files.hf.export import DATA
-    script = (ROOT / "engine" / "files" / "hf" / "train_ddp.py").read_text()
+    script = (ROOT / "engine" / "hf" / "train_ddp.py").read_text()
     for key, rel in DATA.items():
         if key not in ("pretrain_text", "tune_text"):  # the texts are for people, not the script
             assert f'"{rel.split("/", 1)[1]}"' in script, f"train_ddp.py does not read {rel}"
@@ -160,7 +161,7 @@ def test_no_getattr_hedges():
     in the engine or the studio (a Qt sort key compared with a foreign item, and an OSError's
     optional strerror, are the two places where the other side really may lack it)."""
     allowed = {("studio/ui/runs_panel.py", 'getattr(other, "key", None)'),
-               ("studio/cli_runs.py", "getattr(e, 'strerror', None)")}
+               ("studio/cli/runs.py", "getattr(e, 'strerror', None)")}
     hedge = re.compile(r"getattr\([^,()]+, *[\"'][A-Za-z_]+[\"'], [^)]*\)")
     found = [(str(p.relative_to(ROOT)), m.group(0))
              for d in ("engine", "studio") for p in sorted((ROOT / d).rglob("*.py"))

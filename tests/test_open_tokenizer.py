@@ -12,6 +12,7 @@ pytest.importorskip("llama_cpp")
 
 from engine.errors import DataError, ModelImportError  # noqa: E402
 from engine.files.gguf_import import import_gguf  # noqa: E402
+from engine.data.open_folder_tokenizer import read_folder  # noqa: E402
 from engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes  # noqa: E402
 from tests.open_models import (STRINGS, TOKENIZER_FAMILIES, llama_vocab,  # noqa: E402,F401
                                open_folders, open_ggufs)
@@ -29,7 +30,7 @@ def hf_tokenizers(open_folders):
 
 @pytest.mark.parametrize("family", TOKENIZER_FAMILIES)
 def test_ids_and_text_equal_transformers_on_the_folder(family, open_folders, hf_tokenizers):
-    tok, ref = OpenTokenizer.from_folder(open_folders[family]), hf_tokenizers[family]
+    tok, ref = read_folder(open_folders[family]), hf_tokenizers[family]
     assert (tok.kind, tok.pre) == (KIND[family], PRE[family])
     assert tok.vocab_size == len(ref)
     for s in STRINGS:
@@ -46,7 +47,7 @@ def test_ids_and_text_equal_transformers_on_the_folder(family, open_folders, hf_
 
 @pytest.mark.parametrize("family", TOKENIZER_FAMILIES)
 def test_ids_equal_llama_cpp_on_the_gguf(family, open_folders, open_ggufs):
-    tok = OpenTokenizer.from_folder(open_folders[family])
+    tok = read_folder(open_folders[family])
     from_gguf = import_gguf(open_ggufs[family]).tokenizer
     llm = llama_vocab(open_ggufs[family])
     assert (from_gguf.kind, from_gguf.pre) == (tok.kind, tok.pre)
@@ -69,7 +70,7 @@ def test_sentencepiece_kind_equals_sentencepiece_itself(open_folders):
     import sentencepiece as spm
     folder = open_folders["tinyllama"]
     sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
-    tok = OpenTokenizer.from_folder(folder)
+    tok = read_folder(folder)
     for s in STRINGS:
         if "<" not in s:
             assert tok.encode(s) == sp.encode(s), s
@@ -77,7 +78,7 @@ def test_sentencepiece_kind_equals_sentencepiece_itself(open_folders):
 
 @pytest.mark.parametrize("family", TOKENIZER_FAMILIES)
 def test_checkpoint_bytes_round_trip(family, open_folders):
-    tok = OpenTokenizer.from_folder(open_folders[family])
+    tok = read_folder(open_folders[family])
     data = tok.to_bytes()
     assert b"pickle" not in data and data.startswith(b"{")
     back = tokenizer_from_bytes(data)
@@ -100,15 +101,15 @@ def test_damaged_bytes_are_a_data_error():
 
 
 def test_token_types_and_stop_tokens(open_folders):
-    llama = OpenTokenizer.from_folder(open_folders["llama32"])
+    llama = read_folder(open_folders["llama32"])
     types = llama.token_types()
     eot = llama.token_to_id("<|eot_id|>")
     assert types[eot] == 3 and types[llama.token_to_id("Hello") or 0] in (1, 3)
     assert set(llama.stop_ids) == {llama.token_to_id(t) for t in
                                    ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")}
-    smol = OpenTokenizer.from_folder(open_folders["smollm2"])
+    smol = read_folder(open_folders["smollm2"])
     assert smol.stop_ids == sorted(smol.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>"))
-    tiny = OpenTokenizer.from_folder(open_folders["tinyllama"])
+    tiny = read_folder(open_folders["tinyllama"])
     ttypes = tiny.token_types()
     assert ttypes[:3] == [2, 3, 3] and ttypes[3:259] == [6] * 256 and tiny.stop_ids == [2]
     assert tiny.add_space_prefix and not smol.add_space_prefix
@@ -124,12 +125,12 @@ def test_pre_tokenizer_is_recognised_only_when_it_splits_the_same(open_folders):
 
 def test_a_folder_without_tokenizer_json_or_with_a_wordpiece_is_refused(tmp_path, open_folders):
     with pytest.raises(ModelImportError, match="no tokenizer.json"):
-        OpenTokenizer.from_folder(tmp_path)
+        read_folder(tmp_path)
     from tokenizers import Tokenizer, models
     Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")).save(
         str(tmp_path / "tokenizer.json"))
     with pytest.raises(ModelImportError, match="WordPiece"):
-        OpenTokenizer.from_folder(tmp_path)
+        read_folder(tmp_path)
 
 
 def test_a_gpt2_pre_tokenizer_is_written_under_llama_cpps_name(tmp_path):
@@ -150,7 +151,7 @@ def test_a_gpt2_pre_tokenizer_is_written_under_llama_cpps_name(tmp_path):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     PreTrainedTokenizerFast(tokenizer_object=hf, eos_token="<|endoftext|>",
                             bos_token="<|endoftext|>").save_pretrained(str(tmp_path))
-    tok = OpenTokenizer.from_folder(tmp_path)
+    tok = read_folder(tmp_path)
     assert tok.pre == "gpt-2"
     cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layer=1, n_head=2)
     weights = ParamTable(cfg).unflatten(ParamTable(cfg).init_weights(np.random.default_rng(0)))

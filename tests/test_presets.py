@@ -9,7 +9,8 @@ from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
 from engine.training.presets import PRESETS, get_preset
 from engine.training.session import TrainingSession
-from studio.cli import _configs, build_parser, main
+from studio.cli import build_parser, main
+from studio.cli.options import configs
 from tests.test_cli import TINY
 
 
@@ -37,19 +38,19 @@ def test_unknown_preset_names_the_choices():
 
 def test_cli_preset_fills_the_configs_and_explicit_options_win():
     p = PRESETS["cpu"]
-    mc, tc = _configs(train_args("--preset", "cpu"))
+    mc, tc = configs(train_args("--preset", "cpu"))
     for field, value in p.model.items():
         assert getattr(mc, field) == value, field
     for field, value in p.train.items():
         assert getattr(tc, field) == value, field
-    mc, tc = _configs(train_args("--preset", "cpu", "--d-model", "64", "--lr", "1e-3",
+    mc, tc = configs(train_args("--preset", "cpu", "--d-model", "64", "--lr", "1e-3",
                                  "--dropout", "0.3", "--steps", "7"))
     assert (mc.d_model, tc.learning_rate, tc.dropout, tc.pretrain_steps) == (64, 1e-3, 0.3, 7)
     assert mc.n_layer == p.model["n_layer"] and tc.warmup_steps == p.train["warmup_steps"]
 
 
 def test_cli_without_preset_keeps_its_defaults():
-    mc, tc = _configs(train_args())
+    mc, tc = configs(train_args())
     assert (mc.d_model, mc.context_length, tc.dropout, tc.pretrain_steps) == (128, 64, 0.0, 600)
 
 
@@ -57,7 +58,7 @@ def test_bad_preset_or_dropout_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", "--out", str(tmp_path / "a"), "--preset", "laptop"])
     assert e.value.code == 2 and "gpu-discrete" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:   # range-checked by the parser (studio/cli_input.py)
+    with pytest.raises(SystemExit) as e:   # range-checked by the parser (studio/cli/inputs.py)
         main(["train", "--out", str(tmp_path / "b"), "--dropout", "1.2", *TINY])
     assert e.value.code == 2 and "--dropout" in capsys.readouterr().err
 

@@ -72,9 +72,9 @@ def test_the_test_command_is_what_ci_runs():
 def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
     pytest.importorskip("safetensors")
     pytest.importorskip("tensorboardX")
-    import studio.cli_runs
+    import studio.cli.runs
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(studio.cli_runs, "default_root", lambda: tmp_path / "runs")
+    monkeypatch.setattr(studio.cli.runs, "default_root", lambda: tmp_path / "runs")
     for line in command_lines():
         if line in ELSEWHERE:
             continue

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtGui import QColor, QImage
 
 from studio.cli import main
-from studio.ui.compare_plot import RUN_COLOURS
+from studio.runs import RUN_COLOURS
 from tests.runs_helpers import make_run
 
 

@@ -141,8 +141,8 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
         window.findChild(QObject, "exportButton").click()
     assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
     assert path.with_suffix(".Modelfile").is_file()
-    gguf_export = pytest.importorskip("engine.files.gguf_export")
-    bundle = gguf_export.import_gguf(path)
+    gguf_import = pytest.importorskip("engine.files.gguf_import")
+    bundle = gguf_import.import_gguf(path)
     assert bundle.config == window.controller.model_config
     assert window.last_error is None
 

@@ -40,24 +40,29 @@ def test_runs_folder_names_the_app_once(qapp):
 
 
 def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, monkeypatch):
-    """`llm-studio runs` (studio.cli_runs.default_root) and the window's Autosave box agree on
+    """`llm-studio runs` (studio.cli.runs.default_root) and the window's Autosave box agree on
     the runs folder, by default and once the user chose another one; they read one settings
-    store (studio.app_settings). The command used to look in <data>/APP/APP/runs and another
-    settings file, so it listed nothing the studio had written."""
+    file (studio.app_settings): the window through QSettings, the command without Qt. The
+    command used to look in <data>/APP/APP/runs and another settings file, so it listed
+    nothing the studio had written. A chosen folder with a comma, quotes and non-ASCII letters
+    reads back as written."""
     from studio import app_settings
     from studio.app import configure_application
-    from studio.cli_runs import default_root
+    from studio.cli.runs import default_root
     from studio.ui.autosave_box import AutosaveBox
-    store = QSettings(str(tmp_path / "studio.conf"), QSettings.IniFormat)
-    monkeypatch.setattr(app_settings, "open_settings", lambda: store)
+    monkeypatch.setattr(app_settings, "settings_path", lambda: tmp_path / "studio.conf")
+    from studio.ui.settings_store import open_settings
+    store = open_settings()
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
         configure_application(qapp)              # as the studio names itself
         box = AutosaveBox()
         assert default_root() == box.runs_root() == app_settings.default_runs_root()
-        box.set_runs_root(str(tmp_path / "my runs"))
+        chosen = tmp_path / 'my runs, "best" \u00fcber'
+        box.set_runs_root(str(chosen))
         box.save(store)                          # what the window does when it closes
-        assert default_root() == tmp_path / "my runs"
+        store.sync()
+        assert default_root() == chosen
     finally:
         QCoreApplication.setOrganizationName(names[0])
         QCoreApplication.setApplicationName(names[1])

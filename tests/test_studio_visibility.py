@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QRect  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
-from PySide6.QtWidgets import QComboBox, QWidget  # noqa: E402
+from PySide6.QtWidgets import QWidget  # noqa: E402
 
 from test_studio import configure, settings, train, window  # noqa: E402,F401
 from test_studio_autosave import open_model  # noqa: E402
@@ -155,18 +155,6 @@ def test_compare_plots_of_a_one_step_run_draw_it(qtbot, tmp_path):
     qtbot.wait(20)
     assert w.loss_plot.getPlotItem().getAxis("left").style["showValues"]
     assert colour_pixels(w.loss_plot, run_colour(0)) >= 9
-
-
-def test_the_plot_command_draws_no_controls(qtbot, tmp_path):
-    """`llm-studio plot -o curves.png` drew the x-axis and health boxes into the image."""
-    from runs_helpers import make_run
-    from studio.cli_runs import compare_image_widget
-    from studio.runs import load_run
-    w = compare_image_widget([load_run(make_run(tmp_path, "a", steps_done=5, total=5))],
-                             "step", 900, 600)
-    qtbot.addWidget(w)
-    assert [c for c in w.findChildren(QComboBox) if c.isVisibleTo(w)] == []
-    assert inside(w.loss_plot, w) and inside(w.health_plot, w)
 
 
 def test_the_runs_table_needs_no_horizontal_scrolling(qtbot, tmp_path):

@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from engine.data.dialogue import Message
 from engine.errors import DataError
+
+if TYPE_CHECKING:   # only for annotations: engine.data.dialogue builds ChatFormat for imported models
+    from engine.data.dialogue import Message
 
 _HINT = ("The model's chat template could not render this conversation; check that turns "
          "alternate user / assistant (a system turn only first).")
@@ -89,7 +91,7 @@ def render(template: str, messages: Iterable[Message | dict], add_generation_pro
     dicts; variables: bos_token, eos_token, ... (special_tokens) and any the template reads.
     Raises DataError when the template raises or breaks the sandbox's rules."""
     import jinja2
-    chat = [{"role": m.role, "content": m.content} if isinstance(m, Message) else dict(m)
+    chat = [dict(m) if isinstance(m, dict) else {"role": m.role, "content": m.content}
             for m in messages]
     context = {"tools": None, "documents": None, **variables}
     try:

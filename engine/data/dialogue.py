@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.data.chat_template import ChatFormat
 from engine.errors import ConfigError, DataError
 from engine.data.tokenizer import Tokenizer
 
@@ -273,7 +274,6 @@ def encode_prompt(tokenizer: Tokenizer, messages: list[Message],
 
 def _model_format(tokenizer):
     """The engine.data.chat_template.ChatFormat of an imported model's tokenizer (its template)."""
-    from engine.data.chat_template import ChatFormat   # chat_template imports this module
     return ChatFormat(tokenizer)
 
 

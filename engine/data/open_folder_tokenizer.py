@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from engine.errors import ModelImportError
-from engine.data.open_tokenizer import END_OF_TURN, tokenizers_module, detect_pre
+from engine.data.open_tokenizer import END_OF_TURN, OpenTokenizer, detect_pre, tokenizers_module
 
 _HINT = ("Open models need a tokenizer.json (byte-level BPE, as SmolLM2 and Llama 3, or "
          "SentencePiece-style BPE with byte fallback, as TinyLlama).")
@@ -77,8 +77,11 @@ def _adds_bos(hf, bos: int | None) -> bool:
     return bos is not None and full == [bos] + plain
 
 
-def read_folder(folder: Path, cls):
-    """`cls` (OpenTokenizer) for the tokenizer files of `folder`. Raises ModelImportError."""
+def read_folder(folder) -> OpenTokenizer:
+    """The tokenizer of a transformers model folder (tokenizer.json, tokenizer_config.json,
+    optional chat_template.jinja and generation_config.json). Raises ModelImportError when
+    tokenizer.json is missing or of a kind the engine cannot run."""
+    folder = Path(folder)
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise ModelImportError(f"{folder} has no tokenizer.json.", _HINT)
@@ -107,5 +110,5 @@ def read_folder(folder: Path, cls):
     add_bos = bool(config.get("add_bos_token", _adds_bos(hf, ids["bos"])))
     template = chat_template_of(folder, config)
     pre = detect_pre(hf) if kind == "byte_bpe" else "default"
-    return cls(hf, kind, pre, ids["bos"], ids["eos"], ids["unk"], add_bos, template,
+    return OpenTokenizer(hf, kind, pre, ids["bos"], ids["eos"], ids["unk"], add_bos, template,
                stop_ids_of(hf, [ids["eos"]] + gen_eos))

@@ -10,7 +10,8 @@ vocab_size, pieces(), scores(), token_types(), to_bytes()/from_bytes(), kind) ov
 - kind "sentencepiece": SentencePiece BPE with byte fallback in the Llama-2 layout (<unk>, <s>,
   </s>, <0x00>..<0xFF>; GGUF model "llama"), as transformers' LlamaTokenizerFast runs it.
 
-It is built from a model folder's tokenizer.json (`from_folder`) or from a GGUF's vocabulary
+It is built from a model folder's tokenizer.json
+(engine.data.open_folder_tokenizer.read_folder) or from a GGUF's vocabulary
 (engine.files.gguf_vocab). Ids equal transformers' on the folder and llama.cpp's on the GGUF
 (tests/test_open_tokenizer.py). Text is split at special tokens first, as both do.
 
@@ -21,7 +22,6 @@ template, stop ids, SentencePiece scores) then the tokenizer.json text.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Iterable
 
 from engine.errors import DataError, ModelImportError
@@ -87,8 +87,8 @@ def detect_pre(hf) -> str:
 
 
 class OpenTokenizer:
-    """A pretrained tokenizer (module docstring). Build with `from_folder`, `from_bytes` or
-    engine.files.gguf_vocab.tokenizer_from_gguf.
+    """A pretrained tokenizer (module docstring). Build with `from_bytes`,
+    engine.data.open_folder_tokenizer.read_folder or engine.files.gguf_vocab.tokenizer_from_gguf.
 
     hf: tokenizers.Tokenizer. kind: one of KINDS. pre: llama.cpp pre-tokenizer name ("" when
     unknown; "default" for sentencepiece). bos_id / eos_id / unk_id: ids or None (eos_id is
@@ -110,14 +110,6 @@ class OpenTokenizer:
         self._added = {t.content: t for t in hf.get_added_tokens_decoder().values()}
 
     # -- construction
-    @classmethod
-    def from_folder(cls, folder) -> "OpenTokenizer":
-        """The tokenizer of a transformers model folder (tokenizer.json, tokenizer_config.json,
-        optional chat_template.jinja and generation_config.json). Raises ModelImportError when
-        tokenizer.json is missing or of a kind the engine cannot run."""
-        from engine.data.open_folder_tokenizer import read_folder
-        return read_folder(Path(folder), cls)
-
     @classmethod
     def from_bytes(cls, data: bytes) -> "OpenTokenizer":
         """Load what `to_bytes` wrote. Raises DataError when the bytes are not that."""

@@ -7,6 +7,7 @@ normalised silently (CRLF and CR become "\\n") and a UTF-8 byte-order mark is dr
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -213,3 +214,9 @@ def read_text(path: str | os.PathLike, what: str = "pretraining text",
         raise DataError(f"The {what} file {str(path)!r} contains only whitespace.",
                         "Put some text in it (a few sentences at least) and save it.")
     return text
+
+
+def sha256_text(text: str | None) -> str:
+    """Hex SHA-256 of the text's UTF-8 bytes ("" for None): a run's data summary names its
+    texts by it (checkpoint header "data")."""
+    return hashlib.sha256((text or "").encode()).hexdigest()

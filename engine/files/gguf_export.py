@@ -21,7 +21,7 @@ Beside the GGUF an Ollama Modelfile is written (`write_modelfile`; its text in t
 Ollama's parser: engine.files.modelfile; not for a pretrained model, whose template and stops Ollama
 reads from the GGUF). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
-only with force=True. `import_gguf` lives in `engine.files.gguf_import` and is forwarded here.
+only with force=True. Reading a GGUF back is `engine.files.gguf_import.import_gguf`.
 """
 
 from __future__ import annotations
@@ -394,8 +394,3 @@ def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
     return path
 
-
-def import_gguf(path: str | os.PathLike) -> ModelBundle:
-    """Read a GGUF written by export_gguf; see engine.files.gguf_import.import_gguf (ModelImportError)."""
-    from engine.files.gguf_import import import_gguf as _import_gguf   # gguf_import imports this module
-    return _import_gguf(path)

@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import ModelImportError, StudioError
+from engine.files.open_gguf import f32_decimal, read_open_bundle
 from engine.model.params import tensors_per_layer
 from engine.files.export_types import DTYPE_NAMES
 from engine.files.gguf_export import (ARCH, DTYPES, FORMAT_KEY, PREFIX, TOKENIZER_KEY, ModelBundle,
@@ -159,7 +160,6 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
     A GGUF without the app's stored tokenizer is an open model's (engine.files.open_gguf)."""
     fields = reader.fields
     if TOKENIZER_KEY not in fields:
-        from engine.files.open_gguf import read_open_bundle
         return read_open_bundle(reader, fname)
 
     def get(key: str, default: Any = None) -> Any:
@@ -181,7 +181,8 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
         raise ModelImportError(f"{fname} uses grouped-query attention, which this app does not "
                                "train.", _HINT_FOREIGN)
     ffn, n_layer = int(get(a + "feed_forward_length")), int(get(a + "block_count"))
-    if tensors_per_layer() * n_layer > len(reader.tensors):  # before tables of n_layer blocks
+    # before tables of n_layer blocks are built
+    if tensors_per_layer(ModelConfig()) * n_layer > len(reader.tensors):
         raise ModelImportError(f"{fname} says it has {n_layer} blocks but holds only "
                                f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
     config = ModelConfig(
@@ -190,8 +191,8 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
         context_length=int(get(a + "context_length")),
         ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,
         tie_embeddings=all(t.name != "output.weight" for t in reader.tensors),
-        rms_eps=_f32_decimal(get(a + "attention.layer_norm_rms_epsilon")),
-        rope_base=_f32_decimal(get(a + "rope.freq_base", 10000.0)))
+        rms_eps=f32_decimal(get(a + "attention.layer_norm_rms_epsilon")),
+        rope_base=f32_decimal(get(a + "rope.freq_base", 10000.0)))
     try:
         config.validate()
     except StudioError as e:
@@ -266,8 +267,3 @@ def _read_metadata(fields) -> dict[str, Any]:
             node = node[p]
         node[leaf] = value
     return meta
-
-
-def _f32_decimal(x: float) -> float:
-    """The shortest decimal that rounds to the same float32 (1e-5 stored as f32 reads back 1e-5)."""
-    return float(str(np.float32(x)))

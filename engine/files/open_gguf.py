@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.config import ModelConfig, swiglu_hidden_dim
 from engine.errors import ModelImportError, StudioError
-from engine.files.gguf_import import _f32_decimal
+from engine.files.gguf_export import ModelBundle
 from engine.model.params import ParamTable
 
 _RUNS = ("The engine runs the llama architecture (SmolLM2, TinyLlama, Llama 3.x): "
@@ -91,8 +91,8 @@ def open_config(get, tensors: dict, fname: str) -> ModelConfig:
         context_length=int(need("context_length")),
         ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,
         tie_embeddings="output.weight" not in tensors,
-        rms_eps=_f32_decimal(need("attention.layer_norm_rms_epsilon")),
-        rope_base=_f32_decimal(get(a + "rope.freq_base", 10000.0)), **rope)
+        rms_eps=f32_decimal(need("attention.layer_norm_rms_epsilon")),
+        rope_base=f32_decimal(get(a + "rope.freq_base", 10000.0)), **rope)
     try:
         return config.validate()
     except StudioError as e:
@@ -137,7 +137,6 @@ def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np
 def read_open_bundle(reader: gguf.GGUFReader, fname: str):
     """ModelBundle (config, OpenTokenizer, float32 weights, metadata["source"]) of an open
     llama GGUF. Raises ModelImportError."""
-    from engine.files.gguf_export import ModelBundle
     from engine.files.gguf_vocab import tokenizer_from_gguf
     get = fields_getter(reader.fields)
     refuse_architecture(get("general.architecture", "?"), fname)
@@ -152,3 +151,7 @@ def read_open_bundle(reader: gguf.GGUFReader, fname: str):
               "file_type": int(get("general.file_type", 0) or 0)}
     return ModelBundle(config, tokenizer, weights, {"source": source})
 
+
+def f32_decimal(x: float) -> float:
+    """The shortest decimal that rounds to the same float32 (1e-5 stored as f32 reads back 1e-5)."""
+    return float(str(np.float32(x)))

@@ -18,6 +18,7 @@ from engine.training import checkpoint
 from engine.config import ModelConfig, TrainConfig
 from engine.data.dialogue import MODEL_FORMAT as MODEL_TEMPLATE   # header chat_format: its own template
 from engine.model.params import ParamTable
+from engine.data.textio import sha256_text
 
 TUNE_CONTEXT = 1024   # the training window of an imported model: its own context (2k-128k)
 #                       would make every activation of a tuning step that many tokens long
@@ -29,28 +30,12 @@ def tuning_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(context_length=min(cfg.context_length, TUNE_CONTEXT))
 
 
-def read_model(path):
-    """The ModelBundle of a model file or folder: a GGUF (engine.files.gguf_import.import_gguf) or a
-    transformers folder (engine.files.hf.load.import_hf). A pretrained open model's bundle holds an
-    OpenTokenizer (engine.files.gguf_export.is_open); one this app wrote, its own Tokenizer.
-    Raises ModelImportError for a missing path or a model the engine cannot run."""
-    from engine.errors import ModelImportError
-    from engine.files.gguf_import import import_gguf
-    from engine.files.hf.load import import_hf
-    path = Path(path)
-    if not path.exists():
-        raise ModelImportError(f"{path} does not exist.", "Give a .gguf file or a transformers "
-                               "model folder (config.json, *.safetensors, tokenizer.json).")
-    return import_gguf(path) if path.is_file() else import_hf(path)[0]
-
-
 def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None,
                    train_config: TrainConfig | None = None) -> Path:
     """Write `bundle` (engine.files.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns
     the file. pretrain_text: the general text kept for replay and the held-out general loss;
     tune_text: the dialogue text (or None). Raises CheckpointError (engine.training.checkpoint.save)."""
     from engine.files.model_card import model_card
-    from engine.training.session import _sha256   # the digest the session's data summary uses
     tc = train_config or TrainConfig(pretrain_steps=0)
     flat = ParamTable(bundle.config).flatten(bundle.weights)
     zeros = np.zeros_like(flat)
@@ -59,8 +44,9 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
         "step": 0, "adam_t": 0, "last_loss": None,
         "rng_state": np.random.default_rng(tc.seed).bit_generator.state, "history": [],
         "tokenizer_kind": bundle.tokenizer.kind, "chat_format": MODEL_TEMPLATE,
-        "data": {"pretrain_chars": len(pretrain_text), "pretrain_sha256": _sha256(pretrain_text),
-                 "tune_chars": len(tune_text or ""), "tune_sha256": _sha256(tune_text)},
+        "data": {"pretrain_chars": len(pretrain_text),
+                 "pretrain_sha256": sha256_text(pretrain_text),
+                 "tune_chars": len(tune_text or ""), "tune_sha256": sha256_text(tune_text)},
         "source": model_card(bundle), "device": "",
     }
     return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, zeros, zeros,

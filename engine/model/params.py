@@ -11,10 +11,12 @@ Groups start on 256-float boundaries, the sub-buffer alignment every device we k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.config import ModelConfig
+if TYPE_CHECKING:   # only for annotations: engine.config imports this module
+    from engine.config import ModelConfig
 
 ALIGN = 256  # floats (1 KiB): >= CL_DEVICE_MEM_BASE_ADDR_ALIGN on PoCL (128 B) and NVIDIA (512 B)
 
@@ -44,10 +46,10 @@ def qkv_width(cfg: ModelConfig) -> int:
     return cfg.d_model + 2 * cfg.kv_heads * cfg.head_dim
 
 
-def tensors_per_layer() -> int:
-    """Tensors each transformer block holds (GGUF import checks a file's block_count with it
-    before building a table of that many layers)."""
-    one, none = ParamTable(ModelConfig(n_layer=1)), ParamTable(ModelConfig(n_layer=0))
+def tensors_per_layer(cfg: ModelConfig) -> int:
+    """Tensors each transformer block of `cfg`'s kind holds (GGUF import checks a file's
+    block_count with it before building a table of that many layers)."""
+    one, none = ParamTable(cfg.replace(n_layer=1)), ParamTable(cfg.replace(n_layer=0))
     return len(one.entries) - len(none.entries)
 
 

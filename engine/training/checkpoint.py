@@ -123,13 +123,26 @@ def load(path) -> dict:
     first; they are only read, never moved: another process may be saving); checkpoint.prev.npz.
     Raises CheckpointError for a missing, truncated, corrupted or foreign file when no candidate
     is readable (the message is the newest file's problem)."""
-    target = checkpoint_path(path)
+    return _first_readable(checkpoint_path(path), _load_file)
+
+
+def read_header(path) -> tuple[dict, bool]:
+    """(header, from_previous) of the checkpoint `load` reads, without its weights: the same
+    candidates in the same order and the same checks (an .npz archive with every member, a
+    JSON header of this FORMAT), so a table of runs and a continued run agree on one folder.
+    Reads one small member (np.load is lazy). Raises CheckpointError as `load` does."""
+    found = _first_readable(checkpoint_path(path), _header_file)
+    return found["header"], found["from_previous"]
+
+
+def _first_readable(target: Path, read) -> dict:
+    """read(file) of the first readable candidate (see load), with from_previous."""
     try:
-        return dict(_load_file(target), from_previous=False)
+        return dict(read(target), from_previous=False)
     except CheckpointError:
         for other in _fallbacks(target):
             try:
-                return dict(_load_file(other), from_previous=True)
+                return dict(read(other), from_previous=True)
             except CheckpointError:
                 continue
         raise
@@ -151,7 +164,26 @@ def _mtime(p: Path) -> int:
         return 0
 
 
+MEMBERS = ("params", "adam_m", "adam_v", "header", "tokenizer", "pretrain_text", "tune_text")
+
+
 def _load_file(target: Path) -> dict:
+    def read(z):
+        out = {"tokenizer": bytes(z["tokenizer"]),
+               "pretrain_text": bytes(z["pretrain_text"]).decode(),
+               "tune_text": bytes(z["tune_text"]).decode() or None}
+        for k in ("params", "adam_m", "adam_v"):
+            out[k] = np.asarray(z[k], np.float32)
+        return out
+    return _read_archive(target, read)
+
+
+def _header_file(target: Path) -> dict:
+    return _read_archive(target, lambda z: {})
+
+
+def _read_archive(target: Path, read) -> dict:
+    """{"header": the checked JSON header, **read(the open archive)}. Raises CheckpointError."""
     if not target.exists():
         raise CheckpointError(f"No checkpoint at {target}.",
                               "Give the folder a training run wrote (it holds checkpoint.npz).")
@@ -162,17 +194,17 @@ def _load_file(target: Path) -> dict:
                               "chat, sample, tokenize and the studio.")
     try:
         with np.load(target, allow_pickle=False) as z:
+            missing = [k for k in MEMBERS if k not in z.files]
+            if missing:
+                raise KeyError(f"no {', '.join(missing)}")
             header = json.loads(bytes(z["header"]).decode())
-            out = {"header": header, "tokenizer": bytes(z["tokenizer"]),
-                   "pretrain_text": bytes(z["pretrain_text"]).decode(),
-                   "tune_text": bytes(z["tune_text"]).decode() or None}
-            for k in ("params", "adam_m", "adam_v"):
-                out[k] = np.asarray(z[k], np.float32)
+            out = {"header": header, **read(z)}
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, UnicodeDecodeError,
             json.JSONDecodeError) as e:
         raise CheckpointError(f"{target} is not a readable checkpoint ({type(e).__name__}: {e}).",
                               "The file is truncated or corrupted; use another checkpoint.") from e
-    if header.get("format") != FORMAT:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        found = header.get("format") if isinstance(header, dict) else None
         raise CheckpointError(f"{target} is not an OpenCL LLM Studio checkpoint.",
-                              f"Expected format {FORMAT}, found {header.get('format')!r}.")
+                              f"Expected format {FORMAT}, found {found!r}.")
     return out

@@ -10,7 +10,6 @@ and `Cancelled` within a fraction of a second of `monitor.cancel()`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import warnings
 from pathlib import Path
@@ -34,13 +33,10 @@ from engine.opencl.runtime import Runtime
 from engine.training.schedule import Rewarm
 from engine.data.open_tokenizer import tokenizer_from_bytes
 from engine.data.tokenizer import Tokenizer
+from engine.data.textio import sha256_text
 
 
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
-
-
-def _sha256(text: str | None) -> str:
-    return hashlib.sha256((text or "").encode()).hexdigest()
 
 
 def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
@@ -173,7 +169,8 @@ class TrainingSession:
         """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
         or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
         for a file that is not such a GGUF."""
-        from engine.files.gguf_export import import_gguf, is_open
+        from engine.files.gguf_export import is_open
+        from engine.files.gguf_import import import_gguf
         from engine.files.open_run import MODEL_TEMPLATE, tuning_config
         b = import_gguf(path)
         rt = runtime or Runtime(device)
@@ -290,8 +287,8 @@ class TrainingSession:
         """What the run trains on and scores (the checkpoint header, the GGUF metadata): the
         texts' sizes and hashes, PretrainData.summary() and the validation split."""
         return {"pretrain_chars": len(self.pretrain_text),
-                "pretrain_sha256": _sha256(self.pretrain_text),
-                "tune_chars": len(self.tune_text or ""), "tune_sha256": _sha256(self.tune_text),
+                "pretrain_sha256": sha256_text(self.pretrain_text),
+                "tune_chars": len(self.tune_text or ""), "tune_sha256": sha256_text(self.tune_text),
                 "tune_dialogues": len(self.tune.dialogues) if self.has_tune else 0,
                 "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
                 **self.pretrain.summary()}

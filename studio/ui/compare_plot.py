@@ -15,24 +15,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSizePolicy,
                                QVBoxLayout, QWidget)
 
-from studio.runs import HEALTH_GROUPS, X_AXES, RunInfo, curves
+from studio.runs import (GROUP_LINES, GROUP_NAMES, HEALTH_GROUPS, X_AXES, RunInfo, curves,
+                         run_colour)
 from studio.ui import theme
 from studio.ui.log_axis import LogAxis
 from studio.ui.plot_parts import show_lone_point
 
-# Tableau 10 (matplotlib's default cycle): distinct on white, readable by most colour-blind eyes.
-RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#17becf")
-GROUP_STYLES = {"attention": Qt.SolidLine, "feed_forward": Qt.DashLine,
-                "embedding": Qt.DotLine, "norms": Qt.DashDotLine}
-GROUP_NAMES = {"attention": "attention ━", "feed_forward": "feed-forward ╍",
-               "embedding": "embedding ┈", "norms": "norms ─·"}
+_QT_LINES = {"solid": Qt.SolidLine, "dashed": Qt.DashLine, "dotted": Qt.DotLine,
+             "dashdot": Qt.DashDotLine}
+GROUP_STYLES = {g: _QT_LINES[line] for g, line in GROUP_LINES.items()}
 HEALTH_MEASURES = {"update_ratio": "update / weight ratio", "grad_norm": "grad norm by group"}
 TITLE = "font-size:10pt; color:#333333"
-
-
-def run_colour(i: int) -> str:
-    return RUN_COLOURS[i % len(RUN_COLOURS)]
 
 
 def _plot(name: str, y_label: str, log_y: bool = False) -> pg.PlotWidget:
@@ -67,9 +60,9 @@ def _titled(plot: pg.PlotWidget, text: str) -> QWidget:
 
 class ComparePlots(QWidget):
     """Four plots (loss, grad norm, lr, health) for a list of RunInfo; see set_runs.
-    controls=False: without the x-axis and health boxes (an image: `llm-studio plot`)."""
+    (`llm-studio plot` draws the same four without Qt: studio.cli.plot.)"""
 
-    def __init__(self, parent=None, controls: bool = True):
+    def __init__(self, parent=None):
         super().__init__(parent)
         theme.apply_plot_theme()  # white plots, also when shown without the main window
         self.axis_combo = QComboBox()
@@ -110,7 +103,6 @@ class ComparePlots(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.controls)
-        self.controls.setVisible(controls)
         lay.addWidget(self.legend)
         lay.addLayout(grid, 1)
         self._items: dict[str, dict[str, pg.PlotDataItem]] = {}  # run path -> curves

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
                                QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from engine.errors import StudioError
-from studio.runs import RunInfo, config_diff, rename, scan
+from studio.runs import RunInfo, config_diff, fmt_duration, rename, scan
 from studio.ui.compare_plot import ComparePlots
 from studio.ui.widgets import ElidedLabel
 
@@ -36,11 +36,6 @@ def move_to_trash(path: Path) -> bool:
     False when the platform has no trash or the move failed; tests replace this function."""
     ok = QFile.moveToTrash(str(path))
     return ok[0] if isinstance(ok, tuple) else bool(ok)
-
-
-def fmt_duration(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 class _Item(QTableWidgetItem):

@@ -123,12 +123,13 @@ def read_tokenizer(folder: Path):
     exported (studio.json) or one with only tokenizer.model; an OpenTokenizer
     (engine.data.open_tokenizer: tokenizer.json, the chat template, stop tokens) for a pretrained
     open model's folder. Raises ModelImportError."""
-    from engine.data.open_tokenizer import KINDS, OpenTokenizer
+    from engine.data.open_folder_tokenizer import read_folder
+    from engine.data.open_tokenizer import KINDS
     studio = folder / STUDIO_FILE
     kind = json.loads(studio.read_text(encoding="utf-8")).get("tokenizer_kind") \
         if studio.is_file() else None
     if (folder / "tokenizer.json").is_file() and (kind is None or kind in KINDS):
-        return OpenTokenizer.from_folder(folder)
+        return read_folder(folder)
     path = folder / "tokenizer.model"
     if not path.is_file():
         raise ModelImportError(f"{folder} has no tokenizer.model (a SentencePiece model).",

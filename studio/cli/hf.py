@@ -1,66 +1,69 @@
-"""`llm-studio export --format hf`, `import` and `scale-out`: the Hugging Face round trip
-(engine/files/hf). Registered by studio.cli.build_parser; no Qt."""
+"""`llm-studio import` and `scale-out`: the Hugging Face round trip (engine/files/hf; `export --format
+hf` is studio.cli.models.cmd_export). Registered by studio.cli.parser.build_parser; no Qt."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-
-def export_hf(session, args) -> int:
-    from engine.files.hf.export import export_session
-    folder = export_session(session, args.output, force=args.force)
-    print(f"Wrote {folder} (transformers LlamaForCausalLM folder: "
-          "from_pretrained loads it as is)")
-    return 0
+from engine.errors import StudioError
+from studio.cli.models import load_model
+from studio.run_folder import (HF_KINDS, ModelKind, holds_run, make_run_folder, path_kind,
+                               write_metrics)
 
 
 def cmd_import(args) -> int:
-    from engine.training import checkpoint
-    from engine.errors import StudioError
     from engine.data.dialogue import read_dialogues
     from engine.files.hf.load import has_texts
     from engine.data.textio import bundled_corpus, read_text
     out, src = Path(args.out), Path(args.model)
-    if checkpoint.checkpoint_path(out).exists():
+    kind = path_kind(src)
+    if kind not in HF_KINDS and kind is not ModelKind.GGUF:
+        raise StudioError(f"{src} is a {kind.value}: it is a run already.",
+                          f"Chat with it or export it as it is, or train it further into a new "
+                          f"folder with `llm-studio train --out NEW --continue-from {src}`.")
+    if holds_run(out):
         raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
     tune = read_dialogues(args.tune)[0] if args.tune else None
-    if pre is None and (src.is_file() or not has_texts(src)):
+    if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
         print("note: the model carries no training text; the run keeps the bundled corpus as "
               "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
-    bundle = _read_model(src)
+    bundle = _read_model(src, kind)
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
-    if src.is_file():
+    if kind is ModelKind.GGUF:
         raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
                           f"{src}` or continue the run it came from.", "Give a run folder.")
     return _import_app_folder(src, out, pre, tune, args)
 
 
-def _read_model(src: Path):
-    """The ModelBundle of a pretrained open model, or None for a model this app wrote."""
+def _read_model(src: Path, kind: ModelKind):
+    """The ModelBundle of a pretrained open model (a GGUF: engine.files.gguf_import; a transformers
+    folder: engine.files.hf.load), or None for a model this app wrote. Raises ModelImportError for a
+    model the engine cannot run."""
     from engine.files.gguf_export import is_open
-    from engine.files.open_run import read_model
-    bundle = read_model(src)
+    if kind is ModelKind.GGUF:
+        from engine.files.gguf_import import import_gguf
+        bundle = import_gguf(src)
+    else:
+        from engine.files.hf.load import import_hf
+        bundle = import_hf(src)[0]
     return bundle if is_open(bundle) else None
 
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     from engine.files.model_card import format_card, model_card
     from engine.files.open_run import write_open_run
-    from engine.data.textio import read_text
-    from studio.cli import _make_run_folder
-    from studio.run_folder import METRICS
     from engine.fsutil import FolderSnapshot
+    from engine.data.textio import read_text
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
     before = FolderSnapshot(out)
     try:
-        _make_run_folder(out)
+        make_run_folder(out)
         write_open_run(bundle, out, pre, tune)
-        (out / METRICS).write_text("")
+        write_metrics(out)
     except BaseException:
         before.undo()   # a failed import leaves no half run folder
         raise
@@ -71,20 +74,17 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
 
 
 def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
-    from engine.errors import StudioError
-    from engine.fsutil import FolderSnapshot, atomic_write_text
+    from engine.fsutil import FolderSnapshot
     from engine.files.hf.load import has_texts, session_from_hf
     from engine.data.textio import bundled_corpus, read_text
-    from studio.cli import _make_run_folder
-    from studio.run_folder import METRICS
     if not args.pretrain and not has_texts(folder):
         tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
     before = FolderSnapshot(out)
     try:
-        _make_run_folder(out)
+        make_run_folder(out)
         s.save(out)
-        atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in s.history))
+        write_metrics(out, s.history)
     except BaseException as e:
         before.undo()   # a failed import leaves no half run folder
         if isinstance(e, OSError):
@@ -100,8 +100,7 @@ def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
 
 def cmd_scale_out(args) -> int:
     from engine.files.hf.scale_out import scale_out, torchrun_command
-    from studio.cli import _load
-    s = _load(args)
+    s = load_model(args)
     folder = scale_out(s, args.output, force=args.force)
     print(f"Wrote {folder}. On a machine with N GPUs, in that folder:\n  "
           f"{torchrun_command()}\nthen `llm-studio import {folder}/continued RUN_FOLDER`.")

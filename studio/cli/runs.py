@@ -1,17 +1,15 @@
-"""`llm-studio runs [ROOT]` (a table of run folders), `llm-studio plot RUN... -o curves.png`
-(the Runs panel's comparison plots as a PNG, no window) and what `train` adds per step: health
-warnings on stderr and, with --tensorboard, TensorBoard event files (tensorboardX, optional)."""
+"""`llm-studio runs [ROOT]` (a table of run folders), the `runs` and `plot` subcommands
+(studio.cli.plot draws the PNG) and what `train` adds per step: health warnings on stderr and,
+with --tensorboard, TensorBoard event files (tensorboardX, optional). Qt-free."""
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 from engine.errors import StudioError
-from engine.fsutil import FolderSnapshot
 
 TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or tensorboardX)."
 
@@ -28,7 +26,7 @@ def _fmt(v, spec: str) -> str:
 
 def run_table(runs) -> str:
     """The runs as an aligned text table (one line per run)."""
-    from studio.ui.runs_panel import fmt_duration
+    from studio.runs import fmt_duration
     head = ("name", "date", "status", "device", "params", "tokenizer", "steps", "loss",
             "held-out", "bpb", "wall", "clip/skip")
     rows = [head]
@@ -55,67 +53,6 @@ def cmd_runs(args) -> int:
         return 0
     print(run_table(runs))
     return 0
-
-
-def cmd_plot(args) -> int:
-    from studio.runs import is_run_folder, load_run
-    runs = []
-    for p in args.runs:
-        if not is_run_folder(p):
-            raise StudioError(f"{p} is not a run folder (no checkpoint.npz or metrics.jsonl).",
-                              "Give folders that `llm-studio train --out` or the studio wrote.")
-        runs.append(load_run(p))
-    out = Path(args.output)
-    if out.suffix.lower() != ".png":
-        raise StudioError(f"{out} does not end in .png.", "Name the output file like curves.png.")
-    write_png(runs, out, args.x, args.width, args.height)
-    print(f"Wrote {out} ({len(runs)} run{'s' * (len(runs) != 1)}, x = {args.x})")
-    return 0
-
-
-def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: int = 800) -> None:
-    """Render the comparison plots offscreen (no window) and save them as a PNG."""
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import qInstallMessageHandler
-    from PySide6.QtWidgets import QApplication
-    qInstallMessageHandler(_quiet_offscreen)
-    app = QApplication.instance() or QApplication(["llm-studio"])  # noqa: F841 (kept alive)
-    w = compare_image_widget(runs, axis, width, height)
-    made = FolderSnapshot(out.parent, only=())
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if not w.grab().save(str(out)):
-            raise OSError("the image could not be written")
-    except OSError as e:
-        made.undo()   # no folder made for a PNG that was not written stays
-        raise StudioError(f"Cannot write {out}: {getattr(e, 'strerror', None) or e}.",
-                          "Give a folder you can write to with -o.") from e
-    finally:
-        w.close()
-
-
-def compare_image_widget(runs, axis: str = "step", width: int = 1200, height: int = 800):
-    """The Runs window's plots and legend for `runs`, shown and drawn at width x height, without
-    its x-axis and health boxes (an image shows curves, not controls). Needs a QApplication."""
-    from PySide6.QtWidgets import QApplication
-    from studio.ui.compare_plot import ComparePlots
-    w = ComparePlots(controls=False)
-    w.setStyleSheet("background: white")
-    w.setContentsMargins(8, 8, 8, 8)
-    w.resize(width, height)
-    w.set_axis(axis)
-    w.set_runs(runs)
-    w.show()
-    QApplication.processEvents()
-    w.redraw()
-    QApplication.processEvents()
-    return w
-
-
-def _quiet_offscreen(mode, context, message) -> None:
-    """Qt's messages on stderr, less the offscreen platform's notes that mean nothing here."""
-    if "propagateSizeHints" not in message:
-        sys.stderr.write(message + "\n")
 
 
 class TrainWatch:
@@ -160,6 +97,7 @@ def write_scalars(writer, d: dict) -> None:
 
 def register(sub, S) -> None:
     """Add `runs` and `plot` to the CLI's subparsers (S: argparse.SUPPRESS)."""
+    from studio.cli.plot import cmd_plot
     from studio.runs import X_AXES
     r = sub.add_parser("runs", help="list training runs (a table)",
                        description="List the run folders under ROOT (default: the studio's "
