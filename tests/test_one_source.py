@@ -148,7 +148,7 @@ def test_scale_out_data_names_are_one_table():
     """The scale-out folder's data files are named once (engine.files.hf.export.DATA); the
     standalone train_ddp.py reads each array and text by that same name."""
     from engine.files.hf.export import DATA
-    script = (ROOT / "engine" / "hf" / "train_ddp.py").read_text()
+    script = (ROOT / "engine" / "files" / "hf" / "train_ddp.py").read_text()
     for key, rel in DATA.items():
         if key not in ("pretrain_text", "tune_text"):  # the texts are for people, not the script
             assert f'"{rel.split("/", 1)[1]}"' in script, f"train_ddp.py does not read {rel}"
