@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import gemm_tiles
+from engine import activations, gemm_tiles
 from engine.runtime import Runtime
 
 f32, i32 = np.float32, np.int32
@@ -240,10 +240,9 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
 
 
 def grad_norm_partials(rt: Runtime) -> int:
-    """Work-items of grad_norm_partial: fixed per device kind, so the reduction order (and the
-    result) never changes between steps. 1024 keep 2 CPU cores busy; a GPU needs more to
-    fill its units (benchmarks/RESULTS.md, tuning timings)."""
-    return 1024 if rt.is_cpu else 8192
+    """Work-items of grad_norm_partial on rt's device: engine.activations.grad_norm_partials
+    (fixed per device kind, so the reduction order and the result never change)."""
+    return activations.grad_norm_partials(rt.is_cpu)
 
 
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
