@@ -23,6 +23,7 @@ from engine.corpus import PretrainData
 from engine.device import DeviceInfo
 from engine.dialogue import CHAT_FORMAT, TuneData, check_chat_format
 from engine.errors import CheckpointError, ConfigError
+from engine.limits import MIN_VOCAB
 from engine.export_types import DEFAULT_DTYPE
 from engine.generation import Generator, delegate
 from engine.memory import check_fits
@@ -123,7 +124,7 @@ class TrainingSession:
         """Train the tokenizer on both texts, size the vocabulary from it, build the model.
         Raises ConfigError / DataError / DeviceError with a message for the person, and
         engine.progress.Cancelled when `monitor` is cancelled."""
-        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, 259)).validate()
+        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
         train_cfg.validate()
         monitor = monitor or Monitor()
         texts = [pretrain_text] + ([tune_text] if tune_text else [])
