@@ -169,20 +169,6 @@ def parse_val_split(spec: str) -> tuple[str, float]:
 
 
 @dataclass(frozen=True)
-class OptimConfig:
-    """What one optimizer step needs (engine.model.Model.train_step): AdamW's betas, eps and
-    decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
-    dropout and the seed its masks are keyed by. The learning rate is passed per step."""
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    dropout: float = 0.0
-    seed: int = 1337
-
-
-@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and schedule. Steps count optimizer updates; per stage the lr follows
     warmup, a stable phase and a decay over the last decay_fraction (engine.schedule, WSD)."""
@@ -283,3 +269,18 @@ class TrainConfig:
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """What one optimizer step needs (engine.model.Model.train_step): AdamW's betas, eps and
+    decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
+    dropout and the seed its masks are keyed by. The learning rate is passed per step.
+    Defaults: TrainConfig's (TrainConfig.optim() is the usual way to make one)."""
+    beta1: float = TrainConfig.beta1
+    beta2: float = TrainConfig.beta2
+    adam_eps: float = TrainConfig.adam_eps
+    weight_decay: float = TrainConfig.weight_decay
+    grad_clip: float = TrainConfig.grad_clip
+    dropout: float = TrainConfig.dropout
+    seed: int = TrainConfig.seed

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS, ModelConfig,
                            SamplingParams, TrainConfig)
 from engine.dialogue import Message
+from engine.export_types import DEFAULT_DTYPE
 
 if TYPE_CHECKING:
     from engine.device import DeviceInfo
@@ -104,7 +105,7 @@ class ChatRequest:
 class ExportRequest:
     """Write the current weights (TrainingWorker.export)."""
     path: str                          # the .gguf file, or the folder for dtype "hf"
-    dtype: str = "f32"                 # GGUF tensor type ("f32", "f16", "q8_0") or "hf"
+    dtype: str = DEFAULT_DTYPE         # GGUF tensor type ("f32", "f16", "q8_0") or "hf"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from engine.config import (MAX_NEW_TOKENS, MODEL_LIMITED, TRAIN_LIMITED, ModelCo
 from engine.errors import ConfigError
 from engine.generation import Generator
 from engine.limits import LIMITS, MIN_VOCAB
-from tests.test_one_source import subcommand_actions
+from tests.test_one_source import PRODUCT, ROOT, files_matching, subcommand_actions
 
 # option dest -> engine field, per subcommand
 TRAIN_OPTIONS = {"d_model": "d_model", "n_layer": "n_layer", "n_head": "n_head",
@@ -198,3 +198,17 @@ def test_a_kept_preset_value_out_of_range_names_its_range(qapp):
     panel._on_change()
     assert not panel.is_valid()
     assert LIMITS["beta2"].range_text() in panel.error_text()
+
+
+def test_other_default_copies_are_the_engines():
+    """OptimConfig's defaults are TrainConfig's; ExportRequest's dtype is the engine's."""
+    from engine.config import OptimConfig
+    from engine.export_types import DEFAULT_DTYPE
+    from studio.protocol import ExportRequest
+    assert OptimConfig() == TrainConfig().optim()
+    assert ExportRequest("x.gguf").dtype == DEFAULT_DTYPE
+    config = (ROOT / "engine" / "config.py").read_text(encoding="utf-8")
+    for literal in ("beta1: float = 0.9", "adam_eps: float = 1e-8", "seed: int = 1337",
+                    "weight_decay: float = 0.1", "grad_clip: float = 1.0"):
+        assert config.count(literal) == 1, literal   # TrainConfig's, not a second copy
+    assert files_matching(r'dtype: str = "f32"', PRODUCT) == []
