@@ -1,7 +1,7 @@
 """The range of every number a person can set, written once.
 
 `LIMITS` maps a setting's name (its engine.config field: ModelConfig, TrainConfig,
-SamplingParams, plus max_new_tokens and checkpoint_every) to a `Limit`: the lowest and highest
+SamplingParams, plus max_new_tokens, checkpoint_every and the plot command's image size) to a `Limit`: the lowest and highest
 value, whether an end is open, its unit and a hint. ModelConfig.validate and
 TrainConfig.validate, the sampling check (engine.generation), the command line's argument types
 (studio.cli_input.limited) and the studio's spin boxes (studio.ui.settings_panel, chat_panel,
@@ -157,8 +157,10 @@ LIMITS: dict[str, Limit] = _table(
     Limit("top_p", 0.0, 1.0, lo_open=True, hint="1 = off.", **_FLOAT),
     Limit("repetition_penalty", 0.0, 100.0, lo_open=True, hint="1 = off.", **_FLOAT),
     Limit("max_new_tokens", 1, 1_000_000, "tokens"),
-    # the run folder
+    # the run folder, and `llm-studio plot`'s image
     Limit("checkpoint_every", 0, MAX_STEPS, "steps", "0 = only at the end."),
+    Limit("plot_width", 64, 16_384, "pixels"),
+    Limit("plot_height", 64, 16_384, "pixels"),
 )
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from engine.errors import StudioError
 from engine.fsutil import FolderSnapshot
+from studio.cli_input import limited
 
+PLOT_SIZE = (1200, 800)  # px: `llm-studio plot`'s image, unless --width / --height
 TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or tensorboardX)."
 
 
@@ -73,7 +75,8 @@ def cmd_plot(args) -> int:
     return 0
 
 
-def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: int = 800) -> None:
+def write_png(runs, out: Path, axis: str = "step", width: int = PLOT_SIZE[0],
+              height: int = PLOT_SIZE[1]) -> None:
     """Render the comparison plots offscreen (no window) and save them as a PNG."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import qInstallMessageHandler
@@ -94,7 +97,8 @@ def write_png(runs, out: Path, axis: str = "step", width: int = 1200, height: in
         w.close()
 
 
-def compare_image_widget(runs, axis: str = "step", width: int = 1200, height: int = 800):
+def compare_image_widget(runs, axis: str = "step", width: int = PLOT_SIZE[0],
+                         height: int = PLOT_SIZE[1]):
     """The Runs window's plots and legend for `runs`, shown and drawn at width x height, without
     its x-axis and health boxes (an image shows curves, not controls). Needs a QApplication."""
     from PySide6.QtWidgets import QApplication
@@ -173,6 +177,8 @@ def register(sub, S) -> None:
     p.add_argument("-o", "--output", required=True, help="the .png file to write")
     p.add_argument("--x", choices=list(X_AXES), default="step",
                    help="x axis: step, tokens (seen) or wall (time) (step)")
-    p.add_argument("--width", type=int, default=1200, help="pixels (1200)")
-    p.add_argument("--height", type=int, default=800, help="pixels (800)")
+    p.add_argument("--width", type=limited("plot_width"), default=PLOT_SIZE[0],
+                   help=f"pixels ({PLOT_SIZE[0]})")
+    p.add_argument("--height", type=limited("plot_height"), default=PLOT_SIZE[1],
+                   help=f"pixels ({PLOT_SIZE[1]})")
     p.set_defaults(func=cmd_plot)

@@ -46,9 +46,10 @@ def _text(x) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-CLI_CASES = [(cmd, dest, field) for cmd, table in (("train", TRAIN_OPTIONS),
-                                                   ("sample", GEN_OPTIONS), ("chat", GEN_OPTIONS))
-             for dest, field in table.items()]
+PLOT_OPTIONS = {"width": "plot_width", "height": "plot_height"}
+COMMANDS = (("train", TRAIN_OPTIONS), ("sample", GEN_OPTIONS), ("chat", GEN_OPTIONS),
+            ("plot", PLOT_OPTIONS))
+CLI_CASES = [(cmd, dest, field) for cmd, table in COMMANDS for dest, field in table.items()]
 
 
 @pytest.mark.parametrize("command,dest,field", CLI_CASES)
@@ -63,10 +64,11 @@ def test_cli_refuses_and_accepts_at_the_tables_ends(command, dest, field):
 
 
 def test_cli_covers_every_numeric_option():
-    """No numeric option of train/sample/chat keeps a range of its own."""
-    for command, table in (("train", TRAIN_OPTIONS), ("sample", GEN_OPTIONS)):
+    """No numeric option keeps a range of its own (or none: `plot --width -5`)."""
+    for command, table in COMMANDS:
         numeric = {dest for dest, a in subcommand_actions(command).items()
-                   if getattr(a.type, "__name__", "") in ("whole number", "number")}
+                   if a.type in (int, float)
+                   or getattr(a.type, "__name__", "") in ("whole number", "number")}
         assert numeric == set(table)
 
 
