@@ -97,7 +97,8 @@ class PretrainData:
     n_tokens (int: the text's size in tokens, its BOS and the tokens of its parts), token_bytes
     (int64 (V,), token_bytes()). Raises DataError for a whitespace-only text or one shorter
     than T+1 tokens (the message says how many tokens there are and suggests a context length);
-    ConfigError for a context_length or val_fraction outside engine.limits.LIMITS or an unknown val_split.
+    ConfigError for a context_length or val_fraction outside engine.limits.LIMITS or an unknown
+    val_split.
     """
 
     def __init__(self, tokenizer: Tokenizer, text: str, context_length: int,

@@ -1,11 +1,12 @@
 """The range of every number a person can set, written once.
 
 `LIMITS` maps a setting's name (its engine.config field: ModelConfig, TrainConfig,
-SamplingParams, plus max_new_tokens, checkpoint_every and the plot command's image size) to a `Limit`: the lowest and highest
-value, whether an end is open, its unit and a hint. ModelConfig.validate and
-TrainConfig.validate, the sampling check (engine.generation), the command line's argument types
-(studio.cli_input.limited) and the studio's spin boxes (studio.ui.settings_panel, chat_panel,
-autosave_box) all read it, and a refusal states the same numbers wherever it comes from.
+SamplingParams, plus max_new_tokens, checkpoint_every and the plot command's image size) to a
+`Limit`: the lowest and highest value, whether an end is open, its unit and a hint.
+ModelConfig.validate and TrainConfig.validate, the sampling check (engine.generation), the
+command line's argument types (studio.cli_input.limited) and the studio's spin boxes
+(studio.ui.settings_panel, chat_panel, autosave_box) all read it, and a refusal states the same
+numbers wherever it comes from.
 Defaults stay in the engine.config dataclasses (one place each).
 
 The ranges are the widest the engine can run: the upper bounds keep a typo (an extra zero)

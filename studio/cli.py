@@ -497,8 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "
                    "--continue: seconds more (off)")
-    t.add_argument("--dropout", type=limited("dropout"), help="drop probability after the attention output "
-                   f"and feed-forward projections, training only ({d['dropout']})")
+    t.add_argument("--dropout", type=limited("dropout"), help="drop probability after the "
+                   "attention output and feed-forward projections, training only "
+                   f"({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/presets.py); explicit options win")
     t.add_argument("--checkpoint-every", type=limited("checkpoint_every"), default=CHECKPOINT_EVERY,

@@ -1,8 +1,9 @@
 """Model and training settings with live parameter count, memory and export-size estimates.
 
 Validation is the engine's own (ModelConfig.validate / TrainConfig.validate): the message appears
-under the field the ConfigError names (its .fields), the field is outlined, and `validityChanged(False)` lets the window
-disable Train until the person fixes it.
+under the field the ConfigError names (its .fields), the field is outlined, and
+`validityChanged(False)` lets the window disable Train until the person fixes it. The fields'
+ranges are the engine's (engine.limits.LIMITS).
 """
 
 from __future__ import annotations
