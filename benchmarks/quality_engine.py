@@ -4,10 +4,10 @@ and its warmup + cosine schedule (TrainConfig.lr_at), on quality_nanogpt.CharDat
 
 Ids come from the engine's own character tokenizer (`llm-studio train --tokenizer char`: one
 token per character, "\n" the byte token <0x0A>), trained on the whole text as the CLI does, so
-the model's vocabulary is the studio's (259 fixed + the characters). nanoGPT's ids (the sorted
-characters) map to the engine's through one lookup table: both sides see the same windows of
-the same 90/10 split by position (the studio's `--val-split tail:0.1`) and score the same
-validation windows.
+the model's vocabulary is the studio's (engine.limits.MIN_VOCAB fixed + the characters).
+nanoGPT's ids (the sorted characters) map to the engine's through one lookup table: both sides
+see the same windows of the same 90/10 split by position (the studio's `--val-split tail:0.1`)
+and score the same validation windows.
 """
 
 from __future__ import annotations

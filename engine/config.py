@@ -6,11 +6,11 @@ The defaults train the bundled corpora on PoCL's 2-core CPU device in a few minu
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from engine.errors import ConfigError
 from engine.training.schedule import StageSchedule
+from engine.limits import LIMITS, check_fields
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 32) -> int:
@@ -57,11 +57,9 @@ class ModelConfig:
         return self.n_kv_head or self.n_head
 
     def validate(self) -> "ModelConfig":
-        """Raise ConfigError naming the bad setting and a fix; return self when valid."""
-        for name in ("vocab_size", "d_model", "n_layer", "n_head", "context_length"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.",
-                                  f"Set {name} to a positive whole number.")
+        """Raise ConfigError naming the bad setting (its .field) and a fix; return self when
+        valid. Ranges: engine.limits.LIMITS."""
+        check_fields(self, MODEL_LIMITED)
         if self.d_model % self.n_head:
             step = 2 * self.n_head  # d_model / n_head must also be even (RoPE)
             lo = step * (self.d_model // step) or step
@@ -70,18 +68,14 @@ class ModelConfig:
                 f"Each head gets d_model / n_head channels: pick d_model {lo} or "
                 f"{lo + step}, or a head count that divides {self.d_model}.",
                 cli_hint=f"Each head gets d_model / n_head channels: use --d-model {lo} or "
-                         f"{lo + step}, or an --n-head that divides {self.d_model}.")
+                         f"{lo + step}, or an --n-head that divides {self.d_model}.",
+                field=("n_head", "d_model"))
         if self.head_dim % 2:
             raise ConfigError(
                 f"head_dim = d_model / n_head = {self.head_dim} is odd; RoPE rotates channel pairs.",
                 "Choose d_model and n_head so that d_model / n_head is even.",
-                cli_hint="Give --d-model and --n-head so that d_model / n_head is even.")
-        if self.vocab_size < 259:
-            raise ConfigError(
-                f"vocab_size {self.vocab_size} is below 259 (3 control tokens + 256 byte tokens).",
-                "Use a vocabulary size of at least 259.")
-        if self.ffn_dim < 0:
-            raise ConfigError(f"ffn_dim must be 0 (auto) or positive, got {self.ffn_dim}.")
+                cli_hint="Give --d-model and --n-head so that d_model / n_head is even.",
+                field=("n_head", "d_model"))
         self._validate_kv_heads()
         self._validate_rope_scaling()
         return self
@@ -93,13 +87,14 @@ class ModelConfig:
             raise ConfigError(
                 f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head}): each "
                 "key/value head serves the same number of query heads.",
-                f"Use n_kv_head 0 (one per query head) or one of {', '.join(map(str, fits))}.")
+                f"Use n_kv_head 0 (one per query head) or one of {', '.join(map(str, fits))}.",
+                field="n_kv_head")
 
     def _validate_rope_scaling(self):
         """rope_scaling "" or "llama3" with factors as Meta's Llama 3.1 config allows."""
         if self.rope_scaling not in ROPE_SCALINGS:
             raise ConfigError(f"rope_scaling {self.rope_scaling!r} is not supported.",
-                              'Use "" (no scaling) or "llama3".')
+                              'Use "" (no scaling) or "llama3".', field="rope_scaling")
         if self.rope_scaling and not (
                 self.rope_scaling_factor > 0 and self.rope_original_context > 0
                 and 0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
@@ -109,7 +104,7 @@ class ModelConfig:
                 f"original context {self.rope_original_context}, low {self.rope_low_freq_factor}"
                 f", high {self.rope_high_freq_factor}.",
                 "Copy rope_scaling from the model's config.json (Llama 3.2: factor 32, low 1, "
-                "high 4, original 8192).")
+                "high 4, original 8192).", field="rope_scaling")
 
     def param_count(self) -> int:
         """Number of trainable parameters (elements): engine.model.params.ParamTable's entries."""
@@ -120,6 +115,15 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
 
+# ModelConfig's fields with a range in engine.limits (checked first, in this order)
+MODEL_LIMITED = ("vocab_size", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
+                 "ffn_dim")
+# TrainConfig's fields with a range in engine.limits
+TRAIN_LIMITED = ("pretrain_steps", "tune_steps", "batch_size", "learning_rate",
+                 "tune_learning_rate", "min_lr_ratio", "warmup_steps", "decay_fraction",
+                 "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip", "dropout", "seed",
+                 "eval_interval", "eval_tokens", "sample_interval", "sample_tokens",
+                 "replay_fraction", "val_fraction", "time_budget_s", "eval_share")
 VAL_SPLITS = ("docs", "tail")
 ROPE_SCALINGS = ("", "llama3")  # ModelConfig.rope_scaling: none, or Llama 3.1's frequency scaling
 
@@ -155,26 +159,13 @@ def parse_val_split(spec: str) -> tuple[str, float]:
         fraction = float(share) if share else 0.1
     except ValueError:
         fraction = -1.0
-    if kind not in VAL_SPLITS or not 0.0 <= fraction < 1.0:
+    if kind not in VAL_SPLITS or not LIMITS["val_fraction"].contains(fraction):
         raise ConfigError(f"Validation split {spec!r} is not understood.",
                           "Use docs:F (the last documents) or tail:F (the last tokens of the "
-                          "text, nanoGPT's split), with a share F from 0 to below 1, e.g. "
-                          "tail:0.1.")
+                          "text, nanoGPT's split), with a share F "
+                          f"{LIMITS['val_fraction'].range_text()}, e.g. tail:0.1.",
+                          field=("val_split", "val_fraction"))
     return kind, fraction
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """What one optimizer step needs (engine.model.transformer.Model.train_step): AdamW's betas, eps and
-    decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
-    dropout and the seed its masks are keyed by. The learning rate is passed per step."""
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    dropout: float = 0.0
-    seed: int = 1337
 
 
 @dataclass(frozen=True)
@@ -266,35 +257,30 @@ class TrainConfig:
                 f"{self.warmup_steps}.")
 
     def validate(self) -> "TrainConfig":
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {self.batch_size}.")
-        if self.pretrain_steps < 0 or self.tune_steps < 0:
-            raise ConfigError("Step counts cannot be negative.")
-        if not (0.0 < self.learning_rate < 1.0):
-            raise ConfigError(f"learning_rate {self.learning_rate} is out of range.",
-                              "Use a value between 1e-5 and 1e-2; 3e-3 suits small models.")
-        if not (0.0 <= self.replay_fraction <= 1.0):
-            raise ConfigError(f"replay_fraction must be in [0, 1], got {self.replay_fraction}.")
-        if not (0.0 <= self.dropout < 1.0):
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.",
-                              "Use 0 (off) to 0.5; 0.2 suits small texts that overfit.")
-        if self.grad_clip < 0:
-            raise ConfigError(f"grad_clip must be 0 (off) or positive, got {self.grad_clip}.")
-        if self.val_split not in VAL_SPLITS or not 0.0 <= self.val_fraction < 1.0:
+        """Raise ConfigError naming the bad setting (its .field) and a fix; return self when
+        valid. Ranges: engine.limits.LIMITS."""
+        if self.val_split not in VAL_SPLITS:
             raise ConfigError(
-                f"Validation split {self.val_split}:{self.val_fraction:g} is not understood.",
-                "Use docs:F (the last documents) or tail:F (the last tokens of the text), "
-                "with a share F from 0 to below 1, e.g. tail:0.1.")
-        if self.eval_tokens < 1 or self.eval_interval < 1:
-            raise ConfigError("eval_tokens and eval_interval must be at least 1.")
-        if not (0.0 <= self.decay_fraction <= 1.0 and 0.0 <= self.eval_share < 1.0):
-            raise ConfigError(f"decay_fraction ({self.decay_fraction}) must be in [0, 1] and "
-                              f"eval_share ({self.eval_share}) in [0, 1).",
-                              "Use e.g. decay_fraction 0.2 and eval_share 0.05.")
-        if not (self.time_budget_s >= 0 and math.isfinite(self.time_budget_s)):
-            raise ConfigError(f"time_budget_s must be 0 (off) or a positive number of seconds, "
-                              f"got {self.time_budget_s}.")
+                f"Validation split {self.val_split!r} is not understood.",
+                "Use docs (the last documents) or tail (the last tokens of the text).",
+                field="val_split")
+        check_fields(self, TRAIN_LIMITED)
         return self
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """What one optimizer step needs (engine.model.transformer.Model.train_step): AdamW's betas, eps and
+    decoupled weight decay (Loshchilov & Hutter 2019), the global grad-norm clip (0: off),
+    dropout and the seed its masks are keyed by. The learning rate is passed per step.
+    Defaults: TrainConfig's (TrainConfig.optim() is the usual way to make one)."""
+    beta1: float = TrainConfig.beta1
+    beta2: float = TrainConfig.beta2
+    adam_eps: float = TrainConfig.adam_eps
+    weight_decay: float = TrainConfig.weight_decay
+    grad_clip: float = TrainConfig.grad_clip
+    dropout: float = TrainConfig.dropout
+    seed: int = TrainConfig.seed

@@ -24,7 +24,20 @@ class StudioError(Exception):
 
 
 class ConfigError(StudioError):
-    """An invalid model or training setting (e.g. d_model not divisible by n_head)."""
+    """An invalid model or training setting (e.g. d_model not divisible by n_head).
+
+    `fields`: the engine.config field names at fault, the one the message is about first (a
+    form puts the message under it and marks them all; engine.limits); () when no one field
+    is. `field`: the first of them, or None."""
+
+    def __init__(self, message: str, hint: str = "", cli_hint: str | None = None,
+                 field: str | tuple[str, ...] = ()):
+        super().__init__(message, hint, cli_hint)
+        self.fields: tuple[str, ...] = (field,) if isinstance(field, str) else tuple(field)
+
+    @property
+    def field(self) -> str | None:
+        return self.fields[0] if self.fields else None
 
 
 class DataError(StudioError):

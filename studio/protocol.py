@@ -15,13 +15,17 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from engine.config import CHECKPOINT_EVERY, DEFAULT_TOKENIZER, ModelConfig, TrainConfig
+from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, ModelConfig, TrainConfig, MAX_NEW_TOKENS, SamplingParams)
 from engine.data.dialogue import Message
 from studio.run_folder import HF_KINDS, ModelKind, path_kind
+from engine.files.export_types import DEFAULT_DTYPE
 
 if TYPE_CHECKING:
     from engine.opencl.device import DeviceInfo
 
+
+
+_SAMPLING = SamplingParams()
 
 
 class ModelSource(Enum):
@@ -86,10 +90,11 @@ class LoadJob:
 class ChatRequest:
     """Answer the conversation's last user message on the current weights (TrainingSession.chat)."""
     messages: tuple[Message, ...]      # oldest first; the last one is the user's
-    temperature: float = 0.8           # softmax temperature (> 0)
-    top_k: int = 40                    # keep the k most likely tokens (0: all)
-    top_p: float = 0.95                # nucleus sampling mass (1: off)
-    max_new_tokens: int = 64           # answer length bound, in tokens
+    # the engine's defaults (engine.config.SamplingParams, MAX_NEW_TOKENS), not copies
+    temperature: float = _SAMPLING.temperature   # softmax temperature (0: greedy)
+    top_k: int = _SAMPLING.top_k                 # keep the k most likely tokens (0: all)
+    top_p: float = _SAMPLING.top_p               # nucleus sampling mass (1: off)
+    max_new_tokens: int = MAX_NEW_TOKENS         # answer length bound, in tokens
 
     @classmethod
     def from_panel(cls, messages: Sequence[Mapping[str, str]],
@@ -108,7 +113,7 @@ class ChatRequest:
 class ExportRequest:
     """Write the current weights (TrainingWorker.export)."""
     path: str                          # the .gguf file, or the folder for dtype "hf"
-    dtype: str = "f32"                 # GGUF tensor type ("f32", "f16", "q8_0") or "hf"
+    dtype: str = DEFAULT_DTYPE         # GGUF tensor type ("f32", "f16", "q8_0") or "hf"
 
 
 @dataclass(frozen=True)

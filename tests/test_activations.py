@@ -60,3 +60,44 @@ def test_every_declared_buffer_is_used_by_the_model():
     assert len(names) == len(set(names))
     source = inspect.getsource(model.Model)
     assert [n for n in names if f"a.{n}" not in source] == []
+
+
+# A Model's own buffers and a KVDecoder's come from the same declarations (model_buffers,
+# DECODE_BUFFERS): engine.model.memory's estimate is every byte they allocate. Grouped-query
+# attention, tied and untied output, odd widths and a context that is not a power of two.
+MODELS = [ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, n_kv_head=2,
+                      context_length=17),
+          ModelConfig(vocab_size=333, d_model=40, n_layer=1, n_head=4, n_kv_head=1,
+                      context_length=32, tie_embeddings=False, ffn_dim=37),
+          ModelConfig(vocab_size=259, d_model=16, n_layer=3, n_head=2, context_length=9,
+                      tie_embeddings=False)]
+
+
+@pytest.mark.parametrize("cfg", MODELS, ids=["gqa-tied", "mqa-untied", "mha-untied"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_memory_estimate_is_what_a_model_allocates(rt, monkeypatch, cfg, batch):
+    from engine.generation.decode import KVDecoder
+    from engine.model.memory import training_bytes
+    sizes, empty = [], rt.empty
+
+    def counted(n, dtype=np.float32):
+        buf = empty(n, dtype)
+        sizes.append(buf.size)
+        return buf
+    monkeypatch.setattr(rt, "empty", counted)
+    m = model.Model(rt, cfg)
+    for B, grad in ((batch, True), (batch, False), (1, False)):  # train, evaluate, generate
+        m.activations(B, cfg.context_length, grad)
+    KVDecoder(m)   # samples during training
+    assert (sum(sizes), max(sizes)) == training_bytes(cfg, batch, rt.info, rt.attention_path)
+
+
+def test_every_declared_model_buffer_is_the_models():
+    from engine.model.activations import DECODE_BUFFERS, model_buffers
+    from engine.generation.decode import KVDecoder
+    names = [b.name for b in model_buffers(ModelConfig(), True)]
+    assert len(names) == len(set(names))
+    source = inspect.getsource(model) + inspect.getsource(KVDecoder)
+    assert [n for n in names if f"self.{n}" not in source] == []
+    assert [b.name for b in DECODE_BUFFERS if f"self.{b.name}" not in
+            inspect.getsource(KVDecoder)] == []

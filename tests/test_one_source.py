@@ -35,6 +35,11 @@ RULES = [
     ("the metrics.jsonl writer", r"json\.dumps\(m\.to_dict\(\)\)", ["studio/run_folder.py"]),
     ("bundled corpus path", r'resources\.__file__|"resources"', ["engine/data/textio.py"]),
     ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["engine/config.py"]),
+    # issue 23: limits and defaults in one table (engine/limits.py), not beside it
+    ("minimum vocabulary", r"(?<![\w.])259(?![\w.])(?!.*STILL_ACTIVE)", ["engine/limits.py"]),
+    ("sampling defaults", r"temperature: float = 0\.8|top_p: float = 0\.95|top_k: int = 40",
+     ["engine/config.py"]),
+    ("command-line ranges", r"type=(count|number)\(", []),
 ]
 
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.config import VAL_SPLITS
 from engine.errors import ConfigError, DataError
 from engine.data.longtext import encode_text
 from engine.training.metrics import ValScore, score_validation
 from engine.training.progress import Monitor
-from engine.data.textio import document_spans, normalize_newlines, split_documents  # noqa: F401
+from engine.data.textio import document_spans, normalize_newlines, split_documents
 from engine.data.tokenizer import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_UNKNOWN, Tokenizer
+from engine.limits import LIMITS
 
 HELD_OUT, TRAINING_TEXT = "held-out", "training text"   # the values of val_source
 # The final validation of a run scores the held-out text up to this many target tokens (all of
@@ -95,19 +97,19 @@ class PretrainData:
     n_tokens (int: the text's size in tokens, its BOS and the tokens of its parts), token_bytes
     (int64 (V,), token_bytes()). Raises DataError for a whitespace-only text or one shorter
     than T+1 tokens (the message says how many tokens there are and suggests a context length);
-    ConfigError for context_length < 1, val_fraction outside [0, 1) or an unknown val_split.
+    ConfigError for a context_length or val_fraction outside engine.limits.LIMITS or an unknown
+    val_split.
     """
 
     def __init__(self, tokenizer: Tokenizer, text: str, context_length: int,
                  val_fraction: float = 0.1, seed: int = 0, val_split: str = "docs",
                  monitor: Monitor | None = None):
-        if context_length < 1:
-            raise ConfigError(f"context_length must be at least 1, got {context_length}.",
-                              "Set the context length to a positive number of tokens, e.g. 64.")
-        if not 0.0 <= val_fraction < 1.0 or val_split not in ("docs", "tail"):
+        LIMITS["context_length"].check(context_length)
+        if not LIMITS["val_fraction"].contains(val_fraction) or val_split not in VAL_SPLITS:
             raise ConfigError(f"val_split {val_split!r} with val_fraction {val_fraction} is not "
                               "understood.",
-                              "Use docs or tail with a share in [0, 1), e.g. tail:0.1.")
+                              f"Use docs or tail with a share {LIMITS['val_fraction'].range_text()}"
+                              ", e.g. tail:0.1.", field=("val_split", "val_fraction"))
         self.tokenizer, self.context_length = tokenizer, context_length
         self.val_fraction, self.val_split = val_fraction, val_split
         self.rng = np.random.default_rng(seed)

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.data.chat_template import ChatFormat
-from engine.errors import ConfigError, DataError
+from engine.errors import DataError
 from engine.data.tokenizer import Tokenizer
+from engine.limits import LIMITS
 
 TUNE_WHAT = "tune dialogues"  # how messages name a tune file
 
@@ -289,14 +290,12 @@ class TuneData:
     Attributes: dialogues, encoded (list of (ids, loss_mask)), n_truncated (dialogues longer
     than T+1 tokens, cut at T+1). Raises DataError (via parse_dialogues) for malformed text, or
     when truncation leaves no assistant token to learn in any dialogue; ConfigError for
-    context_length < 1.
+    a context_length outside engine.limits.LIMITS.
     """
 
     def __init__(self, tokenizer: Tokenizer, text_or_dialogues: str | list[list[Message]],
                  context_length: int, seed: int = 0, chat_format: int = CHAT_FORMAT):
-        if context_length < 1:
-            raise ConfigError(f"context_length must be at least 1, got {context_length}.",
-                              "Set the context length to a positive number of tokens, e.g. 64.")
+        LIMITS["context_length"].check(context_length)
         if isinstance(text_or_dialogues, str):
             self.dialogues = parse_dialogues(text_or_dialogues)
         else:

@@ -30,11 +30,10 @@ import sentencepiece as spm
 
 from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS
 from engine.errors import ConfigError, DataError
+# 3 control ids <unk>, <s>, </s>, 256 byte ids: MIN_VOCAB, below which the fixed ids do not fit
 from engine.data.longtext import SEARCH_CHARS, chunks
+from engine.limits import LIMITS, MIN_VOCAB, N_BYTES, N_SPECIAL
 
-N_SPECIAL = 3            # <unk>, <s>, </s>
-N_BYTES = 256            # <0x00>..<0xFF>
-MIN_VOCAB = N_SPECIAL + N_BYTES   # 259: below this the fixed ids do not fit
 
 # gguf.TokenType values (gguf-py constants.py), which equal SentencePiece's piece types.
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL = 1, 2, 3
@@ -171,32 +170,29 @@ class Tokenizer:
     def train(cls, texts: list[str], vocab_size: int, kind: str = DEFAULT_TOKENIZER) -> "Tokenizer":
         """Train on `texts` (each split into lines) and return the tokenizer.
 
-        vocab_size: the requested number of tokens including the 259 fixed ones; a small text
-        yields fewer (hard_vocab_limit=False). kind: "bpe" (merges learned from the text) or
+        vocab_size: the requested number of tokens including the MIN_VOCAB fixed ones; a small
+        text yields fewer (hard_vocab_limit=False). kind: "bpe" (merges learned from the text) or
         "char": one piece per distinct character of the texts, whatever vocab_size asks, so
         every character of the text is one token and loss per token is loss per character
         ("\\n" is the byte token <0x0A>, one token too; a character not in the texts falls
-        back to its UTF-8 bytes). Vocabulary: 259 fixed + the characters.
+        back to its UTF-8 bytes). Vocabulary: MIN_VOCAB fixed + the characters.
         Either kind always holds the space piece "▁", whether or not the text has a space.
-        Raises ConfigError for an unknown kind or a vocab_size too small (below 259; for BPE
-        below 259 + the number of distinct characters and the space, which BPE must all keep
-        as pieces).
+        Raises ConfigError for an unknown kind or a vocab_size too small (below MIN_VOCAB; for
+        BPE below MIN_VOCAB + the number of distinct characters and the space, which BPE must
+        all keep as pieces).
         Raises DataError when the texts hold no characters besides newlines.
         """
         if kind not in TOKENIZER_KINDS:
             raise ConfigError(f"Unknown tokenizer kind {kind!r}.",
-                              f"Use {' or '.join(repr(k) for k in TOKENIZER_KINDS)}.")
+                              f"Use {' or '.join(repr(k) for k in TOKENIZER_KINDS)}.",
+                              field="tokenizer_kind")
         if isinstance(texts, str):
             texts = [texts]
         sentences = _sentences(texts)
         if not sentences:
             raise DataError("The text to train the tokenizer on is empty.",
                             "Load a pretraining text with at least a few sentences.")
-        if vocab_size < MIN_VOCAB:
-            raise ConfigError(
-                f"vocab_size {vocab_size} is below {MIN_VOCAB} "
-                f"(3 control tokens + 256 byte tokens).",
-                f"Use a vocabulary size of at least {MIN_VOCAB}; 512 or 1024 suit a small text.")
+        LIMITS["vocab_size"].check(vocab_size)   # at least MIN_VOCAB
         n_chars = len(_chars(sentences))
         if kind == "char":   # every character present is a piece: one token per character
             vocab_size = MIN_VOCAB + n_chars
@@ -207,7 +203,8 @@ class Tokenizer:
                     f"distinct characters (the space included), each of which must be a token, "
                     f"so at least {MIN_VOCAB + n_chars} are needed (3 control + 256 byte + "
                     f"{n_chars}).",
-                    f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.")
+                    f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.",
+                    field="vocab_size")
         sample = _training_sample(sentences)
         writer = io.BytesIO()
         try:

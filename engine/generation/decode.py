@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from engine.model import attention
+from engine.model import attention, activations
 from engine.opencl import ops
 from engine.model.transformer import Model
 from engine.model.params import qkv_width
@@ -27,16 +27,13 @@ class KVDecoder:
     def __init__(self, model: Model):
         self.model, self.rt, cfg = model, model.rt, model.cfg
         self.T = cfg.context_length
-        C, F, V, H = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head
         self.cache = model.activations(1, self.T, with_grad=False)  # qkv[l] rows = the cache
-        e = self.rt.empty
-        self.tok = e(1, np.int32)
-        self.x, self.xn, self.rstd = e(C), e(C), e(1)
         self.width = qkv_width(cfg)  # q, k, v of one row (grouped-query attention: k, v narrower)
-        self.qkv, self.y, self.proj, self.xmid = e(self.width), e(C), e(C), e(C)
-        self.xn2, self.rstd2, self.gu, self.h = e(C), e(1), e(2 * F), e(F)
-        self.xnext, self.xf, self.rstdf, self.logits = e(C), e(C), e(1), e(V)
-        self.scores = e(H * self.T)
+        # one row each (x, xn, rstd, qkv, y, proj, xmid, xn2, rstd2, gu, h, xnext, xf, rstdf,
+        # logits), the token and the scores (H, T): engine.model.activations.DECODE_BUFFERS
+        d = activations.Dims.of(cfg, 1, self.T, "fused")
+        for b in activations.DECODE_BUFFERS:
+            setattr(self, b.name, self.rt.empty(b.elems(d), b.dtype))
         self.ids: list[int] = []
 
     def reset(self, prompt_ids: list[int]) -> np.ndarray:

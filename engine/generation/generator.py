@@ -19,6 +19,7 @@ from engine.generation.decode import KVDecoder
 from engine.data.dialogue import Message, answer_text, encode_prompt
 from engine.errors import ConfigError
 from engine.generation.sampling import MAX_NEW_TOKENS, SamplingParams, next_token
+from engine.limits import LIMITS, check_fields
 
 _SAMPLING = SamplingParams()  # the sampling defaults of generate and chat
 
@@ -92,13 +93,11 @@ class Generator:
         return self.model.last_logits(window, len(ctx))  # causal: the padding is unseen
 
     def _sampling(self, temperature, top_k, top_p, repetition_penalty, greedy):
-        if temperature < 0 or top_k < 0 or not (0 < top_p <= 1) or repetition_penalty <= 0:
-            raise ConfigError(
-                f"Invalid sampling settings (temperature {temperature}, top-k {top_k}, top-p "
-                f"{top_p}, repetition penalty {repetition_penalty}).",
-                "Use temperature >= 0 (0 = greedy), top-k >= 0 (0 = off), 0 < top-p <= 1 and "
-                "a repetition penalty > 0 (1 = off).")
-        return SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
+        """SamplingParams; ConfigError (its .field the setting) for a value outside
+        engine.limits.LIMITS."""
+        sp = SamplingParams(temperature, top_k, top_p, repetition_penalty, greedy)
+        check_fields(sp, ("temperature", "top_k", "top_p", "repetition_penalty"))
+        return sp
 
     def generate(self, prompt: str, max_new_tokens: int = MAX_NEW_TOKENS,
                  temperature: float = _SAMPLING.temperature, top_k: int = _SAMPLING.top_k,
@@ -163,8 +162,7 @@ class Generator:
                              self.chat_format)
 
     def _decode_stream(self, ids, max_new_tokens, sampling, seed, on_token, slide=None) -> str:
-        if max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+        LIMITS["max_new_tokens"].check(max_new_tokens)
         new: list[int] = []
         shown = ""
 

@@ -1,5 +1,8 @@
-"""The activation buffers of one (B, T), declared once: engine.model.transformer.Activations allocates this
-list and engine.model.memory counts it (silx's BufferDescription list, which both allocates and sizes).
+"""Every device buffer of a model, declared once: engine.model.transformer.Activations allocates BUFFERS
+(one (B, T) set), engine.model.transformer.Model allocates model_buffers (weights, gradients, AdamW
+moments, scratch, RoPE tables), engine.generation.decode.KVDecoder allocates DECODE_BUFFERS (one row), and
+engine.model.memory counts the same lists (silx's BufferDescription list, which both allocates and
+sizes).
 
 Each `Buffer` gives its attribute name, its element count as a function of the set's `Dims`, its
 dtype (float32 or int32: 4 bytes each), how many copies (one, one per layer, or one per layer
@@ -19,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.model.params import qkv_width
+from engine.model.params import qkv_width, ParamTable
 
 
 @dataclass(frozen=True)
@@ -124,11 +127,71 @@ def buffers(with_grad: bool) -> list[Buffer]:
     return [b for b in BUFFERS if with_grad or not b.grad]
 
 
+# KVDecoder's one-row buffers (B = 1, T = 1 of the set's dims), and its attention scores over
+# the whole window (H, context_length): engine/generation/decode.py
+DECODE_BUFFERS: tuple[Buffer, ...] = (
+    Buffer("tok", lambda d: 1, _i),
+    *(Buffer(n, lambda d: d.C) for n in ("x", "xn", "y", "proj", "xmid", "xn2", "xnext", "xf")),
+    *(Buffer(n, lambda d: 1) for n in ("rstd", "rstd2", "rstdf")),
+    Buffer("qkv", lambda d: d.W),
+    Buffer("gu", lambda d: 2 * d.F),
+    Buffer("h", lambda d: d.F),
+    Buffer("logits", lambda d: d.V),
+    Buffer("scores", lambda d: d.H * d.T),
+)
+
+# Work-items of the grad-norm reduction (engine.opencl.ops.grad_norm): fixed per device kind, so the
+# reduction order (and the result) never changes between steps. 1024 keep 2 CPU cores busy; a
+# GPU needs more to fill its units (benchmarks/RESULTS.md, tuning timings).
+GRAD_NORM_PARTIALS = {"cpu": 1024, "gpu": 8192}
+
+
+def grad_norm_partials(is_cpu: bool) -> int:
+    """Partial sums of the grad-norm reduction on a CPU (is_cpu) or other device."""
+    return GRAD_NORM_PARTIALS["cpu" if is_cpu else "gpu"]
+
+
+@dataclass(frozen=True)
+class ModelBuffer:
+    name: str    # attribute of engine.model.transformer.Model
+    elems: int   # float32 elements
+
+
+def model_buffers(cfg: ModelConfig, is_cpu: bool) -> tuple[ModelBuffer, ...]:
+    """The float32 device buffers a Model holds besides its activation sets: the weights,
+    gradients and both AdamW moments (the padded ParamTable each), the grad-norm stats (norm,
+    clip scale, non-finite flag) and partial sums, the transposed-weight scratch of
+    matmul_forward (the largest group) and RoPE's cos and sin tables (context_length,
+    head_dim / 2; engine.model.attention.rope_table)."""
+    table = ParamTable(cfg)
+    rope = cfg.context_length * (cfg.head_dim // 2)
+    return (*(ModelBuffer(n, table.size) for n in ("params", "grads", "m", "v")),
+            ModelBuffer("stats", 3), ModelBuffer("partial", grad_norm_partials(is_cpu)),
+            ModelBuffer("w_t", max(g.size for g in table.groups.values())),
+            ModelBuffer("rope_cos", rope), ModelBuffer("rope_sin", rope))
+
+
+def buffer_bytes(buffers, d: Dims) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) of Buffers at dims d (each at least one
+    element: OpenCL forbids size 0, engine.opencl.runtime.Runtime.empty)."""
+    sizes = [(b.count(d), max(b.elems(d), 1) * np.dtype(b.dtype).itemsize) for b in buffers]
+    return sum(n * s for n, s in sizes), max(s for _, s in sizes)
+
+
 def set_bytes(cfg: ModelConfig, B: int, T: int, with_grad: bool,
               attention: str = "fused") -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) of one activation set (B, T) of cfg with
     attention on `attention` ("fused" or "gemm"); what engine.model.transformer.Activations allocates."""
-    d = Dims.of(cfg, B, T, attention)
-    sizes = [(b.count(d), max(b.elems(d), 1) * np.dtype(b.dtype).itemsize)
-             for b in buffers(with_grad)]
-    return sum(n * s for n, s in sizes), max(s for _, s in sizes)
+    return buffer_bytes(buffers(with_grad), Dims.of(cfg, B, T, attention))
+
+
+def decode_bytes(cfg: ModelConfig) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) of a KVDecoder's own buffers (its cache is
+    the (1, context_length) activation set)."""
+    return buffer_bytes(DECODE_BUFFERS, Dims.of(cfg, 1, cfg.context_length, "fused"))
+
+
+def model_bytes(cfg: ModelConfig, is_cpu: bool) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) of model_buffers(cfg, is_cpu)."""
+    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg, is_cpu)]
+    return sum(sizes), max(sizes)

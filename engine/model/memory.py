@@ -1,11 +1,13 @@
 """How much device memory a model needs, checked before anything is allocated.
 
-Counts float32 elements of what engine.model.transformer allocates: parameters, gradients and two AdamW
-moments (4 x the padded table), the training activations for (batch_size, context_length), the
-evaluation set of the same shape and the generation window (1, context_length); the activation
-sets are summed from their one declaration, engine.model.activations.BUFFERS (grouped-query
-attention's narrower k, v and the logits of a large vocabulary held a chunk of rows at a
-time, engine.model.activations.logit_rows, included). Attention keeps
+Counts the bytes of what engine.model.transformer and engine.generation.decode allocate, from the lists they allocate
+from (engine.model.activations): the Model's own buffers (model_buffers: parameters, gradients, two
+AdamW moments, grad-norm scratch, the transposed-weight scratch, RoPE tables), the training
+activations for (batch_size, context_length), the evaluation set of the same shape, the
+generation window (1, context_length) and the KV decoder's rows that samples use
+(DECODE_BUFFERS); the activation sets from BUFFERS (grouped-query attention's narrower k, v and
+the logits of a large vocabulary held a chunk of rows at a time, logit_rows, included).
+Attention keeps
 a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
 GEMM path; each activation set counts the path engine.model.attention_gemm.choose gives it.
 """
@@ -16,7 +18,6 @@ from engine.model import activations, attention_gemm
 from engine.config import ModelConfig
 from engine.opencl.device import DeviceInfo
 from engine.errors import ConfigError
-from engine.model.params import ParamTable
 
 
 def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
@@ -29,16 +30,20 @@ def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
 
 def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
                    attention_path: str | None = None) -> tuple[int, int]:
-    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`; each
-    activation set's attention path as engine.model.attention_gemm.choose picks it on `device`
-    (attention_path forces one; no device: "fused")."""
+    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
+    engine.model.transformer.Model, its activation sets (training, evaluation, generation) and a KVDecoder
+    allocate on `device`; each activation set's attention path as engine.model.attention_gemm.choose
+    picks it there (attention_path forces one; no device: "fused", and a GPU's grad-norm
+    scratch)."""
     T = cfg.context_length
-    table = ParamTable(cfg)
-    sets = [activation_floats(cfg, B, T, grad, _path(cfg, B, T, grad, device, attention_path))
-            for B, grad in ((batch_size, True), (batch_size, False), (1, False))]
-    biggest_group = max(g.size for g in table.groups.values())
-    total = 4 * table.size + biggest_group + sum(n for n, _ in sets)
-    return 4 * total, 4 * max(max(b for _, b in sets), table.size)
+    # train, evaluate, generate; at batch size 1 the last two are one set (Model.activations)
+    sets = dict.fromkeys(((batch_size, True), (batch_size, False), (1, False)))
+    parts = [activations.set_bytes(cfg, B, T, grad,
+                                   _path(cfg, B, T, grad, device, attention_path))
+             for B, grad in sets]
+    parts.append(activations.model_bytes(cfg, device is not None and device.is_cpu))
+    parts.append(activations.decode_bytes(cfg))
+    return sum(n for n, _ in parts), max(b for _, b in parts)
 
 
 def _path(cfg, B, T, grad, device, forced) -> str:

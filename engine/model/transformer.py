@@ -44,19 +44,20 @@ class Model:
                  seed: int = 0):
         self.rt, self.cfg = rt, cfg.validate()
         self.table = ParamTable(cfg)
-        n = self.table.size
         if flat_weights is None:
             flat_weights = self.table.init_weights(np.random.default_rng(seed))
-        self.params = rt.to_device(np.asarray(flat_weights, np.float32))
-        self.grads, self.m, self.v = rt.zeros(n), rt.zeros(n), rt.zeros(n)
-        self.stats, self.partial = rt.zeros(3), rt.zeros(ops.grad_norm_partials(rt))
-        self.p = self._views(self.params)
-        self.g = self._views(self.grads)
-        biggest = max(g.size for g in self.table.groups.values())
-        self.w_t = rt.empty(biggest)  # transposed weight scratch for matmul_forward
+        # params, grads, m, v, stats, partial, w_t (transposed weight scratch for
+        # matmul_forward), rope_cos, rope_sin: declared in engine.model.activations.model_buffers
+        for b in activations.model_buffers(cfg, rt.is_cpu):
+            setattr(self, b.name, rt.zeros(b.elems))
         cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
                                         attention.rope_inv_freq(cfg))
-        self.rope_cos, self.rope_sin = rt.to_device(cos), rt.to_device(sin)
+        for buf, host in ((self.params, flat_weights), (self.rope_cos, cos), (self.rope_sin, sin)):
+            if buf.size // 4 != np.size(host):   # the declaration and the data disagree: a bug
+                raise ValueError(f"{np.size(host)} floats for a buffer of {buf.size // 4}")
+            rt.write(buf, np.asarray(host, np.float32).reshape(-1), wait=True)
+        self.p = self._views(self.params)
+        self.g = self._views(self.grads)
         self._acts: dict[tuple, Activations] = {}
         self.adam_t = 0  # AdamW steps taken (bias correction)
 

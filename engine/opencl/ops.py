@@ -10,6 +10,7 @@ import numpy as np
 
 from engine.opencl import gemm_tiles
 from engine.opencl.runtime import Runtime
+from engine.model import activations
 
 f32, i32 = np.float32, np.int32
 
@@ -240,10 +241,9 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
 
 
 def grad_norm_partials(rt: Runtime) -> int:
-    """Work-items of grad_norm_partial: fixed per device kind, so the reduction order (and the
-    result) never changes between steps. 1024 keep 2 CPU cores busy; a GPU needs more to
-    fill its units (benchmarks/RESULTS.md, tuning timings)."""
-    return 1024 if rt.is_cpu else 8192
+    """Work-items of grad_norm_partial on rt's device: engine.model.activations.grad_norm_partials
+    (fixed per device kind, so the reduction order and the result never change)."""
+    return activations.grad_norm_partials(rt.is_cpu)
 
 
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from engine.model.params import ParamTable
+from engine.config import TrainConfig
 
 GROUPS = ("attention", "feed_forward", "embedding", "norms")
 
@@ -193,5 +194,5 @@ class HealthMonitor:
         if self._high_ratio >= 2:
             return (f"Each step changes the norm weights by {ratio:.1%} of their size (healthy: "
                     f"below 0.5%): the learning rate {m.lr:.2e} is far too high. Lower it "
-                    "(3e-3 suits small models).")
+                    f"(the default {TrainConfig.learning_rate:g} suits small models).")
         return None

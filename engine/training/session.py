@@ -34,6 +34,7 @@ from engine.training.schedule import Rewarm
 from engine.data.open_tokenizer import tokenizer_from_bytes
 from engine.data.tokenizer import Tokenizer
 from engine.data.textio import sha256_text
+from engine.limits import MIN_VOCAB
 
 
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
@@ -119,7 +120,7 @@ class TrainingSession:
         """Train the tokenizer on both texts, size the vocabulary from it, build the model.
         Raises ConfigError / DataError / DeviceError with a message for the person, and
         engine.training.progress.Cancelled when `monitor` is cancelled."""
-        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, 259)).validate()
+        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
         train_cfg.validate()
         monitor = monitor or Monitor()
         texts = [pretrain_text] + ([tune_text] if tune_text else [])

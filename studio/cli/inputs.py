@@ -1,9 +1,9 @@
 """Argument types for the `llm-studio` options: every number a person can type is checked
 when the command line is read, so a zero, negative, huge, NaN or infinite value ends with
 argparse's "error: argument --x: ..." and exit status 2, never a traceback or an hour-long
-allocation. The ranges are the widest the engine can run (upper bounds keep a typo such as an
-extra zero from asking for terabytes); the engine's own checks (ModelConfig.validate, the
-device memory check) still apply inside them.
+allocation. The ranges of the engine's settings are engine.limits.LIMITS (`limited`), the
+ones ModelConfig.validate and the studio's fields use; the engine's other checks (d_model
+divisible by n_head, the device memory check) still apply inside them.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import math
 
-MAX_STEPS = 10**9          # a billion optimizer steps: years on any device
-MAX_SEED = 2**32 - 1       # numpy / the studio's seed range
-MAX_TOKENS = 1_000_000     # tokens one generation may ask for
-MAX_VOCAB = 1_000_000      # SentencePiece vocabularies stay far below this
-MAX_WIDTH = 65_536         # d_model, context_length, batch_size
-MAX_LAYERS = 1_024
+from engine.limits import LIMITS, Limit
+
+
+def limited(field: str):
+    """An argparse type for the engine setting `field`: its engine.limits.LIMITS range."""
+    lim = LIMITS[field]
+    if lim.integer:
+        return count(*map(int, lim.bounds(1)))
+    return number(lim.lo, lim.hi, lim.lo_open, lim.hi_open)
 
 
 def count(lo: int, hi: int):
@@ -27,7 +30,8 @@ def count(lo: int, hi: int):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: use {lo} to {hi:,}")
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: use {_range_text(lo, hi, False, False)}")
         return value
     parse.__name__ = "whole number"
     return parse
@@ -45,8 +49,12 @@ def number(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False):
         high_ok = value < hi if hi_open else value <= hi
         if not (math.isfinite(value) and low_ok and high_ok):
             raise argparse.ArgumentTypeError(
-                f"{text} is out of range: use a number {'above' if lo_open else 'from'} {lo} "
-                f"{'and below' if hi_open else 'to'} {hi}")
+                f"{text} is out of range: use a number {_range_text(lo, hi, lo_open, hi_open)}")
         return value
     parse.__name__ = "number"
     return parse
+
+
+def _range_text(lo: float, hi: float, lo_open: bool, hi_open: bool) -> str:
+    """The words engine.limits.Limit.range_text uses for the same interval."""
+    return Limit("", lo, hi, integer=False, lo_open=lo_open, hi_open=hi_open).range_text()

@@ -13,8 +13,7 @@ from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
 from engine.errors import StudioError
 from engine.files.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli import hf, models, runs
-from studio.cli.inputs import (MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TOKENS, MAX_VOCAB,
-                               MAX_WIDTH, count, number)
+from studio.cli.inputs import limited
 from studio.cli.options import TRAIN_DEFAULTS
 from studio.cli.train import cmd_train
 
@@ -58,44 +57,44 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")
     t.add_argument("--no-tune", action="store_true", help="pretraining only")
     t.add_argument("--device", default=S, help="OpenCL device index or name part")
-    t.add_argument("--d-model", type=count(2, MAX_WIDTH), help=f"embedding size ({d['d_model']})")
-    t.add_argument("--n-layer", type=count(1, MAX_LAYERS),
+    t.add_argument("--d-model", type=limited("d_model"), help=f"embedding size ({d['d_model']})")
+    t.add_argument("--n-layer", type=limited("n_layer"),
                    help=f"transformer blocks ({d['n_layer']})")
-    t.add_argument("--n-head", type=count(1, MAX_WIDTH), help=f"attention heads ({d['n_head']})")
-    t.add_argument("--n-kv-head", type=count(0, MAX_WIDTH),
+    t.add_argument("--n-head", type=limited("n_head"), help=f"attention heads ({d['n_head']})")
+    t.add_argument("--n-kv-head", type=limited("n_kv_head"),
                    help="key/value heads, a divisor of n_head: grouped-query attention "
                         f"(0 = n_head, {d['n_kv_head']})")
-    t.add_argument("--context-length", type=count(1, MAX_WIDTH),
+    t.add_argument("--context-length", type=limited("context_length"),
                    help=f"tokens per window ({d['context_length']})")
-    t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),
+    t.add_argument("--vocab-size", type=limited("vocab_size"),
                    help=f"requested vocabulary ({d['vocab_size']})")
     t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
                    help=f"SentencePiece BPE or one token per character ({DEFAULT_TOKENIZER})")
-    t.add_argument("--lr", type=number(0, 1, lo_open=True, hi_open=True),
+    t.add_argument("--lr", type=limited("learning_rate"),
                    help=f"peak learning rate ({d['lr']})")
-    t.add_argument("--steps", type=count(0, MAX_STEPS),
+    t.add_argument("--steps", type=limited("pretrain_steps"),
                    help=f"pretraining steps, total ({d['steps']})")
-    t.add_argument("--tune-steps", type=count(0, MAX_STEPS),
+    t.add_argument("--tune-steps", type=limited("tune_steps"),
                    help=f"tuning steps, total ({d['tune_steps']})")
-    t.add_argument("--batch-size", type=count(1, MAX_WIDTH),
+    t.add_argument("--batch-size", type=limited("batch_size"),
                    help=f"windows per step ({d['batch_size']})")
-    t.add_argument("--replay", type=number(0, 1),
+    t.add_argument("--replay", type=limited("replay_fraction"),
                    help=f"share of pretraining windows in tuning batches ({d['replay']})")
-    t.add_argument("--seed", type=count(0, MAX_SEED),
+    t.add_argument("--seed", type=limited("seed"),
                    help=f"weights, batches and sampling ({d['seed']})")
     t.add_argument("--val-split", metavar="KIND:SHARE",
                    help="held-out text, the end of the text: docs:F = the last share F of "
                    "the paragraphs (the last characters when one paragraph), tail:F = the last "
                    f"share F of the characters, nanoGPT's split ({d['val_split']})")
-    t.add_argument("--time-budget", type=number(0, 1e9), metavar="SECONDS",
+    t.add_argument("--time-budget", type=limited("time_budget_s"), metavar="SECONDS",
                    help="train for this many seconds (evaluations included) and fit the step "
                    "count and lr schedule to it; --steps is then only the first plan. With "
                    "--continue: seconds more (off)")
-    t.add_argument("--dropout", type=number(0, 1, hi_open=True), help="drop probability after the attention output "
+    t.add_argument("--dropout", type=limited("dropout"), help="drop probability after the attention output "
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
-    t.add_argument("--checkpoint-every", type=count(0, MAX_STEPS), default=CHECKPOINT_EVERY,
+    t.add_argument("--checkpoint-every", type=limited("checkpoint_every"), default=CHECKPOINT_EVERY,
                    help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--tensorboard", action="store_true",
@@ -106,19 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("dir", help="run folder, checkpoint file, or a GGUF this app exported")
         q.add_argument("--device", default=S, help="OpenCL device index or name part")
         sp = SamplingParams()  # the engine's defaults
-        q.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=MAX_NEW_TOKENS,
+        q.add_argument("--max-tokens", type=limited("max_new_tokens"), default=MAX_NEW_TOKENS,
                        help=f"tokens to generate ({MAX_NEW_TOKENS})")
-        q.add_argument("--temperature", type=number(0, 100), default=sp.temperature,
+        q.add_argument("--temperature", type=limited("temperature"), default=sp.temperature,
                        help=f"randomness; 0 = always the most likely token ({sp.temperature})")
-        q.add_argument("--top-k", type=count(0, MAX_VOCAB), default=sp.top_k,
+        q.add_argument("--top-k", type=limited("top_k"), default=sp.top_k,
                        help=f"sample among the k likeliest ({sp.top_k})")
-        q.add_argument("--top-p", type=number(0, 1, lo_open=True), default=sp.top_p,
+        q.add_argument("--top-p", type=limited("top_p"), default=sp.top_p,
                        help=f"nucleus sampling: smallest set with this probability ({sp.top_p})")
-        q.add_argument("--repeat-penalty", type=number(0, 100, lo_open=True),
+        q.add_argument("--repeat-penalty", type=limited("repetition_penalty"),
                        default=sp.repetition_penalty,
                        help="divide the logits of tokens already generated "
                             f"({sp.repetition_penalty} = off)")
-        q.add_argument("--seed", type=count(0, MAX_SEED), default=None,
+        q.add_argument("--seed", type=limited("seed"), default=None,
                        help="sampling seed (random)")
         q.add_argument("--greedy", action="store_true", help="always the most likely token")
 

@@ -15,6 +15,8 @@ from studio.runs import (GROUP_LINES, GROUP_NAMES, HEALTH_GROUPS, X_AXES, RunInf
 
 DPI = 100
 
+PLOT_SIZE = (1200, 800)  # px: `llm-studio plot`'s image, unless --width / --height
+
 
 def cmd_plot(args) -> int:
     from studio.run_folder import is_run_folder
@@ -33,8 +35,8 @@ def cmd_plot(args) -> int:
     return 0
 
 
-def write_png(runs: list[RunInfo], out: Path, axis: str = "step", width: int = 1200,
-              height: int = 800) -> None:
+def write_png(runs: list[RunInfo], out: Path, axis: str = "step", width: int = PLOT_SIZE[0],
+              height: int = PLOT_SIZE[1]) -> None:
     """The comparison plots of `runs` against `axis` (studio.runs.X_AXES) as a width x height
     pixel PNG. Raises StudioError when `out` cannot be written (a folder made for it is
     removed again)."""

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from engine.errors import StudioError
+from studio.cli.inputs import limited
+from studio.cli.plot import PLOT_SIZE
 
 TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or tensorboardX)."
 
@@ -111,6 +113,8 @@ def register(sub, S) -> None:
     p.add_argument("-o", "--output", required=True, help="the .png file to write")
     p.add_argument("--x", choices=list(X_AXES), default="step",
                    help="x axis: step, tokens (seen) or wall (time) (step)")
-    p.add_argument("--width", type=int, default=1200, help="pixels (1200)")
-    p.add_argument("--height", type=int, default=800, help="pixels (800)")
+    p.add_argument("--width", type=limited("plot_width"), default=PLOT_SIZE[0],
+                   help=f"pixels ({PLOT_SIZE[0]})")
+    p.add_argument("--height", type=limited("plot_height"), default=PLOT_SIZE[1],
+                   help=f"pixels ({PLOT_SIZE[1]})")
     p.set_defaults(func=cmd_plot)

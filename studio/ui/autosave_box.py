@@ -12,6 +12,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QPushButton,
                                QSpinBox, QWidget)
 
+from engine.limits import LIMITS
 from studio.app_settings import RUNS_DIR_KEY, default_runs_root
 from studio.run_folder import DEFAULT_EVERY
 from studio.ui.widgets import ElidedLabel, enable_with_reason
@@ -23,7 +24,7 @@ class AutosaveBox(QGroupBox):
         self._root = default_runs_root()
         self.every_spin = QSpinBox()
         self.every_spin.setObjectName("checkpointEverySpin")
-        self.every_spin.setRange(0, 1_000_000)
+        self.every_spin.setRange(*map(int, LIMITS["checkpoint_every"].bounds(1)))
         self.every_spin.setSingleStep(50)
         self.every_spin.setValue(DEFAULT_EVERY)
         self.every_spin.setSuffix(" steps")

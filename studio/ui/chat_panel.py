@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel,
                                QPushButton, QSpinBox, QTextBrowser, QVBoxLayout, QWidget)
 
 from engine.config import MAX_NEW_TOKENS, SamplingParams
+from engine.limits import LIMITS
 
 USER_COLOUR, MODEL_COLOUR, NOTE_COLOUR = "#1f5fa8", "#2d7a3a", "#7a7a7a"
 
@@ -50,11 +51,11 @@ class ChatPanel(QWidget):
         self.clear_button.clicked.connect(self.clear)
 
         sp = SamplingParams()  # the engine's defaults
-        self.temperature = self._dspin("temperatureSpin", 0.0, 2.0, 0.05, sp.temperature,
+        self.temperature = self._dspin("temperatureSpin", "temperature", 0.05, sp.temperature,
                                        "0 = always the most likely token")
-        self.top_k = self._ispin("topKSpin", 0, 100_000, sp.top_k, "0 = no top-k limit")
-        self.top_p = self._dspin("topPSpin", 0.05, 1.0, 0.05, sp.top_p, "Nucleus sampling mass")
-        self.max_tokens = self._ispin("maxTokensSpin", 1, 4096, MAX_NEW_TOKENS,
+        self.top_k = self._ispin("topKSpin", "top_k", sp.top_k, "0 = no top-k limit")
+        self.top_p = self._dspin("topPSpin", "top_p", 0.05, sp.top_p, "Nucleus sampling mass")
+        self.max_tokens = self._ispin("maxTokensSpin", "max_new_tokens", MAX_NEW_TOKENS,
                                       "Longest answer in tokens")
         knobs = QGridLayout()
         knobs.setHorizontalSpacing(6)
@@ -87,21 +88,23 @@ class ChatPanel(QWidget):
         self.set_available(False, "No model yet: train one or open a checkpoint.")
 
     @staticmethod
-    def _dspin(name, lo, hi, step, value, tip) -> QDoubleSpinBox:
+    def _dspin(name, field, step, value, tip) -> QDoubleSpinBox:
+        """Two decimals; the range: engine.limits.LIMITS[field]."""
         s = QDoubleSpinBox()
         s.setObjectName(name)
-        s.setRange(lo, hi)
-        s.setSingleStep(step)
         s.setDecimals(2)
+        s.setRange(*LIMITS[field].bounds(0.01))
+        s.setSingleStep(step)
         s.setValue(value)
         s.setToolTip(tip)
         return s
 
     @staticmethod
-    def _ispin(name, lo, hi, value, tip) -> QSpinBox:
+    def _ispin(name, field, value, tip) -> QSpinBox:
+        """The range: engine.limits.LIMITS[field]."""
         s = QSpinBox()
         s.setObjectName(name)
-        s.setRange(lo, hi)
+        s.setRange(*map(int, LIMITS[field].bounds(1)))
         s.setValue(value)
         s.setToolTip(tip)
         return s

@@ -1,13 +1,15 @@
 """Model and training settings with live parameter count, memory and export-size estimates.
 
 Validation is the engine's own (ModelConfig.validate / TrainConfig.validate): the message appears
-under the offending field, the field is outlined, and `validityChanged(False)` lets the window
-disable Train until the person fixes it.
+under the field the ConfigError names (its .fields), the field is outlined, and
+`validityChanged(False)` lets the window disable Train until the person fixes it. The fields'
+ranges are the engine's (engine.limits.LIMITS).
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
@@ -19,46 +21,47 @@ from engine.errors import ConfigError
 from engine.files.export_types import estimated_bytes
 from engine.model.memory import training_bytes
 from engine.training.presets import PRESETS
+from engine.limits import LIMITS
 from studio.ui.widgets import enable_with_reason
 
-# (objectName, config field, label, minimum, maximum, step, tooltip)
+# (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
 TOKENIZER_TEXT = {"bpe": "BPE (SentencePiece)", "char": "Characters"}  # engine's TOKENIZER_KINDS
 MODEL_FIELDS = [
-    ("dModelSpin", "d_model", "Embedding size (d_model)", 8, 4096, 16,
+    ("dModelSpin", "d_model", "Embedding size (d_model)", 16,
      "Width of every token vector. Must be divisible by the number of heads."),
-    ("nLayerSpin", "n_layer", "Blocks (n_layer)", 1, 64, 1,
+    ("nLayerSpin", "n_layer", "Blocks (n_layer)", 1,
      "Transformer blocks: attention + SwiGLU feed-forward each."),
-    ("nHeadSpin", "n_head", "Attention heads (n_head)", 1, 64, 1,
+    ("nHeadSpin", "n_head", "Attention heads (n_head)", 1,
      "Each head looks at d_model / n_head channels (head_dim, must be even for RoPE)."),
-    ("contextLengthSpin", "context_length", "Context length", 8, 4096, 16,
+    ("contextLengthSpin", "context_length", "Context length", 16,
      "Tokens the model sees at once; also the longest prompt + answer in chat."),
-    ("vocabSizeSpin", "vocab_size", "Vocabulary size", 259, 32000, 64,
+    ("vocabSizeSpin", "vocab_size", "Vocabulary size", 64,
      "Requested tokenizer size; a small text may give fewer pieces."),
 ]
 TRAIN_FIELDS = [
-    ("pretrainStepsSpin", "pretrain_steps", "Pretraining steps", 0, 1_000_000, 50,
+    ("pretrainStepsSpin", "pretrain_steps", "Pretraining steps", 50,
      "Optimizer updates on the pretraining text."),
-    ("tuneStepsSpin", "tune_steps", "Tuning steps", 0, 1_000_000, 50,
+    ("tuneStepsSpin", "tune_steps", "Tuning steps", 50,
      "Optimizer updates on the User/Assistant dialogues after pretraining."),
-    ("batchSizeSpin", "batch_size", "Batch size", 1, 1024, 1, "Windows per optimizer step."),
-    ("warmupSpin", "warmup_steps", "Warmup steps", 0, 100_000, 10,
+    ("batchSizeSpin", "batch_size", "Batch size", 1, "Windows per optimizer step."),
+    ("warmupSpin", "warmup_steps", "Warmup steps", 10,
      "Linear warmup of the learning rate at the start of each stage (at most a fifth of "
      "the stage's steps)."),
-    ("seedSpin", "seed", "Seed", 0, 2**31 - 1, 1, "Same seed, same weights, batches and samples."),
-    ("sampleIntervalSpin", "sample_interval", "Samples every", 0, 100_000, 10,
+    ("seedSpin", "seed", "Seed", 1, "Same seed, same weights, batches and samples."),
+    ("sampleIntervalSpin", "sample_interval", "Samples every", 10,
      "Generate sample texts every N steps (0 = never)."),
-    ("evalIntervalSpin", "eval_interval", "Validate every", 1, 100_000, 10,
+    ("evalIntervalSpin", "eval_interval", "Validate every", 10,
      "Compute the validation loss every N steps."),
 ]
-# (objectName, field, label, minimum, maximum, step, decimals, tooltip)
+# (objectName, field, label, step, decimals, tooltip); the range: engine.limits.LIMITS[field]
 FLOAT_FIELDS = [
-    ("learningRateSpin", "learning_rate", "Learning rate", 1e-5, 0.5, 5e-4, 5,
+    ("learningRateSpin", "learning_rate", "Learning rate", 5e-4, 6,
      "Peak AdamW learning rate (warmup, then cosine decay). 3e-3 suits small models."),
-    ("gradClipSpin", "grad_clip", "Gradient clipping", 0.0, 100.0, 0.1, 2,
+    ("gradClipSpin", "grad_clip", "Gradient clipping", 0.1, 2,
      "Clip the global gradient norm to this value (0 = off)."),
-    ("weightDecaySpin", "weight_decay", "Weight decay", 0.0, 1.0, 0.01, 3,
+    ("weightDecaySpin", "weight_decay", "Weight decay", 0.01, 3,
      "AdamW decoupled weight decay on matrices."),
-    ("dropoutSpin", "dropout", "Dropout", 0.0, 0.9, 0.05, 2,
+    ("dropoutSpin", "dropout", "Dropout", 0.05, 2,
      "Share of the attention and feed-forward outputs zeroed at random while training (never "
      "when generating, validating or exporting). 0 = off; 0.1-0.2 helps when the validation "
      "loss rises while the training loss falls."),
@@ -68,6 +71,7 @@ FLOAT_FIELDS = [
 ADVANCED = ("seedSpin", "sampleIntervalSpin", "evalIntervalSpin", "gradClipSpin",
             "weightDecaySpin")
 
+SPIN_INT_MAX = 2**31 - 1  # QSpinBox holds an int: the seed field stops here (engine: 2**32 - 1)
 FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
 INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
 
@@ -103,8 +107,8 @@ class SettingsPanel(QWidget):
         model_box = QGroupBox("Model")
         mform = self._form(model_box)
         self._add_preset_combo(mform)
-        for name, field, label, lo, hi, step, tip in MODEL_FIELDS:
-            self._add(mform, QSpinBox(), name, field, label, lo, hi, step, tip,
+        for name, field, label, step, tip in MODEL_FIELDS:
+            self._add(mform, QSpinBox(), name, field, label, step, tip,
                       getattr(defaults_m, field))
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
@@ -147,14 +151,13 @@ class SettingsPanel(QWidget):
         aform = self._form(self.advanced)
         aform.setContentsMargins(0, 0, 0, 0)
         form_of = lambda name: aform if name in ADVANCED else tform  # noqa: E731
-        for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[:1]:
-            self._add_float(tform, name, field, label, lo, hi, step, dec, tip, defaults_t)
-        for name, field, label, lo, hi, step, tip in TRAIN_FIELDS:
-            self._add(form_of(name), QSpinBox(), name, field, label, lo, hi, step, tip,
+        for name, field, label, step, dec, tip in FLOAT_FIELDS[:1]:
+            self._add_float(tform, name, field, label, step, dec, tip, defaults_t)
+        for name, field, label, step, tip in TRAIN_FIELDS:
+            self._add(form_of(name), QSpinBox(), name, field, label, step, tip,
                       getattr(defaults_t, field))
-        for name, field, label, lo, hi, step, dec, tip in FLOAT_FIELDS[1:]:
-            self._add_float(form_of(name), name, field, label, lo, hi, step, dec, tip,
-                            defaults_t)
+        for name, field, label, step, dec, tip in FLOAT_FIELDS[1:]:
+            self._add_float(form_of(name), name, field, label, step, dec, tip, defaults_t)
         # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
         self.warmup_note = QLabel()
         self.warmup_note.setObjectName("warmupNote")
@@ -163,10 +166,10 @@ class SettingsPanel(QWidget):
         row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
         tform.insertRow(row + 1, self.warmup_note)
         self.warmup_note.setVisible(False)
-        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for", 0, 10_000,
+        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for",
                   1, "Minutes of training (evaluations included); the step counts and the "
                   "learning-rate schedule are fitted to end on time. Off: use the step counts.",
-                  round(defaults_t.time_budget_s / 60))
+                  round(defaults_t.time_budget_s / 60), unit_s=60)
         self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
         self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
@@ -214,9 +217,17 @@ class SettingsPanel(QWidget):
         form.setVerticalSpacing(3)  # 6 made the column scroll at 1280 x 800 and 1366 x 768
         return form
 
-    def _add(self, form, spin, name, field, label, lo, hi, step, tip, value):
+    def _add(self, form, spin, name, field, label, step, tip, value, unit_s=1):
+        """A spin box for config `field`, its range engine.limits.LIMITS[field] (unit_s: the
+        field's seconds per shown unit, 60 for minutes)."""
         spin.setObjectName(name)
-        spin.setRange(lo, hi)
+        decimals = spin.decimals() if isinstance(spin, QDoubleSpinBox) else 0
+        lo, hi = LIMITS[field].bounds(10.0 ** -decimals)
+        hi = hi if decimals else min(hi, SPIN_INT_MAX)
+        if decimals:
+            spin.setRange(lo / unit_s, hi / unit_s)
+        else:   # whole units inside the range
+            spin.setRange(math.ceil(lo / unit_s), math.floor(hi / unit_s))
         spin.setSingleStep(step)
         spin.setValue(value)
         spin.setToolTip(tip)
@@ -281,10 +292,10 @@ class SettingsPanel(QWidget):
                   **self._values(FLOAT_FIELDS)}
         return all(values.get(k, v) == v for k, v in {**p.model, **p.train}.items())
 
-    def _add_float(self, form, name, field, label, lo, hi, step, dec, tip, defaults):
+    def _add_float(self, form, name, field, label, step, dec, tip, defaults):
         spin = QDoubleSpinBox()
         spin.setDecimals(dec)
-        self._add(form, spin, name, field, label, lo, hi, step, tip, getattr(defaults, field))
+        self._add(form, spin, name, field, label, step, tip, getattr(defaults, field))
 
     # -- values ----------------------------------------------------------------------------
     def _values(self, fields) -> dict:
@@ -414,19 +425,14 @@ class SettingsPanel(QWidget):
         self.changed.emit()
 
     def _show_error(self, err: ConfigError, candidates: list[str]) -> None:
-        """Put the message under the first field it names (d_model before n_head)."""
-        text = str(err)
-        named = [f for f in candidates if f in text]
-        if "head_dim" in text:
-            named = ["d_model", "n_head"]
-        if not named:
-            named = candidates[-1:]
+        """Mark the fields the error names (err.fields) and put its message under the first of
+        them; an error about a setting without a field here goes under the last candidate."""
+        named = [f for f in err.fields if f in candidates] or candidates[-1:]
         for field in named:
             spin = next(s for s in self.spins.values() if s.property("field") == field)
             spin.setProperty("invalid", True)
             spin.setStyleSheet(INVALID_STYLE)
-        target = "n_head" if "n_head" in named else named[0]
-        label = self._errors[target]
+        label = self._errors[named[0]]
         label.setText(err.describe())
         label.setVisible(True)
         if any(self.spins[n].property("field") in named for n in ADVANCED):
