@@ -433,7 +433,7 @@ def cmd_chat(args) -> int:
 def cmd_studio(args) -> int:
     from studio.preflight import check_display
     check_display()  # missing xcb libraries or a wrong DISPLAY: a message and exit 2, not abort
-    from studio.app import run_app
+    from studio.ui.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 
 

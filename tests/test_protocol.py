@@ -24,7 +24,7 @@ from engine.textio import bundled_corpus  # noqa: E402
 from studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
 from studio import worker as worker_mod  # noqa: E402
-from studio.worker import TrainingWorker  # noqa: E402
+from studio.ui.worker import TrainingWorker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {RunState.PREPARING, RunState.RUNNING, RunState.PAUSING, RunState.PAUSED}
@@ -199,13 +199,13 @@ def test_the_window_has_no_string_states(window):  # noqa: F811
     words = "|".join(s.value for s in RunState) + "|export|save|load|done"
     literal = re.compile(rf"""["']({words})["']""")
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / name).read_text(encoding="utf-8")
+        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
         assert not literal.findall(source), (name, literal.findall(source))
 
 
 def test_no_getattr_hedges_around_the_session():
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / name).read_text(encoding="utf-8")
+        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
         hedged = {"s", "session", "self.session", "rec", "result", "info", "dev", "m", "getattr"}
         targets = set(re.findall(r"getattr\(([\w.]+)", source))
         assert not targets & hedged, (name, targets & hedged)
@@ -213,7 +213,7 @@ def test_no_getattr_hedges_around_the_session():
 
 def test_update_actions_stays_simple():
     radon = pytest.importorskip("radon.complexity")
-    source = (ROOT / "studio" / "app.py").read_text(encoding="utf-8")
+    source = (ROOT / "studio" / "ui" / "main_window.py").read_text(encoding="utf-8")
     blocks = {b.fullname: b.complexity for b in radon.cc_visit(source)}
     assert blocks["MainWindow._update_actions"] <= 20  # rank C at most
 

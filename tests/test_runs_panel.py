@@ -119,7 +119,7 @@ def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     from PySide6.QtCore import QSettings
 
     from engine.metrics import StepMetrics
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.autosave_box.set_runs_root(runs_root)
@@ -164,7 +164,7 @@ def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, run
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     from studio.protocol import RunState
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
@@ -199,7 +199,7 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -228,8 +228,8 @@ def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_p
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
-    from studio.runs_actions import _open
+    from studio.ui.main_window import MainWindow
+    from studio.ui.runs_actions import _open
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)

@@ -27,7 +27,7 @@ def menu_action(win, text):
 
 
 def test_runs_folder_names_the_app_once(qapp):
-    from studio.app import configure_application
+    from studio.ui.app import configure_application
     from studio.app_settings import APP_NAME, default_runs_root
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
@@ -45,7 +45,7 @@ def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, mon
     store (studio.app_settings). The command used to look in <data>/APP/APP/runs and another
     settings file, so it listed nothing the studio had written."""
     from studio import app_settings
-    from studio.app import configure_application
+    from studio.ui.app import configure_application
     from studio.cli_runs import default_root
     from studio.ui.autosave_box import AutosaveBox
     store = QSettings(str(tmp_path / "studio.conf"), QSettings.IniFormat)
@@ -147,7 +147,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])
 def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown

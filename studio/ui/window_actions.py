@@ -1,5 +1,5 @@
 """The main window's model actions and memory: chat, GGUF export, checkpoints, drag and drop,
-and the settings kept between runs (QSettings). A mixin of studio.app.MainWindow, split out to
+and the settings kept between runs (QSettings). A mixin of studio.ui.main_window.MainWindow, split out to
 keep each file near 300 lines; it uses the window's panels, worker host and signals."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.progress import Cancelled, Monitor
 from studio.protocol import ContinueJob, Outcome, RunPoint, RunResult, SessionInfo, TrainJob
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
-from studio.worker_tasks import ModelTasks
+from studio.ui.worker_tasks import ModelTasks
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI

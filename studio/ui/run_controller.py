@@ -18,7 +18,7 @@ from engine.config import ModelConfig
 from studio.protocol import (CONTROLS, ChatRequest, ContinueJob, ContinuePoint, ExportRequest,
                              FileTask, LoadJob, Outcome, RunPoint, RunResult, RunState, SaveRequest,
                              SessionInfo, TrainJob)
-from studio.worker_host import WorkerHost
+from studio.ui.worker_host import WorkerHost
 
 
 class RunController(QObject):

@@ -1,6 +1,6 @@
 """The GUI thread's handle on the training worker: starts its QThread and forwards requests as
-queued signals, so every slot of studio.worker.TrainingWorker runs on the worker's thread. The
-requests are studio.protocol's frozen jobs; studio.run_controller decides when to send them."""
+queued signals, so every slot of studio.ui.worker.TrainingWorker runs on the worker's thread. The
+requests are studio.protocol's frozen jobs; studio.ui.run_controller decides when to send them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 from PySide6.QtCore import QObject, QThread, Signal
 
 from studio.protocol import ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest, TrainJob
-from studio.worker import TrainingWorker
+from studio.ui.worker import TrainingWorker
 
 log = logging.getLogger(__name__)
 

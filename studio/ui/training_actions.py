@@ -1,6 +1,6 @@
 """The main window's training runs: Train (or Continue an opened model), Pause, Stop, and what
 the worker reports back (metrics, stage-end recall, autosaves, the end of a run). A mixin of
-studio.app.MainWindow, split out to keep each file near 300 lines.
+studio.ui.main_window.MainWindow, split out to keep each file near 300 lines.
 
 Continue: after File › Open checkpoint (or an exported GGUF), the controller's `continue_from`
 (studio.protocol.ContinuePoint) holds the opened model's step, step counts and run folder; Train
@@ -8,7 +8,7 @@ then asks the worker to `session.continue_training` to the step counts on the le
 going: in place, in the opened run folder (as `llm-studio train --out RUN --continue`), or, with
 "as a new run" ticked (always for a GGUF or transformers folder), into a new run folder that
 starts with the model's history (as `--continue-from RUN --out NEW`). The run's state lives in
-studio.run_controller.
+studio.ui.run_controller.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class TrainingActions:
             f"{info.device.name}", 10000)
 
     def _on_session(self, info: SessionInfo) -> None:
-        """Before the state moves on to RUNNING (studio.run_controller)."""
+        """Before the state moves on to RUNNING (studio.ui.run_controller)."""
         self._adopt_model(info)
         if info.history is not None:  # continuing: frame the longer run, refill
             self._show_history(info, recall=False)
@@ -165,7 +165,7 @@ class TrainingActions:
         self.run_bar.resume_pace()  # the time paused does not count in the ETA
 
     def _on_ended(self, result: RunResult) -> None:
-        """After the state went back to IDLE (studio.run_controller); trainingFinished last."""
+        """After the state went back to IDLE (studio.ui.run_controller); trainingFinished last."""
         self.plots.redraw()
         run_dir, saved, step = result.run_dir, result.saved_step, result.step
         text, note = self._end_text(result)

@@ -1,6 +1,6 @@
 """What the training worker does with a model between steps: chat, export, save, open.
 
-A mixin of studio.worker.TrainingWorker (which declares the signals these emit: token,
+A mixin of studio.ui.worker.TrainingWorker (which declares the signals these emit: token,
 chatDone, exported, saved, loaded, error) so that each runs as a slot on the worker's thread,
 never beside a training step. The worker provides session, recorder, monitor, _stop, _fail,
 _info, _close_steps and _end_run.

@@ -20,7 +20,7 @@ from studio.ui.widgets import fit_to_screen
 
 
 def install_runs(window) -> None:
-    """Add View › Runs… to `window` (studio.app.MainWindow) and the health-warning display."""
+    """Add View › Runs… to `window` (studio.ui.main_window.MainWindow) and the health-warning display."""
     window.runs_panel = None
     act = QAction("Runs…", window)
     act.setObjectName("runsAction")

@@ -1,24 +1,22 @@
 """The main window: settings on the left, live plots in the middle, samples / chat / data on the
-right. All engine work happens on the worker thread (studio.worker); studio.run_controller owns
+right. All engine work happens on the worker thread (studio.ui.worker); studio.ui.run_controller owns
 the run and its RunState. This module only lays out the panels, wires signals, applies the
 control table of the current state (studio.protocol.CONTROLS) and shows errors without ever
-closing the app. Training runs are driven by studio.training_actions, model files by
-studio.window_actions."""
+closing the app. Training runs are driven by studio.ui.training_actions, model files by
+studio.ui.window_actions."""
 
 from __future__ import annotations
 
-import sys
-
 from PySide6.QtCore import QSettings, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter,
+from PySide6.QtWidgets import (QMainWindow, QMessageBox, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
 from studio.app_settings import APP_NAME, open_settings
 from studio.protocol import FileTask, RunState
-from studio.run_controller import RunController
-from studio.runs_actions import install_runs
-from studio.training_actions import TrainingActions
+from studio.ui.run_controller import RunController
+from studio.ui.runs_actions import install_runs
+from studio.ui.training_actions import TrainingActions
 from studio.ui import theme
 from studio.ui.autosave_box import AutosaveBox
 from studio.ui.chat_panel import ChatPanel
@@ -29,7 +27,7 @@ from studio.ui.run_bar import RunBar
 from studio.ui.samples_panel import SamplesPanel
 from studio.ui.settings_panel import SettingsPanel
 from studio.ui.widgets import ColumnScrollArea, enable_with_reason, fit_to_screen
-from studio.window_actions import WindowActions
+from studio.ui.window_actions import WindowActions
 
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
@@ -311,21 +309,3 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
             self.statusBar().showMessage("Stopping training and saving…")
         self.controller.shutdown()
         super().closeEvent(event)
-
-
-def configure_application(app: QApplication) -> None:
-    """Name the application once, not as organization and application both: Qt puts its data
-    under <organization>/<application>, which made the runs folder ".../OpenCL LLM Studio/OpenCL
-    LLM Studio/runs". Settings go to <config>/OpenCL LLM Studio/studio.conf (MainWindow)."""
-    app.setOrganizationName("")
-    app.setApplicationName(APP_NAME)
-    app.setStyle("Fusion")
-
-
-def run_app(pretrain_path=None, tune_path=None, device=None) -> int:
-    """Open the main window (the `llm-studio` command without a subcommand)."""
-    app = QApplication.instance() or QApplication(sys.argv)
-    configure_application(app)
-    window = MainWindow(pretrain_path=pretrain_path, tune_path=tune_path, device=device)
-    window.show()
-    return app.exec()
