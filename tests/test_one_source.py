@@ -137,7 +137,7 @@ def test_bundled_corpus_is_one_path(qapp):
     for which, name in BUNDLED.items():
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
-    for p in ("studio/cli.py", "studio/cli_hf.py", "studio/window_actions.py",
+    for p in ("studio/cli.py", "studio/cli_hf.py", "studio/ui/window_settings.py",
               "studio/ui/data_panel.py"):
         text = (ROOT / p).read_text()
         assert "def _bundled" not in text and "def bundled_path" not in text, p

@@ -1,75 +1,102 @@
-"""The main window's model actions and memory: chat, GGUF export, checkpoints, drag and drop,
-and the settings kept between runs (QSettings). A mixin of studio.ui.main_window.MainWindow, split out to
-keep each file near 300 lines; it uses the window's panels, worker host and signals."""
+"""The main window's model files, chat and menu: File menu, chat, GGUF / Hugging Face export,
+checkpoints (save, open), opening a GGUF or Hugging Face folder, and dropped files. A part of
+studio.ui.main_window.MainWindow, composed: it holds the panels, the RunController and the window
+(studio.ui.window_face.WindowFace) it is given; every request goes to the controller, every
+answer comes back from it."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenuBar, QMessageBox
 
 from engine.export_types import DEFAULT_DTYPE
-from engine.textio import bundled_corpus
-from studio.protocol import (ChatRequest, ExportRequest, LoadJob, ModelSource, RunState,
-                             SaveRequest)
+from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from studio.ui.export_dialog import ExportDialog
+from studio.ui.run_controller import RunController
 from studio.ui.settings_panel import human_bytes
+from studio.ui.window_face import WindowFace
+from studio.ui.window_layout import Panels
 
 CHECKPOINT_FILTER = ("Checkpoints and GGUF (*.npz *.gguf);;Checkpoints (*.npz);;"
                      "GGUF models (*.gguf)")
 
 
-class WindowActions:
-    # -- settings persistence ------------------------------------------------------------
-    def _restore(self, pretrain_path, tune_path, device) -> None:
-        s = self.settings
-        self.settings_panel.restore(s)
-        self.chat_panel.restore(s)
-        self.autosave_box.restore(s)
-        if device is not None:
-            self.device_panel.refresh(device)
-        else:
-            self.device_panel.select_by_name(s.value("device/label"))
-        self.plots.log_check.setChecked(str(s.value("plots/log", False)).lower() == "true")
-        geometry = s.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        for which, given in (("pretrain", pretrain_path), ("tune", tune_path)):
-            saved = s.value(f"data/{which}")
-            candidates = [given] if given else [saved, bundled_corpus(which)]
-            for path in candidates:
-                if path and Path(path).is_file() and self.data_panel.load(which, path):
-                    break
+@dataclass(frozen=True)
+class FileMenu:
+    """The File menu's actions whose state follows the run (studio.ui.window_controls)."""
+    save_action: QAction
+    export_action: QAction
+    new_model_action: QAction
+    open_actions: tuple[QAction, ...]   # open a model: idle only
+    data_actions: tuple[QAction, ...]   # open a text: idle, and not for an opened model
 
-    def _save_settings(self) -> None:
-        s = self.settings
-        self.settings_panel.save(s)
-        self.chat_panel.save(s)
-        self.autosave_box.save(s)
-        s.setValue("device/label", self.device_panel.combo.currentText())
-        s.setValue("plots/log", self.plots.log_check.isChecked())
-        s.setValue("window/geometry", self.saveGeometry())
-        for which in ("pretrain", "tune"):
-            path = getattr(self.data_panel, f"{which}_path")
-            if path is not None:
-                s.setValue(f"data/{which}", str(path))
-        s.sync()
+
+class WindowActions:
+    def __init__(self, window: WindowFace, panels: Panels, controller: RunController,
+                 settings: QSettings):
+        self.window = window
+        self.panels = panels
+        self.controller = controller
+        self.settings = settings      # the last export folder, file and dtype
+        c = controller
+        panels.chat_panel.sendRequested.connect(self.chat)
+        c.token.connect(panels.chat_panel.append_token)
+        c.chatDone.connect(self.on_chat_done)
+        c.exported.connect(self.on_exported)
+        c.saved.connect(self.on_saved)
+
+    def build_menu(self, menu_bar: QMenuBar, new_model: Callable[[], None],
+                   quit: Callable[[], object]) -> FileMenu:
+        """The File menu; new_model and quit come from the training part and the window."""
+        m = menu_bar.addMenu("&File")
+        data_panel, parent = self.panels.data_panel, self.window.widget()
+        made = {}
+        for text, slot, key in (
+                ("Open pretraining text…", lambda: data_panel._ask("pretrain"), "Ctrl+O"),
+                ("Open tune dialogues…", lambda: data_panel._ask("tune"), None),
+                (None, None, None),
+                ("Open checkpoint…", self.open_checkpoint, None),
+                ("Open exported GGUF…", self.open_gguf, None),
+                ("Open Hugging Face folder…", self.open_hf, None),
+                ("New model (train from scratch)", new_model, None),
+                ("Save checkpoint…", self.save_checkpoint, "Ctrl+S"),
+                ("Export GGUF or Hugging Face…", self.export_clicked, "Ctrl+E"),
+                (None, None, None),
+                ("Quit", quit, QKeySequence.Quit)):
+            if text is None:
+                m.addSeparator()
+                continue
+            act = QAction(text, parent)
+            act.triggered.connect(slot)
+            if key:
+                act.setShortcut(key)
+            m.addAction(act)
+            made[text.split("…")[0].split(" (")[0]] = act
+        return FileMenu(made["Save checkpoint"], made["Export GGUF or Hugging Face"],
+                        made["New model"],
+                        (made["Open checkpoint"], made["Open exported GGUF"],
+                         made["Open Hugging Face folder"]),
+                        (made["Open pretraining text"], made["Open tune dialogues"]))
 
     # -- chat, export, checkpoints -------------------------------------------------------
-    def _chat(self, messages, knobs) -> None:
+    def chat(self, messages, knobs) -> None:
         self.controller.chat(ChatRequest.from_panel(messages, knobs))
 
-    def _on_chat_done(self, answer) -> None:
-        self.chat_panel.finish_answer(answer)
-        self.chatFinished.emit(answer)
+    def on_chat_done(self, answer) -> None:
+        self.panels.chat_panel.finish_answer(answer)
+        self.window.chatFinished.emit(answer)
 
     def export_clicked(self) -> None:
         if not self.controller.has_model:
             return
         default = Path(self.settings.value("export/dir", str(Path.home()))) / "model.gguf"
-        dialog = ExportDialog(self.controller.model_config, default, self)
+        dialog = ExportDialog(self.controller.model_config, default, self.window.widget())
         last = self.settings.value("export/path", "")
         if last:   # the last choice, kept also when its export failed
             dialog.preset(str(last), str(self.settings.value("export/dtype", DEFAULT_DTYPE)))
@@ -77,7 +104,8 @@ class WindowActions:
             return
         path, dtype = dialog.choice()
         if path and dtype != "hf" and Path(path).exists() and QMessageBox.question(
-                self, "Replace file?", f"{path} exists. Replace it?") != QMessageBox.Yes:
+                self.window.widget(), "Replace file?",
+                f"{path} exists. Replace it?") != QMessageBox.Yes:
             return
         if path:
             self.export_to(path, dtype)
@@ -87,10 +115,10 @@ class WindowActions:
         self.settings.setValue("export/dir", str(Path(path).parent))
         self.settings.setValue("export/path", str(path))   # the next dialog opens on it
         self.settings.setValue("export/dtype", dtype)
-        self.statusBar().showMessage(f"Exporting {Path(path).name}…")
+        self.window.status(f"Exporting {Path(path).name}…")
         self.controller.export(ExportRequest(str(path), dtype))
 
-    def _on_exported(self, result) -> None:
+    def on_exported(self, result) -> None:
         if result is None:  # it failed; the message is shown
             return
         size = human_bytes(result.size_bytes)
@@ -100,37 +128,39 @@ class WindowActions:
                      "AutoTokenizer.from_pretrained(folder).")
         if result.modelfile:
             text += f"\nand the Ollama Modelfile {result.modelfile}"
-        self.statusBar().showMessage(f"Exported {result.path} ({size})", 15000)
-        box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok, self)
+        self.window.status(f"Exported {result.path} ({size})", 15000)
+        box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok,
+                          self.window.widget())
         box.setAttribute(Qt.WA_DeleteOnClose)
         box.open()
-        self.exportFinished.emit(result)
+        self.window.exportFinished.emit(result)
 
     def save_checkpoint(self) -> None:
         if not self.controller.has_model:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save checkpoint (a folder)",
+        path, _ = QFileDialog.getSaveFileName(self.window.widget(), "Save checkpoint (a folder)",
                                               str(Path.home() / "checkpoint"))
         if path:
             self.controller.save(SaveRequest(path))
 
-    def _on_saved(self, path: str) -> None:
+    def on_saved(self, path: str) -> None:
         if not path:  # it failed; the message is shown
             return
-        self.statusBar().showMessage(f"Checkpoint saved to {path}", 10000)
+        self.window.status(f"Checkpoint saved to {path}", 10000)
 
     def open_checkpoint(self, path: str | None = None) -> None:
         """A run folder, its checkpoint.npz or checkpoint.prev.npz, or a GGUF this app exported:
         chat with it, export it, or Continue it."""
         if not self.controller.free:
             return
-        start = str(self.run_bar.run_dir or self.autosave_box.runs_root())
+        start = str(self.panels.run_bar.run_dir or self.panels.autosave_box.runs_root())
         if not path:
             path, _ = QFileDialog.getOpenFileName(
-                self, "Open checkpoint (checkpoint.npz in a run folder, or an exported GGUF)",
+                self.window.widget(),
+                "Open checkpoint (checkpoint.npz in a run folder, or an exported GGUF)",
                 start, CHECKPOINT_FILTER)
         if path:
-            self._open_model(path)
+            self.open_model(path)
 
     def open_gguf(self, path: str | None = None) -> None:
         """A GGUF this app exported; Continue trains it further on the texts loaded now."""
@@ -138,10 +168,11 @@ class WindowActions:
             return
         if not path:
             start = str(self.settings.value("export/dir", str(Path.home())))
-            path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF exported by this app",
+            path, _ = QFileDialog.getOpenFileName(self.window.widget(),
+                                                  "Open a GGUF exported by this app",
                                                   start, "GGUF models (*.gguf)")
         if path:
-            self._open_model(path, ModelSource.GGUF)
+            self.open_model(path, ModelSource.GGUF)
 
     def open_hf(self, path: str | None = None) -> None:
         """A Hugging Face transformers Llama folder (exported by this app, continued with its
@@ -150,45 +181,42 @@ class WindowActions:
             return
         if not path:
             start = str(self.settings.value("export/dir", str(Path.home())))
-            path = QFileDialog.getExistingDirectory(self, "Open a Hugging Face model folder",
-                                                    start)
+            path = QFileDialog.getExistingDirectory(self.window.widget(),
+                                                    "Open a Hugging Face model folder", start)
         if path:
-            self._open_model(path, ModelSource.HF)
+            self.open_model(path, ModelSource.HF)
 
-    def _open_model(self, path, source: ModelSource | None = None) -> None:
+    def open_model(self, path, source: ModelSource | None = None) -> None:
         """source: the kind asked for (its errors name it); None: told by the path."""
         p = Path(path)
-        job = LoadJob(str(p), device=self.device_panel.spec(), source=source)
+        job = LoadJob(str(p), device=self.panels.device_panel.spec(), source=source)
         from engine.hf.load import has_texts, is_model_folder
         hf_without_texts = is_model_folder(p) and not has_texts(p)
         gguf = source is ModelSource.GGUF or (source is None and p.suffix.lower() == ".gguf")
         if gguf or hf_without_texts:
-            if not self.data_panel.pretrain_text:
-                self.show_error("Open a pretraining text first",
-                                "A GGUF (or a Hugging Face folder from elsewhere) holds the model but not "
-                                "its training texts: open the "
-                                "pretraining text (and dialogues) to train it further.")
+            if not self.panels.data_panel.pretrain_text:
+                self.window.show_error(
+                    "Open a pretraining text first",
+                    "A GGUF (or a Hugging Face folder from elsewhere) holds the model but not its "
+                    "training texts: open the pretraining text (and dialogues) to train it "
+                    "further.")
                 return
-            sp = self.settings_panel
+            sp = self.panels.settings_panel
             job = dataclasses.replace(
-                job, pretrain_text=self.data_panel.pretrain_text,
-                tune_text=self.data_panel.tune_text or None,
+                job, pretrain_text=self.panels.data_panel.pretrain_text,
+                tune_text=self.panels.data_panel.tune_text or None,
                 train_config=sp.train_config() if sp.is_valid() else None)
-        self.statusBar().showMessage(f"Opening {p.name}…")
+        self.window.status(f"Opening {p.name}…")
         self.controller.load(job)
 
-    # -- drag and drop, closing --------------------------------------------------------
-    def dragEnterEvent(self, event):
-        if event.mimeData().hasUrls() and self.controller.state is RunState.IDLE:
-            event.acceptProposedAction()
-
-    def dropEvent(self, event):
-        for url in event.mimeData().urls()[:2]:
-            path = Path(url.toLocalFile())
+    # -- drag and drop -------------------------------------------------------------------
+    def drop(self, paths: list[Path]) -> None:
+        """Files dropped on the window: a run folder or checkpoint opens, a GGUF opens, any
+        other file is a text for the data panel (not for an opened model: it keeps its data)."""
+        for path in paths[:2]:
             if path.is_dir() or path.suffix.lower() == ".npz":
                 self.open_checkpoint(str(path))
             elif path.suffix.lower() == ".gguf":
                 self.open_gguf(str(path))
-            elif path.is_file() and self.controller.continue_from is None:  # it keeps its data
-                self.data_panel.load_dropped(str(path))
-        event.acceptProposedAction()
+            elif path.is_file() and self.controller.continue_from is None:
+                self.panels.data_panel.load_dropped(str(path))

@@ -1,81 +1,82 @@
 """What the training worker does with a model between steps: chat, export, save, open.
 
-A mixin of studio.ui.worker.TrainingWorker (which declares the signals these emit: token,
-chatDone, exported, saved, loaded, error) so that each runs as a slot on the worker's thread,
-never beside a training step. The worker provides session, recorder, monitor, _stop, _fail,
-_info, _close_steps and _end_run.
+A part of studio.ui.worker.TrainingWorker, composed (not a base class): the worker's chat /
+export / save / load slots call these on the worker's thread, never beside a training step, and
+emit what they return (chatDone, exported, saved, loaded). ModelTasks holds only what it is given:
+the run's engine.progress.Monitor (long phases, and Stop ends them), the stop flag (Stop ends a
+chat answer) and the worker's error reporter (title, exception).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Callable
 
-from PySide6.QtCore import Slot
-
-from engine.progress import Cancelled
+from engine.progress import Cancelled, Monitor
 from engine.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 
 
 class ModelTasks:
-    """chat / export / save / load slots of the training worker (see the module)."""
+    """chat / export / save / load with a session (see the module); errors go to report_error
+    and the call returns None (or "" for save), as the worker's signals carry a failure."""
 
-    @Slot(object)
-    def chat(self, request: ChatRequest) -> None:
-        if self.session is None:
-            self.chatDone.emit(None)
-            return
+    def __init__(self, monitor: Monitor, stop: threading.Event,
+                 report_error: Callable[[str, BaseException], None]):
+        self.monitor = monitor
+        self.stop = stop
+        self.report_error = report_error
+
+    def chat(self, session, request: ChatRequest, on_piece: Callable[[str], None]):
+        """The answer (ChatReply) streamed piece by piece to on_piece; None without a model,
+        when Stop or closing cancelled it, or when it failed."""
+        if session is None:
+            return None
 
         def on_token(*args):
-            if self._stop.is_set():
+            if self.stop.is_set():
                 raise Cancelled()
             piece = next((a for a in args if isinstance(a, str)), None)
             if piece:
-                self.token.emit(piece)
+                on_piece(piece)
 
         try:
-            answer = self.session.chat(list(request.messages), on_token=on_token,
-                                       **request.sampling())
+            return session.chat(list(request.messages), on_token=on_token, **request.sampling())
         except Cancelled:
-            answer = None
+            return None
         except Exception as e:
-            self._fail("The model could not answer", e)
-            answer = None
-        self.chatDone.emit(answer)
+            self.report_error("The model could not answer", e)
+            return None
 
-    @Slot(object)
-    def export(self, request: ExportRequest) -> None:
-        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf)."""
+    def export(self, session, request: ExportRequest):
+        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/hf): its
+        ExportResult, or None."""
         try:
             if request.dtype == "hf":
                 from engine.hf.export import export_result, export_session
-                result = export_result(export_session(self.session, request.path, force=True))
-            else:
-                result = self.session.export_gguf(request.path, dtype=request.dtype, force=True)
+                return export_result(export_session(session, request.path, force=True))
+            return session.export_gguf(request.path, dtype=request.dtype, force=True)
         except Exception as e:
-            self._fail("Export failed", e)
-            result = None
-        self.exported.emit(result)
+            self.report_error("Export failed", e)
+            return None
 
-    @Slot(object)
-    def save(self, request: SaveRequest) -> None:
+    def save(self, session, request: SaveRequest, run_folder: Path | None) -> str:
+        """The checkpoint file written, or "". run_folder: the run in progress's own folder
+        (this process holds its lock; any other folder must be free)."""
         directory = request.directory
         try:
-            if self.recorder is None or Path(directory) != self.recorder.folder:
+            if run_folder is None or Path(directory) != run_folder:
                 ensure_free(directory)  # not into a folder another process is training in
-            path = self.session.save(directory)
+            return str(session.save(directory))
         except Exception as e:
-            self._fail("Could not save the checkpoint", e)
-            path = ""
-        self.saved.emit(str(path))
+            self.report_error("Could not save the checkpoint", e)
+            return ""
 
-    @Slot(object)
-    def load(self, job: LoadJob) -> None:
+    def load(self, job: LoadJob):
         """Open the job's model (a GGUF or a folder without texts is trained further on the
-        job's texts and train_config); loaded carries its SessionInfo, or None."""
+        job's texts and train_config): (session, ModelSource), or None."""
         from engine.session import TrainingSession
-        self._close_steps()
-        self._end_run()
         path = Path(job.path)
         from engine.hf.load import has_texts, is_model_folder, session_from_hf
         guess = job.source is None  # Open checkpoint: the path tells
@@ -92,13 +93,10 @@ class ModelTasks:
             else:
                 session = TrainingSession.load(path, device=job.device, monitor=self.monitor)
         except Cancelled:  # the window closes while a large checkpoint is read
-            self.loaded.emit(None)
-            return
+            return None
         except Exception as e:
-            self._fail("Could not open the GGUF" if gguf else "Could not open the Hugging Face "
-                       "folder" if hf else "Could not open the checkpoint", e)
-            self.loaded.emit(None)
-            return
-        self.session = session
-        source = ModelSource.HF if hf else ModelSource.GGUF if gguf else ModelSource.CHECKPOINT
-        self.loaded.emit(self._info(history=True, path=str(path), source=source))
+            self.report_error("Could not open the GGUF" if gguf else "Could not open the Hugging "
+                              "Face folder" if hf else "Could not open the checkpoint", e)
+            return None
+        return session, (ModelSource.HF if hf else ModelSource.GGUF if gguf
+                         else ModelSource.CHECKPOINT)
