@@ -4,8 +4,8 @@ Jobs go from the GUI thread to studio.ui.worker.TrainingWorker (through studio.u
 session info and run results come back as the payload of the worker's signals. Every type is a
 frozen dataclass, so a job cannot change after it was queued and a result cannot be edited by
 one receiver under another's feet. `RunState` names where a run is, and `CONTROLS` says which
-controls each state enables (studio.ui.main_window.MainWindow applies it; studio.ui.run_controller moves the
-state). No Qt here (a contract in pyproject.toml): the protocol is testable without a display.
+controls each state enables (studio.ui.window_controls applies it; studio.ui.run_controller
+moves the state). No Qt here (a contract in pyproject.toml): the protocol is testable without a display.
 """
 
 from __future__ import annotations

@@ -137,3 +137,33 @@ def test_worker_errors_and_chat_pieces_come_through_the_controller(qtbot, window
     assert shown.args == ["Export failed", "The disk is full."]
     with qtbot.waitSignal(c.token, timeout=3000):
         worker.token.emit("Paris")
+
+
+DROPPED = """
+import gc, os, sys, weakref
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+app = QApplication([])
+from studio.ui.main_window import MainWindow
+win = MainWindow(settings=QSettings(sys.argv[1], QSettings.IniFormat))
+thread, alive = win.controller.host.thread, weakref.ref(win)
+del win
+app.processEvents()
+gc.collect()
+print(alive() is None, thread.isRunning())
+"""
+
+
+def test_a_window_dropped_unclosed_is_freed_and_ends_its_thread(tmp_path):
+    """The garbage collector frees a dropped window (the mixin window never was: held through
+    Qt connections the collector cannot see, likely its lambdas capturing the window), and
+    freeing it unclosed ends the worker's thread first (Qt aborts the process when a running
+    QThread is destroyed)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", DROPPED, str(tmp_path / "s.ini")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "False"], r.stdout + r.stderr[-2000:]

@@ -68,7 +68,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(APP_NAME)
         self.setAcceptDrops(True)
         self.setStyleSheet(theme.STYLESHEET)
-        self.layout_ = layout = WindowLayout()
+        self.window_layout = layout = WindowLayout()
         self.setCentralWidget(layout.central)
         self.panels = p = layout.panels
         # the panels by name, for the window's readers (tests, benchmarks)
@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if not self._sized:  # splitter sizes need the real width
             self._sized = True
-            self.layout_.first_sizes(self.width())
+            self.window_layout.first_sizes(self.width())
 
     def dragEnterEvent(self, event):
         if event.mimeData().hasUrls() and self.controller.state is RunState.IDLE:
