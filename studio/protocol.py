@@ -1,11 +1,11 @@
 """What crosses the thread boundary between the window and the training worker, typed.
 
-Jobs go from the GUI thread to studio.worker.TrainingWorker (through studio.worker_host);
+Jobs go from the GUI thread to studio.ui.worker.TrainingWorker (through studio.ui.worker_host);
 session info and run results come back as the payload of the worker's signals. Every type is a
 frozen dataclass, so a job cannot change after it was queued and a result cannot be edited by
 one receiver under another's feet. `RunState` names where a run is, and `CONTROLS` says which
-controls each state enables (studio.app.MainWindow applies it; studio.run_controller moves the
-state). No Qt here (a contract in pyproject.toml): the protocol is testable without a display.
+controls each state enables (studio.ui.window_controls applies it; studio.ui.run_controller
+moves the state). No Qt here (a contract in pyproject.toml): the protocol is testable without a display.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class FileTask(Enum):
 class RunState(Enum):
     """Where the run is. Moves: IDLE -train-> PREPARING -sessionReady-> RUNNING -pause->
     PAUSING -paused-> PAUSED -resume-> RUNNING; Stop from PREPARING..PAUSED -> STOPPING; the
-    worker's finished / stopped / failed -> IDLE (studio.run_controller.RunController)."""
+    worker's finished / stopped / failed -> IDLE (studio.ui.run_controller.RunController)."""
     IDLE = "idle"
     PREPARING = "preparing"            # tokenizer, encoding, building the model
     RUNNING = "running"                # steps are being taken

@@ -144,7 +144,7 @@ def test_bundled_corpus_is_one_path(qapp):
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
     for p in (*(str(f.relative_to(ROOT)) for f in sorted((ROOT / "studio" / "cli").glob("*.py"))),
-              "studio/window_actions.py", "studio/ui/data_panel.py"):
+              "studio/ui/window_settings.py", "studio/ui/data_panel.py"):
         text = (ROOT / p).read_text()
         assert "def _bundled" not in text and "def bundled_path" not in text, p
 

@@ -32,8 +32,8 @@ def x11_desktop(monkeypatch):
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     opened = []
-    import studio.app
-    monkeypatch.setattr(studio.app, "run_app", lambda **kw: opened.append(kw) or 0)
+    import studio.ui.app
+    monkeypatch.setattr(studio.ui.app, "run_app", lambda **kw: opened.append(kw) or 0)
     return opened
 
 

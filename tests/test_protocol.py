@@ -23,8 +23,8 @@ from studio import protocol  # noqa: E402
 from engine.data.textio import bundled_corpus  # noqa: E402
 from studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
-from studio import worker as worker_mod  # noqa: E402
-from studio.worker import TrainingWorker  # noqa: E402
+from studio.ui import worker as worker_mod  # noqa: E402
+from studio.ui.worker import TrainingWorker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {RunState.PREPARING, RunState.RUNNING, RunState.PAUSING, RunState.PAUSED}
@@ -50,7 +50,7 @@ def test_the_window_applies_the_table_in_every_state(window, has_model):  # noqa
     for state in RunState:
         c._set_state(state)
         assert rb.stop_button.isEnabled() == (state in TRAINING), state
-        exports = (rb.export_button, window.export_action, window.save_action)
+        exports = (rb.export_button, window.menu.export_action, window.menu.save_action)
         usable = has_model and state in (RunState.IDLE, RunState.PAUSED)
         assert [w.isEnabled() for w in exports] == [usable] * 3, state
         assert window.chat_panel.send_button.isEnabled() == usable, state
@@ -60,14 +60,14 @@ def test_the_window_applies_the_table_in_every_state(window, has_model):  # noqa
         assert window.settings_panel.spins["dModelSpin"].isEnabled() == (state is RunState.IDLE)
     c._set_state(RunState.IDLE)
     c.task = FileTask.EXPORT  # a file task in progress holds Train and the model controls
-    window._update_actions()
+    window.update_actions()
     assert not rb.train_button.isEnabled() and not rb.export_button.isEnabled()
     c.task = FileTask.NONE
 
 
 def test_an_opened_model_fixes_data_and_device(window):  # noqa: F811
     window.controller.continue_from = ContinuePoint(30, 20, 10, has_tune=False)
-    window._update_actions()
+    window.update_actions()
     spins = window.settings_panel.spins
     assert spins["pretrainStepsSpin"].isEnabled() and not spins["tuneStepsSpin"].isEnabled()
     assert not window.device_panel.combo.isEnabled()
@@ -187,8 +187,9 @@ def test_stop_through_the_controller_ends_with_stopped_not_finished(qtbot, windo
 
 
 # -- no string states, no hedges ---------------------------------------------------------------
-STUDIO_RUN_FILES = ("app.py", "training_actions.py", "window_actions.py", "runs_actions.py",
-                    "run_controller.py", "worker.py", "worker_host.py")
+STUDIO_RUN_FILES = ("app.py", "main_window.py", "training_actions.py", "window_actions.py",
+                    "window_controls.py", "runs_actions.py", "run_controller.py", "worker.py",
+                    "worker_host.py", "worker_tasks.py")
 
 
 def test_the_window_has_no_string_states(window):  # noqa: F811
@@ -199,13 +200,13 @@ def test_the_window_has_no_string_states(window):  # noqa: F811
     words = "|".join(s.value for s in RunState) + "|export|save|load|done"
     literal = re.compile(rf"""["']({words})["']""")
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / name).read_text(encoding="utf-8")
+        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
         assert not literal.findall(source), (name, literal.findall(source))
 
 
 def test_no_getattr_hedges_around_the_session():
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / name).read_text(encoding="utf-8")
+        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
         hedged = {"s", "session", "self.session", "rec", "result", "info", "dev", "m", "getattr"}
         targets = set(re.findall(r"getattr\(([\w.]+)", source))
         assert not targets & hedged, (name, targets & hedged)
@@ -213,9 +214,9 @@ def test_no_getattr_hedges_around_the_session():
 
 def test_update_actions_stays_simple():
     radon = pytest.importorskip("radon.complexity")
-    source = (ROOT / "studio" / "app.py").read_text(encoding="utf-8")
+    source = (ROOT / "studio" / "ui" / "window_controls.py").read_text(encoding="utf-8")
     blocks = {b.fullname: b.complexity for b in radon.cc_visit(source)}
-    assert blocks["MainWindow._update_actions"] <= 20  # rank C at most
+    assert blocks["WindowControls.update"] <= 20  # rank C at most
 
 
 def test_the_protocol_loads_without_qt():

@@ -119,12 +119,12 @@ def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     from PySide6.QtCore import QSettings
 
     from engine.training.metrics import StepMetrics
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.autosave_box.set_runs_root(runs_root)
-    win.runs_action.trigger()
-    assert win.runs_panel.isVisible() and win.runs_panel.table.rowCount() == 3
+    win.runs.action.trigger()
+    assert win.runs.panel.isVisible() and win.runs.panel.table.rowCount() == 3
     m = StepMetrics(100, 600, "pretrain", 4.4, 1.0, 0.5, 1.0, 1.0,
                     warnings=["the learning rate 5.00e-01 is far too high"])
     win.controller.host.worker.metrics.emit([m])
@@ -164,7 +164,7 @@ def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, run
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     from studio.protocol import RunState
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
@@ -174,8 +174,8 @@ def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, run
                             vocabSizeSpin=512, pretrainStepsSpin=100_000, tuneStepsSpin=0,
                             batchSizeSpin=2, warmupSpin=2).items():
         win.settings_panel.set_value(name, value)
-    win.runs_action.trigger()
-    panel = win.runs_panel
+    win.runs.action.trigger()
+    panel = win.runs.panel
     panel.select(str(runs_root / "20261102-100000"))
     opens = [panel.buttons[k] for k in ("open", "continue", "export")]
     assert all(b.isEnabled() for b in opens)
@@ -199,7 +199,7 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -210,10 +210,10 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
         win.settings_panel.set_value(name, value)
     with qtbot.waitSignal(win.trainingFinished, timeout=120_000) as blocker:
         win.run_bar.train_button.click()
-    win.runs_action.trigger()
-    win.runs_panel.select(blocker.args[0].run_dir)
+    win.runs.action.trigger()
+    win.runs.panel.select(blocker.args[0].run_dir)
     with qtbot.waitSignal(win.modelOpened, timeout=60_000):
-        win.runs_panel.buttons["continue"].click()
+        win.runs.panel.buttons["continue"].click()
     label = win.run_bar.train_button.text().lstrip("▶ ")
     assert label == "Continue"
     assert f"press {label} " in win.statusBar().currentMessage()
@@ -228,8 +228,7 @@ def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_p
 
     from PySide6.QtCore import QSettings
 
-    from studio.app import MainWindow
-    from studio.runs_actions import _open
+    from studio.ui.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -245,9 +244,9 @@ def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_p
     (broken / "checkpoint.npz").write_bytes(b"not a checkpoint")
     called = []
     with qtbot.waitSignal(win.controller.loaded, timeout=60_000) as failed:
-        _open(win, str(broken), then=lambda w: called.append("broken"))
+        win.runs.open(str(broken), then=lambda: called.append("broken"))
     assert failed.args[0] is None and not called
     with qtbot.waitSignal(win.modelOpened, timeout=60_000):
-        win.open_checkpoint(blocker.args[0].run_dir)
+        win.files.open_checkpoint(blocker.args[0].run_dir)
     assert not called
     win.close()

@@ -13,7 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
 
 from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
-from studio.app import MainWindow  # noqa: E402
+from studio.ui.main_window import MainWindow  # noqa: E402
 from studio.protocol import Outcome, RunState  # noqa: E402
 
 RUN_TIMEOUT_MS = 600_000  # a bound for hangs, not a speed test: a loaded 2-core CI is slow

@@ -33,7 +33,7 @@ def metrics_steps(folder: Path) -> list[int]:
 
 
 def open_model(qtbot, win, path):
-    opener = win.open_gguf if str(path).endswith(".gguf") else win.open_checkpoint
+    opener = win.files.open_gguf if str(path).endswith(".gguf") else win.files.open_checkpoint
     with qtbot.waitSignal(win.modelOpened, timeout=60_000) as blocker:
         opener(str(path))
     return blocker.args[0]
@@ -74,7 +74,7 @@ def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
 def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=0, sampleIntervalSpin=0)
     first = train(qtbot, window)
-    window.new_model()  # no-op: a run trained here is not in continue mode
+    window.training.new_model()  # no-op: a run trained here is not in continue mode
     window.plots.start_run(1, 1, 0, 512, 1.0)  # forget the curves: they must come back
     info = open_model(qtbot, window, first.run_dir)
     assert info.step == 20 and window.run_bar.train_button.text().endswith("Continue")
@@ -103,7 +103,7 @@ def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
     train(qtbot, window)
     path = tmp_path / "tiny.gguf"
     with qtbot.waitSignal(window.exportFinished, timeout=60_000):
-        window.export_to(path, "f32")
+        window.files.export_to(path, "f32")
     info = open_model(qtbot, window, path)
     assert info.source is ModelSource.GGUF and info.step == 10   # its metadata's steps_done
     window.settings_panel.set_value("pretrainStepsSpin", 16)

@@ -77,7 +77,7 @@ def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path):
     more_seconds; the old worker kept the step totals and the studio refused equal totals)."""
     from engine.config import ModelConfig, TrainConfig
     from studio.protocol import ContinueJob, TrainJob
-    from studio.worker import TrainingWorker
+    from studio.ui.worker import TrainingWorker
     from tests.helpers import bundled_texts
     w = TrainingWorker()
     results = []

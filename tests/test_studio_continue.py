@@ -96,7 +96,7 @@ def test_studio_hint_and_train_button_follow_the_engine_rule(window):
     for step, has_tune in ((900, True), (600, True), (300, True), (600, False)):
         window.controller.continue_from = ContinuePoint(step, 600, 300 if has_tune else 0,
                                                         has_tune)
-        window._update_actions()  # the spins that stay editable follow has_tune
+        window.update_actions()  # the spins that stay editable follow has_tune
         for new_pre, new_tune in itertools.product((300, 600, 900), (0, 300, 400)):
             if not has_tune and new_tune:
                 continue  # the Tuning spin is disabled for such a run
@@ -142,7 +142,7 @@ def test_opened_model_shows_its_own_run_folder_not_the_last_run(qtbot, window, t
     assert rb.run_dir == Path(first.run_dir) and rb.folder_label.isVisible()
     gguf = tmp_path / "m.gguf"
     with qtbot.waitSignal(window.exportFinished, timeout=60_000):
-        window.export_to(gguf, "f32")
+        window.files.export_to(gguf, "f32")
     second = train(qtbot, window)
     open_model(qtbot, window, gguf)
     assert rb.run_dir is None

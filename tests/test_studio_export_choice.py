@@ -32,7 +32,7 @@ def test_a_failed_export_keeps_the_choice(qtbot, window, tmp_path, monkeypatch, 
         dialog.preset(target, dtype)
         return ExportDialog.Accepted
     monkeypatch.setattr(ExportDialog, "exec", accept)
-    window.export_clicked()
+    window.files.export_clicked()
     qtbot.waitUntil(lambda: window.last_error is not None, timeout=60_000)
     assert "Export failed" in window.last_error[0]
 
@@ -40,5 +40,5 @@ def test_a_failed_export_keeps_the_choice(qtbot, window, tmp_path, monkeypatch, 
         seen.append(dialog.choice())
         return ExportDialog.Rejected
     monkeypatch.setattr(ExportDialog, "exec", look)
-    window.export_clicked()
+    window.files.export_clicked()
     assert seen[-1] == (target, dtype) != seen[0]

@@ -50,7 +50,7 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     from engine.files.hf.load import import_hf
     assert import_hf(folder)[0].config == window.controller.model_config
     with qtbot.waitSignal(window.controller.host.worker.loaded, timeout=60_000) as loaded:
-        window.open_hf(str(folder))
+        window.files.open_hf(str(folder))
     info = loaded.args[0]
     assert info is not None and info.source is ModelSource.HF and info.step == 10
     assert window.last_error is None

@@ -9,7 +9,7 @@ from engine.data.textio import read_text
 from engine.data.textio import bundled_corpus
 from studio.protocol import Outcome, TrainJob
 from studio.ui.run_bar import RunBar
-from studio.worker import TrainingWorker
+from studio.ui.worker import TrainingWorker
 
 
 class FakeClock:

@@ -27,7 +27,7 @@ def menu_action(win, text):
 
 
 def test_runs_folder_names_the_app_once(qapp):
-    from studio.app import configure_application
+    from studio.ui.app import configure_application
     from studio.app_settings import APP_NAME, default_runs_root
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
@@ -47,7 +47,7 @@ def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, mon
     nothing the studio had written. A chosen folder with a comma, quotes and non-ASCII letters
     reads back as written."""
     from studio import app_settings
-    from studio.app import configure_application
+    from studio.ui.app import configure_application
     from studio.cli.runs import default_root
     from studio.ui.autosave_box import AutosaveBox
     monkeypatch.setattr(app_settings, "settings_path", lambda: tmp_path / "studio.conf")
@@ -79,7 +79,7 @@ def test_no_action_is_enabled_where_it_cannot_act(qtbot, window):
     assert all(a.isEnabled() for a in texts + opens)
     # an opened model keeps its texts: no menu action (or drop) replaces them
     window.controller.continue_from = ContinuePoint(30, 20, 10, has_tune=True)
-    window._update_actions()
+    window.update_actions()
     assert not any(a.isEnabled() for a in texts) and new.isEnabled()
     assert not window.data_panel.pretrain.button.isEnabled()
     before = window.data_panel.pretrain_text
@@ -152,7 +152,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])
 def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown
@@ -255,9 +255,9 @@ def test_open_gguf_and_open_hf_errors_name_what_was_asked_for(qtbot, window, tmp
     not_gguf = tmp_path / "model.bin"
     not_gguf.write_bytes(b"\x00\x01" * 64)
     for opener, path, title, says in (
-            (window.open_hf, plain, "Could not open the Hugging Face folder",
+            (window.files.open_hf, plain, "Could not open the Hugging Face folder",
              "not a transformers model folder"),
-            (window.open_gguf, not_gguf, "Could not open the GGUF", "GGUF")):
+            (window.files.open_gguf, not_gguf, "Could not open the GGUF", "GGUF")):
         with qtbot.waitSignal(window.errorShown, timeout=60_000) as blocker:
             opener(str(path))
         got_title, message = blocker.args
@@ -287,7 +287,7 @@ def test_inputs_that_are_off_say_why(qtbot, window):
     assert d_model.isEnabled() and d_model.toolTip() == own
     assert rb.export_button.isEnabled() and rb.export_button.toolTip().startswith("Write")
     with qtbot.waitSignal(window.modelOpened, timeout=60_000):
-        window.open_checkpoint(blocker.args[0].run_dir)
+        window.files.open_checkpoint(blocker.args[0].run_dir)
     assert not d_model.isEnabled() and d_model.toolTip().startswith("The opened model fixes")
     assert d_model.toolTip().endswith(own)
     assert not tune.isEnabled() and "without dialogues" in tune.toolTip()

@@ -25,7 +25,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from test_studio import TEST_DEVICE, configure  # noqa: E402
 
 from engine.training.session import TrainingSession  # noqa: E402
-from studio.app import MainWindow  # noqa: E402
+from studio.ui.main_window import MainWindow  # noqa: E402
 from studio.protocol import RunState  # noqa: E402
 
 REPETITIONS = int(os.environ.get("STUDIO_STRESS_REPETITIONS", "60"))

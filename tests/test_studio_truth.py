@@ -69,7 +69,7 @@ def test_a_model_change_clears_the_chat_and_says_so(qtbot, window):
     assert len(ChatRequest.from_panel(sent[-1], chat.knobs()).messages) == 1
 
     chat.messages[:] = [{"role": "user", "content": "Hi"}]
-    window.new_model()                      # a new model from scratch: cleared too
+    window.training.new_model()                      # a new model from scratch: cleared too
     train(qtbot, window)
     assert chat.messages == [] and CLEARED_NOTE in chat.view.toPlainText()
 

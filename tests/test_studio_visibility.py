@@ -185,7 +185,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
     """The window opened at a fixed 1400 x 880: on a 1366 x 768 screen the Export button and
     the lr plot were off screen. It takes the screen's available area now, and at that size
     the Export button and every plot are inside it."""
-    from studio.app import PREFERRED_SIZE, MainWindow
+    from studio.ui.main_window import PREFERRED_SIZE, MainWindow
     from studio.ui.widgets import TITLE_BAR, fit_to_screen
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
@@ -211,7 +211,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
 
 
 def test_a_new_window_is_no_larger_than_its_screen(qtbot, settings):
-    from studio.app import MainWindow
+    from studio.ui.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     area = win.screen().availableGeometry()

@@ -25,7 +25,7 @@ def cmd_studio(args) -> int:
     and nowhere else in this package, so the commands never load it."""
     from studio.preflight import check_display
     check_display()  # missing xcb libraries or a wrong DISPLAY: a message and exit 2, not abort
-    from studio.app import run_app
+    from studio.ui.app import run_app
     return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
 
 

@@ -1,7 +1,10 @@
 """The run's owner on the GUI thread: the worker host, the RunState, the model at hand.
 
-MainWindow turns clicks into intents here (train, continue_run, pause, resume, stop, load, chat,
-export, save) and listens to what comes back; the controller moves the RunState
+The window's parts turn clicks into intents here (train, continue_run, pause, resume, stop, load,
+chat, export, save): window -> controller -> WorkerHost -> worker. Everything the worker reports
+comes back the same way, worker -> controller -> window: the controller is the only receiver of
+the worker's signals and re-emits each as its own typed signal of the same name (those that move
+the state after moving it). The controller moves the RunState
 (studio.protocol.RunState) and emits `changed` whenever the state, the file task or the opened
 model moves, so the window re-applies studio.protocol.CONTROLS. An intent the current state does
 not allow is ignored (a double click, or a click queued behind a state change), as the disabled
@@ -18,7 +21,7 @@ from engine.config import ModelConfig
 from studio.protocol import (CONTROLS, ChatRequest, ContinueJob, ContinuePoint, ExportRequest,
                              FileTask, LoadJob, Outcome, RunPoint, RunResult, RunState, SaveRequest,
                              SessionInfo, TrainJob)
-from studio.worker_host import WorkerHost
+from studio.ui.worker_host import WorkerHost
 
 
 class RunController(QObject):
@@ -34,6 +37,13 @@ class RunController(QObject):
     loaded = Signal(object)          # SessionInfo of an opened model, or None (error says why)
     exported = Signal(object)        # ExportResult, or None
     saved = Signal(str)              # checkpoint path, or ""
+    # Passed on as the worker sent them (they move no state):
+    preparing = Signal(str)          # status text of a long phase
+    metrics = Signal(object)         # list of StepMetrics, oldest first
+    error = Signal(str, str)         # title, message with what to do (any job)
+    autosaved = Signal(str, int)     # run folder, step of the checkpoint just written
+    token = Signal(str)              # one streamed piece of a chat answer
+    chatDone = Signal(object)        # the whole answer (ChatReply), or None
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -51,6 +61,12 @@ class RunController(QObject):
                              (w.loaded, self._on_loaded), (w.exported, self._on_exported),
                              (w.saved, self._on_saved)):
             signal.connect(slot, Qt.QueuedConnection)
+        # Passed on unchanged, each by a queued signal-to-signal connection (emitted here, in
+        # the GUI thread); the controller is the only receiver of the worker's signals.
+        for signal, own in ((w.preparing, self.preparing), (w.metrics, self.metrics),
+                            (w.error, self.error), (w.autosaved, self.autosaved),
+                            (w.token, self.token), (w.chatDone, self.chatDone)):
+            signal.connect(own, Qt.QueuedConnection)
 
     @property
     def worker(self):

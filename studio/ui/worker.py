@@ -21,14 +21,16 @@ import logging
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.training.progress import Cancelled, Monitor
-from studio.protocol import ContinueJob, Outcome, RunPoint, RunResult, SessionInfo, TrainJob
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
+                             RunResult, SaveRequest, SessionInfo, TrainJob)
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
-from studio.worker_tasks import ModelTasks
+from studio.ui.worker_tasks import ModelTasks
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -46,7 +48,7 @@ def _is_device_failure(exc: BaseException) -> bool:
     return isinstance(exc, cl.Error)
 
 
-class TrainingWorker(ModelTasks, QObject):
+class TrainingWorker(QObject):
     preparing = Signal(str)        # status text of a long phase (tokenizer, encoding, recall…)
     sessionReady = Signal(object)  # SessionInfo: the run takes its first step next
     metrics = Signal(object)       # list of StepMetrics, oldest first
@@ -73,6 +75,7 @@ class TrainingWorker(ModelTasks, QObject):
         self._stop = threading.Event()
         self._pause = threading.Event()
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
+        self.tasks = ModelTasks(self.monitor, self._stop, self._fail)  # chat, export, save, open
 
     # Flags: set from the GUI thread, read here between steps.
     def request_pause(self) -> None:
@@ -118,13 +121,37 @@ class TrainingWorker(ModelTasks, QObject):
             history=tuple(metrics_from_dict(d) for d in s.history) if history else None,
             **opened)
 
+    # -- a model between steps (studio.ui.worker_tasks.ModelTasks) ---------------------------
+    @Slot(object)
+    def chat(self, request: ChatRequest) -> None:
+        self.chatDone.emit(self.tasks.chat(self.session, request, self.token.emit))
+
+    @Slot(object)
+    def export(self, request: ExportRequest) -> None:
+        self.exported.emit(self.tasks.export(self.session, request))
+
+    @Slot(object)
+    def save(self, request: SaveRequest) -> None:
+        folder = self.recorder.folder if self.recorder is not None else None
+        self.saved.emit(self.tasks.save(self.session, request, folder))
+
+    @Slot(object)
+    def load(self, job: LoadJob) -> None:
+        """Open the job's model; loaded carries its SessionInfo, or None."""
+        self._close_run()
+        opened = self.tasks.load(job)
+        if opened is None:
+            self.loaded.emit(None)
+            return
+        self.session, source = opened
+        self.loaded.emit(self._info(history=True, path=str(Path(job.path)), source=source))
+
     # -- training ----------------------------------------------------------------------------
     @Slot(object)
     def start(self, job: TrainJob) -> None:
         """Train a new model; sessionReady, metrics, then one of finished/stopped/failed."""
         from engine.training.session import TrainingSession
-        self._close_steps()
-        self._end_run()
+        self._close_run()
         self.session = None
         self.preparing.emit("Training the tokenizer and building the model…")
         try:
@@ -151,8 +178,7 @@ class TrainingWorker(ModelTasks, QObject):
     @Slot(object)
     def proceed(self, job: ContinueJob) -> None:
         """Continue the loaded (or last) session to the job's step totals (session.continue_training)."""
-        self._close_steps()
-        self._end_run()
+        self._close_run()
         if self.session is None:
             remove_if_empty(job.run_dir)
             return self._not_started("Nothing to continue",
@@ -213,8 +239,7 @@ class TrainingWorker(ModelTasks, QObject):
     @Slot()
     def shutdown(self) -> None:
         """The window closes: end a paused run, save what is not saved, end the thread."""
-        self._close_steps()
-        self._end_run()
+        self._close_run()
         self.thread().quit()
 
     def _run(self) -> None:
@@ -329,6 +354,11 @@ class TrainingWorker(ModelTasks, QObject):
                 self._autosave()
             self.recorder.close()
             self.recorder = None
+
+    def _close_run(self) -> None:
+        """End the run in progress, if any: its generator, then its folder (saved)."""
+        self._close_steps()
+        self._end_run()
 
     def _close_steps(self) -> None:
         if self._steps is not None:

@@ -1,15 +1,15 @@
 """The GUI thread's handle on the training worker: starts its QThread and forwards requests as
-queued signals, so every slot of studio.worker.TrainingWorker runs on the worker's thread. The
-requests are studio.protocol's frozen jobs; studio.run_controller decides when to send them."""
+queued signals, so every slot of studio.ui.worker.TrainingWorker runs on the worker's thread. The
+requests are studio.protocol's frozen jobs; studio.ui.run_controller decides when to send them."""
 
 from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QObject, QThread, Signal
+from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal
 
 from studio.protocol import ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest, TrainJob
-from studio.worker import TrainingWorker
+from studio.ui.worker import TrainingWorker
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,6 @@ class WorkerHost(QObject):
     _proceed = Signal(object)
     _resume = Signal()
     _finish = Signal()
-    _shutdown = Signal()
     _chat = Signal(object)
     _export = Signal(object)
     _save = Signal(object)
@@ -36,9 +35,13 @@ class WorkerHost(QObject):
         w = self.worker
         for sig, slot in ((self._start, w.start), (self._proceed, w.proceed),
                           (self._resume, w.resume), (self._finish, w.finish),
-                          (self._shutdown, w.shutdown), (self._chat, w.chat),
-                          (self._export, w.export), (self._save, w.save), (self._load, w.load)):
+                          (self._chat, w.chat), (self._export, w.export), (self._save, w.save),
+                          (self._load, w.load)):
             sig.connect(slot)
+        # A window dropped without being closed (a test; an error while it was built) is
+        # destroyed by the garbage collector with its thread still running, which Qt answers
+        # with abort(): end the thread first. The closure holds the thread, not the host.
+        self.destroyed.connect(lambda *_, t=self.thread, w=w: _end_thread(t, w))
         self.thread.start()
 
     def start(self, job: TrainJob) -> None:
@@ -75,12 +78,18 @@ class WorkerHost(QObject):
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Stop after the current step (or token); the worker then saves the run's checkpoint
-        on its own thread and ends the thread; wait for that."""
-        if not self.thread.isRunning():
-            return True
-        self.worker.request_stop()
-        self._shutdown.emit()
-        ended = self.thread.wait(timeout_ms)
-        if not ended:
-            log.error("the training thread did not end within %d ms", timeout_ms)
-        return ended
+        on its own thread and ends the thread; wait for that. False: it did not end in time."""
+        return _end_thread(self.thread, self.worker, timeout_ms)
+
+
+def _end_thread(thread: QThread, worker: TrainingWorker, timeout_ms: int = 60_000) -> bool:
+    """WorkerHost.shutdown, also for a host being destroyed: stop after the current step, let
+    the worker save and end its thread (its queued shutdown slot), wait for that."""
+    if not thread.isRunning():
+        return True
+    worker.request_stop()
+    QMetaObject.invokeMethod(worker, "shutdown", Qt.QueuedConnection)
+    ended = thread.wait(timeout_ms)
+    if not ended:
+        log.error("the training thread did not end within %d ms", timeout_ms)
+    return ended
