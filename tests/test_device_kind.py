@@ -3,7 +3,7 @@
 import pytest
 
 from engine.device import DeviceInfo
-from engine.runtime import gemm_variant
+from engine.gemm_plan import gemm_variant
 
 
 def _info(platform: str, type_: str) -> DeviceInfo:
