@@ -43,15 +43,10 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
 
 
 def gemm_shapes(cfg, B):
-    """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them."""
-    BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
-    out = []
-    for lname, n, k in (("qkv", qkv_width(cfg), C), ("attn_out", C, C), ("gate_up", 2 * F, C),
-                        ("down", C, F), ("logits", V, C)):
-        out.append((f"{lname} fwd", "nn", BT, n, k))
-        out.append((f"{lname} dX", "nn", BT, k, n))
-        out.append((f"{lname} dW", "tn", n, k, BT))
-    return out
+    """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them
+    (engine.gemm_tune.model_products)."""
+    from engine.gemm_tune import model_products
+    return [(label, *shape) for label, shape in model_products(cfg, B)]
 
 
 def bench_gemms(rt, cfg, B, tdev, no_numpy=False):

@@ -24,6 +24,7 @@ from engine.device import DeviceInfo
 from engine.dialogue import CHAT_FORMAT, TuneData, check_chat_format
 from engine.errors import CheckpointError, ConfigError
 from engine.export_types import DEFAULT_DTYPE
+from engine.gemm_tune import runtime_for_model
 from engine.generation import Generator, delegate
 from engine.memory import check_fits
 from engine.metrics import ValScore
@@ -81,9 +82,11 @@ class TrainingSession:
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
                  monitor: Monitor | None = None):
-        self.rt, self.tokenizer = rt, tokenizer
         self.chat_format = check_chat_format(chat_format)  # engine.dialogue: how turns render
         self.monitor = monitor or Monitor()
+        # the kernel tuner's cached plan for this device and shape (engine/gemm_tune.py)
+        rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor)
+        self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
@@ -92,7 +95,7 @@ class TrainingSession:
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
-        check_fits(model_cfg, train_cfg.batch_size, rt.info)
+        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path)
         self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)

@@ -18,6 +18,7 @@ from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
+from studio.cli_tune import register_tune
 from engine.progress import Cancelled, Monitor
 from studio.cli_input import (MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TOKENS, MAX_VOCAB,
                               MAX_WIDTH, count, number)
@@ -554,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_export)
     register_runs(sub, S)
     register_hf(sub, S)
+    register_tune(sub, S)
     return p
 
 
