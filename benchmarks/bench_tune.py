@@ -4,7 +4,7 @@ For each configuration: engine.gemm_tune.tune() within --seconds on the device (
 presented with another device's limits: --limits native_float_width=4 is a CPU or integrated
 GPU that reports 4-float vectors, where the table falls back to scalar tiles), then every
 distinct product of one training step timed with the table's choice and the tuned one in turn
-(engine.gemm_tune.side_by_side: the least of 3 alternating timings each, so load from other
+(engine.gemm_tune.side_by_side: the least of 5 alternating timings each, so load from other
 work weighs on both alike). Prints GFLOP/s of both and their ratio, and the step's GEMM time
 (each product counted as often as a step runs it) under both. Nothing is cached.
 
@@ -40,10 +40,12 @@ def compare(rt, cfg, B, seconds: float) -> tuple[list, str]:
     tuned_rt = rt.with_plan(result.plan)
     rows, totals, done = [], [0.0, 0.0], {}
     for label, shape in model_products(cfg, B):
+        same = rt.plan.choice_for(*shape) == result.plan.choice_for(*shape)
         if shape not in done:
             bench = ProductBench(rt, shape, time.perf_counter)
-            try:
-                done[shape] = side_by_side(bench, [rt, tuned_rt])
+            try:  # one choice: one kernel, timed once (the ratio is 1 by construction)
+                done[shape] = side_by_side(bench, [rt] if same else [rt, tuned_rt]) * \
+                    (2 if same else 1)
             except Exception as e:  # the table's launch may not run on a presented profile
                 done[shape] = [None, side_by_side(bench, [tuned_rt])[0]]
                 print(f"  {label}: the table's launch failed: {e}", flush=True)
@@ -52,7 +54,7 @@ def compare(rt, cfg, B, seconds: float) -> tuple[list, str]:
         totals[1] += t_tuned
         flops = 2.0 * shape[1] * shape[2] * shape[3]
         gf = lambda t: "fails" if t is None else f"{flops / t / 1e9:.1f}"  # noqa: E731
-        ratio = f"{t_table / t_tuned:.2f}" if t_table is not None else "-"
+        ratio = "same" if same else f"{t_table / t_tuned:.2f}" if t_table is not None else "-"
         row = [label, f"{shape[0]} {shape[1]}x{shape[2]}x{shape[3]}",
                rt.plan.choice_for(*shape).label(), gf(t_table),
                result.plan.choice_for(*shape).label(), gf(t_tuned), ratio]

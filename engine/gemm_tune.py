@@ -36,7 +36,7 @@ from engine.runtime import Runtime
 TUNE_SECONDS = 30.0
 AUTOTUNE_ENV = "LLM_STUDIO_AUTOTUNE"  # "1": tune before training when the cache has no entry
 MARGIN = 0.03      # a candidate must be 3% faster than the best so far to replace it
-MIN_TIME_S = 0.01  # each timing repeats a product for at least this long (and >= 2 times)
+MIN_TIME_S = 0.01  # each timing repeats a product for at least this long
 TOLERANCE = 1e-4   # largest error relative to the largest element of the float64 product
 CPU_GROUPS = ((4, 4), (8, 2), (2, 8), (16, 1), (8, 4), (4, 8), (4, 2), (2, 4), (8, 1), (2, 2),
               (1, 1))  # work-group shapes of the CPU GEMMs, table's first; at most 5 fitting
@@ -96,13 +96,13 @@ class ProductBench:
         return bool(np.all(np.isfinite(got))) and \
             float(np.abs(got - self.want).max()) / scale < TOLERANCE
 
-    def seconds(self, r: Runtime, rounds: int = 3) -> float:
-        """Seconds per product: the least of `rounds` timings of >= 2 runs and >= MIN_TIME_S
+    def seconds(self, r: Runtime, rounds: int = 2) -> float:
+        """Seconds per product: the least of `rounds` timings of >= 1 run and >= MIN_TIME_S
         (the least, because other work on a shared device only ever adds time)."""
         best = float("inf")
         for _ in range(rounds):
             reps, t0 = 0, self.clock()
-            while reps < 2 or self.clock() - t0 < MIN_TIME_S:
+            while reps < 1 or self.clock() - t0 < MIN_TIME_S:
                 self.run(r)
                 reps += 1
                 if reps % 2 == 0:
@@ -201,7 +201,8 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     return (label, shape, first, base, best, best_s)
 
 
-def side_by_side(bench: ProductBench, runtimes: list[Runtime], rounds: int = 3) -> list[float]:
+def side_by_side(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5
+                 ) -> list[float]:
     """Seconds of bench on each runtime, each the least of `rounds` timings taken in turn, so
     a burst of other work on the device weighs on all alike."""
     times = [[bench.seconds(r, 1) for r in runtimes] for _ in range(rounds)]

@@ -11,7 +11,7 @@ import pytest
 
 from engine import gemm_tune, ops, tune_cache
 from engine.errors import DeviceError
-from engine.gemm_plan import GemmChoice, GemmPlan
+from engine.gemm_plan import GemmChoice
 from engine.progress import Cancelled, Monitor
 from engine.runtime import Runtime
 from tests.helpers import tiny_config
@@ -141,3 +141,20 @@ def test_tune_kernels_command(rt, cache, capsys):
     assert "qkv fwd" in out and "table" in out and "tuned" in out and str(cache) in out
     entries = json.loads(cache.read_text(encoding="utf-8"))["entries"]
     assert tune_cache.device_key(rt) in entries
+
+
+def test_a_training_session_runs_on_the_cached_plan(rt, cache, tok, texts):
+    """TrainingSession (engine/session.py) takes the cached winners for its device and shape:
+    its model launches by them; the runtime it was given is left as it was."""
+    from engine.config import TrainConfig
+    from engine.session import TrainingSession
+    cfg, tc = tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2)
+    shape = gemm_tune.model_products(cfg, tc.batch_size)[0][1]
+    choice = dataclasses.replace(rt.plan.default, k_slice=128, group=(8, 2))
+    tuned = rt.plan.replace(shapes=((shape, choice),))
+    gemm_tune.save(rt, cfg, tc.batch_size, gemm_tune.TuneResult(tuned, [], True, False, 1.0))
+    s = TrainingSession(rt, cfg, tc, tok, texts[0], None)
+    assert s.rt.plan.choice_for(*shape) == choice and s.model.rt is s.rt
+    assert rt.plan.shapes == ()
+    loss, _, skipped = s.model.train_step(*s.pretrain.train_batch(s.rng, 2), 1e-3, tc)
+    assert not skipped and np.isfinite(loss)
