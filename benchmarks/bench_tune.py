@@ -5,8 +5,10 @@ presented with another device's limits: --limits native_float_width=4 is a CPU o
 GPU that reports 4-float vectors, where the table falls back to scalar tiles), then every
 distinct product of one training step timed with the table's choice and the tuned one in turn
 (engine.gemm_tune.side_by_side: the least of 5 alternating timings each, so load from other
-work weighs on both alike). Prints GFLOP/s of both and their ratio, and the step's GEMM time
-(each product counted as often as a step runs it) under both. Nothing is cached.
+work weighs on both alike; on a CPU device in this process's CPU time, engine.gemm_tune.timer,
+which other programs' load does not inflate; GFLOP/s are then per CPU-second of all cores).
+Prints GFLOP/s of both and their ratio, and the step's GEMM time (each product counted as
+often as a step runs it) under both. Nothing is cached.
 
     PYTHONPATH=. python benchmarks/bench_tune.py --configs S,M --seconds 30
 """
@@ -35,14 +37,14 @@ def limits_arg(text: str) -> dict:
 
 def compare(rt, cfg, B, seconds: float) -> tuple[list, str]:
     """(markdown rows, summary line) of table vs tuned for one configuration."""
-    from engine.gemm_tune import ProductBench, model_products, side_by_side, tune
+    from engine.gemm_tune import ProductBench, model_products, side_by_side, timer, tune
     result = tune(rt, cfg, B, seconds)
     tuned_rt = rt.with_plan(result.plan)
     rows, totals, done = [], [0.0, 0.0], {}
     for label, shape in model_products(cfg, B):
         same = rt.plan.choice_for(*shape) == result.plan.choice_for(*shape)
         if shape not in done:
-            bench = ProductBench(rt, shape, time.perf_counter)
+            bench = ProductBench(rt, shape, timer(rt))
             try:  # one choice: one kernel, timed once (the ratio is 1 by construction)
                 done[shape] = side_by_side(bench, [rt] if same else [rt, tuned_rt]) * \
                     (2 if same else 1)

@@ -44,6 +44,14 @@ CPU_K_SLICES = (128, 512, 1024)
 SPLIT_DEPTHS = (128, 512)
 
 
+def timer(rt: Runtime) -> Callable[[], float]:
+    """The clock candidates are timed with: on a CPU device this process's CPU time (PoCL runs
+    kernels on its own threads, so other programs on a shared CPU do not count: on a 2-core
+    machine at load 14, one product's wall times spread 11-42 ms, its CPU times 1.6-2.1 ms;
+    candidates that would leave cores idle are not tried, see _measure); elsewhere wall time."""
+    return time.process_time if rt.is_cpu else time.perf_counter
+
+
 def model_products(cfg, batch_size: int) -> list[tuple[str, Shape]]:
     """(label, (form, M, N, K)) of the matrix products of one training step of cfg
     (engine/model.py via ops.matmul_forward/backward): per linear layer (out n, in k) the
@@ -146,19 +154,20 @@ def _measure(bench: ProductBench, rt: Runtime, plan: GemmPlan, choice: GemmChoic
 
 def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
          monitor: Monitor | None = None, report: Callable[[tuple], None] | None = None,
-         clock: Callable[[], float] = time.perf_counter) -> TuneResult:
+         clock: Callable[[], float] | None = None) -> TuneResult:
     """Measure the products of (cfg, batch_size) on rt within `seconds` (module docstring).
     monitor: progress ticks ("tuning kernels", products done, total) and cancellation (a
     cancelled run returns what it found, cancelled=True); report(row): each product's row
-    (TuneResult.rows) as it is measured."""
-    monitor = monitor or Monitor()
-    start, table = clock(), rt.plan
+    (TuneResult.rows) as it is measured; clock: what candidates are timed with (default
+    timer(rt)); the budget is wall time."""
+    monitor, clock = monitor or Monitor(), clock or timer(rt)
+    start, table = time.monotonic(), rt.plan
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))
     seen, rows, winners, cancelled = set(), [], [], False
     try:
         for i, (label, shape) in enumerate(products):
             monitor.tick("tuning kernels", i, len(products) + 1)
-            if shape in seen or clock() - start > seconds:
+            if shape in seen or time.monotonic() - start > seconds:
                 continue
             seen.add(shape)
             row = _tune_product(rt, table, label, shape, monitor, clock, start + seconds)
@@ -168,13 +177,14 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
             if row[4] != row[2] and row[5] is not None:
                 winners.append((shape, row[4]))
         monitor.tick("tuning kernels", len(products), len(products) + 1)
-        path = tune_attention(rt, cfg, batch_size, clock) if clock() - start <= seconds \
+        path = tune_attention(rt, cfg, batch_size, clock) \
+            if time.monotonic() - start <= seconds \
             else None
     except Cancelled:
         cancelled, path = True, None
     plan = replace(table, shapes=tuple(winners), attention_path=path or table.attention_path)
     complete = not cancelled and path is not None and len(seen) == len({s for _, s in products})
-    return TuneResult(plan, rows, complete, cancelled, clock() - start)
+    return TuneResult(plan, rows, complete, cancelled, time.monotonic() - start)
 
 
 def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -> tuple:
@@ -183,12 +193,15 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     first = table.choice_for(*shape)
     base = _measure(bench, rt, table, first)
     best, best_s = first, base
+    # CPU time hides idle cores: no candidate with fewer work-groups than the table's launch
+    # or two per compute unit, whichever is fewer
+    least = min(_groups(table, first, shape), 2 * rt.limits.compute_units) if rt.is_cpu else 0
     for stage in range(3):
         for c in candidates(rt, first, stage, best, form):
             monitor.check()
-            if clock() > deadline:
+            if time.monotonic() > deadline:
                 break
-            if c == best:
+            if c == best or _groups(table, c, shape) < least:
                 continue
             t = _measure(bench, rt, table, c)
             if t is not None and (best_s is None or t < best_s * (1 - MARGIN)):
@@ -201,6 +214,12 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     return (label, shape, first, base, best, best_s)
 
 
+def _groups(plan: GemmPlan, choice: GemmChoice, shape: Shape) -> int:
+    """Work-groups of one launch of shape under choice."""
+    g = replace(plan, shapes=((shape, choice),)).launch_for(*shape)
+    return int(np.prod([n // l for n, l in zip(g.grid, g.local)]))
+
+
 def side_by_side(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5
                  ) -> list[float]:
     """Seconds of bench on each runtime, each the least of `rounds` timings taken in turn, so
@@ -209,10 +228,11 @@ def side_by_side(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5
     return [min(t[i] for t in times) for i in range(len(runtimes))]
 
 
-def tune_attention(rt: Runtime, cfg, B: int, clock=time.perf_counter) -> str | None:
+def tune_attention(rt: Runtime, cfg, B: int, clock=None) -> str | None:
     """"fused" or "gemm", whichever runs attention forward + backward of (cfg, B) faster on
     rt, among the paths whose forward output matches numpy (the gemm path only where its
     (B, H, T, T) buffers fit: attention_gemm.gemm_fits); None if neither does."""
+    clock = clock or timer(rt)
     T, C, H, KVH = cfg.context_length, cfg.d_model, cfg.n_head, cfg.n_kv_head or cfg.n_head
     hd = C // H
     paths = ["fused"] + (["gemm"] if attention_gemm.gemm_fits(rt.info, cfg, B, T, True) else [])
