@@ -4,13 +4,15 @@ The hand table (engine/gemm_plan.default_plan) was measured on two devices; on o
 work-group and vector-width choices can be slow or not even run. `tune(rt, cfg, batch_size)`
 times candidates for every matrix product of one training step (engine.gemm_plan.GemmChoice:
 variant, vector width, work-group shape, K slice, tile edge, float4 fetches, split-K depth)
-and the attention path, as CLBlast tunes per device; within `seconds` (default 30),
-largest products first, each in stages: variant, then work-group shape, then K slice / split.
-Every candidate's first result is checked against numpy (float64) before it is timed, so a
-wrong-but-fast candidate (a miscompiled kernel, a launch the device does not honour) is never
-chosen; one the device refuses (DeviceError) is skipped. A candidate replaces the best so far
-only when it is MARGIN faster, so noise does not move the plan off the table. Products not
-reached in time keep the table's choice.
+and the attention path, as CLBlast tunes per device; within `seconds` (default 30): the
+attention path first, then the largest products first, each in stages: variant, then
+work-group shape, then K slice / split. Every candidate's first result is checked against
+numpy (float64) before it is timed, so a wrong-but-fast candidate (a miscompiled kernel, a
+launch the device does not honour) is never chosen; one the device refuses (DeviceError) is
+skipped. A candidate replaces the best so far only when it is MARGIN faster in one timing, and
+the final winner must be MARGIN faster than the table again in 5 alternating timings
+(side_by_side), so noise does not move the plan off the table. Products not reached in time,
+and winners left unconfirmed when time runs out, keep the table's choice.
 
 Winners are cached per device, driver and model shape (engine/tune_cache.py);
 `runtime_for_model` gives a session the cached plan, and tunes first when none exists and the
@@ -39,8 +41,8 @@ MARGIN = 0.03      # a candidate must be 3% faster than the best so far to repla
 MIN_TIME_S = 0.01  # each timing repeats a product for at least this long
 TOLERANCE = 1e-4   # largest error relative to the largest element of the float64 product
 CPU_GROUPS = ((4, 4), (8, 2), (2, 8), (16, 1), (8, 4), (4, 8), (4, 2), (2, 4), (8, 1), (2, 2),
-              (1, 1))  # work-group shapes of the CPU GEMMs, table's first; at most 5 fitting
-CPU_K_SLICES = (128, 512, 1024)
+              (1, 1))  # work-group shapes of the CPU GEMMs, table's first; at most 4 fitting
+CPU_K_SLICES = (128, 512)
 SPLIT_DEPTHS = (128, 512)
 
 
@@ -104,7 +106,7 @@ class ProductBench:
         return bool(np.all(np.isfinite(got))) and \
             float(np.abs(got - self.want).max()) / scale < TOLERANCE
 
-    def seconds(self, r: Runtime, rounds: int = 2) -> float:
+    def seconds(self, r: Runtime, rounds: int = 1) -> float:
         """Seconds per product: the least of `rounds` timings of >= 1 run and >= MIN_TIME_S
         (the least, because other work on a shared device only ever adds time)."""
         best = float("inf")
@@ -124,7 +126,7 @@ def candidates(rt: Runtime, table: GemmChoice, stage: int, best: GemmChoice,
                form: str) -> list[GemmChoice]:
     """The choices tried in stage 0 (variant and vector width), 1 (work-group shape of the CPU
     variants) and 2 (K slice, or tiled tile edge / fetches / split-K depth) around `best`."""
-    fit = [g for g in CPU_GROUPS if g[0] * g[1] <= rt.limits.max_work_group_size][:5]
+    fit = [g for g in CPU_GROUPS if g[0] * g[1] <= rt.limits.max_work_group_size][:4]
     if stage == 0:
         g = fit[0] if fit else table.group
         out = [table] + [GemmChoice("blocked", group=g), GemmChoice("vector", 8, group=g),
@@ -163,9 +165,11 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     monitor, clock = monitor or Monitor(), clock or timer(rt)
     start, table = time.monotonic(), rt.plan
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))
-    seen, rows, winners, cancelled = set(), [], [], False
+    seen, rows, winners, cancelled, path = set(), [], [], False, None
     try:
-        for i, (label, shape) in enumerate(products):
+        monitor.tick("tuning kernels", 0, len(products) + 1)  # attention first: one choice
+        path = tune_attention(rt, cfg, batch_size, clock)
+        for i, (label, shape) in enumerate(products, 1):
             monitor.tick("tuning kernels", i, len(products) + 1)
             if shape in seen or time.monotonic() - start > seconds:
                 continue
@@ -176,13 +180,11 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
                 report(row)
             if row[4] != row[2] and row[5] is not None:
                 winners.append((shape, row[4]))
-        monitor.tick("tuning kernels", len(products), len(products) + 1)
-        path = tune_attention(rt, cfg, batch_size, clock) \
-            if time.monotonic() - start <= seconds \
-            else None
     except Cancelled:
-        cancelled, path = True, None
-    plan = replace(table, shapes=tuple(winners), attention_path=path or table.attention_path)
+        cancelled = True
+    rule = attention_gemm.choose(rt.info, cfg, batch_size, cfg.context_length, True, "auto")
+    plan = replace(table, shapes=tuple(winners),  # a path only where it is not the rule's
+                   attention_path=path if path not in (None, rule) else table.attention_path)
     complete = not cancelled and path is not None and len(seen) == len({s for _, s in products})
     return TuneResult(plan, rows, complete, cancelled, time.monotonic() - start)
 
@@ -206,11 +208,14 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
             t = _measure(bench, rt, table, c)
             if t is not None and (best_s is None or t < best_s * (1 - MARGIN)):
                 best, best_s = c, t
-    if best != first and base is not None:  # confirm against the table, timed alternately
-        base, best_s = side_by_side(bench, [rt.with_plan(replace(table, shapes=((shape, c),)))
-                                            for c in (first, best)])
-        if best_s > base * (1 - MARGIN):
+    if best != first and base is not None:  # (a table that fails needs no confirming)
+        if time.monotonic() > deadline:  # no time left to confirm the winner: the table stays
             best, best_s = first, base
+        else:  # confirm against the table, timed alternately
+            base, best_s = side_by_side(bench, [rt.with_plan(replace(
+                table, shapes=((shape, c),))) for c in (first, best)])
+            if best_s > base * (1 - MARGIN):
+                best, best_s = first, base
     return (label, shape, first, base, best, best_s)
 
 
