@@ -5,8 +5,8 @@ work-group and vector-width choices can be slow or not even run. `tune(rt, cfg, 
 times candidates for every matrix product of one training step (engine.gemm_plan.GemmChoice:
 variant, vector width, work-group shape, K slice, tile edge, float4 fetches, split-K depth)
 and the attention path, as CLBlast tunes per device; within `seconds` (default 30): the
-attention path first, then the largest products first, each in stages: variant, then
-work-group shape, then K slice / split. Every candidate's first result is checked against
+largest products first, each in stages: variant, then work-group shape, then K slice / split;
+then the attention path if time is left. Every candidate's first result is checked against
 numpy (float64) before it is timed, so a wrong-but-fast candidate (a miscompiled kernel, a
 launch the device does not honour) is never chosen; one the device refuses (DeviceError) is
 skipped. A candidate replaces the best so far only when it is MARGIN faster in one timing, and
@@ -167,9 +167,7 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))
     seen, rows, winners, cancelled, path = set(), [], [], False, None
     try:
-        monitor.tick("tuning kernels", 0, len(products) + 1)  # attention first: one choice
-        path = tune_attention(rt, cfg, batch_size, clock)
-        for i, (label, shape) in enumerate(products, 1):
+        for i, (label, shape) in enumerate(products):
             monitor.tick("tuning kernels", i, len(products) + 1)
             if shape in seen or time.monotonic() - start > seconds:
                 continue
@@ -180,6 +178,10 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
                 report(row)
             if row[4] != row[2] and row[5] is not None:
                 winners.append((shape, row[4]))
+        monitor.tick("tuning kernels", len(products), len(products) + 1)
+        # last: its kernels' first build can take seconds on a busy machine
+        if time.monotonic() - start <= seconds:
+            path = tune_attention(rt, cfg, batch_size, clock)
     except Cancelled:
         cancelled = True
     rule = attention_gemm.choose(rt.info, cfg, batch_size, cfg.context_length, True, "auto")
