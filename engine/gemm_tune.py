@@ -10,8 +10,8 @@ then the attention path if time is left. Every candidate's first result is check
 numpy (float64) before it is timed, so a wrong-but-fast candidate (a miscompiled kernel, a
 launch the device does not honour) is never chosen; one the device refuses (DeviceError) is
 skipped. A candidate replaces the best so far only when it is MARGIN faster in one timing, and
-the final winner must be MARGIN faster than the table again in 5 alternating timings
-(side_by_side), so noise does not move the plan off the table. Products not reached in time,
+the final winner must be MARGIN faster than the table again over 5 alternating rounds (least
+times) and faster in at least 4 of the 5, so noise does not move the plan off the table. Products not reached in time,
 and winners left unconfirmed when time runs out, keep the table's choice.
 
 Winners are cached per device, driver and model shape (engine/tune_cache.py);
@@ -214,9 +214,11 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
         if time.monotonic() > deadline:  # no time left to confirm the winner: the table stays
             best, best_s = first, base
         else:  # confirm against the table, timed alternately
-            base, best_s = side_by_side(bench, [rt.with_plan(replace(
-                table, shapes=((shape, c),))) for c in (first, best)])
-            if best_s > base * (1 - MARGIN):
+            times = _rounds(bench, [rt.with_plan(replace(table, shapes=((shape, c),)))
+                                    for c in (first, best)])
+            base, best_s = min(t[0] for t in times), min(t[1] for t in times)
+            wins = sum(t[1] < t[0] for t in times)
+            if best_s > base * (1 - MARGIN) or wins < len(times) - 1:
                 best, best_s = first, base
     return (label, shape, first, base, best, best_s)
 
@@ -231,8 +233,13 @@ def side_by_side(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5
                  ) -> list[float]:
     """Seconds of bench on each runtime, each the least of `rounds` timings taken in turn, so
     a burst of other work on the device weighs on all alike."""
-    times = [[bench.seconds(r, 1) for r in runtimes] for _ in range(rounds)]
+    times = _rounds(bench, runtimes, rounds)
     return [min(t[i] for t in times) for i in range(len(runtimes))]
+
+
+def _rounds(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5) -> list[list]:
+    """[[seconds on each runtime] per round], the runtimes timed in turn each round."""
+    return [[bench.seconds(r, 1) for r in runtimes] for _ in range(rounds)]
 
 
 def tune_attention(rt: Runtime, cfg, B: int, clock=None) -> str | None:
