@@ -43,15 +43,10 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
 
 
 def gemm_shapes(cfg, B):
-    """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them."""
-    BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
-    out = []
-    for lname, n, k in (("qkv", qkv_width(cfg), C), ("attn_out", C, C), ("gate_up", 2 * F, C),
-                        ("down", C, F), ("logits", V, C)):
-        out.append((f"{lname} fwd", "nn", BT, n, k))
-        out.append((f"{lname} dX", "nn", BT, k, n))
-        out.append((f"{lname} dW", "tn", n, k, BT))
-    return out
+    """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them
+    (engine.opencl.gemm_tune.model_products)."""
+    from engine.opencl.gemm_tune import model_products
+    return [(label, *shape) for label, shape in model_products(cfg, B)]
 
 
 def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
@@ -67,10 +62,9 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
         got = rt.read(bc, M * N).reshape(M, N)
         per_tile = []  # tiled GEMM: each tile edge forced, and scalar fetches, beside the choice
         for tile, fetch4 in ([(t, True) for t in gemm_tiles.TILED_EDGES] + [(None, False)]
-                             if rt.gemm == "tiled" else ()):
-            rt.gemm_tile, rt.gemm_fetch4 = tile, fetch4
-            per_tile.append(timeit(lambda: fn(rt, bc, ba, bb, M, N, K), rt.finish))
-            rt.gemm_tile, rt.gemm_fetch4 = None, True
+                             if rt.plan.variant == "tiled" else ()):
+            forced = rt.with_plan(rt.plan.replace(tile_edge=tile, fetch4=fetch4))
+            per_tile.append(timeit(lambda: fn(forced, bc, ba, bb, M, N, K), rt.finish))
         want = (a.T if kind == "tn" else a) @ b
         err = np.abs(got - want).max() / np.abs(want).max()
         at = np.ascontiguousarray(a.T) if kind == "tn" else a
@@ -171,23 +165,23 @@ def main(argv=None):
     ap.add_argument("--no-numpy", action="store_true", help="skip numpy's sgemm column")
     ap.add_argument("--groups-per-cu", type=int, default=None,
                     help="tiled GEMM: resident work-groups per compute unit assumed by the "
-                         "split-K and tile choices (engine.opencl.ops.GROUPS_PER_CU)")
+                         "split-K and tile choices (engine.opencl.gemm_plan.GROUPS_PER_CU)")
     ap.add_argument("--build-options", default="",
                     help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
-    from engine.opencl import gemm_tiles, ops
+    from engine.opencl import gemm_tiles
     from engine.opencl.runtime import Runtime
-    if args.groups_per_cu:
-        ops.GROUPS_PER_CU = args.groups_per_cu
     # select_device: never a simulator by default
     rt = Runtime(args.device, build_options=tuple(shlex.split(args.build_options)))
+    if args.groups_per_cu:
+        rt = rt.with_plan(rt.plan.replace(wave=args.groups_per_cu * rt.info.compute_units))
     tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
     if tdev:
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
     lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})"
              + (f", extra build options `{args.build_options}`" if args.build_options else "")
-             + (f", {ops.GROUPS_PER_CU} GEMM groups per compute unit" if args.groups_per_cu
+             + (f", {args.groups_per_cu} GEMM groups per compute unit" if args.groups_per_cu
                 else "") + "."]
     for name in [c.strip().upper() for c in args.configs.split(",") if c.strip()]:
         cfg, B = model_config(name)
@@ -197,7 +191,7 @@ def main(argv=None):
         head = ["product", "shape (M x N x K)", "ours GFLOP/s"]
         head += ([f"ours {t}x{t} tiles" for t in gemm_tiles.TILED_EDGES]
                  + ["ours scalar fetches"]
-                 if rt.gemm == "tiled" else [])
+                 if rt.plan.variant == "tiled" else [])
         head += [] if args.no_numpy else ["numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
         if not args.no_gemm:

@@ -1,7 +1,7 @@
 """The range of every number a person can set, written once.
 
 `LIMITS` maps a setting's name (its engine.config field: ModelConfig, TrainConfig,
-SamplingParams, plus max_new_tokens, checkpoint_every and the plot command's image size) to a
+SamplingParams, plus max_new_tokens, checkpoint_every, the plot command's image size and the kernel tuner's time) to a
 `Limit`: the lowest and highest value, whether an end is open, its unit and a hint.
 ModelConfig.validate and TrainConfig.validate, the sampling check (engine.generation.generator), the
 command line's argument types (studio.cli.inputs.limited) and the studio's spin boxes
@@ -162,6 +162,8 @@ LIMITS: dict[str, Limit] = _table(
     Limit("checkpoint_every", 0, MAX_STEPS, "steps", "0 = only at the end."),
     Limit("plot_width", 64, 16_384, "pixels"),
     Limit("plot_height", 64, 16_384, "pixels"),
+    # `llm-studio tune-kernels` (engine.opencl.gemm_tune)
+    Limit("tune_seconds", 0.0, 3600.0, "s", "e.g. 30.", lo_open=True, **_FLOAT),
 )
 
 

@@ -7,16 +7,20 @@
  *   matmul_tn_tiled[128]:  C(M,N) = beta*C + A(K,M)^T @ B(K,N)
  * Work-item (tx, ty) owns rows own(i, ty) and columns own(j, tx) (i, j < RB, see own()).
  * Edges are zero-filled on load and guarded on store.
- * Launch: global (16 * ceil(N/TL), 16 * ceil(M/TL)), local (16, 16).
+ * Launch: global (TG * ceil(N/TL), TG * ceil(M/TL)), local (TG, TG); TG, TL_SMALL (64), TL_BIG
+ * (128), TK and BMM_TL come from engine/gemm_tiles.py as -D options.
  * The tile edge is a literal at every call of the inline helpers below, so after inlining every
  * loop over a tile has a constant trip count, is unrolled, and the accumulators stay in
  * registers; only the loop over the K slice carries an unroll pragma (tile_fma). */
 
-#if !defined(TK) || !defined(BMM_TL)
-#error "matmul_tiled.cl is built with -DTK (K slice) and -DBMM_TL (engine/gemm_tiles.py)"
+#if !defined(TK) || !defined(BMM_TL) || !defined(TL_SMALL) || !defined(TL_BIG) || !defined(TG)
+#error "matmul_tiled.cl is built with -DTK, -DBMM_TL, -DTL_SMALL, -DTL_BIG, -DTG (engine/gemm_tiles.py)"
+#endif
+#if TG != 16 || TL_SMALL != 4 * TG || TL_BIG != 8 * TG
+#error "the register blocks are 4x4 (TL_SMALL) and 8x8 (TL_BIG) per work-item of a TG = 16 group"
 #endif
 #define RB_MAX 8
-#define LD_MAX (TK / 2)  /* elements of each tile a work-item fetches per slice: TK * tl / 256 */
+#define LD_MAX (TK * TL_BIG / (TG * TG))  /* most elements of a tile a work-item fetches per slice */
 /* Row stride of the __local tiles: 4 floats of padding keep float4 reads aligned and turn the
  * 16-way bank conflicts of the transposing A store (nn) into 2-way ones. */
 #define LDS_STRIDE(tl) ((tl) + 4)
@@ -25,16 +29,16 @@
  * 4 consecutive rows at t * 4 and, for RB = 8, t * 4 + 64, so the RB values a work-item needs
  * at each k are 1 or 2 aligned float4 reads from __local memory (4x fewer reads than strided
  * scalars; the rows of a warp's 16 neighbours are contiguous, so the reads do not conflict). */
-inline int own(int i, int t) { return (i / 4) * 64 + t * 4 + (i % 4); }
+inline int own(int i, int t) { return (i / 4) * (4 * TG) + t * 4 + (i % 4); }
 
 /* acc (RB x RB, row-major) += As[kk][own(i, ty)] * Bs[kk][own(j, tx)] for one kk. */
 inline void fma_row(__local const float* As, __local const float* Bs, float* acc, int kk,
                     int tx, int ty, const int tl) {
-    const int rb = tl / 16, ld = LDS_STRIDE(tl);
+    const int rb = tl / TG, ld = LDS_STRIDE(tl);
     float a[RB_MAX], b[RB_MAX];
     for (int q = 0; q < rb / 4; q++) {
-        const float4 va = *(__local const float4*)(As + kk * ld + q * 64 + ty * 4);
-        const float4 vb = *(__local const float4*)(Bs + kk * ld + q * 64 + tx * 4);
+        const float4 va = *(__local const float4*)(As + kk * ld + q * (4 * TG) + ty * 4);
+        const float4 vb = *(__local const float4*)(Bs + kk * ld + q * (4 * TG) + tx * 4);
         a[q * 4] = va.x; a[q * 4 + 1] = va.y; a[q * 4 + 2] = va.z; a[q * 4 + 3] = va.w;
         b[q * 4] = vb.x; b[q * 4 + 1] = vb.y; b[q * 4 + 2] = vb.z; b[q * 4 + 3] = vb.w;
     }
@@ -59,7 +63,7 @@ inline void tile_fma(__local const float* As, __local const float* Bs, float* ac
 /* C[m * ldc + n] = alpha * acc + beta * C (C not read when beta is 0) for the tile at m0, n0. */
 inline void tile_store(__global float* C, const float* acc, int m0, int n0, int tx, int ty,
                        int M, int N, int ldc, float alpha, float beta, const int tl) {
-    const int rb = tl / 16;
+    const int rb = tl / TG;
     for (int i = 0; i < rb; i++) {
         const int m = m0 + own(i, ty);
         if (m >= M) continue;
@@ -83,16 +87,16 @@ inline void gemm_tile(__global float* C, int ldc, __global const float* A, int a
                       __global const float* B, int b_rs, int b_cs, int M, int N, int kb, int ke,
                       float alpha, float beta, int m0, int n0, __local float* As,
                       __local float* Bs, const int tl) {
-    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * 16 + tx;
-    const int ld = LDS_STRIDE(tl), per = TK * tl / 256;
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * TG + tx;
+    const int ld = LDS_STRIDE(tl), per = TK * tl / (TG * TG);
     float acc[RB_MAX * RB_MAX], ra[LD_MAX], rb[LD_MAX];
-    for (int i = 0; i < (tl / 16) * (tl / 16); i++) acc[i] = 0.0f;
+    for (int i = 0; i < (tl / TG) * (tl / TG); i++) acc[i] = 0.0f;
     /* Tile coordinates of fetch r (element e = tid + 256 r of the TK x tl slice): affine in r,
      * since 256 is a multiple of both TK and tl. */
-#define AM(r) (a_cs == 1 ? tid / TK + (r) * (256 / TK) : tid % tl)
-#define AK(r) (a_cs == 1 ? tid % TK : tid / tl + (r) * (256 / tl))
-#define BN(r) (b_cs == 1 ? tid % tl : tid / TK + (r) * (256 / TK))
-#define BK(r) (b_cs == 1 ? tid / tl + (r) * (256 / tl) : tid % TK)
+#define AM(r) (a_cs == 1 ? tid / TK + (r) * ((TG * TG) / TK) : tid % tl)
+#define AK(r) (a_cs == 1 ? tid % TK : tid / tl + (r) * ((TG * TG) / tl))
+#define BN(r) (b_cs == 1 ? tid % tl : tid / TK + (r) * ((TG * TG) / TK))
+#define BK(r) (b_cs == 1 ? tid / tl + (r) * ((TG * TG) / tl) : tid % TK)
     for (int r = 0; r < per; r++) {  /* first slice */
         const int gm = m0 + AM(r), gk = kb + AK(r), gn = n0 + BN(r), gk2 = kb + BK(r);
         ra[r] = (gm < M && gk < ke) ? A[(size_t)gm * a_rs + (size_t)gk * a_cs] : 0.0f;
@@ -132,8 +136,8 @@ inline void gemm_tile(__global float* C, int ldc, __global const float* A, int a
  * along k: nn's A), else P[k * ld + t] (rows run along the tile edge: tn's A, and B). */
 inline void fetch4(__global const float* P, int ld, int kmajor, int t0, int lim, int k0,
                    int ke, float4* r, int tid, const int tl) {
-    for (int q = 0; q < TK * tl / 1024; q++) {
-        const int e = tid + 256 * q;
+    for (int q = 0; q < TK * tl / (4 * TG * TG); q++) {
+        const int e = tid + TG * TG * q;
         const int t = kmajor ? t0 + 4 * (e % (tl / 4)) : t0 + e / (TK / 4);
         const int k = kmajor ? k0 + e / (tl / 4) : k0 + 4 * (e % (TK / 4));
         r[q] = (t < lim && k < ke)
@@ -146,8 +150,8 @@ inline void fetch4(__global const float* P, int ld, int kmajor, int t0, int lim,
  * float4 store when the fetch ran along t, four scalar stores (a transpose) when along k. */
 inline void stage4(__local float* s, const float4* r, int kmajor, int tid, const int tl) {
     const int ld = LDS_STRIDE(tl);
-    for (int q = 0; q < TK * tl / 1024; q++) {
-        const int e = tid + 256 * q;
+    for (int q = 0; q < TK * tl / (4 * TG * TG); q++) {
+        const int e = tid + TG * TG * q;
         if (kmajor) {
             *(__local float4*)(s + (e / (tl / 4)) * ld + 4 * (e % (tl / 4))) = r[q];
         } else {
@@ -164,11 +168,11 @@ inline void gemm_tile4(__global float* C, int ldc, __global const float* A, int 
                        int a_kmajor, __global const float* B, int ldb, int M, int N, int kb,
                        int ke, float beta, int m0, int n0, __local float* As,
                        __local float* Bs, const int tl) {
-    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * 16 + tx;
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * TG + tx;
     const int ld = LDS_STRIDE(tl);
     float acc[RB_MAX * RB_MAX];
     float4 ra[LD_MAX / 4], rb[LD_MAX / 4];
-    for (int i = 0; i < (tl / 16) * (tl / 16); i++) acc[i] = 0.0f;
+    for (int i = 0; i < (tl / TG) * (tl / TG); i++) acc[i] = 0.0f;
     fetch4(A, lda, a_kmajor, m0, M, kb, ke, ra, tid, tl);
     fetch4(B, ldb, 1, n0, N, kb, ke, rb, tid, tl);
     for (int k0 = kb, buf = 0; k0 < ke; k0 += TK, buf ^= 1) {
@@ -195,22 +199,22 @@ inline void gemm_tile4(__global float* C, int ldc, __global const float* A, int 
 #define TILES __local float* As = (__local float*)As4; __local float* Bs = (__local float*)Bs4
 
 /* nn: C(M,N) = beta*C + A(M,K) @ B(K,N). */
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled(__global float* C, __global const float* A, __global const float* B,
                      int M, int N, int K, float beta, __local float4* As4,
                      __local float4* Bs4) {
     TILES;
-    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * 64,
-              get_group_id(0) * 64, As, Bs, 64);
+    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * TL_SMALL,
+              get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled128(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, __local float4* As4,
                         __local float4* Bs4) {
     TILES;
-    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * 128,
-              get_group_id(0) * 128, As, Bs, 128);
+    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * TL_BIG,
+              get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
 /* tn: C(M,N) = beta*C + A(K,M)^T @ B(K,N), split over K: group z of the third grid dimension
@@ -218,65 +222,65 @@ void matmul_nn_tiled128(__global float* C, __global const float* A, __global con
  * slice; scratch slices are then added up by sum_slices). A weight gradient has a small M x N
  * and a long K = B*T: unsplit, a 256 x 256 gradient is 16 work-groups on a GPU with 132
  * compute units. */
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_tn_tiled(__global float* C, __global const float* A, __global const float* B,
                      int M, int N, int K, float beta, int kslice,
                      __local float4* As4, __local float4* Bs4) {
     TILES;
     const int z = get_group_id(2), kb = z * kslice;
     gemm_tile(C + (size_t)z * M * N, N, A, 1, M, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
-              beta, get_group_id(1) * 64, get_group_id(0) * 64, As, Bs, 64);
+              beta, get_group_id(1) * TL_SMALL, get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_tn_tiled128(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, int kslice,
                         __local float4* As4, __local float4* Bs4) {
     TILES;
     const int z = get_group_id(2), kb = z * kslice;
     gemm_tile(C + (size_t)z * M * N, N, A, 1, M, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
-              beta, get_group_id(1) * 128, get_group_id(0) * 128, As, Bs, 128);
+              beta, get_group_id(1) * TL_BIG, get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
 /* The float4-fetch forms of the four kernels above (same arguments and launch), for aligned
  * products (engine/ops.py: M, N, K multiples of 4). Written out, not generated by a macro:
  * engine.runtime reads each kernel's signature from this source. */
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled_v4(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, __local float4* As4,
                         __local float4* Bs4) {
     TILES;
-    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * 64,
-               get_group_id(0) * 64, As, Bs, 64);
+    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * TL_SMALL,
+               get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled128_v4(__global float* C, __global const float* A, __global const float* B,
                            int M, int N, int K, float beta, __local float4* As4,
                            __local float4* Bs4) {
     TILES;
-    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * 128,
-               get_group_id(0) * 128, As, Bs, 128);
+    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * TL_BIG,
+               get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_tn_tiled_v4(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, int kslice,
                         __local float4* As4, __local float4* Bs4) {
     TILES;
     const int z = get_group_id(2), kb = z * kslice;
     gemm_tile4(C + (size_t)z * M * N, N, A, M, 1, B, N, M, N, kb, min(K, kb + kslice), beta,
-               get_group_id(1) * 64, get_group_id(0) * 64, As, Bs, 64);
+               get_group_id(1) * TL_SMALL, get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_tn_tiled128_v4(__global float* C, __global const float* A, __global const float* B,
                            int M, int N, int K, float beta, int kslice,
                            __local float4* As4, __local float4* Bs4) {
     TILES;
     const int z = get_group_id(2), kb = z * kslice;
     gemm_tile4(C + (size_t)z * M * N, N, A, M, 1, B, N, M, N, kb, min(K, kb + kslice), beta,
-               get_group_id(1) * 128, get_group_id(0) * 128, As, Bs, 128);
+               get_group_id(1) * TL_BIG, get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
 /* C[i] = beta * C[i] + sum over z < n_slices of parts[z * n + i] (the split-K partial sums). */
@@ -295,7 +299,7 @@ __kernel void sum_slices(__global float* C, __global const float* parts, int n_s
  *   A[z](m, k) = A[a_off + b * a_bs + h * a_hs + m * a_rs + k * a_cs]   (likewise B; C has unit
  *   column stride). The offsets pick q, k or v out of the fused qkv rows.
  * causal: a CAUSAL_* mode (common.h). */
-__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+__kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void bmm_tiled(__global float* C, __global const float* A, __global const float* B,
                int M, int N, int K, int H, int a_off, int a_rs, int a_cs, int a_bs, int a_hs,
                int b_off, int b_rs, int b_cs, int b_bs, int b_hs, int c_off, int c_rs, int c_bs,

@@ -39,11 +39,7 @@ def random_case(rng):
 @pytest.mark.parametrize("with_grad", [True, False])
 def test_memory_counts_what_is_allocated(rt, seed, path, with_grad):
     cfg, B, T = random_case(np.random.default_rng(seed))
-    before, rt.attention_path = rt.attention_path, path
-    try:
-        a = Activations(rt, cfg, B, T, with_grad)
-    finally:
-        rt.attention_path = before
+    a = Activations(rt.with_plan(rt.plan.replace(attention_path=path)), cfg, B, T, with_grad)
     assert a.attention == path
     sizes = allocated(a)
     total, largest = activation_floats(cfg, B, T, with_grad, path)

@@ -19,12 +19,9 @@ from tests.test_kernels import close, down, up
 def att_rt(rt, request):
     """The test runtime with attention forced to one kernel variant: the CPU's register-blocked
     kernels in float8 (AVX2) or float16 (AVX-512) vectors, or the GPU's tiled ones."""
-    before = rt.attention_variant, rt.vector_width
-    rt.attention_variant = request.param.rstrip("0123456789")
-    if rt.attention_variant == "blocked":
-        rt.vector_width = int(request.param[7:])
-    yield rt
-    rt.attention_variant, rt.vector_width = before
+    variant = request.param.rstrip("0123456789")
+    width = int(request.param[7:]) if variant == "blocked" else rt.plan.vector_width
+    return rt.with_plan(rt.plan.replace(attention_variant=variant, vector_width=width))
 
 
 def run_attention(rt, B, T, H, hd, seed, KVH=None, attend=attention, state=None):

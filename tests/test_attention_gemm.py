@@ -28,9 +28,7 @@ def gemm_rt(rt, rt_lanes, request):
     r = rt_lanes if lanes else rt
     if kind == "vector" and not r.is_cpu:
         pytest.skip("the float16 CPU kernels are compiled for CPU devices only")
-    before, r.gemm = r.gemm, kind
-    yield r
-    r.gemm = before
+    return r.with_plan(r.plan.replace(variant=kind))
 
 
 def run_gemm_attention(rt, B, T, H, hd, seed, KVH=None):
@@ -54,13 +52,10 @@ def test_gemm_grouped_query_attention(gemm_rt, B, T, H, hd, KVH):
 def test_gemm_attention_split_launches(rt, kind):
     """With a small cap on the work per launch (display GPUs) the products run one batch at a
     time: same results, more launches."""
-    before = rt.gemm, rt.max_launch_flops
-    rt.gemm, rt.max_launch_flops = kind, 1.0
+    rt = rt.with_plan(rt.plan.replace(variant=kind))  # a copy: the session's keeps no cap
+    rt.max_launch_flops = 1.0
     n0 = rt.launches
-    try:
-        run_gemm_attention(rt, 3, 21, 2, 6, seed=11)
-    finally:
-        rt.gemm, rt.max_launch_flops = before
+    run_gemm_attention(rt, 3, 21, 2, 6, seed=11)
     # 6 products (S, PV; dP, dQ, dK, dV) one launch per batch entry, 2 softmax launches, and
     # the CPU kernels' transposes of K and V
     assert rt.launches - n0 == 6 * 3 + 2 + (2 if kind == "blocked" else 0)
@@ -122,23 +117,20 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
                                      (tiny_config(n_layer=1, n_head=6, n_kv_head=1), 1, 1)])
 def test_model_on_both_paths(rt, path, cfg, B, T):
     """Loss and every gradient of the whole model against the reference on each path."""
-    before, rt.attention_path = rt.attention_path, path
-    try:
-        model = Model(rt, cfg, seed=3)
-        a = model.activations(B, T, with_grad=True)
-        assert a.attention == path
-        w = model.weights()
-        x, y = batch(cfg, B, T, seed=B)
-        _, rloss, cache = ref.forward(w, cfg, x, y)
-        rgrads = ref.backward(w, cfg, cache)
-        tc = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
-        loss, _, skipped = model.train_step(x, y, 1e-30, tc)
-        assert not skipped and abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
-        grads = model.table.unflatten(model.read_flat("grads"))
-        for name, want in rgrads.items():
-            assert rel_err(grads[name], want) < 1e-4, name
-    finally:
-        rt.attention_path = before
+    rt = rt.with_plan(rt.plan.replace(attention_path=path))
+    model = Model(rt, cfg, seed=3)
+    a = model.activations(B, T, with_grad=True)
+    assert a.attention == path
+    w = model.weights()
+    x, y = batch(cfg, B, T, seed=B)
+    _, rloss, cache = ref.forward(w, cfg, x, y)
+    rgrads = ref.backward(w, cfg, cache)
+    tc = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
+    loss, _, skipped = model.train_step(x, y, 1e-30, tc)
+    assert not skipped and abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
+    grads = model.table.unflatten(model.read_flat("grads"))
+    for name, want in rgrads.items():
+        assert rel_err(grads[name], want) < 1e-4, name
 
 
 def test_launch_cap_scales_with_the_device(rt, monkeypatch):

@@ -4,6 +4,7 @@ import pytest
 
 from engine.opencl.device import DeviceInfo
 from engine.opencl.runtime import gemm_variant
+from engine.opencl.gemm_plan import gemm_variant
 
 
 def _info(platform: str, type_: str) -> DeviceInfo:

@@ -10,7 +10,7 @@ from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
 from engine.model.memory import check_fits
 from engine.opencl.runtime import Runtime
-from tests.test_kernels import close, down, up
+from tests.test_kernels import close, down, up, plan_rt
 
 
 def test_max_alloc_override_refuses_big_buffers_and_configs(rt, monkeypatch):
@@ -35,25 +35,22 @@ def test_work_group_above_the_kernel_limit_is_a_clear_error(rt):
                         0.0)
 
 
-@pytest.mark.parametrize("gemm", ["blocked", "tiled"])
+@pytest.mark.parametrize("gemm", ["blocked", "tiled64"])
 def test_long_gemms_are_split_and_still_right(rt, gemm):
     """With a cap on the work per launch (display GPUs), products over many rows run in
     chunks of rows (nn) or of the summed dimension (tn, accumulating): same results."""
     M, N, K = 300, 24, 40
     rng = np.random.default_rng(1)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
-    before = rt.gemm, rt.gemm_tile, rt.max_launch_flops
-    rt.gemm, rt.gemm_tile, rt.max_launch_flops = gemm, 64 if gemm == "tiled" else None, 1.0
-    try:
-        n0 = rt.launches
-        out, scratch, bx, bw = rt.empty(M * N), rt.empty(N * K), up(rt, x), up(rt, w)
-        ops.matmul_forward(rt, out, bx, bw, scratch, M, N, K)
-        close(down(rt, out, (M, N)), ref.matmul_forward(x, w))
-        dx, dw = rt.empty(M * K), rt.zeros(N * K)
-        ops.matmul_backward(rt, dx, dw, up(rt, dout), bx, bw, M, N, K)
-        rdx, rdw = ref.matmul_backward(dout, x, w)
-        close(down(rt, dx, (M, K)), rdx)
-        close(down(rt, dw, (N, K)), rdw)
-        assert rt.launches - n0 >= 3 + 2 * 3  # 3 chunks of 128 rows in each of three products
-    finally:
-        rt.gemm, rt.gemm_tile, rt.max_launch_flops = before
+    rt = plan_rt(rt, gemm)  # a copy: its cap leaves the session's runtime as it was
+    rt.max_launch_flops = 1.0
+    n0 = rt.launches
+    out, scratch, bx, bw = rt.empty(M * N), rt.empty(N * K), up(rt, x), up(rt, w)
+    ops.matmul_forward(rt, out, bx, bw, scratch, M, N, K)
+    close(down(rt, out, (M, N)), ref.matmul_forward(x, w))
+    dx, dw = rt.empty(M * K), rt.zeros(N * K)
+    ops.matmul_backward(rt, dx, dw, up(rt, dout), bx, bw, M, N, K)
+    rdx, rdw = ref.matmul_backward(dout, x, w)
+    close(down(rt, dx, (M, K)), rdx)
+    close(down(rt, dw, (N, K)), rdw)
+    assert rt.launches - n0 >= 3 + 2 * 3  # 3 chunks of 128 rows in each of three products

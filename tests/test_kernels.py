@@ -9,6 +9,7 @@ import pytest
 
 import tests.reference as ref
 from engine.opencl import ops
+from engine.opencl.gemm_plan import k_slices
 
 SEEDS = [0, 1, 2]
 
@@ -28,27 +29,31 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
-                        "tiled128s"])
-def gemm(rt, request):
-    """Run a test with each GEMM variant (CPU register-blocked in scalars, or in float8 (AVX2)
-    or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles, with
-    float4 fetches where the shape allows, or with scalar fetches only: suffix s)."""
-    if request.param.startswith("vector") and not rt.is_cpu and "Oclgrind" not in rt.info.name:
+GEMM_VARIANTS = ["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
+                 "tiled128s"]
+
+
+def plan_rt(rt, name: str):
+    """rt with its GEMM plan set to variant `name` (see gemm_rt), or a pytest skip where the
+    device cannot run it."""
+    variant = name.rstrip("0123456789s")
+    if variant == "vector" and not rt.is_cpu and "Oclgrind" not in rt.info.name:
         pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
-    before = rt.gemm, rt.gemm_tile, rt.vector_width
-    rt.gemm = request.param.rstrip("0123456789s")
-    rt.gemm_tile = int(request.param[5:].rstrip("s")) if rt.gemm == "tiled" else None
-    rt.gemm_fetch4 = not request.param.endswith("s")
-    if rt.gemm == "vector":
-        rt.vector_width = int(request.param[6:])
-    if rt.gemm_tile == 128 and rt.gemm_tiles(128) is None:
-        rt.gemm, rt.gemm_tile, rt.vector_width = before
-        pytest.skip(f"{rt.info.name} has too little local memory for 128x128 tiles "
-                    "(the engine uses 64x64 there)")
-    yield request.param
-    rt.gemm, rt.gemm_tile, rt.vector_width = before
-    rt.gemm_fetch4 = True
+    edge = int(name[5:].rstrip("s")) if variant == "tiled" else None
+    if edge is not None and edge not in rt.plan.edges:
+        pytest.skip(f"{rt.info.name} has too little local memory for {edge}x{edge} tiles "
+                    "(the engine uses a smaller edge there)")
+    width = int(name[6:]) if variant == "vector" else rt.plan.vector_width
+    return rt.with_plan(rt.plan.replace(variant=variant, tile_edge=edge, vector_width=width,
+                                        fetch4=not name.endswith("s")))
+
+
+@pytest.fixture(params=GEMM_VARIANTS)
+def gemm_rt(rt, request):
+    """The test runtime with each GEMM variant (CPU register-blocked in scalars, or in float8
+    (AVX2) or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles,
+    with float4 fetches where the shape allows, or with scalar fetches only: suffix s)."""
+    return plan_rt(rt, request.param)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 13, 5), (6, 16, 8), (37, 50, 19), (64, 96, 128),
@@ -56,7 +61,8 @@ def gemm(rt, request):
                                    (16, 64, 3), (41, 97, 260),
                                    # multiples of 4 (float4 fetches), not of the tiles
                                    (4, 4, 4), (132, 68, 36), (260, 132, 600), (8, 200, 44)])
-def test_matmul_forward_backward(rt, gemm, M, N, K):
+def test_matmul_forward_backward(gemm_rt, M, N, K):
+    rt = gemm_rt
     rng = np.random.default_rng(M * 1000 + N)
     x, w, dout = rng.normal(size=(M, K)), rng.normal(size=(N, K)), rng.normal(size=(M, N))
     dw0 = rng.normal(size=(N, K))  # dw accumulates into existing contents
@@ -73,14 +79,16 @@ def test_matmul_forward_backward(rt, gemm, M, N, K):
 
 @pytest.mark.parametrize("M,N,K", [(68, 132, 1028), (64, 64, 2048), (67, 130, 1100),
                                    (4, 8, 772)])
-def test_matmul_tn_split_over_k(rt, gemm, M, N, K, monkeypatch):
+def test_matmul_tn_split_over_k(gemm_rt, M, N, K):
     """A weight gradient with few output tiles and a long K is split into slices of K summed by
-    sum_slices (engine.opencl.ops._k_slices; float4 fetches where M, N, K allow), accumulating into
-    the existing gradient (beta 1) as matmul_backward does. The wave is made large (as on a big
-    GPU) so the split happens on any test device."""
-    monkeypatch.setattr(ops, "GROUPS_PER_CU", 64)
-    if rt.gemm == "tiled":
-        assert ops._k_slices(rt, -(-M // 64) * -(-N // 64), K) > 1 or K < 512
+    sum_slices (engine.opencl.gemm_plan.k_slices; float4 fetches where M, N, K allow), accumulating
+    into the existing gradient (beta 1) as matmul_backward does. The wave is made large (as on
+    a big GPU) so the split happens on any test device."""
+    plan = gemm_rt.plan.replace(wave=64 * gemm_rt.info.compute_units)
+    rt = gemm_rt.with_plan(plan)
+    if plan.variant == "tiled":
+        assert k_slices(plan.wave, -(-M // 64) * -(-N // 64), K) > 1 or K < 512
+        assert plan.launch_for("tn", M, N, K).grid[2] > 1 or K < 512
     rng = np.random.default_rng(K)
     a, b, c0 = rng.normal(size=(K, M)), rng.normal(size=(K, N)), rng.normal(size=(M, N))
     c = up(rt, c0)
@@ -89,13 +97,10 @@ def test_matmul_tn_split_over_k(rt, gemm, M, N, K, monkeypatch):
 
 
 @pytest.fixture(params=["cpu", "gpu"])
-def rows_rt(request, rt, rt_lanes):
+def rows_rt(request, rt_one_lane, rt_lanes):
     """A runtime with the launch choices of either device kind: one work-item per row and
     unsplit reductions ("cpu"), or 64 lanes per row and split reductions ("gpu")."""
-    r = rt if request.param == "cpu" else rt_lanes
-    before, r.is_cpu = r.is_cpu, request.param == "cpu"
-    yield r
-    r.is_cpu = before
+    return rt_one_lane if request.param == "cpu" else rt_lanes
 
 
 @pytest.mark.parametrize("R,C", [(1, 1), (1, 7), (13, 31), (64, 128), (1000, 33)])
@@ -221,6 +226,7 @@ def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
     AVX2 kernels on an AVX-512 machine); other widths are refused with a hint."""
     from engine.errors import DeviceError
     from engine.opencl.runtime import VECTOR_WIDTH_ENV, Runtime, pick_vector_width
+    from engine.opencl.gemm_plan import VECTOR_WIDTH_ENV, pick_vector_width
     assert pick_vector_width(16) == 16 and pick_vector_width(8) == 8
     assert pick_vector_width(4) == 8 and pick_vector_width(1) == 8
     assert pick_vector_width(16, "8") == 8 and pick_vector_width(8, 16) == 16
@@ -229,5 +235,5 @@ def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
     assert VECTOR_WIDTH_ENV in e.value.hint
     monkeypatch.setenv(VECTOR_WIDTH_ENV, "8")
     r8 = Runtime(rt.info)
-    assert r8.vector_width == 8 and (r8.gemm == "vector" or not r8.is_cpu)
-    assert Runtime(rt.info, vector_width=16).vector_width == 16
+    assert r8.plan.vector_width == 8 and (r8.plan.variant == "vector" or not r8.is_cpu)
+    assert Runtime(rt.info, vector_width=16).plan.vector_width == 16

@@ -123,6 +123,10 @@ INLINE = {
     "llm-studio train": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio export": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio import": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    "llm-studio tune-kernels [--device D] [--preset NAME | --d-model --n-head --n-kv-head "
+    "--context-length --vocab-size --batch-size] [--seconds 30] [--no-save]":
+        "tests/test_gemm_tune.py::test_tune_kernels_command",
+    "LLM_STUDIO_AUTOTUNE=1": "tests/test_gemm_tune.py::test_opted_in_training_start_tunes_once_and_caches",
     "sudo apt install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1":
         "tests/test_preflight.py::test_every_missing_xcb_library_is_named_with_the_install_command",
     "llama-cli -m model.gguf": NOT_HERE + "llama.cpp's CLI is not installed; its library loads "

@@ -96,9 +96,9 @@ def heads(B: int, T: int, C: int, H: int, KVH: int | None = None) -> Heads:
 
 
 def variant(rt: Runtime) -> str:
-    """The kernel variant for rt: rt.attention_variant when set (tests run both on one
+    """The kernel variant for rt: rt.plan.attention_variant when set (tests run both on one
     device), else "blocked" on CPUs and "tiled" on GPUs."""
-    return rt.attention_variant or ("blocked" if rt.is_cpu else "tiled")
+    return rt.plan.attention_variant or ("blocked" if rt.is_cpu else "tiled")
 
 
 def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | None = None
@@ -107,7 +107,7 @@ def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | 
     local_mem bytes (default: the device's local memory). DeviceError when even 4-row tiles
     do not fit."""
     t = TILES[kind]
-    local_mem = rt.device.local_mem_size if local_mem is None else local_mem
+    local_mem = rt.limits.local_mem_bytes if local_mem is None else local_mem
     bk = t.bk
     while bk >= 4 and (2 * bk * head_dim + 2 * bk) * 4 > local_mem:
         bk //= 2
@@ -126,7 +126,7 @@ def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1
     rows per work-item, bk = keys per block), cached by the runtime."""
     kind = kind or variant(rt)
     if kind == "blocked":
-        vw = rt.vector_width
+        vw = rt.plan.vector_width
         built = rt.build(("attention_blocked.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
                                                      ("ATT_VW", vw), ("ATT_R", ROWS[vw])))
         return built, AttentionTiles(bq=ROWS[vw], bk=2 * vw)

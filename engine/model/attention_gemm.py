@@ -9,7 +9,7 @@ dP/dS scratch of the same size, so its memory grows with T^2; on an H200 it is s
 faster than the register-bound fused kernels (benchmarks/RESULTS.md, tuning timings). The
 "fused" path keeps memory linear in T (long contexts, CPUs).
 
-Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or Runtime.attention_path, for tests)
+Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or the runtime's plan.attention_path)
 forces one; otherwise CPUs take "fused" (PoCL runs it fastest: one work-item per row) and GPUs
 take "gemm" when one activation set's probability buffers (n_layer of them, plus the backward
 scratch) take at most GEMM_SHARE of the device memory and one of them fits the largest single
@@ -28,8 +28,9 @@ from engine.opencl import gemm_tiles
 from engine.model.attention import Heads, heads
 from engine.config import ModelConfig
 from engine.opencl.device import DeviceInfo
-from engine.opencl.ops import _round, _rows_launch
+from engine.opencl.ops import _rows_launch
 from engine.opencl.runtime import Runtime
+from engine.opencl.gemm_plan import round_grid
 
 ATTENTION_ENV = "LLM_STUDIO_ATTENTION"  # "gemm" or "fused" forces a path; "auto"/unset: rule
 PATHS = ("gemm", "fused")
@@ -85,15 +86,21 @@ def choose(info: DeviceInfo, cfg: ModelConfig, B: int, T: int, with_grad: bool,
         return forced
     if info.is_cpu:
         return "fused"
+    return "gemm" if gemm_fits(info, cfg, B, T, with_grad) else "fused"
+
+
+def gemm_fits(info: DeviceInfo, cfg: ModelConfig, B: int, T: int, with_grad: bool) -> bool:
+    """Whether the gemm path's (B, H, T, T) buffers of one activation set take at most
+    GEMM_SHARE of the device memory and one fits the largest single allocation (and int
+    indexing)."""
     one = B * cfg.n_head * T * T
-    fits = (4 * probability_floats(cfg, B, T, with_grad) <= GEMM_SHARE * info.global_mem_bytes
+    return (4 * probability_floats(cfg, B, T, with_grad) <= GEMM_SHARE * info.global_mem_bytes
             and 4 * one <= info.max_alloc_bytes and one <= _INT_MAX)
-    return "gemm" if fits else "fused"
 
 
 def path_for(rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool) -> str:
-    """choose() on rt's device, honouring rt.attention_path when set."""
-    return choose(rt.info, cfg, B, T, with_grad, rt.attention_path)
+    """choose() on rt's device, honouring rt.plan.attention_path when set."""
+    return choose(rt.info, cfg, B, T, with_grad, rt.plan.attention_path)
 
 
 def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strided,
@@ -116,12 +123,12 @@ def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strid
 def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a: Strided, b: Strided, c: Strided, alpha, beta,
                 causal: Causal):
     cs = (c.off, c.row, c.batch, c.head)  # the kernels take no column stride for C
-    if rt.gemm in ("blocked", "vector"):
+    if rt.plan.bmm_variant == "blocked":
         if b.col != 1:
             raise ValueError("bmm_blocked needs rows of B contiguous; transpose it first")
         # CPUs take the fused kernels unless forced here; the scalar batched kernel serves both
         tm, tn = gemm_tiles.BLOCKED  # MM_TM, MM_TN of kernels/matmul.cl
-        grid = _round((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
+        grid = round_grid((-(-N // tn), -(-M // tm), nz), (4, 4, 1))
         rt.launch_local("bmm_blocked", grid, (4, 4, 1), C, A, B, M, N, K, H, *a,
                         b.off, b.row, b.batch, b.head, *cs, alpha, beta, int(causal))
     else:
@@ -136,7 +143,7 @@ def _heads_transposed(rt: Runtime, qkv, s: Heads, off: int):
     (B*KVH, head_dim, T), in rt.scratch, for bmm_blocked: returns it and its bmm stride tuple."""
     hd, T, W = s.head_dim, s.T, s.width
     out = rt.scratch(s.B * s.KVH * hd * T)
-    grid = _round((-(-hd // 4), -(-T // 4), s.B * s.KVH), (4, 4, 1))
+    grid = round_grid((-(-hd // 4), -(-T // 4), s.B * s.KVH), (4, 4, 1))
     rt.launch_local("transpose_heads", grid, (4, 4, 1), out, qkv, T, hd, s.KVH, off, W,
                     T * W, hd)
     return out, Strided(0, T, 1, s.KVH * hd * T, hd * T)
@@ -147,7 +154,7 @@ def _keys(rt: Runtime, qkv, part: int, s: Heads):
     operand: read in place with strides on GPUs, copied out for the CPU kernels (contiguous
     rows)."""
     off = _part(s, part)
-    if rt.gemm in ("blocked", "vector"):
+    if rt.plan.bmm_variant == "blocked":
         return _heads_transposed(rt, qkv, s, off)
     return qkv, Strided(off, 1, s.width, s.T * s.width, s.head_dim)
 

@@ -30,9 +30,23 @@ def tiled_local_bytes(edge: int) -> int:
 
 
 def main_defines() -> list[str]:
-    """-D options of the main program for the tiles of matmul.cl and matmul_tiled.cl."""
+    """-D options of the main program for the tiles of matmul.cl and matmul_tiled.cl (the
+    tiled kernels' edges TL_SMALL, TL_BIG and group edge TG: kernel names carry no suffix for
+    the small edge and the edge for the big one, see tiled_kernel)."""
+    small, big = TILED_EDGES
     return [f"-DMM_TM={BLOCKED[0]}", f"-DMM_TN={BLOCKED[1]}", f"-DBMM_TL={BMM_EDGE}",
-            f"-DTK={TILED_K}"]
+            f"-DTK={TILED_K}", f"-DTL_SMALL={small}", f"-DTL_BIG={big}",
+            f"-DTG={TILED_GROUP[0]}"]
+
+
+def tiled_kernel(form: str, edge: int, fetch4: bool) -> str:
+    """The name of the tiled GEMM kernel of kernels/matmul_tiled.cl for form "nn" or "tn",
+    a tile edge of TILED_EDGES and float4 fetches or not (matmul_nn_tiled128_v4, ...).
+    ValueError for another edge."""
+    if edge not in TILED_EDGES:
+        raise ValueError(f"tile edge {edge}: the tiled kernels have {TILED_EDGES}")
+    return f"matmul_{form}_tiled" + ("" if edge == TILED_EDGES[0] else str(edge)) + \
+        ("_v4" if fetch4 else "")
 
 
 def vector_defines(width: int) -> tuple[tuple[str, int], ...]:

@@ -15,101 +15,32 @@ from engine.model import activations
 f32, i32 = np.float32, np.int32
 
 
-TN_SLICE = 256  # rows of K per CPU matmul_tn (and vector matmul_nn) launch: cache blocking
-# Resident 256-work-item GEMM groups per compute unit (122 registers per work-item on an H200:
-# 2 groups fit); split-K and the tile choice aim for whole waves of these.
-GROUPS_PER_CU = 2
-
-
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
-    if rt.gemm in ("blocked", "vector"):
-        # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl), or in vectors of
-        # the device's width (matmul_vec.cl): 8x32 in float16 (AVX-512), 6x16 in float8 (AVX2)
-        vec = rt.gemm == "vector"
-        tm, tn = gemm_tiles.VECTOR[rt.vector_width] if vec else gemm_tiles.BLOCKED
-        built = (rt.build(("matmul_vec.cl",), gemm_tiles.vector_defines(rt.vector_width))
-                 if vec else None)
-        grid, local = (-(-N // tn), -(-M // tm)), (4, 4)
-        if form == "nn" and not vec:
-            rt.launch_local("matmul_nn", _round(grid, local), local, C, A, B, M, N, K, beta)
+    """C (M, N) = beta * C + A @ B (nn) or A^T @ B (tn), launched as rt.plan says
+    (engine/opencl/gemm_plan.py: GemmPlan.launch_for)."""
+    g = rt.plan.launch_for(form, M, N, K)
+    if g.edge is None:  # CPU register-blocked kernels, one work-item per tile
+        built = (rt.build(("matmul_vec.cl",), gemm_tiles.vector_defines(g.vector_width))
+                 if g.vector_width else None)
+        if g.k_step is None:
+            rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, built=built)
             return
         # K in slices (beta 1 after the first), so the slice of A and B stays in cache
-        name = f"matmul_{form}_vec" if vec else f"matmul_{form}"
-        for k0 in range(0, max(K, 1), TN_SLICE):
-            rt.launch_local(name, _round(grid, local), local, C, A, B, M, N, K,
-                            beta if k0 == 0 else 1.0, k0, min(k0 + TN_SLICE, K), built=built)
-    else:
-        tl = _tile_edge(rt, form, M, N)
-        # float4 fetches where every row stride and edge is a multiple of 4 floats
-        suffix = ("" if tl == 64 else "128") + ("_v4" if _fetch4(rt, M, N, K) else "")
-        gx, gy = gemm_tiles.TILED_GROUP
-        grid, n_tiles = (gx * -(-N // tl), gy * -(-M // tl)), -(-N // tl) * -(-M // tl)
-        tiles, tk = rt.gemm_tiles(tl), gemm_tiles.TILED_K
-        if form == "nn":  # local-memory tiled, one work-group per tile
-            rt.launch_local("matmul_nn_tiled" + suffix, grid, (gx, gy), C, A, B, M, N, K, beta,
-                            *tiles)
-            return
-        # tn: split K so the groups fill whole waves, then add the slices up (sum_slices)
-        slices = _k_slices(rt, n_tiles, K)
-        kslice = -(-K // slices)
-        kslice = max(tk, -(-kslice // tk) * tk)
-        slices = -(-K // kslice) if K else 1
-        name = "matmul_tn_tiled" + suffix
-        if slices == 1:
-            rt.launch_local(name, grid + (1,), (gx, gy, 1), C, A, B, M, N, K, beta, max(K, 1),
-                            *tiles)
-            return
-        parts = rt.scratch(slices * M * N)
-        rt.launch_local(name, grid + (slices,), (gx, gy, 1), parts, A, B, M, N, K, 0.0, kslice,
-                        *tiles)
-        rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
-
-
-def _fetch4(rt: Runtime, M: int, N: int, K: int) -> bool:
-    """Whether the tiled GEMM may fetch float4s (kernels/matmul_tiled.cl gemm_tile4): M, N and
-    K (every row stride of C(M,N) = A(M,K) B(K,N) or A(K,M)^T B(K,N)) multiples of 4, unless
-    rt.gemm_fetch4 is False (tests and benchmarks force the scalar form)."""
-    return rt.gemm_fetch4 and M % 4 == 0 and N % 4 == 0 and K % 4 == 0
-
-
-SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K per tile
-
-
-def _k_slices(rt: Runtime, n_tiles: int, K: int) -> int:
-    """How many slices of K a tn product of n_tiles output tiles is split into: the count with
-    the least estimated time, waves x depth per slice (a last, partly empty wave costs as much
-    as a full one: 270 groups where 264 fit ran at 2/3 of the speed of 264) plus the summing
-    of the slices (sum_slices); each slice at least 256 deep."""
-    wave = _wave(rt)
-
-    def cost(s: int) -> float:
-        return -(-n_tiles * s // wave) * K / s + (SUM_DEPTH * s * n_tiles / wave if s > 1 else 0)
-
-    return min(range(1, max(1, K // 256) + 1), key=lambda s: (cost(s), s))
-
-
-def _tile_edge(rt: Runtime, form: str, M: int, N: int) -> int:
-    """64 or 128: 128x128 tiles (8x8 per work-item, twice the arithmetic per local-memory
-    read) once the product has a full wave of them; for tn (split over K,
-    which makes its own parallelism) once C has 2^17 elements (measured on an H200, M and L
-    shapes: bench_kernels.py); 64 where the device's local memory is too small for 128. Tests
-    force one."""
-    if rt.gemm_tile:
-        return rt.gemm_tile
-    if rt.gemm_tiles(128) is None:
-        return 64
-    if form == "tn":
-        return 128 if M * N >= 1 << 17 and min(M, N) >= 128 else 64
-    return 128 if -(-M // 128) * -(-N // 128) >= _wave(rt) else 64
-
-
-def _wave(rt: Runtime) -> int:
-    """Tiled-GEMM work-groups the device runs at once (GROUPS_PER_CU per compute unit)."""
-    return GROUPS_PER_CU * rt.info.compute_units
-
-
-def _round(grid, local):
-    return tuple(-(-g // l) * l for g, l in zip(grid, local))
+        for k0 in range(0, max(K, 1), g.k_step):
+            rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K,
+                            beta if k0 == 0 else 1.0, k0, min(k0 + g.k_step, K), built=built)
+        return
+    tiles = rt.gemm_tiles(g.edge)  # local-memory tiled, one work-group per tile
+    if form == "nn":
+        rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, *tiles)
+        return
+    slices = g.grid[2]  # tn: K split so the groups fill whole waves, slices summed (sum_slices)
+    if slices == 1:
+        rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, g.kslice, *tiles)
+        return
+    parts = rt.scratch(slices * M * N)
+    rt.launch_local(g.kernel, g.grid, g.local, parts, A, B, M, N, K, 0.0, g.kslice, *tiles)
+    rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
@@ -241,9 +172,10 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
 
 
 def grad_norm_partials(rt: Runtime) -> int:
-    """Work-items of grad_norm_partial on rt's device: engine.model.activations.grad_norm_partials
-    (fixed per device kind, so the reduction order and the result never change)."""
-    return activations.grad_norm_partials(rt.is_cpu)
+    """Work-items of grad_norm_partial: fixed per launch layout (one lane per row: the CPU count,
+    else the GPU's; engine.model.activations.grad_norm_partials, which the memory estimate reads
+    too), so the reduction order (and the result) never changes between steps."""
+    return activations.grad_norm_partials(rt.row_lanes == 1)
 
 
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):

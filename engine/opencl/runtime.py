@@ -14,6 +14,7 @@ so tests can check it), no launch with more work-items per group than the kernel
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
@@ -27,6 +28,7 @@ import pyopencl as cl
 import kernels as _kernels_pkg
 from engine.opencl import gemm_tiles
 from engine.opencl.device import DeviceInfo, select_device
+from engine.opencl.gemm_plan import VECTOR_WIDTH_ENV, DeviceLimits, GemmPlan, default_plan
 from engine.errors import DeviceError
 
 KERNEL_DIR = Path(_kernels_pkg.__file__).parent
@@ -45,38 +47,6 @@ OTHER_DEVICE_CLI = ("Give another --device (`llm-studio devices` lists them; a C
 LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
 LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
-VECTOR_WIDTH_ENV = "LLM_STUDIO_VECTOR_WIDTH"  # 8 or 16: overrides the device's float SIMD width
-VECTOR_WIDTHS = (8, 16)  # float vector widths of the CPU kernels (AVX2, AVX-512)
-
-
-def pick_vector_width(reported: int, override: int | str | None = None) -> int:
-    """The float vector width of the CPU kernels: `override` when given, else 16 where the
-    device reports a native float width of 16 or more (PoCL reports
-    CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT 16 on AVX-512 and 8 on AVX2), else 8. DeviceError for
-    an override other than 8 or 16."""
-    if override is not None and override != "":
-        if str(override).strip() not in [str(w) for w in VECTOR_WIDTHS]:
-            raise DeviceError(f"Vector width {override!r} is not supported.",
-                              f"Use one of {VECTOR_WIDTHS} (Runtime argument vector_width or "
-                              f"the environment variable {VECTOR_WIDTH_ENV}), or leave it unset.")
-        return int(override)
-    return 16 if reported >= 16 else 8
-
-
-def gemm_variant(info: DeviceInfo, native_float_width: int, forced: bool = False) -> str:
-    """The GEMM variant for a device (engine/opencl/ops.py): "tiled" on GPUs; on CPUs "vector"
-    (float8 / float16 register tiles, matmul_vec.cl) for 8- or 16-float SIMD, a forced vector
-    width, and on Intel's CPU runtime at any width, else "blocked" (scalar 6x16 tiles,
-    matmul.cl). Intel's runtime ran config S 1.9x
-    slower with "blocked" than with "vector" on an AVX2 target and 2.8x on AVX-512
-    (benchmarks/RESULTS.md, 2026-11-30): its compiler vectorizes across work-items, not
-    along the 16 columns of one work-item's tile as PoCL does."""
-    if not info.is_cpu:
-        return "tiled"
-    wide = native_float_width >= 8 or forced
-    return "vector" if wide or info.is_intel_cpu_runtime else "blocked"
-
-
 def kernel_source(files: tuple[str, ...] | None = None) -> str:
     """common.h followed by `files` (default: every .cl file but the SPECIALIZED), name order."""
     if files is None:
@@ -149,11 +119,14 @@ class Built:
             self._kernels[name] = k
         return k
 
-    def check_group(self, name: str, local_size: tuple):
+    def check_group(self, name: str, local_size: tuple, device_max: int | None = None):
+        """DeviceError when local_size has more work-items than kernel `name` (or device_max,
+        the device's limit as overridden: Runtime(limits=...)) allows."""
         items = math.prod(local_size)
-        if items > self.max_group[name]:
+        allowed = min(self.max_group[name], device_max or self.max_group[name])
+        if items > allowed:
             raise DeviceError(
-                f"{self.device_name} runs at most {self.max_group[name]} work-items per group "
+                f"{self.device_name} runs at most {allowed} work-items per group "
                 f"of kernel {name}; this engine's kernel needs {items}.",
                 "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
 
@@ -168,12 +141,18 @@ class Runtime:
 
     def __init__(self, device: DeviceInfo | int | str | None = None,
                  row_lanes: tuple[int, int] | None = None, build_options: tuple[str, ...] = (),
-                 max_alloc_bytes: int | None = None, vector_width: int | None = None):
+                 max_alloc_bytes: int | None = None, vector_width: int | None = None,
+                 plan: GemmPlan | None = None, limits: dict | None = None):
         """row_lanes: (lanes per row, rows per work-group) of the row kernels, overriding the
-        device-type default (tests run the GPU layout on a CPU); lanes a power of two.
+        device-type default (tests run the GPU layout on a CPU); lanes a power of two; more
+        than one lane also takes the GPU's split of reductions (ops.grad_norm_partials).
         build_options: extra OpenCL compiler options (benchmarks compare them).
         max_alloc_bytes: a lower limit for one buffer than the device reports (default: the
-        environment variable LLM_STUDIO_MAX_ALLOC_MB, else none); self.info reports it."""
+        environment variable LLM_STUDIO_MAX_ALLOC_MB, else none); self.info reports it.
+        limits: {DeviceLimits field: value} overriding what the device reports (local memory,
+        maximum work-group size, native float vector width: a profile of another device).
+        plan: how products launch (engine/opencl/gemm_plan.py); default the hand table's for the
+        device, whose vector width `vector_width` (or LLM_STUDIO_VECTOR_WIDTH) overrides."""
         info = device if isinstance(device, DeviceInfo) else select_device(device)
         env = os.environ.get(MAX_ALLOC_ENV)
         cap = max_alloc_bytes or (int(float(env) * 2**20) if env else None)
@@ -188,12 +167,15 @@ class Runtime:
             raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
                               "Pick another device, or check its driver.",
                               f"{OTHER_DEVICE_CLI} Or check its driver.") from e
+        self.limits = DeviceLimits.of(self.info, self.device, limits)
         self.is_cpu = self.info.is_cpu
-        if not self.is_cpu and self.device.max_work_group_size < GPU_GROUP:
+        if not self.is_cpu and self.limits.max_work_group_size < GPU_GROUP:
             raise DeviceError(
-                f"{self.info.name} runs at most {self.device.max_work_group_size} work-items per "
-                f"group; this engine's GPU kernels need {GPU_GROUP}.",
+                f"{self.info.name} runs at most {self.limits.max_work_group_size} work-items "
+                f"per group; this engine's GPU kernels need {GPU_GROUP}.",
                 "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
+        self.plan = plan or default_plan(
+            self.limits, vector_width or os.environ.get(VECTOR_WIDTH_ENV) or None)
         src = kernel_source()
         # Row kernels (softmax, RMSNorm; kernels/common.h): work-items per row and rows per
         # work-group. CPU: one work-item per contiguous row; GPU: 64 lanes share a row.
@@ -218,15 +200,6 @@ class Runtime:
         # (swiglu ran several times faster with (64, 1) than (4, 4): benchmarks/RESULTS.md).
         self.local_2d = (64, 1) if self.is_cpu else (16, 16)
         self.local_3d = (16, 1, 1) if self.is_cpu else (64, 1, 1)
-        # Float SIMD width of the CPU kernels (matmul_vec.cl, attention_blocked.cl): 16 on
-        # AVX-512, 8 on AVX2; GEMM variant (engine/opencl/ops.py; see gemm_variant). Tests set both to
-        # run every variant on one device.
-        native = self.device.native_vector_width_float
-        override = vector_width or os.environ.get(VECTOR_WIDTH_ENV) or None
-        self.vector_width = pick_vector_width(native, override)
-        self.gemm = gemm_variant(self.info, native, forced=bool(override))
-        self.gemm_tile = None  # tiled: 64 or 128 forces a tile edge (else picked per product)
-        self.gemm_fetch4 = True  # tiled: float4 fetches for aligned products (False: scalar)
         # GPUs: a second in-order queue for weight gradients, so they run beside the chain of
         # input gradients (filling the partly empty last wave of each product); see side().
         # None on CPUs (PoCL's two cores are busy with one kernel at a time).
@@ -236,15 +209,17 @@ class Runtime:
         self.max_launch_flops: float | None = launch_flops_cap(
             self.is_cpu, self.info.compute_units, int(self.device.max_clock_frequency),
             os.environ.get(LAUNCH_FLOPS_ENV))
-        # Attention path: None lets engine/model/attention_gemm.choose pick; "gemm" or "fused" forces
-        # one (tests run both on one device).
-        self.attention_path: str | None = None
-        # Fused attention kernels: None picks by device type (engine/model/attention.variant);
-        # "blocked" or "tiled" forces one (tests run both on one device).
-        self.attention_variant: str | None = None
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
         self._stop_mark: cl.Event | None = None  # see stop_point
+
+    def with_plan(self, plan: GemmPlan) -> "Runtime":
+        """A runtime on the same context, queues, programs and buffers that launches products
+        by `plan` (tests and the tuner run each variant on one device; this one is unchanged).
+        Use one of the two at a time: they share the queues' side-work bookkeeping."""
+        other = copy.copy(self)
+        other.plan = plan
+        return other
 
     def stop_point(self, check) -> None:
         """A place inside a long step where a stop may land: wait until the work enqueued
@@ -279,7 +254,7 @@ class Runtime:
         128 tiles take 33 KiB). Made once per tile edge: every tiled launch asks."""
         if tl not in self._gemm_tiles:
             nbytes = gemm_tiles.tiled_local_bytes(tl)
-            fits = 2 * nbytes <= self.device.local_mem_size
+            fits = tl in self.limits.tile_edges()
             self._gemm_tiles[tl] = (cl.LocalMemory(nbytes), cl.LocalMemory(nbytes)) if fits \
                 else None
         return self._gemm_tiles[tl]
@@ -294,7 +269,7 @@ class Runtime:
         """Enqueue an element-wise kernel over (rows, columns) written with FOR_COLUMNS
         (kernels/common.h): on a CPU device (built with CPU_DEVICE) 16 rows per work-group, one
         work-item per row walking its columns; on a GPU one work-item per element."""
-        if self.info.is_cpu:  # as the build was made (tests flip self.is_cpu for launch layouts)
+        if self.info.is_cpu:  # as the build was made (CPU_DEVICE)
             return self.launch_local(name, (1, -(-rows // 16) * 16), (1, 16), *args)
         return self.launch(name, (columns, rows), *args)
 
@@ -309,7 +284,7 @@ class Runtime:
         main program or `built`. DeviceError when the device cannot run groups that big."""
         prog = built or self.main
         k = prog.kernel(name)
-        prog.check_group(name, local_size)
+        prog.check_group(name, local_size, self.limits.max_work_group_size)
         self.launches += 1
         return k(self.queue, global_size, local_size, *args)
 

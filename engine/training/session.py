@@ -35,6 +35,7 @@ from engine.data.open_tokenizer import tokenizer_from_bytes
 from engine.data.tokenizer import Tokenizer
 from engine.data.textio import sha256_text
 from engine.limits import MIN_VOCAB
+from engine.opencl.gemm_tune import runtime_for_model
 
 
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
@@ -78,9 +79,11 @@ class TrainingSession:
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
                  monitor: Monitor | None = None):
-        self.rt, self.tokenizer = rt, tokenizer
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
+        # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
+        rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor)
+        self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
@@ -89,7 +92,7 @@ class TrainingSession:
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
-        check_fits(model_cfg, train_cfg.batch_size, rt.info)
+        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path)
         self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)

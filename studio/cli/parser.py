@@ -12,7 +12,7 @@ from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
                            TOKENIZER_KINDS, SamplingParams)
 from engine.errors import StudioError
 from engine.files.export_types import DEFAULT_DTYPE, DTYPE_NAMES
-from studio.cli import hf, models, runs
+from studio.cli import hf, models, runs, tune
 from studio.cli.inputs import limited
 from studio.cli.options import TRAIN_DEFAULTS
 from studio.cli.train import cmd_train
@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=models.cmd_export)
     runs.register(sub, S)
     hf.register(sub, S)
+    tune.register_tune(sub, S)
     return p
 
 

@@ -1,0 +1,160 @@
+"""The GEMM plan as one immutable object, and the kernel tuner (engine/opencl/gemm_plan.py,
+engine/opencl/gemm_tune.py, engine/opencl/tune_cache.py; issue 23 item 5, issue 24 goal 4). No timings are
+asserted: the machine is shared; what the tuner must guarantee is that what it picks runs,
+is right, and is stored and used."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from engine.opencl import gemm_tune, ops, tune_cache
+from engine.errors import DeviceError
+from engine.opencl.gemm_plan import GemmChoice
+from engine.training.progress import Cancelled, Monitor
+from engine.opencl.runtime import Runtime
+from tests.helpers import tiny_config
+from tests.test_kernels import close, down, up
+
+CFG, B = tiny_config(vocab_size=260, n_head=2), 2
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(tune_cache.CACHE_ENV, str(tmp_path))
+    return tmp_path / tune_cache.FILE_NAME
+
+
+def product(r, shape):
+    """Run one product of `shape` on runtime r; returns (got, float64 reference)."""
+    form, M, N, K = shape
+    rng = np.random.default_rng(M + N + K)
+    a = rng.normal(size=(K, M) if form == "tn" else (M, K))
+    b = rng.normal(size=(K, N))
+    c = r.empty(M * N)
+    (ops.matmul_tn if form == "tn" else ops.matmul_nn)(r, c, up(r, a), up(r, b), M, N, K)
+    return down(r, c, (M, N)), (a.T if form == "tn" else a) @ b
+
+
+def test_the_plan_is_immutable_and_round_trips(rt):
+    plan = rt.plan
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.default = GemmChoice("blocked")
+    tuned = plan.replace(shapes=((("nn", 7, 5, 3), GemmChoice("blocked", group=(2, 8))),),
+                         attention_path="gemm")
+    back = plan.with_tuned(json.loads(json.dumps(tuned.to_dict())))
+    assert back == tuned and back.choice_for("nn", 7, 5, 3).group == (2, 8)
+    assert back.choice_for("nn", 7, 5, 4) == plan.default
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        plan.with_tuned({"default": {"variant": "magic"}, "shapes": []})
+
+
+def test_tuner_finds_launches_where_the_table_does_not_fit(rt):
+    """A device profile whose groups hold at most 8 work-items (the table's CPU GEMMs take
+    4x4): the table's launches are refused, the tuner's run and are right."""
+    if not rt.is_cpu:
+        pytest.skip("a GPU runtime refuses groups under 256 work-items outright")
+    small = Runtime(rt.info, limits={"max_work_group_size": 8})
+    shape = ("nn", 37, 50, 19)
+    with pytest.raises(DeviceError):
+        product(small, shape)
+    result = gemm_tune.tune(small, CFG, B, seconds=300)
+    assert result.rows and len(result.rows) == len({s for _, s in gemm_tune.model_products(CFG, B)})
+    for label, shape_, table, t_table, tuned, t_tuned in result.rows:
+        assert t_table is None and t_tuned is not None, label
+        assert tuned.group[0] * tuned.group[1] <= 8
+    tuned_rt = small.with_plan(result.plan)
+    for _, shape_ in gemm_tune.model_products(CFG, B):
+        got, want = product(tuned_rt, shape_)
+        close(got, want)
+
+
+def test_a_wrong_but_fast_candidate_is_never_chosen(rt, monkeypatch):
+    """A candidate that launches nothing (K slices of -1 floats: C stays as it was) would be
+    the fastest of all; its result is checked first, so it is never timed or chosen."""
+    broken = GemmChoice(rt.plan.variant, rt.plan.vector_width, k_slice=-1)
+    if rt.plan.variant == "tiled":
+        pytest.skip("K slices are a CPU variant's choice")
+    shape = ("tn", 24, 40, 32)
+    bench = gemm_tune.ProductBench(rt, shape, gemm_tune.time.perf_counter)
+    assert gemm_tune._measure(bench, rt, rt.plan, broken) is None
+    real = gemm_tune.candidates
+    monkeypatch.setattr(gemm_tune, "candidates",
+                        lambda r, t, stage, best, form: [broken] + real(r, t, stage, best, form))
+    result = gemm_tune.tune(rt, CFG, B, seconds=300)
+    assert result.rows and all(row[4] != broken for row in result.rows)
+    assert broken not in dict(result.plan.shapes).values()
+
+
+def test_cancelling_keeps_the_table_and_stores_nothing(rt, cache, monkeypatch):
+    monitor = Monitor()
+    monitor.cancel()
+    result = gemm_tune.tune(rt, CFG, B, seconds=300, monitor=monitor)
+    assert result.cancelled and not result.complete and result.plan.shapes == ()
+    monkeypatch.setenv(gemm_tune.AUTOTUNE_ENV, "1")
+    with pytest.raises(Cancelled):
+        gemm_tune.runtime_for_model(rt, CFG, B, monitor)
+    assert not cache.exists()
+
+
+def test_cached_winners_are_used_and_a_damaged_cache_is_ignored(rt, cache):
+    """An entry for this device and shape becomes the runtime's plan (a copy: rt keeps its
+    own); a damaged file warns and the table runs; storing replaces it atomically."""
+    shape = gemm_tune.model_products(CFG, B)[0][1]
+    choice = dataclasses.replace(rt.plan.default, group=(2, 8)) if rt.is_cpu else \
+        dataclasses.replace(rt.plan.default, fetch4=False)
+    tuned = rt.plan.replace(shapes=((shape, choice),))
+    gemm_tune.save(rt, CFG, B, gemm_tune.TuneResult(tuned, [], True, False, 1.0))
+    r = gemm_tune.runtime_for_model(rt, CFG, B)
+    assert r.plan.choice_for(*shape) == choice and rt.plan.shapes == ()
+    got, want = product(r, shape)
+    close(got, want)
+    assert gemm_tune.runtime_for_model(rt, tiny_config(), 3).plan == rt.plan  # other shape
+    cache.write_text("{not json", encoding="utf-8")
+    with pytest.warns(UserWarning, match="damaged"):
+        assert gemm_tune.runtime_for_model(rt, CFG, B).plan == rt.plan
+        gemm_tune.save(rt, CFG, B, gemm_tune.TuneResult(tuned, [], True, False, 1.0))
+    assert json.loads(cache.read_text(encoding="utf-8"))["version"] == tune_cache.VERSION
+
+
+def test_opted_in_training_start_tunes_once_and_caches(rt, cache, monkeypatch):
+    monkeypatch.setenv(gemm_tune.AUTOTUNE_ENV, "1")
+    monkeypatch.setattr(gemm_tune, "TUNE_SECONDS", 60.0)
+    seen = []
+    gemm_tune.runtime_for_model(rt, CFG, B, Monitor(lambda *a: seen.append(a)))
+    assert cache.exists() and ("tuning kernels", 0, len(gemm_tune.model_products(CFG, B)) + 1) \
+        in seen
+    calls = []
+    monkeypatch.setattr(gemm_tune, "tune", lambda *a, **k: calls.append(a))
+    gemm_tune.runtime_for_model(rt, CFG, B)  # cached now: no second tuning
+    assert calls == []
+
+
+def test_tune_kernels_command(rt, cache, capsys):
+    from studio.cli import main
+    code = main(["--device", str(rt.info.index), "tune-kernels", "--d-model", "24",
+                 "--n-head", "2", "--context-length", "16", "--vocab-size", "260",
+                 "--batch-size", "2", "--seconds", "60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "qkv fwd" in out and "table" in out and "tuned" in out and str(cache) in out
+    entries = json.loads(cache.read_text(encoding="utf-8"))["entries"]
+    assert tune_cache.device_key(rt) in entries
+
+
+def test_a_training_session_runs_on_the_cached_plan(rt, cache, tok, texts):
+    """TrainingSession (engine/training/session.py) takes the cached winners for its device and shape:
+    its model launches by them; the runtime it was given is left as it was."""
+    from engine.config import TrainConfig
+    from engine.training.session import TrainingSession
+    cfg, tc = tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2)
+    shape = gemm_tune.model_products(cfg, tc.batch_size)[0][1]
+    choice = dataclasses.replace(rt.plan.default, k_slice=128, group=(8, 2))
+    tuned = rt.plan.replace(shapes=((shape, choice),))
+    gemm_tune.save(rt, cfg, tc.batch_size, gemm_tune.TuneResult(tuned, [], True, False, 1.0))
+    s = TrainingSession(rt, cfg, tc, tok, texts[0], None)
+    assert s.rt.plan.choice_for(*shape) == choice and s.model.rt is s.rt
+    assert rt.plan.shapes == ()
+    loss, _, skipped = s.model.train_step(*s.pretrain.train_batch(s.rng, 2), 1e-3, tc)
+    assert not skipped and np.isfinite(loss)
