@@ -85,7 +85,7 @@ def test_memory_estimate_is_what_a_model_allocates(rt, monkeypatch, cfg, batch):
     for B, grad in ((batch, True), (batch, False), (1, False)):  # train, evaluate, generate
         m.activations(B, cfg.context_length, grad)
     KVDecoder(m)   # samples during training
-    assert (sum(sizes), max(sizes)) == training_bytes(cfg, batch, rt.info, rt.attention_path)
+    assert (sum(sizes), max(sizes)) == training_bytes(cfg, batch, rt.info, rt.plan.attention_path)
 
 
 def test_every_declared_model_buffer_is_the_models():

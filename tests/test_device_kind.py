@@ -3,7 +3,6 @@
 import pytest
 
 from engine.opencl.device import DeviceInfo
-from engine.opencl.runtime import gemm_variant
 from engine.opencl.gemm_plan import gemm_variant
 
 

@@ -38,7 +38,7 @@ class DeviceLimits:
     """What the plan reads from a device (CL_DEVICE_* queries), overridable per field."""
 
     is_cpu: bool
-    intel_cpu_runtime: bool  # DeviceInfo.is_intel_cpu_runtime (see gemm_variant)
+    is_intel_cpu_runtime: bool  # as DeviceInfo.is_intel_cpu_runtime (see gemm_variant)
     compute_units: int
     local_mem_bytes: int      # CL_DEVICE_LOCAL_MEM_SIZE
     max_work_group_size: int  # CL_DEVICE_MAX_WORK_GROUP_SIZE
@@ -87,7 +87,7 @@ def gemm_variant(info, native_float_width: int, forced: bool = False) -> str:
     work-item's tile as PoCL does."""
     if not info.is_cpu:
         return "tiled"
-    intel = getattr(info, "is_intel_cpu_runtime", getattr(info, "intel_cpu_runtime", False))
+    intel = info.is_intel_cpu_runtime
     wide = native_float_width >= 8 or forced
     return "vector" if wide or intel else "blocked"
 

@@ -48,7 +48,7 @@ def cmd_tune_kernels(args) -> int:
     from engine.training.progress import Monitor
     from engine.opencl.runtime import Runtime
     cfg, B = _shape(args)
-    rt = Runtime(getattr(args, "device", None))
+    rt = Runtime(args.device)
     print(f"Tuning the products of d_model {cfg.d_model}, {cfg.n_head} heads, context "
           f"{cfg.context_length}, vocabulary {cfg.vocab_size}, batch {B} on {rt.info.name} "
           f"for at most {args.seconds:g} s:", flush=True)
