@@ -12,7 +12,7 @@ from engine.chat_template import ChatFormat, render  # noqa: E402
 from engine.dialogue import Message, parse_dialogues  # noqa: E402
 from engine.errors import DataError  # noqa: E402
 from engine.open_tokenizer import OpenTokenizer  # noqa: E402
-from tests.open_models import FAMILIES, TEMPLATES, open_folders  # noqa: E402,F401
+from tests.open_models import FAMILIES, TEMPLATES  # noqa: E402
 
 CHATS = [
     [Message("user", "What is 2 + 2?")],

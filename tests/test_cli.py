@@ -1,18 +1,11 @@
 """The llm-studio command line: a tiny training run end to end, continued, and bad input."""
 
-import json
 import math
 
 import pytest
 
 from studio.cli import main
-
-TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
-        "--vocab-size", "320", "--batch-size", "4", "--checkpoint-every", "10", "--quiet"]
-
-
-def metrics(run):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+from tests.helpers import TINY, metrics
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
 from engine.memory import check_fits
 from engine.runtime import Runtime
-from tests.test_kernels import close, down, up
+from tests.kernel_helpers import close, down, up
 
 
 def test_max_alloc_override_refuses_big_buffers_and_configs(rt, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 import tests.reference as ref
 from engine import attention, ops
 from engine.runtime import kernel_source
-from tests.test_kernels import close, down, up
+from tests.kernel_helpers import close, down, up
 
 FILES = ("swiglu.cl", "rope.cl", "embedding.cl")
 

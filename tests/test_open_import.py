@@ -26,8 +26,7 @@ from engine.hf.load import import_hf, model_config  # noqa: E402
 from engine.model_card import format_card, model_card  # noqa: E402
 from engine.open_gguf import open_config  # noqa: E402
 from engine.rope_scaling import llama3_factors, llama3_from_factors  # noqa: E402
-from tests.open_models import (FAMILIES, build, llama_model, nmse,  # noqa: E402,F401
-                               numpy_logits, open_folders, open_ggufs)
+from tests.open_models import FAMILIES, build, llama_model, nmse, numpy_logits  # noqa: E402
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
 

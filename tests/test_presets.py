@@ -10,7 +10,7 @@ from engine.errors import ConfigError
 from engine.presets import PRESETS, get_preset
 from engine.session import TrainingSession
 from studio.cli import _configs, build_parser, main
-from tests.test_cli import TINY
+from tests.helpers import TINY
 
 
 def train_args(*argv) -> argparse.Namespace:

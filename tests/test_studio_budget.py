@@ -15,7 +15,7 @@ from engine.metrics import StepMetrics  # noqa: E402
 from studio.protocol import Outcome, RunState  # noqa: E402
 from studio.ui.plots import LivePlots  # noqa: E402
 from studio.ui.run_bar import RunBar  # noqa: E402
-from tests.test_studio import configure, settings, window  # noqa: E402,F401
+from tests.studio_helpers import configure  # noqa: E402
 
 
 def _record(step, total, boundary, left=None):

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
+from tests.studio_helpers import configure, train  # noqa: E402
 from studio.protocol import Outcome  # noqa: E402
 
 MAX_MIN_WIDTH = 1200  # leaves room on a 1280 px screen for the window frame and other fonts

@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QCoreApplication, QSettings  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
+from tests.studio_helpers import configure, train  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402

@@ -15,8 +15,7 @@ from PySide6.QtCore import QRect  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 from PySide6.QtWidgets import QComboBox, QWidget  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
-from test_studio_autosave import open_model  # noqa: E402
+from tests.studio_helpers import configure, open_model, train  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 

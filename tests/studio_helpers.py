@@ -1,0 +1,58 @@
+"""Helpers the studio tests share (pytest-qt, offscreen): set the settings panel to a tiny
+model, train / chat / open a model through the window's own buttons and signals, read a plot's
+points, list the window's run folders. The `settings` and `window` fixtures are in
+tests/conftest.py."""
+
+from pathlib import Path
+
+RUN_TIMEOUT_MS = 600_000  # a bound for hangs, not a speed test: a loaded 2-core CI is slow
+CHAT_TIMEOUT_MS = 60_000
+
+
+def configure(win, **values):
+    """The settings panel set to a tiny model (trains in seconds), `values` by spin-box name."""
+    tiny = dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=32,
+                vocabSizeSpin=512, pretrainStepsSpin=20, tuneStepsSpin=10, batchSizeSpin=8,
+                warmupSpin=2, evalIntervalSpin=5, sampleIntervalSpin=10)
+    tiny.update(values)
+    for name, value in tiny.items():
+        win.settings_panel.set_value(name, value)
+
+
+def train(qtbot, win, timeout=RUN_TIMEOUT_MS):
+    """Click Train and wait for the run to end; the window's RunResult."""
+    button = win.findChild(type(win.run_bar.train_button), "trainButton")
+    assert button.isEnabled(), win.run_bar.hint.text()
+    with qtbot.waitSignal(win.trainingFinished, timeout=timeout) as blocker:
+        button.click()
+    return blocker.args[0]
+
+
+def chat(qtbot, win, text):
+    """Send `text` from the chat box; the model's answer once chatFinished comes."""
+    win.chat_panel.input.setText(text)
+    with qtbot.waitSignal(win.chatFinished, timeout=CHAT_TIMEOUT_MS) as blocker:
+        win.findChild(type(win.run_bar.train_button), "chatSendButton").click()
+    return blocker.args[0]
+
+
+def curve_x(win, plot_name, curve_name):
+    """The x values (steps or seconds) of the named curve of a plot."""
+    import pyqtgraph as pg
+    plot = win.findChild(pg.PlotWidget, plot_name)
+    item = next(i for i in plot.getPlotItem().listDataItems() if i.name() == curve_name)
+    return item.xData if item.xData is not None else []
+
+
+def run_folders(win) -> list[Path]:
+    """The run folders under the window's autosave root, sorted by name (start time)."""
+    root = win.autosave_box.runs_root()
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def open_model(qtbot, win, path):
+    """Open a checkpoint folder or a .gguf file as the menu would; the ModelSource opened."""
+    opener = win.open_gguf if str(path).endswith(".gguf") else win.open_checkpoint
+    with qtbot.waitSignal(win.modelOpened, timeout=CHAT_TIMEOUT_MS) as blocker:
+        opener(str(path))
+    return blocker.args[0]
