@@ -36,6 +36,23 @@ def chat(qtbot, win, text):
     return blocker.args[0]
 
 
+def assert_answered(win, answer):
+    """`answer` (chatFinished's) is a whole reply of the model, shown as it is kept: a ChatReply
+    that ended for a reason (</s>, the token bound or a full window) within the chat panel's
+    token bound, the last assistant message (stripped, as tune turns are written), and the text
+    after the chat view's last "Model:" (or the note for an empty answer). A None (the chat
+    failed or was cancelled) fails, and so does a bare str."""
+    from engine.chat import ChatReply
+    assert isinstance(answer, ChatReply), answer
+    bound = win.chat_panel.knobs()["max_new_tokens"]
+    assert answer.finish_reason in ("stop", "length", "context"), answer.finish_reason
+    assert 0 <= answer.n_tokens <= bound, (answer.n_tokens, bound)   # </s> not counted
+    assert (answer.n_tokens == bound) == (answer.finish_reason == "length"), answer.finish_reason
+    assert win.chat_panel.messages[-1] == {"role": "assistant", "content": answer.strip()}
+    shown = win.chat_panel.view.toPlainText().rpartition("Model:")[2].strip()
+    assert shown.startswith(answer.strip() or "(empty answer"), (shown, answer)
+
+
 def curve_x(win, plot_name, curve_name):
     """The x values (steps or seconds) of the named curve of a plot."""
     import pyqtgraph as pg

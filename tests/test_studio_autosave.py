@@ -14,8 +14,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 
 from tests.helpers import TEST_DEVICE, metrics_steps  # noqa: E402
-from tests.studio_helpers import (chat, configure, curve_x, open_model,  # noqa: E402
-                                  run_folders, train)
+from tests.studio_helpers import (assert_answered, chat, configure, curve_x,  # noqa: E402
+                                  open_model, run_folders, train)
 
 from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
 from engine.session import TrainingSession  # noqa: E402
@@ -179,7 +179,10 @@ def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
 def test_stop_just_after_the_run_ended_does_not_cancel_the_next_chat(qtbot, window):
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=0, sampleIntervalSpin=0)
     train(qtbot, window)
-    window.controller.host.stop()  # what a Stop click racing the end of the run sends
-    qtbot.wait(100)
+    # the chat is queued on the worker's thread behind the stop: once it is answered, the
+    # stop was handled; it ended nothing (no second trainingFinished) and cancelled no chat
+    with qtbot.assertNotEmitted(window.trainingFinished):
+        window.controller.host.stop()  # what a Stop click racing the end of the run sends
+        answer = chat(qtbot, window, "Hello")
     assert window.controller.state is RunState.IDLE
-    assert isinstance(chat(qtbot, window, "Hello"), str)
+    assert_answered(window, answer)
