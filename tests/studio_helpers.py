@@ -47,10 +47,24 @@ def assert_answered(win, answer):
     bound = win.chat_panel.knobs()["max_new_tokens"]
     assert answer.finish_reason in ("stop", "length", "context"), answer.finish_reason
     assert 0 <= answer.n_tokens <= bound, (answer.n_tokens, bound)   # </s> not counted
-    assert (answer.n_tokens == bound) == (answer.finish_reason == "length"), answer.finish_reason
+    assert answer.finish_reason != "length" or answer.n_tokens == bound
+    assert answer.finish_reason != "stop" or answer.n_tokens < bound
     assert win.chat_panel.messages[-1] == {"role": "assistant", "content": answer.strip()}
     shown = win.chat_panel.view.toPlainText().rpartition("Model:")[2].strip()
-    assert shown.startswith(answer.strip() or "(empty answer"), (shown, answer)
+    # streaming waits for whole UTF-8 characters: a last one cut off by the token bound or
+    # the window ("\ufffd" in the answer) is never streamed into the view
+    want = answer.strip().rstrip("\ufffd") if answer.strip() else "(empty answer"
+    assert shown.startswith(want), (shown, answer)
+
+
+def settle():
+    """Deliver the events already posted (resizes, layout requests, paints), twice, as a
+    layout pass posts more: what a fixed qtbot.wait(N) before a check of the layout hoped had
+    happened by then, without a guess of N that a loaded machine can outrun."""
+    from PySide6.QtWidgets import QApplication
+    for _ in range(2):
+        QApplication.sendPostedEvents()
+        QApplication.processEvents()
 
 
 def curve_x(win, plot_name, curve_name):

@@ -48,8 +48,10 @@ def test_sample_tokenize_chat(run, capsys, rt):
     reply = s.chat(question, greedy=True, max_new_tokens=8)
     notes = "".join(f"({note})\n" for note in reply.notes())
     assert capsys.readouterr().out == reply + "\n" + notes  # a tiny model's answer may be blank
-    # n_tokens leaves out </s>: fewer than the bound when it stopped
-    assert (reply.finish_reason, reply.n_tokens == 8) in (("stop", False), ("length", True))
+    # ended by </s>, the bound or the 32-token window; n_tokens leaves out </s>
+    assert reply.finish_reason in ("stop", "length", "context") and reply.n_tokens <= 8
+    assert reply.finish_reason != "length" or reply.n_tokens == 8
+    assert reply.finish_reason != "stop" or reply.n_tokens < 8
 
 
 @pytest.mark.parametrize("flag", ["--continue", "--resume"])
