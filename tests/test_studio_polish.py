@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QCoreApplication, QSettings  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
-from tests.studio_helpers import configure, train  # noqa: E402
+from tests.studio_helpers import configure, settle, train  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
@@ -153,7 +153,7 @@ def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown
     win.show()
     qtbot.waitExposed(win)
-    qtbot.wait(50)
+    settle()
     column = win.centralWidget().widget(0)
     assert column.verticalScrollBar().maximum() == 0, "the settings column scrolls"
     summary = win.plots.summary
