@@ -114,10 +114,11 @@ def test_export_dialog_needs_a_file_name(qtbot, tmp_path):
     dialog = ExportDialog(ModelConfig(), tmp_path / "model.gguf")
     qtbot.addWidget(dialog)
     assert dialog.export_button.isEnabled()
-    for text in ("", "   ", str(tmp_path)):
+    for text, why in (("", "Give the file to write."), ("   ", "Give the file to write."),
+                      (str(tmp_path), "is a folder: add a file name such as model.gguf.")):
         dialog.path_edit.setText(text)
         assert not dialog.export_button.isEnabled(), text
-        assert dialog.export_button.toolTip()
+        assert dialog.export_button.toolTip().endswith(why), dialog.export_button.toolTip()
     dialog.path_edit.setText(str(tmp_path / "other.gguf"))
     assert dialog.export_button.isEnabled()
 
