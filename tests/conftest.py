@@ -1,4 +1,6 @@
-"""Shared fixtures. Qt runs offscreen in tests; one OpenCL runtime per session (compiles once)."""
+"""Shared fixtures. Qt runs offscreen in tests; one OpenCL runtime per session (compiles once);
+the studio's fixtures (`settings`, `window`) import Qt only when a test asks for them. Plain
+helpers live in tests/helpers.py and its siblings; no test file imports another test file."""
 
 import os
 import tempfile
@@ -16,7 +18,8 @@ import pytest  # noqa: E402
 def rt():
     """The test device: LLM_STUDIO_TEST_DEVICE, else the default device (PoCL CPU here)."""
     from engine.opencl.runtime import Runtime
-    return Runtime(os.environ.get("LLM_STUDIO_TEST_DEVICE") or None)
+    from tests.helpers import TEST_DEVICE
+    return Runtime(TEST_DEVICE)
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +51,46 @@ def tok(texts):
     another tokenizer define their own `tok`."""
     from engine.data.tokenizer import Tokenizer
     return Tokenizer.train(texts, 512, "bpe")
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """The studio's QSettings in an ini file of the test's own; run folders under tmp_path/runs."""
+    from PySide6.QtCore import QSettings
+    s = QSettings(str(tmp_path / "studio.ini"), QSettings.IniFormat)
+    s.setValue("autosave/runs_dir", str(tmp_path / "runs"))  # run folders stay in the test's
+    return s
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    """The main window on the test device, shown at its usual size; closed at teardown
+    (closeEvent stops any run and joins the worker thread)."""
+    from studio.ui.main_window import MainWindow
+    from tests.helpers import TEST_DEVICE
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
+    qtbot.addWidget(win)
+    win.resize(1400, 880)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
+
+
+@pytest.fixture(scope="session")
+def open_folders(tmp_path_factory):
+    """{family: transformers folder} of every open family and the qwen2 tokenizer's
+    (tests/open_models.py; built once per test session)."""
+    pytest.importorskip("transformers")
+    from tests.open_models import TOKENIZER_FAMILIES, build
+    root = tmp_path_factory.mktemp("open_models")
+    return {f: build(f, root / f) for f in TOKENIZER_FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def open_ggufs(open_folders, tmp_path_factory):
+    """{family: F32 GGUF} exported from each folder's import (engine.files.gguf_export)."""
+    from engine.files.gguf_export import export_gguf
+    from engine.files.hf.load import import_hf
+    root = tmp_path_factory.mktemp("open_ggufs")
+    return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
+            for f, p in open_folders.items()}

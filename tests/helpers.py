@@ -1,10 +1,22 @@
-"""Helpers several test files share: the bundled texts, a tiny model config, a trained session
-(fixtures built on them live in tests/conftest.py; run folders in tests/runs_helpers.py)."""
+"""Helpers several test files share: the bundled texts, the test device, a tiny model config,
+the command line's tiny-model flags, a run's metrics.jsonl, a trained session (fixtures built on
+them live in tests/conftest.py; run folders in tests/runs_helpers.py; kernel checks in
+tests/kernel_helpers.py; GGUF bundles in tests/gguf_helpers.py; the studio in
+tests/studio_helpers.py). No test file imports another test file (tests/test_architecture.py)."""
+
+import json
+import os
+from pathlib import Path
 
 from engine.config import ModelConfig, TrainConfig
 from engine.data.textio import bundled_corpus, read_text
 
 RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.data.textio)
+TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # None: the default device
+
+# `llm-studio train` flags for a model that trains in seconds on a CPU (tests/test_cli.py)
+TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
+        "--vocab-size", "320", "--batch-size", "4", "--checkpoint-every", "10", "--quiet"]
 
 
 def bundled_texts() -> tuple[str, str]:
@@ -17,6 +29,16 @@ def tiny_config(**kw) -> ModelConfig:
     """A model small enough for float64 reference checks; odd head count and hidden size."""
     base = dict(vocab_size=300, d_model=24, n_layer=2, n_head=3, context_length=16, ffn_dim=40)
     return ModelConfig(**{**base, **kw})
+
+
+def metrics(run: Path) -> list[dict]:
+    """The records of a run folder's metrics.jsonl, one dict per line."""
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def metrics_steps(run: Path) -> list[int]:
+    """The step of each record in a run folder's metrics.jsonl."""
+    return [r["step"] for r in metrics(run)]
 
 
 def trained_session(rt, model_cfg: ModelConfig, train_cfg: TrainConfig):

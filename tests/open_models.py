@@ -10,7 +10,8 @@ special tokens and chat template (tests/fixtures/templates/*.jinja).
     tinyllama  TinyLlama-1.1B-Chat: llama, 8 / 1, untied, SentencePiece (Llama-2 layout,
                add_dummy_prefix), Zephyr template
 `build(family, folder)` writes a transformers folder (config.json, model.safetensors, tokenizer
-files, generation_config.json); STRINGS are the texts ids are compared on.
+files, generation_config.json); STRINGS are the texts ids are compared on. The session-wide
+fixtures open_folders and open_ggufs built on them are in tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -196,30 +197,6 @@ def build(family: str, folder: Path, seed: int = 0, **overrides) -> Path:
     return folder
 
 
-try:
-    import pytest
-except ImportError:    # only the fixtures below need it
-    pytest = None
-
-if pytest is not None:
-    @pytest.fixture(scope="session")
-    def open_folders(tmp_path_factory):
-        """{family: transformers folder} of every family and the qwen2 tokenizer's (built once
-        per test session)."""
-        pytest.importorskip("transformers")
-        root = tmp_path_factory.mktemp("open_models")
-        return {f: build(f, root / f) for f in TOKENIZER_FAMILIES}
-
-    @pytest.fixture(scope="session")
-    def open_ggufs(open_folders, tmp_path_factory):
-        """{family: F32 GGUF} exported from each folder's import (engine.files.gguf_export)."""
-        from engine.files.gguf_export import export_gguf
-        from engine.files.hf.load import import_hf
-        root = tmp_path_factory.mktemp("open_ggufs")
-        return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
-                for f, p in open_folders.items()}
-
-
 def numpy_logits(bundle, ids) -> np.ndarray:
     """(T, vocab) float64 logits of the bundle's weights in the engine's layout: RoPE on
     adjacent pairs (2i, 2i+1) with llama3 divisors, query head h reading key/value head
@@ -272,5 +249,5 @@ def llama_model(path, n_ctx: int = 128):
     positions' logits kept, CPU weight repacking off (its Q8_0 path segfaults on this CPU:
     tests/test_gguf_export.load)."""
     import llama_cpp
-    from tests.test_gguf_export import load
+    from tests.gguf_helpers import load
     return load(llama_cpp, path, n_ctx=n_ctx, repack=False)

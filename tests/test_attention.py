@@ -13,6 +13,7 @@ from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
 from engine.model.memory import activation_floats
 from tests.test_kernels import close, down, up
+from tests.kernel_helpers import GQA_SHAPES, close, down, run_attention, up
 
 
 @pytest.fixture(params=["blocked8", "blocked16", "tiled"])
@@ -24,45 +25,11 @@ def att_rt(rt, request):
     return rt.with_plan(rt.plan.replace(attention_variant=variant, vector_width=width))
 
 
-def run_attention(rt, B, T, H, hd, seed, KVH=None, attend=attention, state=None):
-    """attend's forward and backward on random qkv (B, T, C + 2 KVH hd) against the float64
-    reference; KVH None: multi-head. state: floats of the forward's second output, compared
-    too: None for the fused path's logsumexp (B*H*T), B*H*T*T for the gemm path's
-    probabilities."""
-    rng = np.random.default_rng(seed)
-    C, KV = H * hd, (KVH or H) * hd
-    W = C + 2 * KV
-    qkv, dy = rng.normal(size=(B, T, W)), rng.normal(size=(B, T, C))
-    q, k, v = qkv[..., :C], qkv[..., C:C + KV], qkv[..., C + KV:]
-    nan = lambda n: up(rt, np.full(n, np.nan))  # noqa: E731  no kernel may read stale contents
-    n_state = B * H * T if state is None else state
-    y, lse, bqkv = nan(B * T * C), nan(n_state), up(rt, qkv)
-    attend.attention_forward(rt, y, lse, bqkv, B, T, C, H, KVH)
-    ry, ratt = ref.attention_forward(q, k, v, H)
-    close(down(rt, y, (B, T, C)), ry)
-    if state is None:
-        close(down(rt, lse, (B, H, T)), ref.attention_logsumexp(q, k, H))
-    else:
-        close(down(rt, lse, (B, H, T, T)), ratt)  # zero above the diagonal
-    dqkv, dsum = nan(B * T * W), nan(n_state)
-    attend.attention_backward(rt, dqkv, dsum, up(rt, dy), bqkv, y, lse, B, T, C, H, KVH)
-    got = down(rt, dqkv, (B, T, W))
-    rdq, rdk, rdv = ref.attention_backward(dy, q, k, v, ratt, H)
-    close(got[..., :C], rdq, 5e-5)
-    close(got[..., C:C + KV], rdk, 5e-5)
-    close(got[..., C + KV:], rdv, 5e-5)
-
-
 @pytest.mark.parametrize("B,T,H,hd", [(1, 1, 1, 2), (2, 5, 3, 4), (1, 19, 2, 6), (2, 33, 2, 10),
                                       (1, 70, 3, 8), (3, 97, 1, 6), (2, 130, 2, 64),
                                       (1, 47, 1, 24), (1, 37, 2, 40), (1, 45, 1, 128)])
 def test_attention(att_rt, B, T, H, hd):
     run_attention(att_rt, B, T, H, hd, seed=B * T + H)
-
-
-# grouped-query attention: n_head 9 / kv 3, 6 / 1 (multi-query), 4 / 2; odd T, T 1, batch 1
-GQA_SHAPES = [(1, 1, 9, 2, 3), (2, 5, 6, 4, 1), (1, 19, 9, 6, 3), (2, 33, 4, 10, 2),
-              (1, 70, 6, 8, 1), (3, 17, 9, 64, 3), (1, 45, 2, 24, 1)]
 
 
 @pytest.mark.parametrize("B,T,H,hd,KVH", GQA_SHAPES)

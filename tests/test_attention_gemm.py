@@ -16,7 +16,7 @@ from engine.model.transformer import Model
 from engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
 from tests.test_attention import GQA_SHAPES, run_attention
 from tests.helpers import tiny_config
-from tests.test_model import batch, rel_err
+from tests.kernel_helpers import GQA_SHAPES, batch, rel_err, run_attention
 
 
 @pytest.fixture(params=["blocked", "vector", "tiled", "tiled-lanes"])

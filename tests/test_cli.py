@@ -1,18 +1,11 @@
 """The llm-studio command line: a tiny training run end to end, continued, and bad input."""
 
-import json
 import math
 
 import pytest
 
 from studio.cli import main
-
-TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
-        "--vocab-size", "320", "--batch-size", "4", "--checkpoint-every", "10", "--quiet"]
-
-
-def metrics(run):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+from tests.helpers import TINY, metrics
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +27,31 @@ def test_train_writes_checkpoint_and_metrics(run):
     assert (run / "checkpoint.npz").exists()
 
 
-def test_sample_tokenize_chat(run, capsys):
+def test_sample_tokenize_chat(run, capsys, rt):
+    """Greedy `sample` and `chat` print what the saved model's own greedy decoding gives (the
+    same text a second time), and `tokenize` the ids and pieces of its tokenizer."""
+    from engine.data.dialogue import Message
+    from engine.training.session import TrainingSession
+    s = TrainingSession.load(run, runtime=rt)
     assert main(["sample", str(run), "--prompt", "Paris is", "--greedy", "--max-tokens", "8"]) == 0
-    assert capsys.readouterr().out.startswith("Paris is")
+    assert capsys.readouterr().out == "Paris is" + s.generate("Paris is", max_new_tokens=8,
+                                                               greedy=True) + "\n"
     assert main(["tokenize", str(run), "Paris, héllo\n"]) == 0
     ids_line, pieces_line, summary = capsys.readouterr().out.splitlines()
-    assert all(i.isdigit() for i in ids_line.split())
-    assert "tokens for 13 characters" in summary
-    assert main(["chat", str(run), "-m", "What is the capital of France?", "--greedy",
+    ids = [int(i) for i in ids_line.split()]
+    assert ids == s.tokenizer.encode("Paris, héllo\n")
+    assert s.tokenizer.decode(ids) == "Paris, héllo\n"
+    assert len(pieces_line.split()) == len(ids) and summary == f"{len(ids)} tokens for 13 characters"
+    question = [Message("user", "What is the capital of France?")]
+    assert main(["chat", str(run), "-m", question[0].content, "--greedy",
                  "--max-tokens", "8"]) == 0
-    assert capsys.readouterr().out.endswith("\n")  # a tiny model's answer may be blank
+    reply = s.chat(question, greedy=True, max_new_tokens=8)
+    notes = "".join(f"({note})\n" for note in reply.notes())
+    assert capsys.readouterr().out == reply + "\n" + notes  # a tiny model's answer may be blank
+    # ended by </s>, the bound or the 32-token window; n_tokens leaves out </s>
+    assert reply.finish_reason in ("stop", "length", "context") and reply.n_tokens <= 8
+    assert reply.finish_reason != "length" or reply.n_tokens == 8
+    assert reply.finish_reason != "stop" or reply.n_tokens < 8
 
 
 @pytest.mark.parametrize("flag", ["--continue", "--resume"])

@@ -15,6 +15,7 @@ import pytest
 from engine.training.progress import Pace
 from studio.cli import main
 from studio.cli.progress import ProgressLine
+from tests.fake_clock import FakeTime
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
@@ -60,18 +61,10 @@ def test_zero_steps_is_a_message_not_a_traceback(tmp_path, capsys):
 
 # ---------------------------------------------------------------- ETA and the progress line
 
-class FakeClock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
 def test_eta_after_resume_counts_only_this_process():
     """Resumed at step 90 of 100, one step a second: 9 s left after step 91, not 0.1 s (the
     old CLI divided this process's time by the share of all steps done)."""
-    clock = FakeClock()
+    clock = FakeTime()
     pace = Pace(clock=clock)
     pace.start(90)
     clock.t += 1
@@ -80,7 +73,7 @@ def test_eta_after_resume_counts_only_this_process():
 
 
 def test_eta_excludes_paused_time_and_follows_an_extension():
-    clock = FakeClock()
+    clock = FakeTime()
     pace = Pace(clock=clock)
     pace.start(0)
     for step in range(1, 6):
@@ -133,7 +126,7 @@ def test_a_shorter_line_leaves_no_characters_of_a_longer_one():
 def test_the_step_line_of_a_resumed_run_shows_this_process_eta(monkeypatch):
     out = Tty()
     line = ProgressLine(out)
-    clock = FakeClock()
+    clock = FakeTime()
     line.pace = Pace(clock=clock)
     line.pace.start(90)
     clock.t += 10

@@ -75,7 +75,9 @@ def test_bundled_tune_file(tune_text):
 def test_text_format_errors(text, match):
     with pytest.raises(DataError, match=match) as info:
         parse_dialogues(text, source="tune file")
-    assert info.value.hint
+    hint = info.value.hint      # what to write instead: a line, a turn or the whole format
+    assert any(w in hint for w in ("'User:'", "'Assistant:'", "colon", "System", "alternate",
+                                   '"User: question"')), hint
 
 
 @pytest.mark.parametrize("lines,match", [

@@ -11,7 +11,7 @@ from engine.config import TrainConfig
 from engine.errors import ConfigError
 from engine.model.transformer import Model
 from tests.helpers import tiny_config
-from tests.test_model import assert_step_matches, batch
+from tests.kernel_helpers import assert_step_matches, batch
 
 
 def _close(got, want, tol=1e-6):

@@ -12,6 +12,7 @@ import pytest
 from engine.files.export_types import TRANSFORMERS_NOTE
 from engine.files.gguf_export import export_gguf
 from test_gguf_export import make_bundle
+from tests.gguf_helpers import make_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 ODD = ['we"ird \\ name', "two\nlines\ttab", "日本 🎉 ünï", "nul\x00inside",

@@ -10,23 +10,9 @@ import pytest
 import tests.reference as ref
 from engine.opencl import ops
 from engine.opencl.gemm_plan import k_slices
+from tests.kernel_helpers import close, down, up
 
 SEEDS = [0, 1, 2]
-
-
-def up(rt, a, dtype=np.float32):
-    return rt.to_device(np.asarray(a, dtype))
-
-
-def down(rt, buf, shape, dtype=np.float32):
-    rt.finish()
-    return rt.read(buf, int(np.prod(shape)), dtype).reshape(shape)
-
-
-def close(got, want, tol=2e-5):
-    scale = max(np.abs(want).max(), 1e-6)
-    err = np.abs(got - want).max() / scale
-    assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
 GEMM_VARIANTS = ["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",

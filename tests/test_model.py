@@ -6,32 +6,9 @@ import pytest
 
 import tests.reference as ref
 from tests.helpers import tiny_config
+from tests.kernel_helpers import assert_step_matches, batch
 from engine.config import TrainConfig
 from engine.model.transformer import Model
-
-
-def batch(cfg, B, T, seed=0, mask=False):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, cfg.vocab_size, size=(B, T + 1))
-    x, y = ids[:, :-1].copy(), ids[:, 1:].copy()
-    if mask:
-        y[:, : T // 2] = -1
-    return x, y
-
-
-def rel_err(got, want):
-    return np.abs(got - want).max() / max(np.abs(want).max(), 1e-8)
-
-
-def assert_step_matches(model, x, y, tc, rloss, rgrads) -> float:
-    """One train_step (lr ~0) gives the reference loss and every gradient; returns grad norm."""
-    loss, gnorm, skipped = model.train_step(x, y, 1e-30, tc)
-    assert not skipped
-    assert abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
-    grads = model.table.unflatten(model.read_flat("grads"))
-    for name, want in rgrads.items():
-        assert rel_err(grads[name], want) < 1e-4, name
-    return gnorm
 
 
 @pytest.mark.parametrize("cfg,B,T", [

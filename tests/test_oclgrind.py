@@ -23,11 +23,73 @@ REPORT = re.compile(r"Invalid (read|write)|data race|Uninitialized|Invalid .* ar
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The awkward shapes of every kernel (odd sizes, batch 1, T=1), grouped-query attention
+# (9 heads / 3 kv, 6 / 1) and KV-cache decoding (one prompt length, multi-head and grouped:
+# each simulated decode run takes ~1.5 minutes). Kernel variants of other devices run too
+# (test fixtures force them): the CPU's float8/float16 GEMMs and register-blocked attention
+# (1-37-2-40: head_dim 40 takes its vector pairs, single vectors and scalar tail), and the
+# GPU's tiled kernels. Each term is a pytest -k expression that must select a test of FILES.
+FILES = ("tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
+         "tests/test_decode.py", "tests/test_dropout.py")
+CHOSEN = ("1-1-1", "7-13", "37-50", "2-5-3-4", "1-19-2-6", "2-7-11-9", "1-17-2-6", "13-31",
+          "9-300", "1000", "nonfinite", "residual", "kv_cache and 5", "2-33-2-10",
+          "split_launches", "same_mask and 7-0.1", "1-37-2-40", "2-5-6-4-1", "1-1-9-2-3",
+          "2-7-6-4-1", "kv_heads_equal")
+
+
+def collected_ids() -> list[str]:
+    """The node ids of FILES' tests as pytest collects them (no device needed)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *FILES], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def matches(term: str, node_id: str) -> bool:
+    """Whether `pytest -k term` selects the test `node_id`: each name in the expression is a
+    case-insensitive substring of a part of the id (its folder, file or test name)."""
+    from _pytest.mark.expression import Expression  # the parser pytest's -k itself uses
+    parts = node_id.replace("::", "/").split("/")
+    return Expression.compile(term).evaluate(
+        lambda name, **_: any(name.lower() in p.lower() for p in parts))
+
+
+def selection(ids: list[str], chosen=CHOSEN) -> str:
+    """The -k expression of the chosen terms. Raises AssertionError naming each term that
+    selects no test of `ids` (a typo or a renamed test used to select nothing, silently)."""
+    idle = [term for term in chosen if not any(matches(term, i) for i in ids)]
+    assert not idle, (f"the Oclgrind selection terms {idle} match no test in {FILES}: fix them "
+                      "to name the renamed tests (or drop them)")
+    return " or ".join(f"({term})" for term in chosen)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return collected_ids()
+
+
+def test_every_chosen_term_selects_a_test(ids):
+    """Runs without Oclgrind: each term of the selection names a test that exists."""
+    for term in CHOSEN:
+        assert sum(matches(term, i) for i in ids) >= 1, term
+    assert selection(ids).count(" or ") == len(CHOSEN) - 1
+
+
+def test_a_term_that_selects_nothing_fails_the_selection(ids):
+    with pytest.raises(AssertionError, match=r"\['test_matmul_forwrd'\] match no test"):
+        selection(ids, CHOSEN + ("test_matmul_forwrd",))
+    with pytest.raises(AssertionError, match="nonfinite and 1-1-1"):
+        selection(ids, ("nonfinite and 1-1-1",))      # each name matches; together nothing
+    assert matches("kv_cache and 5", "tests/test_decode.py::test_kv_cache[5-1]")
+    assert not matches("kv_cache and 5", "tests/test_decode.py::test_kv_cache[7-1]")
+
+
 def _icd_lib():
     return next((p for p in ICD_LIBS if os.path.exists(p)), None)
 
 
-def test_kernels_under_oclgrind_have_no_reports(tmp_path):
+def test_kernels_under_oclgrind_have_no_reports(tmp_path, ids):
     lib = _icd_lib()
     if lib is None:
         if os.environ.get("LLM_STUDIO_REQUIRE_OCLGRIND") == "1":
@@ -36,20 +98,10 @@ def test_kernels_under_oclgrind_have_no_reports(tmp_path):
     (tmp_path / "oclgrind.icd").write_text(lib + "\n")
     env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path), LLM_STUDIO_TEST_DEVICE="Oclgrind",
                OCLGRIND_DATA_RACES="1", OCLGRIND_CHECK_API="1")
-    # The awkward shapes of every kernel (odd sizes, batch 1, T=1), grouped-query attention
-    # (9 heads / 3 kv, 6 / 1) and KV-cache decoding (one prompt length, multi-head and
-    # grouped: each simulated decode run takes ~1.5 minutes). Kernel variants of other
-    # devices run too (test fixtures force them): the CPU's float8/float16 GEMMs and
-    # register-blocked attention (1-37-2-40: head_dim 40 takes its vector pairs, single vectors
-    # and scalar tail), and the GPU's tiled kernels.
-    subset = ("1-1-1 or 7-13 or 37-50 or 2-5-3-4 or 1-19-2-6 or 2-7-11-9 or 1-17-2-6 or 13-31 "
-              "or 9-300 or 1000 or nonfinite or residual or (kv_cache and 5) or 2-33-2-10 "
-              "or split_launches or (same_mask and 7-0.1) or 1-37-2-40 or 2-5-6-4-1 "
-              "or 1-1-9-2-3 or 2-7-6-4-1 or kv_heads_equal")
+    subset = selection(ids)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-         "tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
-         "tests/test_decode.py", "tests/test_dropout.py", "-k", subset],
+         *FILES, "-k", subset],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     out = proc.stdout + proc.stderr
     # pyopencl probes device properties that OpenCL 1.2 lacks; Oclgrind's API checker reports

@@ -19,15 +19,14 @@ import gguf  # noqa: E402
 
 from engine.config import ModelConfig  # noqa: E402
 from engine.errors import ModelImportError  # noqa: E402
-from engine.files.gguf_export import export_gguf  # noqa: E402
-from engine.files.gguf_import import import_gguf  # noqa: E402
-from engine.files.hf.export import export_hf  # noqa: E402
-from engine.files.hf.load import import_hf, model_config  # noqa: E402
-from engine.files.model_card import format_card, model_card  # noqa: E402
-from engine.files.open_gguf import open_config  # noqa: E402
-from engine.model.rope_scaling import llama3_factors, llama3_from_factors  # noqa: E402
-from tests.open_models import (FAMILIES, build, llama_model, nmse,  # noqa: E402,F401
-                               numpy_logits, open_folders, open_ggufs)
+from engine.files.gguf_export import export_gguf
+from engine.files.gguf_import import import_gguf
+from engine.files.hf.export import export_hf
+from engine.files.hf.load import import_hf, model_config
+from engine.files.model_card import format_card, model_card
+from engine.files.open_gguf import open_config
+from engine.model.rope_scaling import llama3_factors, llama3_from_factors
+from tests.open_models import FAMILIES, build, llama_model, nmse, numpy_logits
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
 

@@ -52,7 +52,7 @@ def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
     assert s.model_config.context_length <= 1024
 
 
-def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
+def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, capsys):
     import shutil
     from engine.training import checkpoint
     from studio.cli import main
@@ -67,8 +67,13 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path):
     assert "pretrain_val_loss" in rows[-1]              # the general text's loss beside it
     ck = checkpoint.load(out)
     assert ck["header"]["chat_format"] == "model" and ck["header"]["step"] == 4
+    capsys.readouterr()
     assert main(["chat", str(out), "-m", "What is the code word 1?", "--greedy",
                  "--max-tokens", "8"]) == 0
+    from engine.training.session import TrainingSession   # the tuned run answers as its session does
+    reply = TrainingSession.load(out).chat([Message("user", "What is the code word 1?")],
+                                           greedy=True, max_new_tokens=8)
+    assert capsys.readouterr().out.startswith(reply + "\n")
 
 
 def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
@@ -80,7 +85,12 @@ def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
     s = session_from_hf(folder, "A general text.\n" * 50, None, runtime=rt)
     assert s.chat_format == "model" and s.model_config.context_length <= 1024
     reply = s.chat([Message("user", "Hi!")], greedy=True, max_new_tokens=4)
-    assert isinstance(reply.text, str) and reply.finish_reason in ("stop", "length")
+    assert reply == s.chat([Message("user", "Hi!")], greedy=True, max_new_tokens=4)  # greedy
+    # ended by its end-of-turn token or the bound; n_tokens leaves out the end-of-turn token
+    assert reply.finish_reason in ("stop", "length") and reply.n_tokens <= 4
+    assert reply.n_tokens == 4 if reply.finish_reason == "length" else reply.n_tokens < 4
+    assert "<|im_end|>" not in reply and "<|im_start|>" not in reply   # its end-of-turn stops it
+    assert reply.dropped_turns == 0
 
 
 def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):

@@ -11,11 +11,10 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("llama_cpp")
 
 from engine.errors import DataError, ModelImportError  # noqa: E402
-from engine.files.gguf_import import import_gguf  # noqa: E402
-from engine.data.open_folder_tokenizer import read_folder  # noqa: E402
-from engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes  # noqa: E402
-from tests.open_models import (STRINGS, TOKENIZER_FAMILIES, llama_vocab,  # noqa: E402,F401
-                               open_folders, open_ggufs)
+from engine.files.gguf_import import import_gguf
+from engine.data.open_folder_tokenizer import read_folder
+from engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes
+from tests.open_models import STRINGS, TOKENIZER_FAMILIES, llama_vocab
 
 PRE = {"smollm2": "smollm", "llama32": "llama-bpe", "tinyllama": "default", "qwen2": "qwen2"}
 KIND = {"smollm2": "byte_bpe", "llama32": "byte_bpe", "tinyllama": "sentencepiece",

@@ -15,7 +15,7 @@ from engine.errors import ConfigError
 from engine.model.memory import activation_floats, check_fits, fits, largest_fit
 from engine.model.transformer import Model
 from tests.helpers import tiny_config
-from tests.test_model import batch, rel_err
+from tests.kernel_helpers import batch, rel_err
 
 TC = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
 

@@ -14,7 +14,8 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from test_studio import TEST_DEVICE, configure, settings, window  # noqa: E402,F401
+from tests.helpers import TEST_DEVICE  # noqa: E402
+from tests.studio_helpers import configure  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import DeviceError  # noqa: E402

@@ -10,62 +10,14 @@ import time  # noqa: E402
 import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
-from PySide6.QtCore import QObject, QSettings, QTimer  # noqa: E402
+from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
 from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
 from studio.ui.main_window import MainWindow  # noqa: E402
 from studio.protocol import Outcome, RunState  # noqa: E402
-
-RUN_TIMEOUT_MS = 600_000  # a bound for hangs, not a speed test: a loaded 2-core CI is slow
-TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
-
-
-@pytest.fixture
-def settings(tmp_path):
-    s = QSettings(str(tmp_path / "studio.ini"), QSettings.IniFormat)
-    s.setValue("autosave/runs_dir", str(tmp_path / "runs"))  # run folders stay in the test's
-    return s
-
-
-@pytest.fixture
-def window(qtbot, settings):
-    win = MainWindow(device=TEST_DEVICE, settings=settings)
-    qtbot.addWidget(win)  # closed at teardown: closeEvent stops any run and joins the thread
-    win.resize(1400, 880)
-    win.show()
-    qtbot.waitExposed(win)
-    return win
-
-
-def configure(win, **values):
-    tiny = dict(dModelSpin=32, nLayerSpin=1, nHeadSpin=2, contextLengthSpin=32,
-                vocabSizeSpin=512, pretrainStepsSpin=20, tuneStepsSpin=10, batchSizeSpin=8,
-                warmupSpin=2, evalIntervalSpin=5, sampleIntervalSpin=10)
-    tiny.update(values)
-    for name, value in tiny.items():
-        win.settings_panel.set_value(name, value)
-
-
-def train(qtbot, win, timeout=RUN_TIMEOUT_MS):
-    button = win.findChild(type(win.run_bar.train_button), "trainButton")
-    assert button.isEnabled(), win.run_bar.hint.text()
-    with qtbot.waitSignal(win.trainingFinished, timeout=timeout) as blocker:
-        button.click()
-    return blocker.args[0]
-
-
-def chat(qtbot, win, text):
-    win.chat_panel.input.setText(text)
-    with qtbot.waitSignal(win.chatFinished, timeout=60_000) as blocker:
-        win.findChild(type(win.run_bar.train_button), "chatSendButton").click()
-    return blocker.args[0]
-
-
-def curve_x(win, plot_name, curve_name):
-    import pyqtgraph as pg
-    plot = win.findChild(pg.PlotWidget, plot_name)
-    item = next(i for i in plot.getPlotItem().listDataItems() if i.name() == curve_name)
-    return item.xData if item.xData is not None else []
+from tests.helpers import TEST_DEVICE  # noqa: E402
+from tests.studio_helpers import (RUN_TIMEOUT_MS, assert_answered, chat, configure,  # noqa: E402
+                                  curve_x, train)
 
 
 def test_required_object_names(window):
@@ -124,10 +76,9 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     assert "tokens" in window.data_panel.pretrain.stats.text()  # counted once trained
 
     answer = chat(qtbot, window, "What is the capital of France?")
-    assert isinstance(answer, str)
+    assert_answered(window, answer)
     view = window.findChild(QObject, "chatView").toPlainText()
-    assert "You: What is the capital of France?" in view and "Model:" in view
-    assert window.chat_panel.messages[-1]["role"] == "assistant"
+    assert "You: What is the capital of France?" in view
 
     path = tmp_path / "tiny.gguf"
     from studio.ui.export_dialog import ExportDialog
@@ -157,9 +108,13 @@ def test_pause_chat_resume_stop(qtbot, window):
     assert window.run_bar.pause_button.text() == "Resume"
     assert window.run_bar.export_button.isEnabled() and window.chat_panel.send_button.isEnabled()
     paused_at = window.plots.point_count()
-    assert isinstance(chat(qtbot, window, "Hello"), str)   # on the paused weights
-    qtbot.wait(200)
-    assert window.plots.point_count() == paused_at         # no step while paused
+    session = window.controller.worker.session
+    step = session.step
+    # no step while paused: the chat is answered on the worker's thread, after any step it
+    # would take, so no metrics during it and the same step after it prove it (no fixed wait)
+    with qtbot.assertNotEmitted(window.controller.worker.metrics):
+        assert_answered(window, chat(qtbot, window, "Hello"))  # on the paused weights
+    assert session.step == step and window.plots.point_count() == paused_at
     window.run_bar.pause_button.click()                    # resume
     qtbot.waitUntil(lambda: window.plots.point_count() > paused_at + 2, timeout=60_000)
     with qtbot.waitSignal(window.trainingFinished, timeout=60_000) as blocker:

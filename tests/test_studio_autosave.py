@@ -2,7 +2,6 @@
 metrics.jsonl, stage-end recall in the samples pane, Continue after opening a checkpoint or an
 exported GGUF, and training errors shown without closing the app or losing the checkpoint."""
 
-import json
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -14,29 +13,14 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 
-from test_studio import configure, curve_x, settings, train, window  # noqa: E402,F401
+from tests.helpers import TEST_DEVICE, metrics_steps  # noqa: E402
+from tests.studio_helpers import (assert_answered, chat, configure, curve_x,  # noqa: E402
+                                  open_model, run_folders, train)
 
 from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
 from engine.training.session import TrainingSession  # noqa: E402
 from engine.training.trainer import Trainer  # noqa: E402
 from studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
-
-
-def run_folders(win) -> list[Path]:
-    root = win.autosave_box.runs_root()
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
-
-
-def metrics_steps(folder: Path) -> list[int]:
-    lines = (folder / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["step"] for line in lines]
-
-
-def open_model(qtbot, win, path):
-    opener = win.files.open_gguf if str(path).endswith(".gguf") else win.files.open_checkpoint
-    with qtbot.waitSignal(win.modelOpened, timeout=60_000) as blocker:
-        opener(str(path))
-    return blocker.args[0]
 
 
 def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
@@ -173,7 +157,7 @@ def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, m
 
 
 def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
-    from test_studio import MainWindow, TEST_DEVICE
+    from studio.ui.main_window import MainWindow
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
     win.show()
@@ -193,10 +177,12 @@ def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
 
 
 def test_stop_just_after_the_run_ended_does_not_cancel_the_next_chat(qtbot, window):
-    from test_studio import chat
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=0, sampleIntervalSpin=0)
     train(qtbot, window)
-    window.controller.host.stop()  # what a Stop click racing the end of the run sends
-    qtbot.wait(100)
+    # the chat is queued on the worker's thread behind the stop: once it is answered, the
+    # stop was handled; it ended nothing (no second trainingFinished) and cancelled no chat
+    with qtbot.assertNotEmitted(window.trainingFinished):
+        window.controller.host.stop()  # what a Stop click racing the end of the run sends
+        answer = chat(qtbot, window, "Hello")
     assert window.controller.state is RunState.IDLE
-    assert isinstance(chat(qtbot, window, "Hello"), str)
+    assert_answered(window, answer)

@@ -5,8 +5,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import time  # noqa: E402
-
 import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
@@ -15,7 +13,8 @@ from engine.training.metrics import StepMetrics  # noqa: E402
 from studio.protocol import Outcome, RunState  # noqa: E402
 from studio.ui.plots import LivePlots  # noqa: E402
 from studio.ui.run_bar import RunBar  # noqa: E402
-from tests.test_studio import configure, settings, window  # noqa: E402,F401
+from tests.fake_clock import fake_training_time  # noqa: E402
+from tests.studio_helpers import configure  # noqa: E402
 
 
 def _record(step, total, boundary, left=None):
@@ -49,9 +48,13 @@ def test_eta_is_the_budget_left(qtbot):
 
 
 def test_pause_does_not_shorten_a_budgeted_run(qtbot, window, monkeypatch):
+    """A pause of 1000 s in the middle of a 3 s budget: the run still trains its 3 s (the old
+    worker counted the pause, so the run ended at the first step after it). Training time is
+    fake: each step takes 0.05 s of it, and the pause what the test says."""
+    fake = fake_training_time(monkeypatch, step_s=0.05)
     configure(window, pretrainStepsSpin=300, tuneStepsSpin=100, sampleIntervalSpin=0,
               evalIntervalSpin=20, contextLengthSpin=64)
-    budget = 8.0
+    budget = 3.0
     panel = window.settings_panel
     real = panel.train_config
     monkeypatch.setattr(panel, "train_config",
@@ -60,25 +63,28 @@ def test_pause_does_not_shorten_a_budgeted_run(qtbot, window, monkeypatch):
     qtbot.waitUntil(lambda: window.plots.point_count() >= 3, timeout=120_000)
     window.run_bar.pause_button.click()
     qtbot.waitUntil(lambda: window.controller.state is RunState.PAUSED, timeout=30_000)
-    t0 = time.monotonic()
-    qtbot.wait(3000)
+    paused_at = window.controller.worker.session.elapsed_s()
+    assert paused_at < budget / 2
+    fake.t += 1000.0                                    # the person walks away
     with qtbot.waitSignal(window.trainingFinished, timeout=120_000) as blocker:
         window.run_bar.pause_button.click()             # resume; the run ends on its own
-    assert time.monotonic() - t0 >= 3.0
     result = blocker.args[0]
     assert result.outcome is Outcome.FINISHED
     history = window.controller.worker.session.history
-    assert abs(history[-1]["elapsed_s"] - budget) <= 0.15 * budget, history[-1]  # old: + pause
+    assert abs(history[-1]["elapsed_s"] - budget) <= 0.05 * budget, history[-1]  # old: + pause
     assert {r["stage"] for r in history} == {"pretrain", "tune"}
+    assert sum(r["elapsed_s"] > paused_at for r in history) >= 20  # it trained on after it
 
 
-def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path):
+def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path, monkeypatch):
     """Continue with "Train for N minutes" set: N minutes more (the ContinueJob carries
-    more_seconds; the old worker kept the step totals and the studio refused equal totals)."""
+    more_seconds; the old worker kept the step totals and the studio refused equal totals).
+    Training time is fake: 0.05 s a step."""
     from engine.config import ModelConfig, TrainConfig
     from studio.protocol import ContinueJob, TrainJob
     from studio.ui.worker import TrainingWorker
     from tests.helpers import bundled_texts
+    fake_training_time(monkeypatch, step_s=0.05)
     w = TrainingWorker()
     results = []
     for signal in (w.finished, w.stopped, w.failed):
@@ -93,4 +99,6 @@ def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path):
     assert results[-1].outcome is Outcome.FINISHED, results
     s = w.session
     assert s.step > 10 and s.train_config.time_budget_s == pytest.approx(before + 3.0)
-    assert abs(s.elapsed_s() - (before + 3.0)) <= 0.6
+    assert before == pytest.approx(10 * 0.05)
+    assert abs(s.elapsed_s() - (before + 3.0)) <= 0.1
+    assert s.step - 10 >= 3.0 / 0.05 * 0.9              # the 3 s were spent training

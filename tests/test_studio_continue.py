@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
-from test_studio_autosave import metrics_steps, open_model  # noqa: E402
+from tests.helpers import metrics_steps  # noqa: E402
+from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402

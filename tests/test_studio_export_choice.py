@@ -9,8 +9,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from test_studio import settings, window  # noqa: E402,F401
-from test_studio_autosave import open_model  # noqa: E402
+from tests.studio_helpers import open_model  # noqa: E402
 
 from studio.cli import main  # noqa: E402
 from studio.ui.export_dialog import ExportDialog  # noqa: E402

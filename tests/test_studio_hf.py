@@ -12,7 +12,7 @@ pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 from PySide6.QtCore import QObject  # noqa: E402
 
-from tests.test_studio import configure, settings, train, window  # noqa: E402,F401
+from tests.studio_helpers import configure, train  # noqa: E402
 from studio.protocol import ModelSource, Outcome  # noqa: E402
 
 

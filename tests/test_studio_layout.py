@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
+from tests.studio_helpers import configure, settle, train  # noqa: E402
 from studio.protocol import Outcome  # noqa: E402
 
 MAX_MIN_WIDTH = 1200  # leaves room on a 1280 px screen for the window frame and other fonts
@@ -30,8 +30,8 @@ def check_every_tab(win) -> None:
 @pytest.mark.parametrize("size", [(1280, 720), (1366, 768)])
 def test_window_fits_a_laptop_screen_and_never_grows(qtbot, window, size):
     window.resize(*size)
-    qtbot.wait(50)
-    assert (window.width(), window.height()) == size
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size)
+    settle()
     assert min_width(window) <= MAX_MIN_WIDTH
     assert window.minimumSizeHint().height() <= size[1]
     check_every_tab(window)
@@ -73,7 +73,7 @@ def test_long_paths_and_file_names_do_not_widen_the_window(qtbot, window, tmp_pa
     window.run_bar.show_text("A very long progress text that goes on and on " * 5)
     window.chat_panel.set_available(False, "A very long reason why chat is not available " * 5)
     window.plots.summary.setText("step 123456: loss 1.234 · " * 10)
-    qtbot.wait(20)
+    settle()
     check_every_tab(window)
     assert min_width(window) <= max(before, 900)
     assert window.run_bar.folder_label.full_text().startswith("Autosave:")
@@ -85,8 +85,8 @@ def test_window_can_be_made_narrow(qtbot, window):
     their fields, texts are shortened with "…", nothing is pushed out of the window."""
     width = min_width(window)
     window.resize(width, 700)
-    qtbot.wait(50)
-    assert window.width() == width
+    qtbot.waitUntil(lambda: window.width() == width)
+    settle()
     column = window.centralWidget().widget(0)
     assert column.width() >= column.minimumSizeHint().width()
     assert column.widget().width() >= column.widget().minimumSizeHint().width()
@@ -116,15 +116,14 @@ def test_loss_plot_labels_explain_the_curves(qtbot, window):
 def test_reference_line_is_labelled_before_training(qtbot, window):
     """The dashed ln(vocab) line is named from the start, not only once a run moved it (in
     the title: tests/test_studio_visibility.py)."""
-    qtbot.wait(50)
-    assert window.plots.ref_line.isVisible()
+    qtbot.waitUntil(window.plots.ref_line.isVisible)
     assert "random guessing" in window.plots.reference_text("ref")
     assert window.plots.reference_text("clip").startswith("clip at")
 
 
 def test_stage_marker_is_named_above_the_line(qtbot, window):
     configure(window, pretrainStepsSpin=300, tuneStepsSpin=150)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: bool(window.plots._stage_lines))
     plot, line = window.plots._stage_lines[0]
     assert plot is window.plots.loss_plot and line.value() == 300.5
     axis = plot.getPlotItem().getAxis("top")

@@ -13,7 +13,6 @@ pytest.importorskip("transformers")
 
 from studio.protocol import LoadJob, ModelSource  # noqa: E402
 from tests.open_models import build  # noqa: E402
-from tests.test_studio import settings, window  # noqa: E402,F401
 
 
 def test_an_opened_open_model_is_shown_as_it_is(qtbot, window, tmp_path):

@@ -10,14 +10,7 @@ from engine.data.textio import bundled_corpus
 from studio.protocol import Outcome, TrainJob
 from studio.ui.run_bar import RunBar
 from studio.ui.worker import TrainingWorker
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 50.0
-
-    def __call__(self):
-        return self.t
+from tests.fake_clock import FakeTime
 
 
 class Record:
@@ -29,7 +22,7 @@ class Record:
 def test_run_bar_eta_excludes_the_pause_and_names_the_phase(qtbot):
     bar = RunBar()
     qtbot.addWidget(bar)
-    clock = FakeClock()
+    clock = FakeTime(50.0)
     bar._pace = Pace(clock=clock)
     bar.reset_pace()  # a continued run: earlier steps do not count
     for step in (300, 301, 302):

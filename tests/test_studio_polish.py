@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QCoreApplication, QSettings  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
+from tests.studio_helpers import configure, settle, train  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
 from studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
@@ -119,10 +119,11 @@ def test_export_dialog_needs_a_file_name(qtbot, tmp_path):
     dialog = ExportDialog(ModelConfig(), tmp_path / "model.gguf")
     qtbot.addWidget(dialog)
     assert dialog.export_button.isEnabled()
-    for text in ("", "   ", str(tmp_path)):
+    for text, why in (("", "Give the file to write."), ("   ", "Give the file to write."),
+                      (str(tmp_path), "is a folder: add a file name such as model.gguf.")):
         dialog.path_edit.setText(text)
         assert not dialog.export_button.isEnabled(), text
-        assert dialog.export_button.toolTip()
+        assert dialog.export_button.toolTip().endswith(why), dialog.export_button.toolTip()
     dialog.path_edit.setText(str(tmp_path / "other.gguf"))
     assert dialog.export_button.isEnabled()
 
@@ -158,7 +159,7 @@ def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown
     win.show()
     qtbot.waitExposed(win)
-    qtbot.wait(50)
+    settle()
     column = win.centralWidget().widget(0)
     assert column.verticalScrollBar().maximum() == 0, "the settings column scrolls"
     summary = win.plots.summary

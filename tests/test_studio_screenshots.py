@@ -21,11 +21,11 @@ from PySide6.QtWidgets import QWidget  # noqa: E402
 
 from studio.ui.main_window import PREFERRED_SIZE, MainWindow  # noqa: E402
 from studio.ui.widgets import fit_to_screen  # noqa: E402
+from tests.helpers import TEST_DEVICE  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 SCREENS = {(1366, 768): "", (1920, 1080): "wide-"}  # a common laptop, a common desktop
-TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # as tests/conftest.py
 
 
 @pytest.fixture

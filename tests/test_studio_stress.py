@@ -22,7 +22,8 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from test_studio import TEST_DEVICE, configure  # noqa: E402
+from tests.helpers import TEST_DEVICE  # noqa: E402
+from tests.studio_helpers import configure  # noqa: E402
 
 from engine.training.session import TrainingSession  # noqa: E402
 from studio.ui.main_window import MainWindow  # noqa: E402

@@ -14,9 +14,8 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from test_cli import TINY, metrics  # noqa: E402
-from test_studio import configure, settings, train, window  # noqa: E402,F401
-from test_studio_autosave import metrics_steps, open_model  # noqa: E402
+from tests.helpers import TINY, metrics, metrics_steps  # noqa: E402
+from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
 from studio.cli import main  # noqa: E402
 from studio.protocol import ChatRequest, Outcome  # noqa: E402

@@ -15,8 +15,7 @@ from PySide6.QtCore import QRect  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 from PySide6.QtWidgets import QWidget  # noqa: E402
 
-from test_studio import configure, settings, train, window  # noqa: E402,F401
-from test_studio_autosave import open_model  # noqa: E402
+from tests.studio_helpers import configure, open_model, settle, train  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 
@@ -72,7 +71,7 @@ def test_no_text_is_drawn_inside_a_plot(qtbot, window):
     curves ran under them and, on an empty plot, ln(vocab) covered the stage label. They are
     in the titles and on the top axis now, and say the same."""
     configure(window, pretrainStepsSpin=300, tuneStepsSpin=150)
-    qtbot.wait(50)
+    settle()
     assert texts_inside_plots(window) == []
     plots = window.plots
     assert "random guessing" in plots.reference_text("ref")
@@ -91,20 +90,21 @@ def test_no_text_is_cut_short_before_and_after_a_run(qtbot, window, size):
     """The status line under the run bar, the progress message and every other label, button
     and check box show their whole text at laptop sizes, before a run and after one."""
     window.resize(*size)
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size)
+    settle()
     assert clipped_texts(window) == []
     configure(window)
     result = train(qtbot, window)
-    qtbot.wait(100)
     assert result.step == 30
-    assert "\n" in window.plots.summary.full_text()   # step numbers, then the evaluations
+    # step numbers, then the evaluations
+    qtbot.waitUntil(lambda: "\n" in window.plots.summary.full_text())
     for i in range(window.tabs.count()):
         window.tabs.setCurrentIndex(i)
-        qtbot.wait(20)
+        settle()
         assert clipped_texts(window) == [], window.tabs.tabText(i)
     open_model(qtbot, window, result.run_dir)   # Continue mode: more in the run bar's row
-    qtbot.wait(50)
-    assert window.run_bar.as_new_run_check.isVisible()
+    qtbot.waitUntil(window.run_bar.as_new_run_check.isVisible)
+    settle()
     assert clipped_texts(window) == []
 
 
@@ -122,7 +122,7 @@ def test_an_empty_plot_numbers_nothing(qtbot, window):
     """Before a run the lr plot numbered pyqtgraph's 0..1, crowded in its 80 px; the loss and
     grad-norm plots are framed by their dashed lines and keep their numbers."""
     configure(window)
-    qtbot.wait(100)
+    settle()
     axis = {p: p.getPlotItem().getAxis("left").style["showValues"]
             for p in (window.plots.loss_plot, window.plots.grad_plot, window.plots.lr_plot)}
     assert list(axis.values()) == [True, True, False]
@@ -152,7 +152,7 @@ def test_compare_plots_of_a_one_step_run_draw_it(qtbot, tmp_path):
     w.resize(900, 600)
     w.show()
     w.set_runs([run])
-    qtbot.wait(20)
+    settle()
     assert w.loss_plot.getPlotItem().getAxis("left").style["showValues"]
     assert colour_pixels(w.loss_plot, run_colour(0)) >= 9
 
@@ -169,7 +169,7 @@ def test_the_runs_table_needs_no_horizontal_scrolling(qtbot, tmp_path):
     panel.resize(1200, 700)
     panel.show()
     qtbot.waitExposed(panel)
-    qtbot.wait(50)
+    settle()
     t = panel.table
     assert t.rowCount() == 3
     assert panel.minimumSizeHint().width() < 900   # a long runs folder does not widen it
@@ -194,7 +194,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
     assert win.width() <= size[0] and win.height() <= size[1] - TITLE_BAR
     win.show()
     qtbot.waitExposed(win)
-    qtbot.wait(50)
+    settle()
     assert win.width() <= size[0] and win.height() <= size[1] - TITLE_BAR  # not its minimum
     for name in ("exportButton", "trainButton", "lossPlot", "gradNormPlot", "lrPlot"):
         assert inside(win.findChild(QWidget, name), win), name
@@ -204,7 +204,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
     if size == (1366, 768):                  # reachable by scrolling below that
         assert column.verticalScrollBar().maximum() == 0
     column.ensureWidgetVisible(win.autosave_box, 0, 0)
-    qtbot.wait(20)
+    settle()
     box = win.autosave_box
     assert column.viewport().rect().contains(
         QRect(box.mapTo(column.viewport(), box.rect().topLeft()), box.size()))
@@ -242,7 +242,7 @@ def test_a_short_stage_still_names_the_long_one(qtbot, pretrain, tune, name):
     plots.show()
     qtbot.waitExposed(plots)
     plots.start_run(pretrain + tune, pretrain, tune, 300, 1.0, preview=True)
-    qtbot.wait(50)
+    settle()
     item = plots.loss_plot.getPlotItem()
     (x0, x1), width = item.getViewBox().viewRange()[0], item.getViewBox().width()
     pos = dict((text, x) for x, text in item.getAxis("top")._tickLevels[0])[name]

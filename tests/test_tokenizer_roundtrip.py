@@ -120,7 +120,7 @@ def test_llama_cpp_same_ids(name, kind, tmp_path):
     there its ids are those of the space. It decodes our ids (bytes for a literal "▁") to the
     very text, so what the model writes reads the same in llama.cpp."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from test_gguf_export import load, make_bundle
+    from tests.gguf_helpers import load, make_bundle
     tok = train(WEIRD_CORPORA[name], kind, 300)
     llm = load(llama_cpp, export_gguf(make_bundle(tok), tmp_path / "m.gguf").path)
     for s in WEIRD_STRINGS + WEIRD_CORPORA[name].split("\n")[:3]:

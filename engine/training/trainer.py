@@ -228,7 +228,7 @@ class Trainer:
         if samples or tc.evaluate_recall:
             stamps: list[float] = []
             s.generate_ids([s.tokenizer.bos_id], 24, SamplingParams(greedy=True),
-                           on_token=lambda _: stamps.append(time.perf_counter()))
+                           on_token=lambda _: stamps.append(self.clock.now()))  # the plan's time
             per_token = float(np.median(np.diff(stamps[4:]))) if len(stamps) > 5 else 0.0
         plan = TimePlan(tc.time_budget_s, share,
                         tc.batch_size * s.model_config.context_length, costs, per_token)
