@@ -4,7 +4,8 @@
 # run the kernel, attention, device-limit, model and decode tests on the GPU, then the device
 # memory per layer at T = 256..2048 (d384), the training benchmark S/M/L/XL against PyTorch
 # eager and torch.compile, and the kernel benchmark.
-# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench|gemm] bash benchmarks/gpu_run.sh
+# Usage there, from the repository root: OUT=/some/dir [PART=tests|bench|gemm|tune] bash benchmarks/gpu_run.sh
+# (or `PART=setup source benchmarks/gpu_run.sh` for the environment alone)
 # (PART=tests: build log, tests, memory table, T2048 steps; PART=bench: the benchmarks; default
 # both: two calls fit the 10-minute limit of one lent-machine command.)
 set -u
@@ -34,6 +35,18 @@ for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CU
 cat "$OUT/gpu_env.txt"
 
 PART=${PART:-all}
+# PART=setup with `source`: only the environment above (then run any benchmark by hand)
+if [ "$PART" = setup ]; then return 0 2>/dev/null || exit 0; fi
+if [ "$PART" = tune ]; then
+    # Issue 24 goal 4: the kernel tuner's choice against the hand table on the GPU, per product,
+    # then the tuner's tests on it.
+    LLM_STUDIO_TEST_DEVICE=NVIDIA timeout "${TESTS_S:-200}" python3 -m pytest tests/test_gemm_tune.py \
+        tests/test_gemm_split.py -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tune_tests.txt"
+    timeout "${TUNE_S:-360}" python3 benchmarks/bench_tune.py --device NVIDIA \
+        --configs "${TUNE_CONFIGS:-S,M,L,XL}" --seconds "${TUNE_SECONDS:-30}" \
+        --out "$OUT/gpu_tune.md" 2>&1 | tee "$OUT/gpu_tune_log.txt" | tail -20
+    exit 0
+fi
 if [ "$PART" = gemm ]; then
     # The GEMM work of issue 13: registers, the GEMM tests on the GPU, GFLOP/s of every product
     # of L and XL beside torch.mm, and one profiled XL step against PyTorch eager.
@@ -101,7 +114,7 @@ export LLM_STUDIO_TEST_DEVICE=NVIDIA
 # test_attention_gemm.py: the GEMM and the fused attention paths, each through the whole model
 timeout "${TESTS_S:-200}" python3 -m pytest tests/test_kernels.py tests/test_attention.py \
     tests/test_attention_gemm.py tests/test_device_limits.py tests/test_model.py tests/test_decode.py \
-    tests/test_dropout.py -q -p no:cacheprovider \
+    tests/test_dropout.py tests/test_gemm_split.py tests/test_output_head.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
 # Device memory a layer adds (nvidia-smi, fresh process per point) at d384, B8, on the fused
 # path (linear in T; the GEMM path, chosen where its (B,H,T,T) buffers fit, is not); then the

@@ -12,7 +12,6 @@ from engine.model import attention
 from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
 from engine.model.memory import activation_floats
-from tests.test_kernels import close, down, up
 from tests.kernel_helpers import GQA_SHAPES, close, down, run_attention, up
 
 

@@ -14,7 +14,6 @@ from engine.config import ModelConfig, TrainConfig
 from engine.model.memory import activation_floats, check_fits, training_bytes
 from engine.model.transformer import Model
 from engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
-from tests.test_attention import GQA_SHAPES, run_attention
 from tests.helpers import tiny_config
 from tests.kernel_helpers import GQA_SHAPES, batch, rel_err, run_attention
 

@@ -50,7 +50,6 @@ def test_rare_characters_are_kept_with_a_small_vocabulary():
 
 def test_llama_cpp_gives_the_same_ids(tok, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
-    from test_gguf_export import load, make_bundle
     from engine.files.gguf_export import export_gguf
     from tests.gguf_helpers import load, make_bundle
     llm = load(llama_cpp, export_gguf(make_bundle(tok), tmp_path / "char.gguf").path)

@@ -10,8 +10,7 @@ from engine.config import ModelConfig
 from engine.errors import ConfigError, DeviceError
 from engine.model.memory import check_fits
 from engine.opencl.runtime import Runtime
-from tests.test_kernels import close, down, up, plan_rt
-from tests.kernel_helpers import close, down, up
+from tests.kernel_helpers import close, down, plan_rt, up
 
 
 def test_max_alloc_override_refuses_big_buffers_and_configs(rt, monkeypatch):

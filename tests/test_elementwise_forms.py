@@ -13,7 +13,6 @@ import tests.reference as ref
 from engine.model import attention
 from engine.opencl import ops
 from engine.opencl.runtime import kernel_source
-from tests.test_kernels import close, down, up
 from tests.kernel_helpers import close, down, up
 
 FILES = ("swiglu.cl", "rope.cl", "embedding.cl")

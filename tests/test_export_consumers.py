@@ -11,7 +11,6 @@ import pytest
 
 from engine.files.export_types import TRANSFORMERS_NOTE
 from engine.files.gguf_export import export_gguf
-from test_gguf_export import make_bundle
 from tests.gguf_helpers import make_bundle
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from engine.opencl.gemm_plan import GemmChoice
 from engine.training.progress import Cancelled, Monitor
 from engine.opencl.runtime import Runtime
 from tests.helpers import tiny_config
-from tests.test_kernels import close, down, up
+from tests.kernel_helpers import close, down, up
 
 CFG, B = tiny_config(vocab_size=260, n_head=2), 2
 

@@ -10,28 +10,9 @@ import pytest
 import tests.reference as ref
 from engine.opencl import ops
 from engine.opencl.gemm_plan import k_slices
-from tests.kernel_helpers import close, down, up
+from tests.kernel_helpers import GEMM_VARIANTS, close, down, plan_rt, up
 
 SEEDS = [0, 1, 2]
-
-
-GEMM_VARIANTS = ["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
-                 "tiled128s"]
-
-
-def plan_rt(rt, name: str):
-    """rt with its GEMM plan set to variant `name` (see gemm_rt), or a pytest skip where the
-    device cannot run it."""
-    variant = name.rstrip("0123456789s")
-    if variant == "vector" and not rt.is_cpu and "Oclgrind" not in rt.info.name:
-        pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
-    edge = int(name[5:].rstrip("s")) if variant == "tiled" else None
-    if edge is not None and edge not in rt.plan.edges:
-        pytest.skip(f"{rt.info.name} has too little local memory for {edge}x{edge} tiles "
-                    "(the engine uses a smaller edge there)")
-    width = int(name[6:]) if variant == "vector" else rt.plan.vector_width
-    return rt.with_plan(rt.plan.replace(variant=variant, tile_edge=edge, vector_width=width,
-                                        fetch4=not name.endswith("s")))
 
 
 @pytest.fixture(params=GEMM_VARIANTS)
@@ -211,7 +192,7 @@ def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
     that width; LLM_STUDIO_VECTOR_WIDTH or the Runtime argument override it (tests run the
     AVX2 kernels on an AVX-512 machine); other widths are refused with a hint."""
     from engine.errors import DeviceError
-    from engine.opencl.runtime import VECTOR_WIDTH_ENV, Runtime, pick_vector_width
+    from engine.opencl.runtime import Runtime
     from engine.opencl.gemm_plan import VECTOR_WIDTH_ENV, pick_vector_width
     assert pick_vector_width(16) == 16 and pick_vector_width(8) == 8
     assert pick_vector_width(4) == 8 and pick_vector_width(1) == 8

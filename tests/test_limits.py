@@ -13,7 +13,7 @@ from engine.config import (MAX_NEW_TOKENS, MODEL_LIMITED, TRAIN_LIMITED, ModelCo
 from engine.errors import ConfigError
 from engine.generation.generator import Generator
 from engine.limits import LIMITS, MIN_VOCAB
-from tests.test_one_source import PRODUCT, ROOT, files_matching, subcommand_actions
+from tests.source_helpers import PRODUCT, ROOT, files_matching, subcommand_actions
 
 # option dest -> engine field, per subcommand
 TRAIN_OPTIONS = {"d_model": "d_model", "n_layer": "n_layer", "n_head": "n_head",
@@ -213,4 +213,4 @@ def test_other_default_copies_are_the_engines():
     for literal in ("beta1: float = 0.9", "adam_eps: float = 1e-8", "seed: int = 1337",
                     "weight_decay: float = 0.1", "grad_clip: float = 1.0"):
         assert config.count(literal) == 1, literal   # TrainConfig's, not a second copy
-    assert files_matching(r'dtype: str = "f32"', PRODUCT) == []
+    assert files_matching(r'dtype: str = "f32"', PRODUCT, exclude=__file__) == []

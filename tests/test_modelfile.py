@@ -13,7 +13,6 @@ from engine.config import ModelConfig
 from engine.errors import ExportError
 from engine.files.gguf_export import export_gguf
 from engine.files.modelfile import OLLAMA_TEMPLATES, STOP_WORDS, modelfile_text, modelfile_value
-from test_gguf_export import make_bundle
 from tests.gguf_helpers import make_bundle
 
 CONFIG = ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=2, context_length=48)

@@ -10,17 +10,7 @@ import tests.reference as ref
 from engine.config import ModelConfig
 from engine.files.gguf_export import tensor_shapes
 from engine.model.params import ParamTable, tensors_per_layer
-
-ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("engine", "studio", "benchmarks")
-
-
-def files_matching(pattern: str, dirs=PRODUCT + ("tests",)) -> list[str]:
-    """Python files under dirs (this file excepted) whose text matches the regex."""
-    rx = re.compile(pattern)
-    return sorted(str(p.relative_to(ROOT)) for d in dirs for p in (ROOT / d).rglob("*.py")
-                  if p.name != Path(__file__).name and rx.search(p.read_text(encoding="utf-8")))
-
+from tests.source_helpers import PRODUCT, ROOT, files_matching, subcommand_actions
 
 # (what the rule is, a regex that spells it out, the files allowed to). engine/files/hf/train_ddp.py
 # is self-contained on purpose (it runs without the engine); tests/test_hf.py compares it.
@@ -45,13 +35,13 @@ RULES = [
 
 @pytest.mark.parametrize("rule,pattern,homes", RULES, ids=[r[0] for r in RULES])
 def test_rule_is_written_once(rule, pattern, homes):
-    assert files_matching(pattern, PRODUCT) == homes
+    assert files_matching(pattern, PRODUCT, exclude=__file__) == homes
 
 
 def test_tensor_list_is_written_only_in_the_param_table():
     # a per-layer list of tensor names with shapes, or the parameter-count formula
-    assert files_matching(r'attn_k\.weight", \(') == ["engine/model/params.py"]   # a name with its shape
-    assert files_matching(r"4 \* d \* d \+ 3 \* d \* f") == []
+    assert files_matching(r'attn_k\.weight", \(', exclude=__file__) == ["engine/model/params.py"]   # a name with its shape
+    assert files_matching(r"4 \* d \* d \+ 3 \* d \* f", exclude=__file__) == []
 
 
 @pytest.mark.parametrize("cfg", [ModelConfig(), ModelConfig(n_layer=1, d_model=20, n_head=5,
@@ -62,13 +52,6 @@ def test_every_use_of_the_tensor_list_agrees(cfg):
     assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
     assert cfg.param_count() == sum(e.size for e in table.entries.values())
     assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer(cfg)
-
-
-def subcommand_actions(name: str) -> dict:
-    """dest -> argparse action of `llm-studio NAME`."""
-    from studio.cli import build_parser
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return {a.dest: a for a in sub.choices[name]._actions}
 
 
 def test_export_types_are_the_engines(qapp):

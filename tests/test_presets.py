@@ -11,7 +11,6 @@ from engine.training.presets import PRESETS, get_preset
 from engine.training.session import TrainingSession
 from studio.cli import build_parser, main, _configs
 from studio.cli.options import configs
-from tests.test_cli import TINY
 from tests.helpers import TINY
 
 

@@ -96,7 +96,6 @@ def test_the_q8_0_example_runs(tok, tmp_path, monkeypatch):
     """The README's llama-cpp-python recipe for repacking off loads and runs a Q8_0 export."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from engine.files.gguf_export import export_gguf
-    from test_gguf_export import make_bundle
     from tests.gguf_helpers import make_bundle
     (code,) = blocks("python")
     export_gguf(make_bundle(tok), tmp_path / "model.gguf", "q8_0")
