@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QApplication, QMainWindow, QMessageBox, QSplitter
                                QTabWidget, QVBoxLayout, QWidget)
 
 from studio.app_settings import APP_NAME, open_settings
+from studio.open_model_action import open_model
 from studio.protocol import FileTask, RunState
 from studio.run_controller import RunController
 from studio.runs_actions import install_runs
@@ -175,6 +176,7 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                 ("Open pretraining text…", lambda: self.data_panel._ask("pretrain"), "Ctrl+O"),
                 ("Open tune dialogues…", lambda: self.data_panel._ask("tune"), None),
                 (None, None, None),
+                ("Open model…", lambda: open_model(self), "Ctrl+Shift+O"),
                 ("Open checkpoint…", self.open_checkpoint, None),
                 ("Open exported GGUF…", self.open_gguf, None),
                 ("Open Hugging Face folder…", self.open_hf, None),
@@ -195,7 +197,8 @@ class MainWindow(TrainingActions, WindowActions, QMainWindow):
                 self.save_action = act
             elif text.startswith("Export GGUF"):
                 self.export_action = act
-            elif text.startswith(("Open checkpoint", "Open exported", "Open Hugging")):
+            elif text.startswith(("Open model", "Open checkpoint", "Open exported",
+                                  "Open Hugging")):
                 self._open_actions.append(act)
             elif text.startswith(("Open pretraining", "Open tune")):
                 self._data_actions.append(act)

@@ -15,6 +15,7 @@ from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
                            TOKENIZER_KINDS, ModelConfig, SamplingParams, TrainConfig, run_steps)
 from engine.errors import StudioError
 from engine.export_types import DEFAULT_DTYPE, DTYPE_NAMES
+from engine.model_card import tokenizer_name
 from studio.cli_runs import TrainWatch
 from studio.cli_runs import register as register_runs
 from studio.cli_hf import register as register_hf
@@ -477,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=count(259, MAX_VOCAB),
                    help=f"requested vocabulary ({d['vocab_size']})")
     t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
-                   help=f"SentencePiece BPE or one token per character ({DEFAULT_TOKENIZER})")
+                   help=" or ".join(f"{k}: {tokenizer_name(k)}" for k in TOKENIZER_KINDS)
+                   + f" ({DEFAULT_TOKENIZER})")
     t.add_argument("--lr", type=number(0, 1, lo_open=True, hi_open=True),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--steps", type=count(0, MAX_STEPS),

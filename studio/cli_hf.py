@@ -50,20 +50,10 @@ def _read_model(src: Path):
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     from engine.model_card import format_card, model_card
-    from engine.open_run import write_open_run
     from engine.textio import read_text
-    from studio.cli import _make_run_folder
-    from studio.run_folder import METRICS
-    from engine.fsutil import FolderSnapshot
+    from studio.open_import import import_open_model
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
-    before = FolderSnapshot(out)
-    try:
-        _make_run_folder(out)
-        write_open_run(bundle, out, pre, tune)
-        (out / METRICS).write_text("")
-    except BaseException:
-        before.undo()   # a failed import leaves no half run folder
-        raise
+    import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
     print(f"Imported {src} into {out}. Tune it with `llm-studio train --out {out} --continue "
           f"--tune FILE --tune-steps N`, chat with `llm-studio chat {out}`.", file=sys.stderr)
@@ -71,26 +61,19 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
 
 
 def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
-    from engine.errors import StudioError
-    from engine.fsutil import FolderSnapshot, atomic_write_text
+    from engine.fsutil import atomic_write_text
     from engine.hf.load import has_texts, session_from_hf
     from engine.textio import bundled_corpus, read_text
     from studio.cli import _make_run_folder
+    from studio.open_import import writing_run
     from studio.run_folder import METRICS
     if not args.pretrain and not has_texts(folder):
         tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
-    before = FolderSnapshot(out)
-    try:
+    with writing_run(out):
         _make_run_folder(out)
         s.save(out)
         atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in s.history))
-    except BaseException as e:
-        before.undo()   # a failed import leaves no half run folder
-        if isinstance(e, OSError):
-            raise StudioError(f"Writing the run folder {out} failed: {e.strerror or e}.",
-                              "Check free disk space and that you can write there.") from None
-        raise
     c = s.model_config
     print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "

@@ -33,6 +33,7 @@ import numpy as np
 from engine.checkpoint import FILENAME, PREVIOUS
 from engine.config import ModelConfig, run_steps
 from engine.errors import StudioError
+from engine.model_card import tokenizer_name
 from engine.run_lock import in_use
 from studio.run_folder import METRICS
 
@@ -50,7 +51,7 @@ class RunInfo:
     date: float | None = None           # start, seconds since the epoch
     device: str = ""
     params: int | None = None
-    tokenizer: str = ""                 # "bpe 512", "char 97"
+    tokenizer: str = ""                 # "SentencePiece BPE · 512" (engine.model_card)
     step: int = 0                       # last step recorded (metrics or checkpoint)
     total_steps: int = 0
     loss: float | None = None           # last finite train loss
@@ -205,7 +206,9 @@ def _from_header(info: RunInfo, header: dict, side: dict) -> tuple[int, int]:
         info.params = ModelConfig(**mc).param_count()
     except TypeError:
         info.params = None
-    info.tokenizer = f"{header.get('tokenizer_kind', '?')} {mc.get('vocab_size', '?')}"
+    pre = (header.get("source") or {}).get("tokenizer_pre", "")   # an imported model's card
+    info.tokenizer = f"{tokenizer_name(header.get('tokenizer_kind', ''), pre)} · " \
+                     f"{mc.get('vocab_size', '?')}"
     info.device = str(header.get("device") or side.get("device") or "")
     tune = (header.get("data") or {}).get("tune_chars", 0) > 0
     total = run_steps(int(tc.get("pretrain_steps", 0)), int(tc.get("tune_steps", 0)), tune)

@@ -203,7 +203,7 @@ class TrainingActions:
         if info is None:
             return
         self._adopt_model(info)
-        self.settings_panel.set_from_configs(info.model_config, info.train_config)
+        self.settings_panel.set_from_configs(info.model_config, info.train_config, info.tokenizer)
         self.samples_panel.clear()
         cleared = self.chat_panel.start_over()
         self._show_history(info, recall=True)

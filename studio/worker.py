@@ -25,6 +25,7 @@ import traceback
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
+from engine.model_card import tokenizer_name
 from engine.progress import Cancelled, Monitor
 from studio.protocol import ContinueJob, Outcome, RunPoint, RunResult, SessionInfo, TrainJob
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
@@ -116,6 +117,7 @@ class TrainingWorker(ModelTasks, QObject):
             tune_tokens=s.tune_tokens if encoded and s.has_tune else None,
             # StepMetrics built here, not on the GUI thread (a long run has many)
             history=tuple(metrics_from_dict(d) for d in s.history) if history else None,
+            tokenizer=tokenizer_name(s.tokenizer.kind, s.tokenizer.pre),
             **opened)
 
     # -- training ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from PySide6.QtCore import Slot
 from engine.progress import Cancelled
 from engine.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
+from studio.run_folder import remove_if_empty
 
 
 class ModelTasks:
@@ -82,6 +83,9 @@ class ModelTasks:
         hf = job.source is ModelSource.HF or (guess and is_model_folder(path))
         gguf = job.source is ModelSource.GGUF or (guess and path.suffix.lower() == ".gguf")
         try:
+            if job.import_to:   # File › Open model…: a pretrained model becomes a run first
+                path = self._import(job)
+                hf = gguf = False
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
                 texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
                 session = session_from_hf(path, *texts, device=job.device)
@@ -95,10 +99,27 @@ class ModelTasks:
             self.loaded.emit(None)
             return
         except Exception as e:
-            self._fail("Could not open the GGUF" if gguf else "Could not open the Hugging Face "
+            self._fail("Could not open the model" if job.import_to else
+                       "Could not open the GGUF" if gguf else "Could not open the Hugging Face "
                        "folder" if hf else "Could not open the checkpoint", e)
             self.loaded.emit(None)
             return
         self.session = session
         source = ModelSource.HF if hf else ModelSource.GGUF if gguf else ModelSource.CHECKPOINT
         self.loaded.emit(self._info(history=True, path=str(path), source=source))
+
+    def _import(self, job: LoadJob) -> Path:
+        """Import the open model at job.path into the run folder job.import_to (studio.
+        open_import), on its texts (the bundled corpus when none is loaded); returns the
+        folder. A claimed empty folder is given back when the import fails."""
+        from engine.open_run import read_model
+        from engine.textio import bundled_corpus, read_text
+        from studio.open_import import import_open_model
+        self.preparing.emit(f"Importing {Path(job.path).name}…")
+        pretrain = job.pretrain_text or read_text(bundled_corpus("pretrain"))
+        try:
+            return import_open_model(read_model(job.path), job.import_to, pretrain,
+                                     job.tune_text or None)
+        except BaseException:
+            remove_if_empty(job.import_to)   # claimed by new_run_dir, never written
+            raise

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
                                QVBoxLayout, QWidget)
 
 from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
+from engine.model_card import tokenizer_name
 from engine.errors import ConfigError
 from engine.export_types import estimated_bytes
 from engine.memory import training_bytes
@@ -22,7 +23,6 @@ from engine.presets import PRESETS
 from studio.ui.widgets import enable_with_reason
 
 # (objectName, config field, label, minimum, maximum, step, tooltip)
-TOKENIZER_TEXT = {"bpe": "BPE (SentencePiece)", "char": "Characters"}  # engine's TOKENIZER_KINDS
 MODEL_FIELDS = [
     ("dModelSpin", "d_model", "Embedding size (d_model)", 8, 4096, 16,
      "Width of every token vector. Must be divisible by the number of heads."),
@@ -109,7 +109,7 @@ class SettingsPanel(QWidget):
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
         for kind in TOKENIZER_KINDS:
-            self.tokenizer_combo.addItem(TOKENIZER_TEXT[kind], kind)
+            self.tokenizer_combo.addItem(tokenizer_name(kind), kind)
         self.tokenizer_combo.setCurrentIndex(TOKENIZER_KINDS.index(DEFAULT_TOKENIZER))
         self.tokenizer_combo.setToolTip("BPE learns sub-word pieces from your text (byte "
                                         "fallback: any text encodes). Characters: one token "
@@ -127,6 +127,7 @@ class SettingsPanel(QWidget):
         self.tie_check.toggled.connect(self._on_change)
         mform.addRow(self.tie_check)
         self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
+        self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
         self.opened_label = QLabel()
         self.opened_label.setObjectName("openedModelLabel")
         self.opened_label.setProperty("role", "muted")
@@ -301,7 +302,24 @@ class SettingsPanel(QWidget):
         """New model: the fields describe the model again."""
         self._opened = None
         self.opened_label.setVisible(False)
+        self._show_tokenizer("")
         self._on_change()
+
+    def _show_tokenizer(self, name: str) -> None:
+        """The tokenizer field shows an opened model's tokenizer (its name in words, engine.
+        model_card.tokenizer_name), as an item of its own when it is not one a new model can
+        train; "" gives the person's own choice back."""
+        combo = self.tokenizer_combo
+        while combo.count() > len(TOKENIZER_KINDS):   # the last opened model's item
+            combo.removeItem(combo.count() - 1)
+        if not name:
+            combo.setCurrentIndex(max(combo.findData(self._chosen_tokenizer), 0))
+            return
+        i = combo.findText(name)
+        if i < 0:
+            combo.addItem(name, None)
+            i = combo.count() - 1
+        combo.setCurrentIndex(i)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(**{**self._preset_extra,
@@ -309,7 +327,10 @@ class SettingsPanel(QWidget):
                            **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
 
     def tokenizer_kind(self) -> str:
-        return self.tokenizer_combo.currentData()
+        """The kind a new model trains (engine.config.TOKENIZER_KINDS): the field's, or while a
+        model is opened, the choice the field had before."""
+        return self.tokenizer_combo.currentData() if self._opened is None \
+            else self._chosen_tokenizer
 
     def _extras(self, name: str) -> dict:
         """The preset's training values that have no field here (e.g. beta2)."""
@@ -331,10 +352,16 @@ class SettingsPanel(QWidget):
     def set_value(self, name: str, value) -> None:
         self.spins[name].setValue(value)
 
-    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None) -> None:
-        """Show a loaded checkpoint's settings."""
+    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None,
+                         tokenizer: str = "") -> None:
+        """Show a loaded checkpoint's settings; tokenizer: its tokenizer in words (studio.
+        protocol.SessionInfo.tokenizer; "" leaves the field)."""
         self.preset_combo.setCurrentIndex(0)
+        if self._opened is None:
+            self._chosen_tokenizer = self.tokenizer_combo.currentData()
         self._opened = model_cfg
+        if tokenizer:
+            self._show_tokenizer(tokenizer)
         for name, field, *_ in MODEL_FIELDS:
             self.spins[name].setValue(getattr(model_cfg, field))
         self.tie_check.setChecked(model_cfg.tie_embeddings)
