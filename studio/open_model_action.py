@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import Qt
+
 from studio.protocol import LoadJob, ModelSource
 from studio.run_folder import new_run_dir
 from studio.ui.open_model_dialog import OpenModelDialog
@@ -26,6 +28,7 @@ def open_model(window, path: str | None = None) -> OpenModelDialog | None:
     dialog = OpenModelDialog(window, batch_size=sp.train_config().batch_size
                              if sp.is_valid() else None, device=window.device_panel.current(),
                              start_dir=str(window.settings.value("export/dir", str(Path.home()))))
+    dialog.setAttribute(Qt.WA_DeleteOnClose)   # one dialog per File › Open model…
     dialog.accepted.connect(lambda: _open(window, dialog))
     if path:
         dialog.set_path(path)

@@ -104,8 +104,7 @@ def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, op
     from tests.test_studio import chat
     w = window
     runs_before = set(w.autosave_box.runs_root().glob("*"))
-    d = open_model(w)
-    qtbot.addWidget(d)
+    d = open_model(w)   # the window's child, deleted on close
     with qtbot.waitSignal(d.cardRead, timeout=120_000):
         d.set_path(open_ggufs["smollm2"])
     with qtbot.waitSignal(w.modelOpened, timeout=120_000) as opened:
