@@ -111,9 +111,9 @@ class SettingsPanel(QWidget):
         for kind in TOKENIZER_KINDS:
             self.tokenizer_combo.addItem(tokenizer_name(kind), kind)
         self.tokenizer_combo.setCurrentIndex(TOKENIZER_KINDS.index(DEFAULT_TOKENIZER))
-        self.tokenizer_combo.setToolTip("BPE learns sub-word pieces from your text (byte "
-                                        "fallback: any text encodes). Characters: one token "
-                                        "per character.")
+        self.tokenizer_combo.setToolTip(
+            f"{tokenizer_name('bpe')} learns sub-word pieces from your text (byte fallback: "
+            f"any text encodes). {tokenizer_name('char')}: one token per character.")
         self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
         # Wide enough for its longest item where there is room, but it may be cut short: the
         # settings column can be made narrow on small screens.
