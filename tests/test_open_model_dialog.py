@@ -155,3 +155,17 @@ def test_screenshot_of_the_dialog(qtbot, open_folders, tmp_path):
         out = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
     path = out / "10-open-model.png"
     assert d.grab().save(str(path)) and path.stat().st_size > 10_000
+
+
+def test_a_failed_import_says_so_and_gives_the_claimed_run_folder_back(qtbot, window, tmp_path):
+    from studio.protocol import LoadJob
+    from studio.run_folder import new_run_dir
+    w = window
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf at all")
+    run = new_run_dir(w.autosave_box.runs_root())
+    assert run.is_dir()
+    with qtbot.waitSignal(w.errorShown, timeout=60_000) as shown:
+        w.controller.load(LoadJob(str(junk), import_to=str(run)))
+    assert shown.args[0] == "Could not open the model" and "junk.gguf" in shown.args[1]
+    assert not run.exists() and not w.controller.has_model
