@@ -84,6 +84,9 @@ class LoadJob:
     pretrain_text: str | None = None
     tune_text: str | None = None
     train_config: TrainConfig | None = None
+    # File › Open model…: import the pretrained model at `path` into this new run folder
+    # (studio.open_import, as `llm-studio import` does) and open that run; None: open `path`
+    import_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class SessionInfo:
     history: tuple | None = None       # StepMetrics of the steps done, oldest first, or None
     path: str | None = None            # the file or folder opened (loaded only)
     source: ModelSource | None = None  # what it was (loaded only)
+    tokenizer: str = ""                # the tokenizer in words (engine.files.model_card.tokenizer_name)
 
 
 class Outcome(Enum):

@@ -36,6 +36,7 @@ from engine.errors import StudioError
 from engine.training.run_lock import in_use
 from studio.run_folder import (METRICS, RUN_JSON, is_run_folder, read_header,
                                read_metrics, read_sidecar)
+from engine.files.model_card import tokenizer_name
 RUNNING_S = 60.0  # without a lock file: metrics.jsonl written this recently, still going
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
@@ -58,7 +59,7 @@ class RunInfo:
     date: float | None = None           # start, seconds since the epoch
     device: str = ""
     params: int | None = None
-    tokenizer: str = ""                 # "bpe 512", "char 97"
+    tokenizer: str = ""                 # "SentencePiece BPE · 512" (engine.files.model_card)
     step: int = 0                       # last step recorded (metrics or checkpoint)
     total_steps: int = 0
     loss: float | None = None           # last finite train loss
@@ -176,7 +177,9 @@ def _from_header(info: RunInfo, header: dict, side: dict) -> tuple[int, int]:
         info.params = ModelConfig(**mc).param_count()
     except TypeError:
         info.params = None
-    info.tokenizer = f"{header.get('tokenizer_kind', '?')} {mc.get('vocab_size', '?')}"
+    pre = (header.get("source") or {}).get("tokenizer_pre", "")   # an imported model's card
+    info.tokenizer = f"{tokenizer_name(header.get('tokenizer_kind', ''), pre)} · " \
+                     f"{mc.get('vocab_size', '?')}"
     info.device = str(header.get("device") or side.get("device") or "")
     tune = (header.get("data") or {}).get("tune_chars", 0) > 0
     total = run_steps(int(tc.get("pretrain_steps", 0)), int(tc.get("tune_steps", 0)), tune)

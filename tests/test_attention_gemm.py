@@ -5,7 +5,6 @@ the per-launch work cap scaled to the device."""
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 import tests.reference as ref

@@ -11,9 +11,8 @@ pytest.importorskip("jinja2")
 from engine.data.chat_template import ChatFormat, render  # noqa: E402
 from engine.data.dialogue import Message, parse_dialogues  # noqa: E402
 from engine.errors import DataError  # noqa: E402
-from engine.data.open_folder_tokenizer import read_folder
-from tests.open_models import FAMILIES, TEMPLATES, open_folders
-from engine.data.open_tokenizer import OpenTokenizer
+from engine.data.open_folder_tokenizer import read_folder  # noqa: E402
+from tests.open_models import FAMILIES, TEMPLATES  # noqa: E402
 
 CHATS = [
     [Message("user", "What is 2 + 2?")],

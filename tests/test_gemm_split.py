@@ -4,7 +4,6 @@ empty are split until the groups fill whole waves (measured: benchmarks/RESULTS.
 
 import pytest
 
-from engine.opencl import ops
 from engine.opencl.gemm_plan import GROUPS_PER_CU, k_slices
 
 WAVE = GROUPS_PER_CU * 132  # an H200's 132 compute units

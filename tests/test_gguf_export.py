@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 
 import reference
-from engine.config import ModelConfig
 from engine.data.dialogue import (CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt)
 from engine.errors import ExportError, ModelImportError
 from engine.files.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
-from engine.files.gguf_export import ModelBundle, export_gguf, modelfile_text, tensor_shapes
+from engine.files.gguf_export import export_gguf, modelfile_text, tensor_shapes
 from engine.files.gguf_import import import_gguf
 from engine.data.textio import read_text
 from engine.data.tokenizer import Tokenizer

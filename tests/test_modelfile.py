@@ -2,7 +2,6 @@
 parser/parser.go): FROM names the exported file whatever its name, TEMPLATE and stop words come
 back unchanged, and a name Ollama cannot read is refused before anything is written."""
 
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

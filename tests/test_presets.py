@@ -9,7 +9,7 @@ from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
 from engine.training.presets import PRESETS, get_preset
 from engine.training.session import TrainingSession
-from studio.cli import build_parser, main, _configs
+from studio.cli import build_parser, main
 from studio.cli.options import configs
 from tests.helpers import TINY
 

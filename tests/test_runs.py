@@ -21,7 +21,7 @@ def test_scan_reads_every_column(tmp_path):
     assert [r.name for r in runs] == ["fast", "slow"]  # newest first
     fast = runs[0]
     assert fast.status == "finished" and fast.step == 40 and fast.total_steps == 40
-    assert fast.device == "Test CPU" and fast.tokenizer == "bpe 300"
+    assert fast.device == "Test CPU" and fast.tokenizer == "SentencePiece BPE · 300"
     assert fast.params == R.ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=2,
                                         context_length=8).param_count()
     assert fast.loss == pytest.approx(math.log(300) * math.exp(-40 * 1e-2 * 10) + 0.1)

@@ -10,7 +10,6 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from engine.config import ModelConfig  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
 from engine.model.memory import check_fits, training_bytes  # noqa: E402
 from studio.ui.settings_panel import SettingsPanel, human_bytes  # noqa: E402

@@ -32,6 +32,9 @@ def test_an_opened_open_model_is_shown_as_it_is(qtbot, window, tmp_path):
     assert panel.opened_label.isVisible()
     assert "2 key-value heads" in panel.opened_label.text()
     assert "RoPE base 100000" in panel.opened_label.text()
+    # its tokenizer by its kind (old: the training choice's "BPE (SentencePiece)" stayed)
+    assert panel.tokenizer_combo.currentText() == "byte-level BPE, pre-tokenizer smollm"
     w.training.new_model()
     assert not panel.opened_label.isVisible()
     assert panel.model_config().n_kv_head == 0             # the fields again
+    assert panel.tokenizer_kind() == "bpe" and panel.tokenizer_combo.count() == 2

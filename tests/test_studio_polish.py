@@ -12,7 +12,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
-from PySide6.QtCore import QCoreApplication, QSettings  # noqa: E402
+from PySide6.QtCore import QCoreApplication  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
 from tests.studio_helpers import configure, settle, train  # noqa: E402

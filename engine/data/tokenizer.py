@@ -157,6 +157,7 @@ class Tokenizer:
     unk_id = 0
     bos_id = 1
     eos_id = 2
+    pre = ""   # no llama.cpp pre-tokenizer name (engine.data.open_tokenizer.OpenTokenizer.pre)
 
     def __init__(self, model_proto: bytes):
         """Wrap a serialized SentencePiece ModelProto (use `train` or `from_bytes`)."""

@@ -134,6 +134,17 @@ def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np
     return weights
 
 
+def stored_type(file_type, tensors) -> str:
+    """The GGUF's file type name (gguf.LlamaFileType: "ALL_F32", "MOSTLY_Q4_K_M", ...) from
+    general.file_type, or, where that key is missing or unknown, the type most of its 2-D
+    tensors are stored in ("Q8_0", ...)."""
+    try:
+        return gguf.LlamaFileType(int(file_type)).name
+    except (TypeError, ValueError):
+        kinds = [t.tensor_type.name for t in tensors if len(t.shape) == 2]
+        return max(set(kinds), key=kinds.count) if kinds else ""
+
+
 def read_open_bundle(reader: gguf.GGUFReader, fname: str):
     """ModelBundle (config, OpenTokenizer, float32 weights, metadata["source"]) of an open
     llama GGUF. Raises ModelImportError."""
@@ -148,7 +159,7 @@ def read_open_bundle(reader: gguf.GGUFReader, fname: str):
                                f"the model {config.vocab_size}.", "The file is damaged.")
     weights = open_weights(tensors, config, fname)
     source = {"name": get("general.name", fname), "format": "gguf", "file": fname,
-              "file_type": int(get("general.file_type", 0) or 0)}
+              "file_type": stored_type(get("general.file_type", None), reader.tensors)}
     return ModelBundle(config, tokenizer, weights, {"source": source})
 
 

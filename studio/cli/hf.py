@@ -30,7 +30,7 @@ def cmd_import(args) -> int:
         print("note: the model carries no training text; the run keeps the bundled corpus as "
               "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
-    bundle = _read_model(src, kind)
+    bundle = _read_model(src)
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
     if kind is ModelKind.GGUF:
@@ -39,34 +39,21 @@ def cmd_import(args) -> int:
     return _import_app_folder(src, out, pre, tune, args)
 
 
-def _read_model(src: Path, kind: ModelKind):
-    """The ModelBundle of a pretrained open model (a GGUF: engine.files.gguf_import; a transformers
-    folder: engine.files.hf.load), or None for a model this app wrote. Raises ModelImportError for a
-    model the engine cannot run."""
+def _read_model(src: Path):
+    """The ModelBundle of a pretrained open model (studio.open_import.read_model), or None for a
+    model this app wrote. Raises ModelImportError for a model the engine cannot run."""
     from engine.files.gguf_export import is_open
-    if kind is ModelKind.GGUF:
-        from engine.files.gguf_import import import_gguf
-        bundle = import_gguf(src)
-    else:
-        from engine.files.hf.load import import_hf
-        bundle = import_hf(src)[0]
+    from studio.open_import import read_model
+    bundle = read_model(src)
     return bundle if is_open(bundle) else None
 
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     from engine.files.model_card import format_card, model_card
-    from engine.files.open_run import write_open_run
-    from engine.fsutil import FolderSnapshot
     from engine.data.textio import read_text
+    from studio.open_import import import_open_model
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
-    before = FolderSnapshot(out)
-    try:
-        make_run_folder(out)
-        write_open_run(bundle, out, pre, tune)
-        write_metrics(out)
-    except BaseException:
-        before.undo()   # a failed import leaves no half run folder
-        raise
+    import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
     print(f"Imported {src} into {out}. Tune it with `llm-studio train --out {out} --continue "
           f"--tune FILE --tune-steps N`, chat with `llm-studio chat {out}`.", file=sys.stderr)
@@ -74,23 +61,16 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
 
 
 def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
-    from engine.fsutil import FolderSnapshot
     from engine.files.hf.load import has_texts, session_from_hf
     from engine.data.textio import bundled_corpus, read_text
+    from studio.open_import import writing_run
     if not args.pretrain and not has_texts(folder):
         tune = tune or read_text(bundled_corpus("tune"))
     s = session_from_hf(folder, pre, tune, device=args.device)
-    before = FolderSnapshot(out)
-    try:
+    with writing_run(out):
         make_run_folder(out)
         s.save(out)
         write_metrics(out, s.history)
-    except BaseException as e:
-        before.undo()   # a failed import leaves no half run folder
-        if isinstance(e, OSError):
-            raise StudioError(f"Writing the run folder {out} failed: {e.strerror or e}.",
-                              "Check free disk space and that you can write there.") from None
-        raise
     c = s.model_config
     print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "

@@ -13,6 +13,7 @@ from engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
 from engine.errors import StudioError
 from engine.files.export_types import DEFAULT_DTYPE, DTYPE_NAMES
 from studio.cli import hf, models, runs, tune
+from engine.files.model_card import tokenizer_name
 from studio.cli.inputs import limited
 from studio.cli.options import TRAIN_DEFAULTS
 from studio.cli.train import cmd_train
@@ -69,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=limited("vocab_size"),
                    help=f"requested vocabulary ({d['vocab_size']})")
     t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
-                   help=f"SentencePiece BPE or one token per character ({DEFAULT_TOKENIZER})")
+                   help=" or ".join(f"{k}: {tokenizer_name(k)}" for k in TOKENIZER_KINDS)
+                   + f" ({DEFAULT_TOKENIZER})")
     t.add_argument("--lr", type=limited("learning_rate"),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--steps", type=limited("pretrain_steps"),

@@ -217,12 +217,13 @@ class DataPanel(QGroupBox):
             return "Open a tune dialogue file, or set Tuning steps to 0."
         if vocab_size is not None and tokenizer_kind == "bpe":
             from engine.data.tokenizer import MIN_VOCAB, min_bpe_vocab
+            from engine.files.model_card import tokenizer_name
             sets = [self._chars["pretrain"]] + ([self._chars["tune"]] if tune_steps > 0 else [])
             need = min_bpe_vocab(sets)
             if vocab_size < need:
                 return (f"Vocabulary size {vocab_size} is too small for BPE on these texts "
                         f"({need - MIN_VOCAB} distinct characters, each a token): use at least "
-                        f"{need}, or the Characters tokenizer.")
+                        f"{need}, or the {tokenizer_name('char')} tokenizer.")
         return None
 
     def set_editable(self, on: bool, why: str = "") -> None:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
                                QVBoxLayout, QWidget)
 
 from engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
+from engine.files.model_card import tokenizer_name
 from engine.errors import ConfigError
 from engine.files.export_types import estimated_bytes
 from engine.model.memory import training_bytes
@@ -25,7 +26,6 @@ from engine.limits import LIMITS
 from studio.ui.widgets import enable_with_reason
 
 # (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
-TOKENIZER_TEXT = {"bpe": "BPE (SentencePiece)", "char": "Characters"}  # engine's TOKENIZER_KINDS
 MODEL_FIELDS = [
     ("dModelSpin", "d_model", "Embedding size (d_model)", 16,
      "Width of every token vector. Must be divisible by the number of heads."),
@@ -113,11 +113,11 @@ class SettingsPanel(QWidget):
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
         for kind in TOKENIZER_KINDS:
-            self.tokenizer_combo.addItem(TOKENIZER_TEXT[kind], kind)
+            self.tokenizer_combo.addItem(tokenizer_name(kind), kind)
         self.tokenizer_combo.setCurrentIndex(TOKENIZER_KINDS.index(DEFAULT_TOKENIZER))
-        self.tokenizer_combo.setToolTip("BPE learns sub-word pieces from your text (byte "
-                                        "fallback: any text encodes). Characters: one token "
-                                        "per character.")
+        self.tokenizer_combo.setToolTip(
+            f"{tokenizer_name('bpe')} learns sub-word pieces from your text (byte fallback: "
+            f"any text encodes). {tokenizer_name('char')}: one token per character.")
         self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
         # Wide enough for its longest item where there is room, but it may be cut short: the
         # settings column can be made narrow on small screens.
@@ -131,6 +131,7 @@ class SettingsPanel(QWidget):
         self.tie_check.toggled.connect(self._on_change)
         mform.addRow(self.tie_check)
         self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
+        self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
         self.opened_label = QLabel()
         self.opened_label.setObjectName("openedModelLabel")
         self.opened_label.setProperty("role", "muted")
@@ -312,7 +313,24 @@ class SettingsPanel(QWidget):
         """New model: the fields describe the model again."""
         self._opened = None
         self.opened_label.setVisible(False)
+        self._show_tokenizer("")
         self._on_change()
+
+    def _show_tokenizer(self, name: str) -> None:
+        """The tokenizer field shows an opened model's tokenizer (its name in words, engine.
+        model_card.tokenizer_name), as an item of its own when it is not one a new model can
+        train; "" gives the person's own choice back."""
+        combo = self.tokenizer_combo
+        while combo.count() > len(TOKENIZER_KINDS):   # the last opened model's item
+            combo.removeItem(combo.count() - 1)
+        if not name:
+            combo.setCurrentIndex(max(combo.findData(self._chosen_tokenizer), 0))
+            return
+        i = combo.findText(name)
+        if i < 0:
+            combo.addItem(name, None)
+            i = combo.count() - 1
+        combo.setCurrentIndex(i)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(**{**self._preset_extra,
@@ -320,7 +338,10 @@ class SettingsPanel(QWidget):
                            **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
 
     def tokenizer_kind(self) -> str:
-        return self.tokenizer_combo.currentData()
+        """The kind a new model trains (engine.config.TOKENIZER_KINDS): the field's, or while a
+        model is opened, the choice the field had before."""
+        return self.tokenizer_combo.currentData() if self._opened is None \
+            else self._chosen_tokenizer
 
     def _extras(self, name: str) -> dict:
         """The preset's training values that have no field here (e.g. beta2)."""
@@ -342,10 +363,16 @@ class SettingsPanel(QWidget):
     def set_value(self, name: str, value) -> None:
         self.spins[name].setValue(value)
 
-    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None) -> None:
-        """Show a loaded checkpoint's settings."""
+    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None,
+                         tokenizer: str = "") -> None:
+        """Show a loaded checkpoint's settings; tokenizer: its tokenizer in words (studio.
+        protocol.SessionInfo.tokenizer; "" leaves the field)."""
         self.preset_combo.setCurrentIndex(0)
+        if self._opened is None:
+            self._chosen_tokenizer = self.tokenizer_combo.currentData()
         self._opened = model_cfg
+        if tokenizer:
+            self._show_tokenizer(tokenizer)
         for name, field, *_ in MODEL_FIELDS:
             self.spins[name].setValue(getattr(model_cfg, field))
         self.tie_check.setChecked(model_cfg.tie_embeddings)

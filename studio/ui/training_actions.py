@@ -218,7 +218,8 @@ class TrainingActions:
         if info is None:
             return
         self._adopt_model(info)
-        self.panels.settings_panel.set_from_configs(info.model_config, info.train_config)
+        self.panels.settings_panel.set_from_configs(info.model_config, info.train_config,
+                                                    info.tokenizer)
         self.panels.samples_panel.clear()
         cleared = self.panels.chat_panel.start_over()
         self._show_history(info, recall=True)

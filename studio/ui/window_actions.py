@@ -20,6 +20,7 @@ from engine.files.export_types import DEFAULT_DTYPE
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from studio.run_folder import HF_KINDS, ModelKind, path_kind
 from studio.ui.export_dialog import ExportDialog
+from studio.ui.open_model_action import OpenModelAction
 from studio.ui.run_controller import RunController
 from studio.ui.settings_panel import human_bytes
 from studio.ui.window_face import WindowFace
@@ -46,6 +47,7 @@ class WindowActions:
         self.panels = panels
         self.controller = controller
         self.settings = settings      # the last export folder, file and dtype
+        self.pretrained = OpenModelAction(window, panels, controller, settings, self.open_model)
         c = controller
         panels.chat_panel.sendRequested.connect(self.chat)
         c.token.connect(panels.chat_panel.append_token)
@@ -63,6 +65,7 @@ class WindowActions:
                 ("Open pretraining text…", lambda: data_panel._ask("pretrain"), "Ctrl+O"),
                 ("Open tune dialogues…", lambda: data_panel._ask("tune"), None),
                 (None, None, None),
+                ("Open model…", lambda: self.pretrained.open_model(), "Ctrl+Shift+O"),
                 ("Open checkpoint…", self.open_checkpoint, None),
                 ("Open exported GGUF…", self.open_gguf, None),
                 ("Open Hugging Face folder…", self.open_hf, None),
@@ -82,7 +85,7 @@ class WindowActions:
             made[text.split("…")[0].split(" (")[0]] = act
         return FileMenu(made["Save checkpoint"], made["Export GGUF or Hugging Face"],
                         made["New model"],
-                        (made["Open checkpoint"], made["Open exported GGUF"],
+                        (made["Open model"], made["Open checkpoint"], made["Open exported GGUF"],
                          made["Open Hugging Face folder"]),
                         (made["Open pretraining text"], made["Open tune dialogues"]))
 

@@ -27,8 +27,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.training.progress import Cancelled, Monitor
-from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
-                             RunResult, SaveRequest, SessionInfo, TrainJob)
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob)
+from engine.files.model_card import tokenizer_name
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from studio.ui.worker_tasks import ModelTasks
 
@@ -75,7 +75,8 @@ class TrainingWorker(QObject):
         self._stop = threading.Event()
         self._pause = threading.Event()
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
-        self.tasks = ModelTasks(self.monitor, self._stop, self._fail)  # chat, export, save, open
+        # chat, export, save, open
+        self.tasks = ModelTasks(self.monitor, self._stop, self._fail, self.preparing.emit)
 
     # Flags: set from the GUI thread, read here between steps.
     def request_pause(self) -> None:
@@ -119,6 +120,7 @@ class TrainingWorker(QObject):
             tune_tokens=s.tune_tokens if encoded and s.has_tune else None,
             # StepMetrics built here, not on the GUI thread (a long run has many)
             history=tuple(metrics_from_dict(d) for d in s.history) if history else None,
+            tokenizer=tokenizer_name(s.tokenizer.kind, s.tokenizer.pre),
             **opened)
 
     # -- a model between steps (studio.ui.worker_tasks.ModelTasks) ---------------------------

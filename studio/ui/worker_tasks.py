@@ -17,6 +17,7 @@ from engine.errors import StudioError
 from engine.training.progress import Cancelled, Monitor
 from engine.training.run_lock import ensure_free
 from studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
+from studio.run_folder import remove_if_empty
 
 
 class ModelTasks:
@@ -24,10 +25,12 @@ class ModelTasks:
     and the call returns None (or "" for save), as the worker's signals carry a failure."""
 
     def __init__(self, monitor: Monitor, stop: threading.Event,
-                 report_error: Callable[[str, BaseException], None]):
+                 report_error: Callable[[str, BaseException], None],
+                 preparing: Callable[[str], None]):
         self.monitor = monitor
         self.stop = stop
         self.report_error = report_error
+        self.preparing = preparing   # a phase the run bar shows (an import before its open)
 
     def chat(self, session, request: ChatRequest, on_piece: Callable[[str], None]):
         """The answer (ChatReply) streamed piece by piece to on_piece; None without a model,
@@ -81,12 +84,14 @@ class ModelTasks:
         path = Path(job.path)
         from engine.files.hf.load import has_texts, session_from_hf
         try:   # Open checkpoint (no source): the path's kind tells
-            source = job.source or ModelSource.of(path)
+            source = ModelSource.CHECKPOINT if job.import_to else job.source or ModelSource.of(path)
         except StudioError as e:
             self.report_error("Could not open the model", e)
             return None
         hf, gguf = source is ModelSource.HF, source is ModelSource.GGUF
         try:
+            if job.import_to:   # File › Open model…: a pretrained model becomes a run first
+                path = self._import(job)
             if hf:   # a transformers folder: its own texts if it has them, else those loaded
                 texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
                 session = session_from_hf(path, *texts, device=job.device)
@@ -99,7 +104,23 @@ class ModelTasks:
         except Cancelled:  # the window closes while a large checkpoint is read
             return None
         except Exception as e:
-            self.report_error("Could not open the GGUF" if gguf else "Could not open the Hugging "
+            self.report_error("Could not open the model" if job.import_to else
+                              "Could not open the GGUF" if gguf else "Could not open the Hugging "
                               "Face folder" if hf else "Could not open the checkpoint", e)
             return None
         return session, source
+
+    def _import(self, job: LoadJob) -> Path:
+        """Import the open model at job.path into the run folder job.import_to
+        (studio.open_import), on its texts (the bundled corpus when none is loaded); returns the
+        folder. A claimed empty folder is given back when the import fails."""
+        from engine.data.textio import bundled_corpus, read_text
+        from studio.open_import import import_open_model, read_model
+        self.preparing(f"Importing {Path(job.path).name}…")
+        pretrain = job.pretrain_text or read_text(bundled_corpus("pretrain"))
+        try:
+            return import_open_model(read_model(job.path), job.import_to, pretrain,
+                                     job.tune_text or None)
+        except BaseException:
+            remove_if_empty(job.import_to)   # claimed by new_run_dir, never written
+            raise

@@ -32,6 +32,7 @@ import numpy as np
 from engine.errors import ExportError
 from engine.fsutil import FolderSnapshot
 from engine.files.hf.names import hf_name, to_hf_tensor
+from engine.files.model_card import tokenizer_name
 
 STUDIO_FILE = "studio.json"
 # The training data a scale-out folder carries (engine.files.hf.scale_out writes them, engine.files.hf.load
@@ -117,14 +118,14 @@ def _cell(v) -> str:
 def _card(bundle) -> str:
     meta = "\n".join(f"| {_cell(k)} | {_cell(v)} |" for k, v in sorted(bundle.metadata.items()))
     c = bundle.config
-    source = bundle.metadata.get("source") or {}
+    source, tok = bundle.metadata.get("source") or {}, bundle.tokenizer
     origin = (f"{_cell(source['name'])}, tuned with OpenCL LLM Studio" if source.get("name")
               else "A Llama-style model trained from scratch with OpenCL LLM Studio")
     title = bundle.metadata.get("name") or source.get("name") or "OpenCL LLM Studio model"
     return (f"# {_cell(title)}\n\n{origin}.\n\n"
             f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
             f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
-            f"tokenizer {bundle.tokenizer.kind}.\n\n"
+            f"tokenizer {tokenizer_name(tok.kind, tok.pre)}.\n\n"
             "```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
             "tok = AutoTokenizer.from_pretrained(PATH)\n"
             "model = LlamaForCausalLM.from_pretrained(PATH)\n```\n\n"

@@ -180,8 +180,10 @@ def import_hf(folder) -> tuple:
         studio = json.loads((folder / STUDIO_FILE).read_text(encoding="utf-8"))
     metadata = dict(studio.get("metadata", {}))
     if not studio:   # a pretrained model from elsewhere
-        name = read_config(folder).get("_name_or_path") or folder.name
-        metadata["source"] = {"name": str(name), "format": "hf", "file": folder.name}
+        hf = read_config(folder)
+        name = hf.get("_name_or_path") or folder.name
+        metadata["source"] = {"name": str(name), "format": "hf", "file": folder.name,
+                              "dtype": str(hf.get("dtype") or hf.get("torch_dtype") or "")}
     return ModelBundle(cfg, tok, weights, metadata), studio
 
 
