@@ -35,6 +35,11 @@ class OpenModelAction:
         self.settings = settings            # the folder the dialog starts in
         self.open_app_model = open_app_model
 
+    def ask(self) -> None:
+        """File › Open model…: the dialog, empty (a bound method, so the menu's connection
+        keeps no reference to the window alive)."""
+        self.open_model()
+
     def open_model(self, path: str | None = None) -> OpenModelDialog | None:
         """Show the dialog (non-modal to the event loop: dialog.open()), reading `path`'s card
         at once when given; returns the dialog, or None while the window is busy."""
@@ -46,7 +51,7 @@ class OpenModelAction:
                                  device=self.panels.device_panel.current(),
                                  start_dir=str(self.settings.value("export/dir", str(Path.home()))))
         dialog.setAttribute(Qt.WA_DeleteOnClose)   # one dialog per File › Open model…
-        dialog.accepted.connect(lambda: self._open(dialog))
+        dialog.accepted.connect(lambda: self._open(dialog))   # the dialog's own: dies with it
         if path:
             dialog.set_path(path)
         dialog.open()

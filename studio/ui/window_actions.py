@@ -65,7 +65,7 @@ class WindowActions:
                 ("Open pretraining text…", lambda: data_panel._ask("pretrain"), "Ctrl+O"),
                 ("Open tune dialogues…", lambda: data_panel._ask("tune"), None),
                 (None, None, None),
-                ("Open model…", lambda: self.pretrained.open_model(), "Ctrl+Shift+O"),
+                ("Open model…", self.pretrained.ask, "Ctrl+Shift+O"),
                 ("Open checkpoint…", self.open_checkpoint, None),
                 ("Open exported GGUF…", self.open_gguf, None),
                 ("Open Hugging Face folder…", self.open_hf, None),

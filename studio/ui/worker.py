@@ -145,8 +145,8 @@ class TrainingWorker(QObject):
         if opened is None:
             self.loaded.emit(None)
             return
-        self.session, source = opened
-        self.loaded.emit(self._info(history=True, path=str(Path(job.path)), source=source))
+        self.session, source, path = opened
+        self.loaded.emit(self._info(history=True, path=str(path), source=source))
 
     # -- training ----------------------------------------------------------------------------
     @Slot(object)

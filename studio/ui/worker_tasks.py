@@ -79,7 +79,8 @@ class ModelTasks:
 
     def load(self, job: LoadJob):
         """Open the job's model (a GGUF or a folder without texts is trained further on the
-        job's texts and train_config): (session, ModelSource), or None."""
+        job's texts and train_config): (session, ModelSource, the path opened: the new run
+        folder of an import), or None."""
         from engine.training.session import TrainingSession
         path = Path(job.path)
         from engine.files.hf.load import has_texts, session_from_hf
@@ -108,7 +109,7 @@ class ModelTasks:
                               "Could not open the GGUF" if gguf else "Could not open the Hugging "
                               "Face folder" if hf else "Could not open the checkpoint", e)
             return None
-        return session, source
+        return session, source, path
 
     def _import(self, job: LoadJob) -> Path:
         """Import the open model at job.path into the run folder job.import_to
