@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 import traceback
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
