@@ -21,6 +21,9 @@ GROUPS_PER_CU = 2
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
+    if rt.gemm == "packed":
+        gemm_packed(rt, form, C, A, B, M, N, K, beta)
+        return
     if rt.gemm in ("blocked", "vector"):
         # register-blocked, one work-item per tile: 6x16 scalar (matmul.cl), or in vectors of
         # the device's width (matmul_vec.cl): 8x32 in float16 (AVX-512), 6x16 in float8 (AVX2)
@@ -62,6 +65,44 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
         rt.launch_local(name, grid + (slices,), (gx, gy, 1), parts, A, B, M, N, K, 0.0, kslice,
                         *tiles)
         rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
+
+
+def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
+    """C (M, N) = beta * C + op(A) @ op(B) by kernels/matmul_packed.cl (packed panels, one
+    work-item per work-group), form "nn" (A (M,K), B (K,N)), "nt" (B stored (N,K)) or "tn"
+    (A stored (K,M)). The C blocks per group: see packed_blocks."""
+    width = rt.vector_width
+    defines = gemm_tiles.packed_defines(width, rt.device.local_mem_size)
+    built = rt.build(("matmul_packed.cl",), defines)
+    mb, nb = packed_blocks(M, N, dict(defines), rt.info.compute_units)
+    grid = (-(-N // nb), -(-M // mb))
+    rt.launch_local(f"matmul_{form}_packed", grid, (1, 1), C, A, B, M, N, K, beta, mb, nb,
+                    built=built)
+
+
+PACKED_GROUPS_PER_CU = 2  # C blocks per compute unit: equal blocks, whole rounds of them
+PACKED_MIN_COLS = 128  # narrowest block split further by columns (A's slice reused by 4 panels)
+
+
+def packed_blocks(M: int, N: int, sizes: dict, compute_units: int) -> tuple[int, int]:
+    """(rows mb, columns nb) of the C block one matmul_packed.cl work-group computes, for
+    PACKED_GROUPS_PER_CU equal blocks per compute unit. Each group packs its PK_KC x nb slice
+    of B once per K slice and reuses it over mb rows (2 * mb flops per packed float), so
+    blocks are split by columns first (down to PACKED_MIN_COLS) and by rows after; nb is a
+    multiple of 2 * VEC_W and at most PK_NB, mb a multiple of PK_MR."""
+    nr, mr = 2 * sizes["VEC_W"], sizes["PK_MR"]
+    want = PACKED_GROUPS_PER_CU * compute_units
+    col_blocks, row_blocks = -(-N // sizes["PK_NB"]), 1
+    while col_blocks * row_blocks < want:
+        if -(-N // (2 * col_blocks)) >= PACKED_MIN_COLS:
+            col_blocks *= 2
+        elif -(-M // (2 * row_blocks)) >= mr:
+            row_blocks *= 2
+        else:
+            break
+    nb = -(-(-(-N // col_blocks)) // nr) * nr
+    mb = -(-(-(-M // row_blocks)) // mr) * mr
+    return mb, nb
 
 
 def _fetch4(rt: Runtime, M: int, N: int, K: int) -> bool:
@@ -153,9 +194,15 @@ def transpose(rt: Runtime, out, inp, R: int, C: int):
 
 
 def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int):
-    """out (M, N) = inp (M, K) @ w (N, K)^T, via w^T in scratch (K, N) and the NN kernel (on an
+    """out (M, N) = inp (M, K) @ w (N, K)^T: with the "packed" GEMM in one nt product, else
+    via w^T in scratch (K, N) and the NN kernel (on an
     H200 the transpose + nn ran ~8% faster than a tiled kernel reading w in place: its fetches
     of w are 64-byte row pieces instead of 128-byte runs)."""
+    if rt.gemm == "packed":  # reads w in place while packing it: no transpose pass
+        for m0, rows in _row_chunks(rt, M, 2 * N * K):
+            gemm_packed(rt, "nt", _rows(rt, out, m0, rows, N, M), _rows(rt, inp, m0, rows, K, M),
+                        w, rows, N, K, 0.0)
+        return
     transpose(rt, w_t_scratch, w, N, K)
     matmul_nn(rt, out, inp, w_t_scratch, M, N, K)
 

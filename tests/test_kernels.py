@@ -28,19 +28,21 @@ def close(got, want, tol=2e-5):
     assert err < tol, f"max relative error {err:.2e} >= {tol:.0e}"
 
 
-@pytest.fixture(params=["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
-                        "tiled128s"])
+@pytest.fixture(params=["blocked", "vector8", "vector16", "packed8", "packed16", "tiled64",
+                        "tiled128", "tiled64s", "tiled128s"])
 def gemm(rt, request):
     """Run a test with each GEMM variant (CPU register-blocked in scalars, or in float8 (AVX2)
-    or float16 (AVX-512) vectors; GPU local-memory tiled with 64x64 or 128x128 tiles, with
-    float4 fetches where the shape allows, or with scalar fetches only: suffix s)."""
-    if request.param.startswith("vector") and not rt.is_cpu and "Oclgrind" not in rt.info.name:
-        pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
+    or float16 (AVX-512) vectors, or on packed panels of B in float8 / float16 micro-tiles;
+    GPU local-memory tiled with 64x64 or 128x128 tiles, with float4 fetches where the shape
+    allows, or with scalar fetches only: suffix s)."""
+    cpu_only = request.param.startswith(("vector", "packed"))
+    if cpu_only and not rt.is_cpu and "Oclgrind" not in rt.info.name:
+        pytest.skip("the vector and packed kernels are for CPUs (and checked under Oclgrind)")
     before = rt.gemm, rt.gemm_tile, rt.vector_width
     rt.gemm = request.param.rstrip("0123456789s")
     rt.gemm_tile = int(request.param[5:].rstrip("s")) if rt.gemm == "tiled" else None
     rt.gemm_fetch4 = not request.param.endswith("s")
-    if rt.gemm == "vector":
+    if cpu_only:
         rt.vector_width = int(request.param[6:])
     if rt.gemm_tile == 128 and rt.gemm_tiles(128) is None:
         rt.gemm, rt.gemm_tile, rt.vector_width = before
