@@ -51,9 +51,10 @@ def packed_defines(width: int, local_bytes: int) -> tuple[tuple[str, int], ...]:
     """(name, value) defines of matmul_packed.cl for a vector width of 8 or 16 floats on a
     device with local_bytes of __local memory: PACKED's sizes, the K slice and then the block
     width halved until the kernel's __local arrays fit (the packed block of B, PK_KC x PK_NB
-    floats, and one micro-tile of C, PK_MR x 2 * VEC_W). KeyError for other widths."""
+    floats, a K slice of A's micro-panel, PK_KC x PK_MR, and one micro-tile of C,
+    PK_MR x 2 * VEC_W). KeyError for other widths."""
     mr, kc, nb = PACKED[width]
-    while (kc * nb + mr * 2 * width) * 4 > local_bytes and (kc > 16 or nb > 2 * width):
+    while (kc * (nb + mr) + mr * 2 * width) * 4 > local_bytes and (kc > 16 or nb > 2 * width):
         if kc > 64 or nb <= 2 * width:
             kc //= 2
         else:

@@ -81,7 +81,7 @@ def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: f
 
 
 PACKED_GROUPS_PER_CU = 2  # C blocks per compute unit: equal blocks, whole rounds of them
-PACKED_MIN_COLS = 128  # narrowest block split further by columns (A's slice reused by 4 panels)
+PACKED_MIN_COLS = 256  # narrowest block split further by columns (packed A reused by 8 panels)
 
 
 def packed_blocks(M: int, N: int, sizes: dict, compute_units: int) -> tuple[int, int]:

@@ -9,11 +9,13 @@
  *   1. packs the PK_KC x nb block of B into __local as NR-column panels, k-major
  *      (bpk[panel][k][0..NR)), zero-padded past N: L2-resident (PK_KC * PK_NB floats), read
  *      once per row block of A and reused by every micro-tile of the group;
- *   2. per PK_MR rows of A and per panel, the micro-kernel: PK_MR x NR of C in PK_MR x 2 vector accumulators, per k two
- *      aligned vector loads of B, PK_MR broadcasts of A, 2 * PK_MR FMAs (A read in place:
- *      see PK_A_AT); then C += (C * beta on
- *      the first slice of K) the tile, in vectors where it lies inside C.
- * Packing copies each element of B once per row block of mb rows: 2 * mb flops per copy.
+ *   2. per PK_MR rows of A, packs their PK_MR x PK_KC slice k-major (apk[k][0..MR)),
+ *      zero-padded past M: L1-resident, reused by every panel of B;
+ *   3. per panel, the micro-kernel: PK_MR x NR of C in PK_MR x 2 vector accumulators, per k
+ *      two aligned vector loads of B, PK_MR broadcasts of A, 2 * PK_MR FMAs; then
+ *      C = tile + (beta on the first K slice, else 1) * C, in vectors inside C.
+ * Packing copies each element of B once per row block (2 * mb flops per copy) and each of A
+ * once per column block (2 * nb flops per copy).
  * Three forms through the strides of A and B: nn (A (M,K), B (K,N)), nt (B given as (N,K)),
  * tn (A given as (K,M)). Sizes (-D, engine/gemm_tiles.py packed_defines): VEC_W 8 or 16,
  * PK_MR rows per micro-tile, PK_KC depth of a K slice, PK_NB most columns of a group.
@@ -38,24 +40,30 @@
                 dst[2 * k + 1] = *(const __global vm_float_u*)(src + VEC_W);                       \
             }                                                                                      \
         } else {                                                                                   \
-            __local float* d = (__local float*)dst;                                                \
-            for (int j = 0; j < PK_NR; j++) {                                                      \
-                const int nj = n + j;                                                              \
-                const __global float* src = B + (size_t)nj * (b_cs) + (size_t)pc * (b_rs);         \
-                for (int k = 0; k < kc; k++)                                                       \
-                    d[k * PK_NR + j] = nj < N ? src[(size_t)k * (b_rs)] : 0.0f;                    \
+            __local float* d = (__local float*)dst; /* k outer: a whole row of d per k */          \
+            for (int k = 0; k < kc; k++) {                                                         \
+                const __global float* src = B + (size_t)(pc + k) * (b_rs);                         \
+                _Pragma("unroll") for (int j = 0; j < PK_NR; j++)                                  \
+                    d[k * PK_NR + j] = n + j < N ? src[(size_t)(n + j) * (b_cs)] : 0.0f;           \
             }                                                                                      \
         }                                                                                          \
     }
 
-/* A(m, k) = A[m * a_rs + k * a_cs], rows past M read as row M - 1 (their sums are never
- * stored): the micro-kernel broadcasts A from where it lies. Its PK_MR x PK_KC slice (8 KiB for
- * 8 x 256) stays in L1 across the panels of B, so a packed copy gained nothing measurable and
- * cost a pass per row block. */
-#define PK_A_AT(A, a_rs, a_cs, M, m, k) A[(size_t)((m) < (M) ? (m) : (M) - 1) * (a_rs) + (size_t)(k) * (a_cs)]
+/* Step 2: A(m, k) = A[m * a_rs + k * a_cs] for PK_MR rows from m0 and pc <= k < pc + kc, into
+ * apk k-major (apk[k * PK_MR + i]), rows past M as zeros (their sums are never stored). Read
+ * in place instead, the PK_MR x PK_KC slice of a tn product's A (rows M floats apart) falls
+ * into a few L1 sets (M = 768: 4 of 64) and is evicted between the panels that reuse it.
+ * k outer, rows unrolled: one PK_MR-float store per k (row by row, the stores PK_MR floats
+ * apart ran nn 2048^3 at 208-218 GFLOP/s against 253-263 this way). */
+#define PK_PACK_A(A, a_rs, a_cs, M, pc, kc, m0)                                                    \
+    for (int k = 0; k < kc; k++) {                                                                 \
+        const __global float* src = A + (size_t)(pc + k) * (a_cs);                                 \
+        _Pragma("unroll") for (int i = 0; i < PK_MR; i++)                                          \
+            apk[k * PK_MR + i] = m0 + i < M ? src[(size_t)(m0 + i) * (a_rs)] : 0.0f;               \
+    }
 
-/* Step 2 for the micro-tile at (m0, n0) over panel `panel`: C = acc + bet * C. */
-#define PK_MICRO(C, A, a_rs, a_cs, M, N, pc, kc, m_at, n_at, panel, bet)                                              \
+/* Step 3 for the micro-tile at (m0, n0) over panel `panel`: C = acc + bet * C. */
+#define PK_MICRO(C, M, N, kc, m_at, n_at, panel, bet)                                                     \
     {                                                                                              \
         const int m0 = (m_at), n0 = (n_at);                                                        \
         vm_float acc[PK_MR][2];                                                                    \
@@ -67,7 +75,7 @@
         for (int k = 0; k < kc; k++) {                                                             \
             const vm_float b0 = bp[2 * k], b1 = bp[2 * k + 1];                                     \
             _Pragma("unroll") for (int i = 0; i < PK_MR; i++) {                                    \
-                const float a = PK_A_AT(A, a_rs, a_cs, M, m0 + i, pc + k);                         \
+                const float a = apk[k * PK_MR + i];                                                \
                 acc[i][0] = a * b0 + acc[i][0];                                     \
                 acc[i][1] = a * b1 + acc[i][1];                                     \
             }                                                                                      \
@@ -102,6 +110,7 @@
  * at the given strides. K 0 leaves beta * C. */
 #define PK_GEMM(C, A, a_rs, a_cs, B, b_rs, b_cs, M, N, K, beta, mb, nb)                            \
     __local vm_float bpk[PK_KC * PK_NB / VEC_W];                                                   \
+    __local float apk[PK_KC * PK_MR] __attribute__((aligned(64)));                                 \
     __local vm_float ctile[PK_MR * 2]; /* an edge micro-tile on its way to C */                    \
     const int n_base = get_group_id(0) * (nb), m_base = get_group_id(1) * (mb);                    \
     if (n_base >= N || m_base >= M) return;                                                        \
@@ -111,8 +120,9 @@
         const float bet = pc == 0 ? (beta) : 1.0f;                                                 \
         PK_PACK_B(B, b_rs, b_cs, N, pc, kc, n_base, n_len)                                         \
         for (int mi = m_base; mi < m_end; mi += PK_MR) {                                           \
+            PK_PACK_A(A, a_rs, a_cs, M, pc, kc, mi)                                                \
             for (int p = 0; p < n_len; p += PK_NR)                                                 \
-                PK_MICRO(C, A, a_rs, a_cs, M, N, pc, kc, mi, n_base + p, p / PK_NR, bet)          \
+                PK_MICRO(C, M, N, kc, mi, n_base + p, p / PK_NR, bet)                              \
         }                                                                                          \
     }
 

@@ -51,7 +51,9 @@ def test_packed_blocks_cover_c_in_equal_shares():
         assert mb % sizes["PK_MR"] == 0 and nb % 32 == 0 and nb <= sizes["PK_NB"]
         groups = -(-M // mb) * -(-N // nb)
         assert groups >= min(4, -(-M // 8) * -(-N // 32)) or nb >= N
-    assert ops.packed_blocks(4096, 256, sizes, 2) == (2048, 128)  # columns first, then rows
+    # columns first (down to PACKED_MIN_COLS 256), then rows
+    assert ops.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
+    assert ops.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
 
 
 def test_packed_defines_fit_local_memory():
@@ -60,7 +62,7 @@ def test_packed_defines_fit_local_memory():
     for width in (8, 16):
         for local in (32 << 10, 64 << 10, 256 << 10, 2 << 20):
             d = dict(gemm_tiles.packed_defines(width, local))
-            assert (d["PK_KC"] * d["PK_NB"] + d["PK_MR"] * 2 * width) * 4 <= local
+            assert (d["PK_KC"] * (d["PK_NB"] + d["PK_MR"]) + d["PK_MR"] * 2 * width) * 4 <= local
             assert d["PK_NB"] % (2 * width) == 0
         assert gemm_tiles.packed_defines(width, 2 << 20)[1:] == tuple(
             zip(("PK_MR", "PK_KC", "PK_NB"), gemm_tiles.PACKED[width]))
