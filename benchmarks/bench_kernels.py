@@ -2,12 +2,16 @@
 
 GEMMs: GFLOP/s of our matmul_nn / matmul_tn on every product one training step does (forward
 X @ W^T through transpose + matmul_nn, backward dX = dY @ W with matmul_nn, dW += dY^T @ X with
-matmul_tn), against numpy's sgemm (OpenBLAS) on a CPU device and torch.mm (fp32, tf32 off) when
---torch-device names a GPU. Row-wise kernels: GB/s counting each input read once and each output
-written once (the fewest bytes the kernel must move). Timed with rt.finish() around repeated
+matmul_tn), against numpy's sgemm (OpenBLAS) on a CPU device and torch.mm (fp32, tf32 off) on
+--torch-device (a GPU, or cpu: MKL with --torch-threads threads); --packed adds a column for
+the packed-panel CPU GEMM (engine.opencl.ops.gemm_packed, kernels/matmul_packed.cl). Row-wise
+kernels: GB/s counting each input read once and each output written once (the fewest bytes the
+kernel must move). Timed with rt.finish() around repeated
 launches on one set of buffers, so small shapes sit in cache: the numbers are upper bounds.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_kernels.py --configs S,M
+    PYTHONPATH=. taskset -c 0,1 .venv/bin/python benchmarks/bench_kernels.py --configs S,M,L \
+        --packed --torch-device cpu --no-rowwise     # the CPU GEMMs beside MKL, 2 threads
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def gemm_shapes(cfg, B):
     return [(label, *shape) for label, shape in model_products(cfg, B)]
 
 
-def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
+def bench_gemms(rt, cfg, B, tdev, no_numpy=False, packed=False):
     from engine.opencl import gemm_tiles, ops
     rng = np.random.default_rng(0)
     rows = []
@@ -65,8 +69,13 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
                              if rt.plan.variant == "tiled" else ()):
             forced = rt.with_plan(rt.plan.replace(tile_edge=tile, fetch4=fetch4))
             per_tile.append(timeit(lambda: fn(forced, bc, ba, bb, M, N, K), rt.finish))
+        if packed:  # the packed-panel CPU GEMM beside the runtime's choice (same buffers)
+            forced = rt.with_plan(rt.plan.replace(variant="packed"))
+            per_tile.append(timeit(lambda: fn(forced, bc, ba, bb, M, N, K), rt.finish))
+            pgot = rt.read(bc, M * N).reshape(M, N)
         want = (a.T if kind == "tn" else a) @ b
-        err = np.abs(got - want).max() / np.abs(want).max()
+        err = max(np.abs(g - want).max() for g in ([got, pgot] if packed else [got]))
+        err /= np.abs(want).max()
         at = np.ascontiguousarray(a.T) if kind == "tn" else a
         npy = None if no_numpy else timeit(lambda: (a.T if kind == "tn" else a) @ b, lambda: None)
         flops = 2.0 * M * N * K
@@ -77,7 +86,7 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False):
             import torch
             ta = torch.from_numpy(at).to(tdev)
             tb = torch.from_numpy(b).to(tdev)
-            tt = timeit(lambda: ta @ tb, torch.cuda.synchronize)
+            tt = timeit(lambda: ta @ tb, torch.cuda.synchronize if tdev != "cpu" else lambda: None)
             row.append(f"{flops / tt / 1e9:.1f}")
         row.append(f"{err:.1e}")
         rows.append(row)
@@ -154,7 +163,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default="S,M")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--torch-device", default=None, help="cuda[:i] to compare with torch.mm")
+    ap.add_argument("--torch-device", default=None,
+                    help="cuda[:i] or cpu to compare with torch.mm (cpu: --torch-threads threads)")
+    ap.add_argument("--torch-threads", type=int, default=2, help="torch.mm threads on cpu")
+    ap.add_argument("--packed", action="store_true",
+                    help="also time the packed-panel CPU GEMM (engine.opencl.ops.gemm_packed)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--local-sweep", action="store_true",
                     help="also time element-wise kernels under several work-group shapes")
@@ -175,10 +188,12 @@ def main(argv=None):
     rt = Runtime(args.device, build_options=tuple(shlex.split(args.build_options)))
     if args.groups_per_cu:
         rt = rt.with_plan(rt.plan.replace(wave=args.groups_per_cu * rt.info.compute_units))
-    tdev = args.torch_device if args.torch_device and args.torch_device.startswith("cuda") else None
+    tdev = args.torch_device if args.torch_device and args.torch_device.startswith(
+        ("cuda", "cpu")) else None
     if tdev:
         import torch
         torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_num_threads(args.torch_threads)
     lines = [f"Kernels on {rt.info.name} ({rt.info.type}, {rt.info.platform})"
              + (f", extra build options `{args.build_options}`" if args.build_options else "")
              + (f", {args.groups_per_cu} GEMM groups per compute unit" if args.groups_per_cu
@@ -192,11 +207,13 @@ def main(argv=None):
         head += ([f"ours {t}x{t} tiles" for t in gemm_tiles.TILED_EDGES]
                  + ["ours scalar fetches"]
                  if rt.plan.variant == "tiled" else [])
+        head += ["packed GFLOP/s"] if args.packed else []
         head += [] if args.no_numpy else ["numpy GFLOP/s"]
         head += ["torch.mm GFLOP/s"] if tdev else []
         if not args.no_gemm:
             lines += ["", f"### {name}: GEMMs (B*T = {B * cfg.context_length})", "",
-                      md_table(head + ["max rel err"], bench_gemms(rt, cfg, B, tdev, args.no_numpy))]
+                      md_table(head + ["max rel err"],
+                               bench_gemms(rt, cfg, B, tdev, args.no_numpy, args.packed))]
             if not args.no_rowwise:
                 lines += ["", f"### {name}: row-wise kernels", "",
                           md_table(["kernel", "MiB moved", "ms", "GB/s"],

@@ -104,3 +104,16 @@ inline float lanes_reduce(__local float* red, float v, int lane, int is_max) {
     __global float* Cz = C + c_off + (size_t)b * c_bs + (size_t)h * c_hs;                      \
     const int kb = causal == CAUSAL_K_FROM_M ? m0 : 0;                                         \
     const int ke = causal == CAUSAL_K_UPTO_M ? min(K, m0 + (tm)) : K;
+
+/* The CPU GEMMs' vectors (matmul_vec.cl, matmul_packed.cl: built with -DVEC_W 8 or 16). */
+#ifdef VEC_W
+#if VEC_W == 16
+typedef float16 vm_float;
+typedef float16 __attribute__((aligned(4))) vm_float_u; /* rows of B and C start anywhere */
+#elif VEC_W == 8
+typedef float8 vm_float;
+typedef float8 __attribute__((aligned(4))) vm_float_u;
+#else
+#error "the CPU GEMMs are built with -DVEC_W=8 or -DVEC_W=16 (engine/gemm_tiles.py)"
+#endif
+#endif

@@ -15,15 +15,7 @@
 #if !defined(VM_TM) || !defined(VM_TN)
 #error "matmul_vec.cl is built with -DVM_TM and -DVM_TN (engine/gemm_tiles.py)"
 #endif
-#if VEC_W == 16
-typedef float16 vm_float;
-typedef float16 __attribute__((aligned(4))) vm_float_u;  /* rows of B and C start anywhere */
-#elif VEC_W == 8
-typedef float8 vm_float;
-typedef float8 __attribute__((aligned(4))) vm_float_u;
-#else
-#error "matmul_vec.cl is built with -DVEC_W=8 or -DVEC_W=16 (engine/ops.py)"
-#endif
+/* vm_float, vm_float_u: VEC_W floats (kernels/common.h) */
 
 /* The body of every kernel below, as a macro rather than an inline function: through an inline
  * helper PoCL ran the same loop about half as fast (RESULTS.md, tuning timings). For the tile

@@ -87,20 +87,21 @@ def run_attention(rt, B, T, H, hd, seed, KVH=None, attend=attention, state=None)
     close(got[..., C + KV:], rdv, 5e-5)
 
 
-GEMM_VARIANTS = ["blocked", "vector8", "vector16", "tiled64", "tiled128", "tiled64s",
-                 "tiled128s"]
+GEMM_VARIANTS = ["blocked", "vector8", "vector16", "packed8", "packed16", "tiled64", "tiled128",
+                 "tiled64s", "tiled128s"]
 
 
 def plan_rt(rt, name: str):
     """rt with its GEMM plan set to variant `name` (see gemm_rt), or a pytest skip where the
     device cannot run it."""
     variant = name.rstrip("0123456789s")
-    if variant == "vector" and not rt.is_cpu and "Oclgrind" not in rt.info.name:
-        pytest.skip("the vector kernels are for CPUs (and checked under Oclgrind)")
+    cpu_only = variant in ("vector", "packed")
+    if cpu_only and not rt.is_cpu and "Oclgrind" not in rt.info.name:
+        pytest.skip("the vector and packed kernels are for CPUs (and checked under Oclgrind)")
     edge = int(name[5:].rstrip("s")) if variant == "tiled" else None
     if edge is not None and edge not in rt.plan.edges:
         pytest.skip(f"{rt.info.name} has too little local memory for {edge}x{edge} tiles "
                     "(the engine uses a smaller edge there)")
-    width = int(name[6:]) if variant == "vector" else rt.plan.vector_width
+    width = int(name[6:]) if cpu_only else rt.plan.vector_width
     return rt.with_plan(rt.plan.replace(variant=variant, tile_edge=edge, vector_width=width,
                                         fetch4=not name.endswith("s")))

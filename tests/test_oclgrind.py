@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (1-37-2-40: head_dim 40 takes its vector pairs, single vectors and scalar tail), and the
 # GPU's tiled kernels. Each term is a pytest -k expression that must select a test of FILES.
 FILES = ("tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
-         "tests/test_decode.py", "tests/test_dropout.py")
+         "tests/test_decode.py", "tests/test_dropout.py", "tests/test_gemm_packed.py")
 CHOSEN = ("1-1-1", "7-13", "37-50", "2-5-3-4", "1-19-2-6", "2-7-11-9", "1-17-2-6", "13-31",
           "9-300", "1000", "nonfinite", "residual", "kv_cache and 5", "2-33-2-10",
           "split_launches", "same_mask and 7-0.1", "1-37-2-40", "2-5-6-4-1", "1-1-9-2-3",

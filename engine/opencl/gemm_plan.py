@@ -2,7 +2,8 @@
 
 A `GemmPlan` holds the choices that used to live in mutable Runtime fields: the GEMM variant
 ("blocked": scalar 6x16 register tiles, matmul.cl; "vector": float8/float16 register tiles,
-matmul_vec.cl; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
+matmul_vec.cl; "packed": GotoBLAS-style packed panels for CPUs, matmul_packed.cl, launched by
+engine.opencl.ops.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
 work-group shape and K slice (CPU variants), tile edge, float4 fetches and split-K depth (tiled),
 the attention path and kernel variant. The Runtime is built with one (`Runtime(plan=...)`,
 default `default_plan(limits)`: the hand table below, measured on two devices, docs/DESIGN.md);
@@ -25,7 +26,7 @@ from engine.errors import DeviceError
 
 VECTOR_WIDTH_ENV = "LLM_STUDIO_VECTOR_WIDTH"  # 8 or 16: overrides the device's float SIMD width
 VECTOR_WIDTHS = (8, 16)  # float vector widths of the CPU kernels (AVX2, AVX-512)
-VARIANTS = ("blocked", "vector", "tiled")
+VARIANTS = ("blocked", "vector", "packed", "tiled")
 FORMS = ("nn", "tn")
 # Resident 256-work-item tiled groups per compute unit (122 registers per work-item on an H200:
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
@@ -186,6 +187,8 @@ class GemmPlan:
     def launch_for(self, form: str, M: int, N: int, K: int) -> GemmLaunch:
         """The launch of C (M, N) = A @ B (form "nn", A (M, K)) or A^T @ B ("tn", A (K, M))."""
         c = self.choice_for(form, M, N, K)
+        if c.variant == "packed":   # its blocks follow the device's local memory and cores
+            raise ValueError("the packed GEMM's launch is engine.opencl.ops.gemm_packed's")
         if c.variant == "tiled":
             return self._tiled(c, form, M, N, K)
         vec = c.variant == "vector"

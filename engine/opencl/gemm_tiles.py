@@ -14,6 +14,11 @@ BLOCKED = (6, 16)
 # matmul_vec.cl by vector width: 8 x 2 float16 accumulators on AVX-512 (16 of 32 zmm
 # registers), 6 x 2 float8 on AVX2 (12 of 16 ymm, room for B's row and A's broadcast)
 VECTOR = {16: (8, 32), 8: (6, 16)}
+# matmul_packed.cl (GotoBLAS-style CPU GEMM) by vector width: rows of the PK_MR x 2*VEC_W
+# micro-tile (8 x 2 float16 accumulators on AVX-512, 6 x 2 float8 on AVX2, as VECTOR), depth of
+# a K slice, and the most columns of one work-group's packed block of B (PK_KC x PK_NB floats
+# in __local: 512 KiB, within a 2 MiB L2; packed_defines shrinks both where __local is small)
+PACKED = {16: (8, 256, 512), 8: (6, 256, 256)}
 # matmul_tiled.cl: output tile edges of the GPU GEMMs (4x4 or 8x8 per work-item; engine.opencl.ops
 # picks per product) and of bmm_tiled (attention's batched products)
 TILED_EDGES = (64, 128)
@@ -54,3 +59,18 @@ def vector_defines(width: int) -> tuple[tuple[str, int], ...]:
     KeyError for other widths (engine.opencl.runtime.pick_vector_width gives only these)."""
     tm, tn = VECTOR[width]
     return (("VEC_W", width), ("VM_TM", tm), ("VM_TN", tn))
+
+
+def packed_defines(width: int, local_bytes: int) -> tuple[tuple[str, int], ...]:
+    """(name, value) defines of matmul_packed.cl for a vector width of 8 or 16 floats on a
+    device with local_bytes of __local memory: PACKED's sizes, the K slice and then the block
+    width halved until the kernel's __local arrays fit (the packed block of B, PK_KC x PK_NB
+    floats, a K slice of A's micro-panel, PK_KC x PK_MR, and one micro-tile of C,
+    PK_MR x 2 * VEC_W). KeyError for other widths."""
+    mr, kc, nb = PACKED[width]
+    while (kc * (nb + mr) + mr * 2 * width) * 4 > local_bytes and (kc > 16 or nb > 2 * width):
+        if kc > 64 or nb <= 2 * width:
+            kc //= 2
+        else:
+            nb //= 2
+    return (("VEC_W", width), ("PK_MR", mr), ("PK_KC", kc), ("PK_NB", nb))

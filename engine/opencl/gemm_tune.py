@@ -132,13 +132,16 @@ def candidates(rt: Runtime, table: GemmChoice, stage: int, best: GemmChoice,
         g = fit[0] if fit else table.group
         out = [table] + [GemmChoice("blocked", group=g), GemmChoice("vector", 8, group=g),
                          GemmChoice("vector", 16, group=g)]
-        # the tiled kernels are written for GPUs' local memory: on CPUs not a candidate
-        out += [] if rt.is_cpu else [GemmChoice("tiled", tile_edge=e) for e in rt.plan.edges]
+        # the tiled kernels are written for GPUs' local memory, the packed ones for CPUs' caches
+        out += ([GemmChoice("packed", 8), GemmChoice("packed", 16)] if rt.is_cpu else
+                [GemmChoice("tiled", tile_edge=e) for e in rt.plan.edges])
         return [c for i, c in enumerate(out) if c not in out[:i]]
     if best.variant == "tiled":
         if stage == 1:
             return [replace(best, fetch4=False)]
         return [replace(best, split_depth=d) for d in SPLIT_DEPTHS] if form == "tn" else []
+    if best.variant == "packed":
+        return []   # its blocks follow the cores (engine.opencl.ops.packed_blocks), no group
     if stage == 1:
         return [replace(best, group=g) for g in fit]
     if best.variant == "blocked" and form == "nn":
@@ -199,14 +202,15 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     base = _measure(bench, rt, table, first)
     best, best_s = first, base
     # CPU time hides idle cores: no candidate with fewer work-groups than the table's launch
-    # or two per compute unit, whichever is fewer
+    # or two per compute unit, whichever is fewer (the packed GEMM makes two blocks per
+    # compute unit: engine.opencl.ops.packed_blocks)
     least = min(_groups(table, first, shape), 2 * rt.limits.compute_units) if rt.is_cpu else 0
     for stage in range(3):
         for c in candidates(rt, first, stage, best, form):
             monitor.check()
             if time.monotonic() > deadline:
                 break
-            if c == best or _groups(table, c, shape) < least:
+            if c == best or (c.variant != "packed" and _groups(table, c, shape) < least):
                 continue
             t = _measure(bench, rt, table, c)
             if t is not None and (best_s is None or t < best_s * (1 - MARGIN)):

@@ -18,6 +18,10 @@ f32, i32 = np.float32, np.int32
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     """C (M, N) = beta * C + A @ B (nn) or A^T @ B (tn), launched as rt.plan says
     (engine/opencl/gemm_plan.py: GemmPlan.launch_for)."""
+    choice = rt.plan.choice_for(form, M, N, K)
+    if choice.variant == "packed":
+        gemm_packed(rt, form, C, A, B, M, N, K, beta, choice.vector_width)
+        return
     g = rt.plan.launch_for(form, M, N, K)
     if g.edge is None:  # CPU register-blocked kernels, one work-item per tile
         built = (rt.build(("matmul_vec.cl",), gemm_tiles.vector_defines(g.vector_width))
@@ -41,6 +45,44 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     parts = rt.scratch(slices * M * N)
     rt.launch_local(g.kernel, g.grid, g.local, parts, A, B, M, N, K, 0.0, g.kslice, *tiles)
     rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
+
+
+def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float,
+                width: int):
+    """C (M, N) = beta * C + op(A) @ op(B) by kernels/matmul_packed.cl (packed panels, one
+    work-item per work-group) in float`width` micro-tiles, form "nn" (A (M,K), B (K,N)), "nt"
+    (B stored (N,K)) or "tn" (A stored (K,M)). The C blocks per group: see packed_blocks."""
+    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes)
+    built = rt.build(("matmul_packed.cl",), defines)
+    mb, nb = packed_blocks(M, N, dict(defines), rt.limits.compute_units)
+    grid = (-(-N // nb), -(-M // mb))
+    rt.launch_local(f"matmul_{form}_packed", grid, (1, 1), C, A, B, M, N, K, beta, mb, nb,
+                    built=built)
+
+
+PACKED_GROUPS_PER_CU = 2  # C blocks per compute unit: equal blocks, whole rounds of them
+PACKED_MIN_COLS = 256  # narrowest block split further by columns (packed A reused by 8 panels)
+
+
+def packed_blocks(M: int, N: int, sizes: dict, compute_units: int) -> tuple[int, int]:
+    """(rows mb, columns nb) of the C block one matmul_packed.cl work-group computes, for
+    PACKED_GROUPS_PER_CU equal blocks per compute unit. Each group packs its PK_KC x nb slice
+    of B once per K slice and reuses it over mb rows (2 * mb flops per packed float), so
+    blocks are split by columns first (down to PACKED_MIN_COLS) and by rows after; nb is a
+    multiple of 2 * VEC_W and at most PK_NB, mb a multiple of PK_MR."""
+    nr, mr = 2 * sizes["VEC_W"], sizes["PK_MR"]
+    want = PACKED_GROUPS_PER_CU * compute_units
+    col_blocks, row_blocks = -(-N // sizes["PK_NB"]), 1
+    while col_blocks * row_blocks < want:
+        if -(-N // (2 * col_blocks)) >= PACKED_MIN_COLS:
+            col_blocks *= 2
+        elif -(-M // (2 * row_blocks)) >= mr:
+            row_blocks *= 2
+        else:
+            break
+    nb = -(-(-(-N // col_blocks)) // nr) * nr
+    mb = -(-(-(-M // row_blocks)) // mr) * mr
+    return mb, nb
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
@@ -85,9 +127,16 @@ def transpose(rt: Runtime, out, inp, R: int, C: int):
 
 
 def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int):
-    """out (M, N) = inp (M, K) @ w (N, K)^T, via w^T in scratch (K, N) and the NN kernel (on an
+    """out (M, N) = inp (M, K) @ w (N, K)^T: with the "packed" GEMM in one nt product, else
+    via w^T in scratch (K, N) and the NN kernel (on an
     H200 the transpose + nn ran ~8% faster than a tiled kernel reading w in place: its fetches
     of w are 64-byte row pieces instead of 128-byte runs)."""
+    choice = rt.plan.choice_for("nn", M, N, K)
+    if choice.variant == "packed":  # reads w in place while packing it: no transpose pass
+        for m0, rows in _row_chunks(rt, M, 2 * N * K):
+            gemm_packed(rt, "nt", _rows(rt, out, m0, rows, N, M), _rows(rt, inp, m0, rows, K, M),
+                        w, rows, N, K, 0.0, choice.vector_width)
+        return
     transpose(rt, w_t_scratch, w, N, K)
     matmul_nn(rt, out, inp, w_t_scratch, M, N, K)
 

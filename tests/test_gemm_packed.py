@@ -1,0 +1,66 @@
+"""The packed-panel CPU GEMM (kernels/matmul_packed.cl, engine.opencl.ops.gemm_packed) in all three
+forms against float64 numpy, with block sizes made small so that one product crosses several
+K slices, column blocks, row blocks and partial micro-tiles (tests/test_kernels.py runs it
+with the engine's own sizes through the `gemm` fixture)."""
+
+import numpy as np
+import pytest
+
+from engine.opencl import gemm_tiles, ops
+from tests.kernel_helpers import close, down, up
+
+# (M, N, K): odd sizes, one row, one column, K 1, K 0 (C = beta * C), more than one K slice
+SHAPES = [(1, 1, 1), (1, 70, 33), (45, 1, 17), (7, 13, 1), (37, 50, 19), (70, 97, 65),
+          (130, 33, 130), (9, 200, 0)]
+
+
+@pytest.fixture(params=[8, 16])
+def small_blocks(rt, request, monkeypatch):
+    """vector width 8 or 16 with K slices of 16 and blocks of at most 64 columns (two panels
+    at width 16), split by columns down to 32: a small product walks every edge."""
+    if not rt.is_cpu and "Oclgrind" not in rt.info.name:
+        pytest.skip("the packed kernels are for CPUs (and checked under Oclgrind)")
+    mr = gemm_tiles.PACKED[request.param][0]
+    monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64))
+    monkeypatch.setattr(ops, "PACKED_MIN_COLS", 32)
+    return request.param
+
+
+@pytest.mark.parametrize("form", ["nn", "nt", "tn"])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_packed_gemm_forms(rt, small_blocks, form, M, N, K):
+    rng = np.random.default_rng(M * 7919 + N * 31 + K)
+    a = rng.normal(size=(K, M) if form == "tn" else (M, K))
+    b = rng.normal(size=(N, K) if form == "nt" else (K, N))
+    c0 = rng.normal(size=(M, N))
+    want = (a.T if form == "tn" else a) @ (b.T if form == "nt" else b)
+    for beta in (0.0, 0.5):
+        c = up(rt, c0)
+        ops.gemm_packed(rt, form, c, up(rt, a), up(rt, b), M, N, K, beta, small_blocks)
+        close(down(rt, c, (M, N)), want + beta * c0)
+
+
+def test_packed_blocks_cover_c_in_equal_shares():
+    """Blocks tile C (multiples of the micro-tile, at most PK_NB wide) in about
+    PACKED_GROUPS_PER_CU per compute unit, split by columns first."""
+    sizes = dict(gemm_tiles.packed_defines(16, 2 << 20))
+    for M, N in [(2048, 2048), (4096, 256), (768, 384), (1, 1), (37, 50), (4096, 1408)]:
+        mb, nb = ops.packed_blocks(M, N, sizes, 2)
+        assert mb % sizes["PK_MR"] == 0 and nb % 32 == 0 and nb <= sizes["PK_NB"]
+        groups = -(-M // mb) * -(-N // nb)
+        assert groups >= min(4, -(-M // 8) * -(-N // 32)) or nb >= N
+    # columns first (down to PACKED_MIN_COLS 256), then rows
+    assert ops.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
+    assert ops.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
+
+
+def test_packed_defines_fit_local_memory():
+    """The packed block of B fits the device's __local memory (Oclgrind and OpenCL's minimum:
+    32 KiB), and the engine's sizes where there is room (PoCL reports the L2: 2 MiB here)."""
+    for width in (8, 16):
+        for local in (32 << 10, 64 << 10, 256 << 10, 2 << 20):
+            d = dict(gemm_tiles.packed_defines(width, local))
+            assert (d["PK_KC"] * (d["PK_NB"] + d["PK_MR"]) + d["PK_MR"] * 2 * width) * 4 <= local
+            assert d["PK_NB"] % (2 * width) == 0
+        assert gemm_tiles.packed_defines(width, 2 << 20)[1:] == tuple(
+            zip(("PK_MR", "PK_KC", "PK_NB"), gemm_tiles.PACKED[width]))
