@@ -33,9 +33,10 @@ def _multi_base_classes():
 
 
 def _mixin_bases(cls) -> list[type]:
-    """The plain project classes a Qt class borrows methods from: bases of `cls` defined in
-    studio/ or engine/ that are not QObjects, beside a QObject base."""
-    if not any(issubclass(b, QObject) for b in cls.__bases__):
+    """The plain project classes a class of several bases borrows methods from: bases of `cls`
+    defined in studio/ or engine/ that are not QObjects (a Qt class's own QObject base, and a
+    class of library bases only such as (str, Enum), are not mixins)."""
+    if len(cls.__bases__) < 2:
         return []
     return [b for b in cls.__bases__ if b.__module__.split(".")[0] in PROJECT
             and not issubclass(b, QObject)]
@@ -52,11 +53,21 @@ def test_no_mixin_classes_in_studio_or_engine():
 
 
 def test_the_mixin_rule_can_fail():
-    """The rule above sees a mixin: a QObject that borrows methods from a plain project class."""
-    from studio.protocol import ChatRequest   # any plain project class
+    """The rule above sees a mixin: a QObject, or a plain engine class, that borrows methods
+    from a plain project class; library bases alone are not one."""
+    import enum
+
+    from engine.data.dialogue import Message   # any plain project classes
+    from studio.protocol import ChatRequest
     Mixed = type("Mixed", (ChatRequest, QObject), {"__module__": "studio.fake"})
     assert _mixin_bases(Mixed) == [ChatRequest]
+    Plain = type("Plain", (Message, ChatRequest), {"__module__": "engine.fake"})
+    assert _mixin_bases(Plain) == [Message, ChatRequest]
     assert _mixin_bases(QObject) == []
+
+    class Kind(str, enum.Enum):
+        A = "a"
+    assert _mixin_bases(Kind) == []
 
 
 PARTS = {"studio/ui/training_actions.py": "TrainingActions",
