@@ -12,6 +12,13 @@ os.environ["LLM_STUDIO_CACHE_DIR"] = tempfile.mkdtemp(prefix="llm-studio-test-ca
 os.environ.pop("LLM_STUDIO_AUTOTUNE", None)  # tuning before training: only where a test asks
 
 import pytest  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# Property tests draw the same examples on every run (a CI run never fails on a draw a local run
+# did not make); HYPOTHESIS_PROFILE=explore draws new ones to hunt for failures.
+hypothesis_settings.register_profile("repeatable", derandomize=True)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")

@@ -130,3 +130,14 @@ def test_llama_cpp_same_ids(name, kind, tmp_path):
         assert theirs == tok.encode(s.replace(WS, " ")), s
         ids = tok.encode(s)
         assert llm.detokenize(ids).decode("utf-8") == s == tok.decode(ids)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "char"])
+@pytest.mark.parametrize("corpus", ["\x1f", "\x00", "\x00\x1f\x1e", "\x1f\n\x1f"])
+def test_a_text_of_dropped_control_characters_still_trains(corpus, kind):
+    """SentencePiece drops control characters such as U+001F and NUL, so a text of only those
+    left it nothing to count (its char trainer stopped on "sum > 0", found by the random test
+    above): the tokenizer still trains, holds the space piece and encodes the text in bytes."""
+    tok = train(corpus, kind, 262)
+    assert WS in tok.pieces()
+    assert_round_trip(tok, corpus)

@@ -207,24 +207,18 @@ class Tokenizer:
                     f"Use a vocabulary size of at least {MIN_VOCAB + n_chars}, or the 'char' kind.",
                     field="vocab_size")
         sample = _training_sample(sentences)
-        writer = io.BytesIO()
         try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(sample), model_writer=writer, required_chars=_WS,
-                model_type=kind, vocab_size=vocab_size, hard_vocab_limit=False,
-                byte_fallback=True, character_coverage=1.0,
-                normalization_rule_name="identity", remove_extra_whitespaces=False,
-                add_dummy_prefix=False, split_digits=True, allow_whitespace_only_pieces=True,
-                unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-                # bytes; _sentences cuts lines to TRAIN_SENTENCE_CHARS (+ the cut search)
-                max_sentence_length=4 * (TRAIN_SENTENCE_CHARS + SEARCH_CHARS),
-                input_sentence_size=0,           # 0 = use every sentence (no sampling)
-                shuffle_input_sentence=False, num_threads=1,  # deterministic
-                minloglevel=2)                   # quiet: errors only
-        except RuntimeError as e:   # sentencepiece reports bad settings as RuntimeError
-            raise ConfigError(f"SentencePiece could not train the tokenizer: {e}",
-                              "Try another vocabulary size or tokenizer kind.") from None
-        tok = cls(writer.getvalue())
+            model = _train_model(sample, kind, vocab_size)
+        except RuntimeError:
+            # a text of characters SentencePiece drops (control characters such as U+001F or
+            # NUL) leaves it nothing to count; one space gives it the "▁" piece, and the text
+            # encodes through the byte pieces
+            try:
+                model = _train_model(sample + [" "], kind, vocab_size)
+            except RuntimeError as e:   # sentencepiece reports bad settings as RuntimeError
+                raise ConfigError(f"SentencePiece could not train the tokenizer: {e}",
+                                  "Try another vocabulary size or tokenizer kind.") from None
+        tok = cls(model)
         tok._check_layout()
         return tok
 
@@ -332,3 +326,23 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size})"
+
+
+def _train_model(sample: list[str], kind: str, vocab_size: int) -> bytes:
+    """The serialized SentencePiece model trained on `sample` in the app's layout (ids 0-2
+    control, 3-258 bytes, then pieces; llama.cpp's SPM conventions). Raises RuntimeError, as
+    sentencepiece reports bad settings."""
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sample), model_writer=writer, required_chars=_WS,
+        model_type=kind, vocab_size=vocab_size, hard_vocab_limit=False,
+        byte_fallback=True, character_coverage=1.0,
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=False, split_digits=True, allow_whitespace_only_pieces=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        # bytes; _sentences cuts lines to TRAIN_SENTENCE_CHARS (+ the cut search)
+        max_sentence_length=4 * (TRAIN_SENTENCE_CHARS + SEARCH_CHARS),
+        input_sentence_size=0,           # 0 = use every sentence (no sampling)
+        shuffle_input_sentence=False, num_threads=1,  # deterministic
+        minloglevel=2)                   # quiet: errors only
+    return writer.getvalue()
