@@ -159,3 +159,17 @@ def test_a_training_session_runs_on_the_cached_plan(rt, cache, tok, texts):
     assert rt.plan.shapes == ()
     loss, _, skipped = s.model.train_step(*s.pretrain.train_batch(s.rng, 2), 1e-3, tc)
     assert not skipped and np.isfinite(loss)
+
+
+def test_a_table_of_packed_launches_tunes(rt):
+    """The tuner counts the work-groups of a packed launch from the device (ops.packed_launch)
+    like any other (before: launch_for refused the packed variant and tuning a plan whose table
+    said "packed" stopped with ValueError)."""
+    if not rt.is_cpu:
+        pytest.skip("the packed kernels are for CPUs")
+    packed = rt.with_plan(rt.plan.replace(variant="packed"))
+    result = gemm_tune.tune(packed, CFG, B, seconds=300)
+    assert len(result.rows) == len({s for _, s in gemm_tune.model_products(CFG, B)})
+    for _, shape in gemm_tune.model_products(CFG, B):
+        got, want = product(packed.with_plan(result.plan), shape)
+        close(got, want)

@@ -202,15 +202,14 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     base = _measure(bench, rt, table, first)
     best, best_s = first, base
     # CPU time hides idle cores: no candidate with fewer work-groups than the table's launch
-    # or two per compute unit, whichever is fewer (the packed GEMM makes two blocks per
-    # compute unit: engine.opencl.ops.packed_blocks)
-    least = min(_groups(table, first, shape), 2 * rt.limits.compute_units) if rt.is_cpu else 0
+    # or two per compute unit, whichever is fewer
+    least = min(_groups(rt, table, first, shape), 2 * rt.limits.compute_units) if rt.is_cpu else 0
     for stage in range(3):
         for c in candidates(rt, first, stage, best, form):
             monitor.check()
             if time.monotonic() > deadline:
                 break
-            if c == best or (c.variant != "packed" and _groups(table, c, shape) < least):
+            if c == best or _groups(rt, table, c, shape) < least:
                 continue
             t = _measure(bench, rt, table, c)
             if t is not None and (best_s is None or t < best_s * (1 - MARGIN)):
@@ -228,8 +227,11 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     return (label, shape, first, base, best, best_s)
 
 
-def _groups(plan: GemmPlan, choice: GemmChoice, shape: Shape) -> int:
-    """Work-groups of one launch of shape under choice."""
+def _groups(rt: Runtime, plan: GemmPlan, choice: GemmChoice, shape: Shape) -> int:
+    """Work-groups of one launch of shape under choice on rt's device."""
+    if choice.variant == "packed":   # its blocks follow the device (engine.opencl.ops)
+        _, M, N, _ = shape
+        return int(np.prod(ops.packed_launch(rt, choice.vector_width, M, N)[3]))
     g = replace(plan, shapes=((shape, choice),)).launch_for(*shape)
     return int(np.prod([n // l for n, l in zip(g.grid, g.local)]))
 

@@ -52,12 +52,19 @@ def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: f
     """C (M, N) = beta * C + op(A) @ op(B) by kernels/matmul_packed.cl (packed panels, one
     work-item per work-group) in float`width` micro-tiles, form "nn" (A (M,K), B (K,N)), "nt"
     (B stored (N,K)) or "tn" (A stored (K,M)). The C blocks per group: see packed_blocks."""
-    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes)
+    defines, mb, nb, grid = packed_launch(rt, width, M, N)
     built = rt.build(("matmul_packed.cl",), defines)
-    mb, nb = packed_blocks(M, N, dict(defines), rt.limits.compute_units)
-    grid = (-(-N // nb), -(-M // mb))
     rt.launch_local(f"matmul_{form}_packed", grid, (1, 1), C, A, B, M, N, K, beta, mb, nb,
                     built=built)
+
+
+def packed_launch(rt: Runtime, width: int, M: int, N: int) -> tuple:
+    """(defines, mb, nb, grid) of the packed GEMM of C (M, N) at float`width` on rt's device
+    limits: matmul_packed.cl's sizes (gemm_tiles.packed_defines), the C block of one work-group
+    (packed_blocks) and the grid of one-work-item groups (columns, rows of blocks)."""
+    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes)
+    mb, nb = packed_blocks(M, N, dict(defines), rt.limits.compute_units)
+    return defines, mb, nb, (-(-N // nb), -(-M // mb))
 
 
 PACKED_GROUPS_PER_CU = 2  # C blocks per compute unit: equal blocks, whole rounds of them
