@@ -5,6 +5,9 @@
 # memory per layer at T = 256..2048 (d384), the training benchmark S/M/L/XL against PyTorch
 # eager and torch.compile, and the kernel benchmark.
 # Usage there, from the repository root: OUT=/some/dir [PART=tests|bench|gemm|tune] bash benchmarks/gpu_run.sh
+# (WHEELS=.whlg: another folder of carried wheels, e.g. one without PoCL's 58 MB wheel, which the
+# GPU runs do not use; OVERLAY=.ov: a folder whose files are copied over the tree first, so a branch's
+# changed files can travel without its whole worktree)
 # (or `PART=setup source benchmarks/gpu_run.sh` for the environment alone)
 # (PART=tests: build log, tests, memory table, T2048 steps; PART=bench: the benchmarks; default
 # both: two calls fit the 10-minute limit of one lent-machine command.)
@@ -12,7 +15,8 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+    --target /tmp/site "${WHEELS:-.whl}"/*.whl || exit 1
+if [ -n "${OVERLAY:-}" ] && [ -d "$OVERLAY" ]; then cp -r "$OVERLAY"/. . || exit 1; fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 
 # NVIDIA's OpenCL driver: by soname when the loader can find it, else by its full path.
