@@ -57,6 +57,8 @@ def parse_args(argv=None):
                         "share of the CPUs (e.g. 0.15; 0: don't wait)")
     p.add_argument("--idle-wait-s", type=float, default=120.0, help="longest wait per round")
     p.add_argument("--no-profile", action="store_true", help="skip the per-kernel profile")
+    p.add_argument("--profile-serial", action="store_true",
+                   help="profile with every kernel on one queue (each kernel's own time)")
     p.add_argument("--out", default=None, help="also write the markdown report here")
     return p.parse_args(argv)
 
@@ -190,7 +192,7 @@ def run_config(name, args, rt, tc_base, peak):
     prof = None
     if not args.no_profile:
         x, y = data.next()
-        prof = profile_engine_step(rt, ours, x, y, lr_at(step), tc)
+        prof = profile_engine_step(rt, ours, x, y, lr_at(step), tc, args.profile_serial)
     fpt = flops_per_token(cfg)
     res = {"name": name, "cfg": cfg, "B": B, "T": T, "check": check,
            "max_loss_rel": max((c[3] for c in check), default=float("nan")),

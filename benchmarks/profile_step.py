@@ -26,13 +26,18 @@ def _is_matmul(name: str) -> bool:
 _ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
 
 
-def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
-    """Run one train_step with profiling on; return a markdown table of time per kernel."""
+def profile_engine_step(rt, model, inputs, targets, lr, tc, serial: bool = False) -> str:
+    """Run one train_step with profiling on; return a markdown table of time per kernel.
+    serial: run the side queue's weight gradients on the main queue too, so no two kernels
+    overlap and each kernel's time is its own (with overlap, kernels sharing the GPU look slower
+    than they are)."""
     rt.finish()
     queue0, side0 = rt.queue, rt.side_queue
     profiling = cl.command_queue_properties.PROFILING_ENABLE
     rt.queue = cl.CommandQueue(rt.ctx, properties=profiling)
-    if side0 is not None:  # weight gradients on the side queue: profiled too (they overlap)
+    if side0 is not None and serial:
+        rt.side_queue = None
+    elif side0 is not None:  # weight gradients on the side queue: profiled too (they overlap)
         rt.side_queue = cl.CommandQueue(rt.ctx, properties=profiling)
     events = []
     launch_local0 = rt.launch_local  # rt.launch goes through it too
@@ -80,7 +85,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
              f"({100 * busy / wall:.0f}% of wall; the rest is host work and gaps between "
              f"{len(events)} launches"
              + ("; weight gradients ran on a second queue, beside the rest, so kernel time can "
-                "exceed wall time" if side0 is not None else "") + "). GEMMs (matmul_nn + matmul_tn): "
+                "exceed wall time" if side0 is not None and not serial else "")
+             + ("; one queue (serial), so no kernel overlapped another" if serial else "") + "). GEMMs (matmul_nn + matmul_tn): "
              f"{100 * mm_s / max(busy, 1e-12):.0f}% of kernel time at "
              f"{mm_f / max(mm_s, 1e-12) / 1e9:.1f} GFLOP/s."]
     return "\n".join(lines)
