@@ -5,6 +5,8 @@ A control that is off says why in its tooltip (or the run bar's hint, for Train)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.errors import ConfigError
 from engine.training.session import check_continuation
 from studio.protocol import FileTask
@@ -12,6 +14,9 @@ from studio.ui.run_controller import RunController
 from studio.ui.widgets import enable_with_reason
 from studio.ui.window_actions import FileMenu
 from studio.ui.window_layout import Panels
+
+if TYPE_CHECKING:   # it takes this module's reasons
+    from studio.ui.tune_actions import TuneActions
 
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
@@ -26,10 +31,12 @@ NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage t
 
 
 class WindowControls:
-    def __init__(self, panels: Panels, controller: RunController, menu: FileMenu):
+    def __init__(self, panels: Panels, controller: RunController, menu: FileMenu,
+                 tuning: TuneActions):
         self.panels = panels
         self.controller = controller
         self.menu = menu
+        self.tuning = tuning   # the Device menu
 
     def update(self) -> None:
         """Apply the controls of the run state, narrowed (see the module)."""
@@ -41,7 +48,7 @@ class WindowControls:
         rb.set_hint(why if ctl.hint else None)
         rb.pause_button.setEnabled(ctl.pause)
         rb.pause_button.setText("Resume" if ctl.resume else "Pause")
-        rb.stop_button.setEnabled(ctl.stop)
+        rb.stop_button.setEnabled(ctl.stop or c.task is FileTask.TUNE)   # Stop cancels tuning
         use = ctl.use_model and free and c.has_model
         for w in (menu.export_action, menu.save_action):
             w.setEnabled(use)
@@ -52,6 +59,7 @@ class WindowControls:
         for w in [rb.new_button, *menu.open_actions]:
             w.setEnabled(opening)
         menu.new_model_action.setEnabled(opening and c.continue_from is not None)
+        self.tuning.update()
         if use:
             p.chat_panel.set_available(True)
         else:
