@@ -1,6 +1,6 @@
 """Kernel tuning from the studio (issue 24 goal 4: "with progress in the CLI and the studio,
 cancellable"): Device › Tune kernels for this model… (studio.ui.tune_actions, on the worker:
-studio.ui.worker_tune), its progress, Stop, the Device box's tuned line, and the setting that
+studio.ui.worker_tune), its progress, Stop, the menu bar's tuned label, and the setting that
 tunes before training. The tuner's time bound is made short; the cache is the test's own."""
 
 import pytest
@@ -8,6 +8,8 @@ import pytest
 from engine.opencl import gemm_tune, tune_cache
 from studio.protocol import FileTask
 from studio.ui import tune_actions
+from studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
+from studio.ui.window_controls import TASK_WHY
 from tests.studio_helpers import configure, train
 
 TUNE_TIMEOUT_MS = 300_000   # a bound for hangs on a loaded machine, not a speed test
@@ -30,7 +32,7 @@ def test_the_menu_action_tunes_shows_progress_and_stores_the_winners(qtbot, wind
     window.tuning.seconds = 5.0
     action = window.device_menu.tune_action
     assert action.isEnabled()
-    assert window.device_panel.tuning.text().startswith("Kernels: the built-in table")
+    assert window.tuning.label.text() == "Kernels: built-in table"
     progress, shots = [], []
 
     def seen(p):
@@ -46,6 +48,7 @@ def test_the_menu_action_tunes_shows_progress_and_stores_the_winners(qtbot, wind
         assert tune_actions.TUNING_WHY in action.toolTip()
         assert not window.run_bar.train_button.isEnabled()
         assert window.run_bar.stop_button.isEnabled()
+        assert window.run_bar.stop_button.toolTip() == STOP_TUNING_TIP
     window.grab().save(str(tmp_path / "tuned.png"))
     report = done.args[0]
     assert report is not None and not report.cancelled and report.measured > 0
@@ -61,11 +64,24 @@ def test_the_menu_action_tunes_shows_progress_and_stores_the_winners(qtbot, wind
     key = tune_cache.device_key_of(window.device_panel.current())
     assert tune_cache.shape_key(cfg, batch) in _entries(cache)[key]
     assert report.saved_to == str(cache)
-    assert window.device_panel.tuning.text().startswith("Kernels tuned for this model")
-    assert f"Tuned on {report.device}" in window.run_bar.note.text()
-    assert "training this shape on this device uses it" in window.run_bar.note.text()
+    assert window.tuning.label.text().startswith("Kernels tuned for this model")
+    assert window.run_bar.note.text() == tune_actions.report_text(report)
+    assert window.run_bar.note.text().startswith(f"Tuned on {report.device} in ")
     assert action.isEnabled() and window.run_bar.train_button.isEnabled()
     assert not window.run_bar.stop_button.isEnabled()
+    assert window.run_bar.stop_button.toolTip() == STOP_TIP
+
+
+def test_the_report_says_what_tuning_found():
+    from studio.protocol import TuneReport
+    faster = TuneReport("GPU X", 28.2, 1.07, 3, 13, True, False, "/c.json")
+    assert tune_actions.report_text(faster) == (
+        "Tuned on GPU X in 28 s: the step's products 1.07x faster than the built-in table (3 of "
+        "13 products changed); training this shape on this device uses it.")
+    same = TuneReport("GPU X", 9.0, 1.0, 0, 13, False, False, "/c.json")
+    text = tune_actions.report_text(same)
+    assert "the built-in table was already the fastest for all 13" in text
+    assert "Time ran out before every product was measured" in text
 
 
 def test_stop_cancels_tuning_and_stores_nothing(qtbot, window, cache):
@@ -82,7 +98,7 @@ def test_stop_cancels_tuning_and_stores_nothing(qtbot, window, cache):
     assert report.cancelled and report.saved_to is None and report.seconds < 60
     assert not cache.exists()
     assert window.run_bar.progress.format() == "Tuning cancelled"
-    assert window.device_panel.tuning.text().startswith("Kernels: the built-in table")
+    assert window.tuning.label.text() == "Kernels: built-in table"
     # the stop flag was cleared: the next job (a chat, a run) is not cancelled by it
     assert not window.controller.worker._stop.is_set()
 
@@ -102,10 +118,16 @@ def test_the_setting_tunes_before_training_and_is_kept(qtbot, window, cache, set
          auto.isEnabled())))
     result = train(qtbot, window)
     assert result.step == 4
+    # a model at hand: while the next tuning runs, chat says why it waits (not "no model")
+    window.tuning.seconds = 120.0
+    window.device_menu.tune_action.trigger()
+    assert window.chat_panel.status.text() == TASK_WHY
+    with qtbot.waitSignal(window.controller.tuned, timeout=TUNE_TIMEOUT_MS):
+        window.run_bar.stop_button.click()
     assert states and states[0][0] is False and tune_actions.RUN_WHY in states[0][1]
     assert states[0][2] is False
     assert _entries(cache), "training did not tune first"
-    assert window.device_panel.tuning.text().startswith("Kernels tuned for this model")
+    assert window.tuning.label.text().startswith("Kernels tuned for this model")
 
 
 def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, monkeypatch):
@@ -122,3 +144,18 @@ def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, 
     train(qtbot, win)
     assert calls == [] and not cache.exists()
     win.close()
+
+
+def test_closing_the_window_while_tuning_ends_it_and_stores_nothing(qtbot, settings, cache):
+    from studio.ui.main_window import MainWindow
+    from tests.helpers import TEST_DEVICE
+    win = MainWindow(device=TEST_DEVICE, settings=settings)
+    qtbot.addWidget(win)
+    configure(win)
+    win.tuning.seconds = 120.0
+    with qtbot.waitSignal(win.controller.tuneProgress, timeout=TUNE_TIMEOUT_MS,
+                          check_params_cb=lambda p: p.total > 0):
+        win.device_menu.tune_action.trigger()
+    win.close()   # stops the worker and joins its thread (WorkerHost.shutdown)
+    assert not win.controller.host.thread.isRunning()
+    assert not cache.exists()

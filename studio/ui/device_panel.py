@@ -38,16 +38,10 @@ class DevicePanel(QGroupBox):
         self.details.setObjectName("deviceDetails")
         self.details.setWordWrap(True)
         self.details.setProperty("role", "muted")
-        self.tuning = QLabel()   # whether the kernels are tuned for the model on screen
-        self.tuning.setObjectName("deviceTuning")
-        self.tuning.setWordWrap(True)
-        self.tuning.setProperty("role", "muted")
-        self.tuning.hide()
         lay = QVBoxLayout(self)
         lay.setSpacing(4)
         lay.addWidget(self.combo)
         lay.addWidget(self.details)
-        lay.addWidget(self.tuning)
         self.devices = []
         self.error = ""
         self.refresh()
@@ -108,12 +102,6 @@ class DevicePanel(QGroupBox):
             self.details.setProperty("role", "muted")
         self.details.style().unpolish(self.details)
         self.details.style().polish(self.details)
-
-    def set_tuning(self, text: str, tip: str = "") -> None:
-        """A line on whether the kernels are tuned for this device and model ("" hides it)."""
-        self.tuning.setText(text)
-        self.tuning.setToolTip(tip)
-        self.tuning.setVisible(bool(text))
 
     def set_editable(self, on: bool, why: str = "") -> None:
         """why: the reason the device cannot be changed now (in the tooltip)."""

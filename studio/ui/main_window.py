@@ -89,6 +89,8 @@ class MainWindow(QMainWindow):
         self.files = WindowActions(self, p, c, self.settings)
         self.menu = self.files.build_menu(self.menuBar(), self.training.new_model, self.close)
         self.device_menu = self.tuning.build_menu(self.menuBar())
+        # at the menu bar's right end: a status bar made now would take height from the column
+        self.menuBar().setCornerWidget(self.tuning.label, Qt.TopRightCorner)
         self.controls = WindowControls(p, c, self.menu, self.tuning)
         self.runs = RunsActions(self, self.menuBar(), c, p.autosave_box, p.run_bar, self.files)
         p.run_bar.export_button.clicked.connect(self.files.export_clicked)

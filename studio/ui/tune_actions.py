@@ -4,9 +4,9 @@ Device › Tune kernels for this model… times the GEMM and attention choices o
 settings describe (d_model, heads, key-value heads, context, vocabulary, batch; an opened
 model's own) on the chosen device, on the worker's thread (studio.ui.worker_tune), within
 engine.opencl.gemm_tune.TUNE_SECONDS: the run bar shows the product being measured and the time
-against the bound, Stop cancels it (nothing is stored), and the end says what it found. The
-Device box says whether the device and shape on screen are tuned (the kernel tuning cache,
-engine.opencl.tune_cache). "Tune kernels before training…" (kept in the settings) makes Train
+against the bound, Stop cancels it (nothing is stored), and the end says what it found. `label`
+(the window puts it at the right end of its menu bar) says whether the device and shape on
+screen are tuned (the kernel tuning cache, engine.opencl.tune_cache). "Tune kernels before training…" (kept in the settings) makes Train
 and Continue tune first on a device and shape not yet tuned, as LLM_STUDIO_AUTOTUNE=1 does for
 the command line. A part of studio.ui.main_window.MainWindow, composed like the others.
 """
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMenuBar
+from PySide6.QtWidgets import QLabel, QMenuBar
 
 from studio.protocol import FileTask, RunState, TuneJob, TuneProgress, TuneReport
 from studio.ui.run_controller import RunController
 from studio.ui.widgets import enable_with_reason
-from studio.ui.window_controls import TASK_WHY
+from studio.ui.window_controls import NO_DEVICE_WHY, TASK_WHY
 from studio.ui.window_face import WindowFace
 from studio.ui.window_layout import Panels
 
@@ -34,7 +34,6 @@ TUNE_TIP = ("Time the matrix-product and attention kernels for this model on thi
 AUTOTUNE_TEXT = "Tune kernels before training on a device not yet tuned (up to {s:g} s)"
 RUN_WHY = "Training is running: Stop it, or let it finish, to tune the kernels."
 TUNING_WHY = "The kernels are being tuned: Stop cancels it."
-NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 INVALID_WHY = "Fix the setting marked in red to tune the kernels for it."
 
 
@@ -55,6 +54,10 @@ class TuneActions:
         self.settings = settings
         self.seconds = TUNE_SECONDS
         self._keys: dict[int, str | None] = {}   # device index -> tune_cache device key
+        self.label = QLabel()   # tuned or not, for the device and model on screen
+        self.label.setObjectName("kernelTuningLabel")
+        self.label.setProperty("role", "muted")
+        self.label.setContentsMargins(0, 0, 8, 0)
         self._progress: TuneProgress | None = None
         self._progress_at = 0.0     # monotonic time the latest progress came
         self._cancelling = False    # Stop was pressed: the bar says so until the end
@@ -119,23 +122,28 @@ class TuneActions:
         self.menu.autotune_action.setEnabled(self.controller.state is RunState.IDLE)
 
     def show_status(self) -> None:
-        """The Device box says whether the device and model shape on screen are tuned."""
+        """`label` says whether the device and model shape on screen are tuned."""
         from engine.opencl import tune_cache
         device, shape = self.panels.device_panel.current(), self.shape()
         if device is None or shape is None:
-            self.panels.device_panel.set_tuning("")
+            self._set_label("", "")
             return
         key = self._device_key(device)
         entry = key and tune_cache.lookup(key, tune_cache.shape_key(*shape))
         if entry:
             when = str(entry.get("measured", ""))[:10]
-            self.panels.device_panel.set_tuning(
-                f"Kernels tuned for this model{f' ({when})' if when else ''}",
-                "Training this model shape on this device uses the kernels measured then.")
+            self._set_label(f"Kernels tuned for this model{f' ({when})' if when else ''}",
+                            f"Training this model shape on {device.name} uses the kernels "
+                            "measured then.")
         else:
-            self.panels.device_panel.set_tuning(
-                "Kernels: the built-in table (not tuned for this model)",
-                "Device › Tune kernels for this model… measures faster ones for this device.")
+            self._set_label("Kernels: built-in table",
+                            f"Not tuned for this model on {device.name}: Device › Tune kernels "
+                            "for this model… measures faster ones.")
+
+    def _set_label(self, text: str, tip: str) -> None:
+        self.label.setText(text)
+        self.label.setToolTip(tip)
+        self.label.setVisible(bool(text))
 
     def _device_key(self, device) -> str | None:
         if device.index not in self._keys:
@@ -205,8 +213,10 @@ def report_text(r: TuneReport) -> str:
     if r.speedup is not None and r.changed:
         found = (f"the step's products {r.speedup:.2f}x faster than the built-in table "
                  f"({r.changed} of {r.measured} products changed)")
+        use = "training this shape on this device uses it."
     else:
-        found = f"the built-in table was the fastest for all {r.measured} products measured"
+        found = f"the built-in table was already the fastest for all {r.measured} products measured"
+        use = "training here keeps it, without tuning again."
     rest = "" if r.complete else (" Time ran out before every product was measured: the "
                                   "rest keep the table's choice.")
-    return f"{head}{found}; training this shape on this device uses it.{rest}"
+    return f"{head}{found}; {use}{rest}"
