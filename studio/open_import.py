@@ -17,21 +17,24 @@ from engine.errors import ModelImportError, StudioError
 from studio.run_folder import HF_KINDS, ModelKind, holds_run, make_run_folder, path_kind, write_metrics
 
 
-def read_model(path):
-    """The ModelBundle of a model file or folder, by its kind (studio.run_folder.path_kind): a
-    GGUF (engine.files.gguf_import.import_gguf) or a transformers folder
-    (engine.files.hf.load.import_hf). A pretrained open model's bundle holds an OpenTokenizer
-    (engine.files.gguf_export.is_open); one this app wrote, its own Tokenizer. Raises
-    StudioError for a path that holds no model, ModelImportError for a run folder or checkpoint
-    (not a model file) and for a model the engine cannot run."""
+def read_model(path, weights: bool = True, kind: ModelKind | None = None):
+    """The ModelBundle of a model file or folder, by its kind (studio.run_folder.path_kind, or
+    `kind` when the caller already told it): a GGUF (engine.files.gguf_import.import_gguf) or a
+    transformers folder (engine.files.hf.load.import_hf). A pretrained open model's bundle holds
+    an OpenTokenizer (engine.files.gguf_export.is_open); one this app wrote, its own Tokenizer.
+    weights=False: the same checks and everything but the weights (bundle.weights is {}) from
+    the metadata alone (GGUF fields and tensor infos; config.json, the tokenizer files and the
+    safetensors headers), no tensor read or dequantized: a model card. Raises StudioError for a
+    path that holds no model, ModelImportError for a run folder or checkpoint (not a model
+    file) and for a model the engine cannot run."""
     path = Path(path)
-    kind = path_kind(path)
+    kind = kind or path_kind(path)
     if kind is ModelKind.GGUF:
         from engine.files.gguf_import import import_gguf
-        return import_gguf(path)
+        return import_gguf(path, weights)
     if kind in HF_KINDS:
         from engine.files.hf.load import import_hf
-        return import_hf(path)[0]
+        return import_hf(path, weights)[0]
     raise ModelImportError(f"{path} is a {kind.value}, not a model file.",
                            "Give a .gguf file or a transformers model folder (config.json, "
                            "*.safetensors, tokenizer.json); open a run with File › Open checkpoint.")

@@ -55,6 +55,8 @@ class TrainJob:
     device: int | str | None = None  # device index or name; None: default (select_device)
     tokenizer_kind: str = DEFAULT_TOKENIZER  # engine.data.tokenizer kind: "bpe" or "char"
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
+    autotune: bool = False             # tune the kernels first when this device and shape have
+    #                                    no tuned entry (engine.opencl.gemm_tune.runtime_for_model)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class ContinueJob:
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
     more_seconds: float = 0.0          # > 0 ("Train for N minutes"): train this much longer by
     #                                    time instead of to the step totals
+    autotune: bool = False             # as TrainJob.autotune, before the session trains on
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,16 @@ class LoadJob:
     # File › Open model…: import the pretrained model at `path` into this new run folder
     # (studio.open_import, as `llm-studio import` does) and open that run; None: open `path`
     import_to: str | None = None
+
+
+@dataclass(frozen=True)
+class TuneJob:
+    """Tune the kernels for a device and a model shape and cache the winners
+    (TrainingWorker.tune_kernels; engine.opencl.gemm_tune.tune and save)."""
+    model_config: ModelConfig          # the shape: d_model, heads, context, vocabulary, n_layer
+    batch_size: int                    # windows per step
+    device: int | str | None = None    # as TrainJob.device
+    seconds: float = 30.0              # the time bound (engine.opencl.gemm_tune.TUNE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,28 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class TuneProgress:
+    """Where a tuning job is: the payload of TrainingWorker.tuneProgress."""
+    what: str                          # "qkv fwd", "attention path", or "opening the device"
+    done: int                          # products measured
+    total: int                         # products + the attention path (0: not started)
+    elapsed_s: float                   # seconds of tuning so far (the bound is TuneJob.seconds)
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What a tuning job found: the payload of TrainingWorker.tuned (None there: it failed)."""
+    device: str                        # the device's name
+    seconds: float                     # tuning time
+    speedup: float | None              # a step's products, tuned over the table (step_speedup)
+    changed: int                       # products whose choice differs from the table's
+    measured: int                      # distinct products measured
+    complete: bool                     # every product and the attention path measured
+    cancelled: bool                    # Stop: nothing was stored
+    saved_to: str | None = None        # the cache file written (None: cancelled)
+
+
+@dataclass(frozen=True)
 class RunPoint:
     """Where a run holds or goes on: the payload of TrainingWorker.paused and resumed."""
     step: int                          # optimizer steps done
@@ -198,6 +233,7 @@ class FileTask(Enum):
     EXPORT = "export"
     SAVE = "save"
     LOAD = "load"
+    TUNE = "tune"                      # kernel tuning: Stop cancels it
 
 
 # -- run states and the controls each one enables ------------------------------------------

@@ -124,7 +124,9 @@ def test_opted_in_training_start_tunes_once_and_caches(rt, cache, monkeypatch):
     monkeypatch.setattr(gemm_tune, "TUNE_SECONDS", 60.0)
     seen = []
     gemm_tune.runtime_for_model(rt, CFG, B, Monitor(lambda *a: seen.append(a)))
-    assert cache.exists() and ("tuning kernels", 0, len(gemm_tune.model_products(CFG, B)) + 1) \
+    products = gemm_tune.model_products(CFG, B)
+    first = max(products, key=lambda p: np.prod(p[1][1:]))[0]   # the largest is tuned first
+    assert cache.exists() and (f"tuning kernels: {first}", 0, len({s for _, s in products}) + 1) \
         in seen
     calls = []
     monkeypatch.setattr(gemm_tune, "tune", lambda *a, **k: calls.append(a))
@@ -140,6 +142,7 @@ def test_tune_kernels_command(rt, cache, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "qkv fwd" in out and "table" in out and "tuned" in out and str(cache) in out
+    assert "A training step's products: " in out
     entries = json.loads(cache.read_text(encoding="utf-8"))["entries"]
     assert tune_cache.device_key(rt) in entries
 
@@ -173,3 +176,80 @@ def test_a_table_of_packed_launches_tunes(rt):
     for _, shape in gemm_tune.model_products(CFG, B):
         got, want = product(packed.with_plan(result.plan), shape)
         close(got, want)
+
+
+def test_autotune_is_a_parameter_as_well_as_the_environment(rt, cache, monkeypatch):
+    """runtime_for_model(autotune=True) tunes without LLM_STUDIO_AUTOTUNE (the studio's
+    setting and `train --autotune` pass it; the engine never reads the GUI's settings), and
+    autotune=False does not tune even with the variable set."""
+    calls = []
+    result = gemm_tune.TuneResult(rt.plan, [], True, False, 0.1)
+    monkeypatch.setattr(gemm_tune, "tune", lambda *a, **k: calls.append(a) or result)
+    monkeypatch.setenv(gemm_tune.AUTOTUNE_ENV, "1")
+    assert gemm_tune.runtime_for_model(rt, CFG, B, autotune=False) is rt and calls == []
+    monkeypatch.delenv(gemm_tune.AUTOTUNE_ENV)
+    assert gemm_tune.runtime_for_model(rt, CFG, B) is rt and calls == []
+    gemm_tune.runtime_for_model(rt, CFG, B, autotune=True)
+    assert len(calls) == 1 and gemm_tune.cached_plan(rt, CFG, B) is not None
+
+
+def test_the_device_key_needs_no_runtime(rt):
+    """The studio asks whether a device is tuned on its GUI thread: the key from the
+    DeviceInfo alone equals a Runtime's."""
+    assert tune_cache.device_key_of(rt.info) == tune_cache.device_key(rt)
+
+
+def test_step_speedup_weighs_products_as_a_step_runs_them():
+    """Each block's products run n_layer times a step, the logits once."""
+    cfg = tiny_config(n_layer=3)
+    products = dict((label, shape) for label, shape in gemm_tune.model_products(cfg, 2))
+    t = GemmChoice("blocked")
+    rows = [("qkv fwd", products["qkv fwd"], t, 3.0, t, 1.0),
+            ("logits fwd", products["logits fwd"], t, 1.0, t, 1.0),
+            ("down dW", products["down dW"], t, None, t, 1.0)]   # failed on the table: not counted
+    result = gemm_tune.TuneResult(None, rows, True, False, 1.0)
+    assert gemm_tune.step_speedup(result, cfg, 2) == pytest.approx((3 * 3 + 1) / (3 * 1 + 1))
+    assert gemm_tune.step_speedup(gemm_tune.TuneResult(None, [], False, True, 0), cfg, 2) is None
+
+
+def test_an_opened_session_switches_to_tuned_kernels(rt, cache, tok, texts, monkeypatch):
+    """TrainingSession.use_tuned_kernels (the studio's Continue with its setting on): tunes
+    (here: a cached entry appears), then the model and its generator launch by the plan."""
+    from engine.config import TrainConfig
+    from engine.training.session import TrainingSession
+    cfg, tc = tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2)
+    s = TrainingSession(rt, cfg, tc, tok, texts[0], None)
+    assert s.rt is rt
+    shape = gemm_tune.model_products(cfg, tc.batch_size)[0][1]
+    choice = dataclasses.replace(rt.plan.default, k_slice=128, group=(8, 2))
+    tuned = rt.plan.replace(shapes=((shape, choice),))
+    monkeypatch.setattr(gemm_tune, "tune", lambda *a, **k: gemm_tune.TuneResult(
+        tuned, [], True, False, 0.1))
+    s.generate("Paris", max_new_tokens=2)   # a decoder on the old runtime
+    assert s.use_tuned_kernels() is True
+    assert s.rt.plan.choice_for(*shape) == choice and s.model.rt is s.rt and rt.plan.shapes == ()
+    assert gemm_tune.cached_plan(rt, cfg, tc.batch_size) is not None
+    assert isinstance(s.generate("Paris", max_new_tokens=2), str)
+    assert s.generator._decoder.rt is s.rt   # the KV decoder was made again, on the plan
+    loss, _, skipped = s.model.train_step(*s.pretrain.train_batch(s.rng, 2), 1e-3, tc)
+    assert not skipped and np.isfinite(loss)
+
+
+def test_train_autotune_flag_tunes_first(rt, cache, tmp_path, monkeypatch):
+    """`llm-studio train --autotune` is LLM_STUDIO_AUTOTUNE=1 as a flag: the new run (and a
+    continued one, tuned once: the entry is cached by then) tunes before its first step."""
+    from studio.cli import main
+    from tests.helpers import TINY
+    calls = []
+
+    def fake(r, cfg, batch, *a, **k):
+        calls.append((cfg.d_model, batch))
+        return gemm_tune.TuneResult(r.plan, [], True, False, 0.1)
+    monkeypatch.setattr(gemm_tune, "tune", fake)
+    out = str(tmp_path / "run")
+    assert main(["--device", str(rt.info.index), "train", "--out", out, "--steps", "2",
+                 "--no-tune", "--autotune", *TINY]) == 0
+    assert calls == [(32, 4)] and cache.exists()   # TINY's d_model and batch
+    assert main(["--device", str(rt.info.index), "train", "--out", out, "--continue",
+                 "--steps", "3", "--autotune", "--quiet"]) == 0
+    assert len(calls) == 1

@@ -127,6 +127,7 @@ INLINE = {
     "--context-length --vocab-size --batch-size] [--seconds 30] [--no-save]":
         "tests/test_gemm_tune.py::test_tune_kernels_command",
     "LLM_STUDIO_AUTOTUNE=1": "tests/test_gemm_tune.py::test_opted_in_training_start_tunes_once_and_caches",
+    "llm-studio train --autotune": "tests/test_gemm_tune.py::test_train_autotune_flag_tunes_first",
     "sudo apt install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1":
         "tests/test_preflight.py::test_every_missing_xcb_library_is_named_with_the_install_command",
     "llama-cli -m model.gguf": NOT_HERE + "llama.cpp's CLI is not installed; its library loads "

@@ -74,7 +74,9 @@ PARTS = {"studio/ui/training_actions.py": "TrainingActions",
          "studio/ui/window_actions.py": "WindowActions",
          "studio/ui/window_controls.py": "WindowControls",
          "studio/ui/runs_actions.py": "RunsActions",
-         "studio/ui/worker_tasks.py": "ModelTasks"}
+         "studio/ui/worker_tasks.py": "ModelTasks",
+         "studio/ui/tune_actions.py": "TuneActions",
+         "studio/ui/worker_tune.py": "KernelTuning"}
 
 
 @pytest.mark.parametrize("path,name", sorted(PARTS.items()))

@@ -46,10 +46,13 @@ class _Broken(Exception):
     """Internal: the header walk found a problem; the message completes 'NAME is ...'."""
 
 
-def import_gguf(path) -> ModelBundle:
+def import_gguf(path, weights: bool = True) -> ModelBundle:
     """Read a GGUF: config, tokenizer, float32 weights, metadata. One written by export_gguf
     comes back with its SentencePiece Tokenizer and training metadata; any other llama GGUF (a
     pretrained open model) with an OpenTokenizer and metadata["source"] (engine.files.open_gguf).
+    weights=False: everything but the weights, checked the same from the tensor infos, no
+    tensor read or dequantized; bundle.weights is {} (a model card: a 4-bit 1B model's tensors
+    take seconds to dequantize).
 
     Raises ModelImportError (never another exception for a bad file): missing or empty file,
     not a GGUF, truncated or corrupted, not architecture llama, hyperparameters the engine does not
@@ -72,7 +75,7 @@ def import_gguf(path) -> ModelBundle:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 _check_layout(buf, size)
         reader = gguf.GGUFReader(path)
-        bundle = _read_bundle(reader, path.name)
+        bundle = _read_bundle(reader, path.name, weights)
         del reader                                     # drops the memmap; weights are copies
         return bundle
     except _Broken as e:
@@ -155,12 +158,13 @@ def _check_layout(buf, size: int) -> None:
                           f"but the file has {size} bytes")
 
 
-def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
-    """Fields and tensors of an opened reader -> ModelBundle; raises ModelImportError.
-    A GGUF without the app's stored tokenizer is an open model's (engine.files.open_gguf)."""
+def _read_bundle(reader: gguf.GGUFReader, fname: str, weights: bool = True) -> ModelBundle:
+    """Fields and tensors of an opened reader -> ModelBundle (weights: as import_gguf's);
+    raises ModelImportError. A GGUF without the app's stored tokenizer is an open model's
+    (engine.files.open_gguf)."""
     fields = reader.fields
     if TOKENIZER_KEY not in fields:
-        return read_open_bundle(reader, fname)
+        return read_open_bundle(reader, fname, weights)
 
     def get(key: str, default: Any = None) -> Any:
         f = fields.get(key)
@@ -200,14 +204,15 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str) -> ModelBundle:
     if int(get(a + "rope.dimension_count", config.head_dim)) != config.head_dim:
         raise ModelImportError(f"{fname} rotates only part of each head (partial RoPE), which "
                                "this app does not train.", _HINT_FOREIGN)
-    weights = _read_tensors(reader, config, fname)
+    arrays = _read_tensors(reader, config, fname, weights)
     tokenizer = _read_tokenizer(fields, tokens, config, fname)
-    return ModelBundle(config, tokenizer, weights, _read_metadata(fields))
+    return ModelBundle(config, tokenizer, arrays, _read_metadata(fields))
 
 
-def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
-                  fname: str) -> dict[str, np.ndarray]:
-    """name -> float32 array (a copy, not a view of the memmap) with the engine's numpy shape."""
+def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig, fname: str,
+                  weights: bool = True) -> dict[str, np.ndarray]:
+    """name -> float32 array (a copy, not a view of the memmap) with the engine's numpy shape;
+    weights=False: {} after the same checks of names, shapes and types."""
     shapes = tensor_shapes(config)
     found = {t.name: t for t in reader.tensors}
     for name in shapes:
@@ -217,7 +222,7 @@ def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
     if extra:
         raise ModelImportError(f"{fname} has a tensor this app does not know: {extra[0]}.",
                                _HINT_FOREIGN)
-    weights = {}
+    arrays = {}
     for name, shape in shapes.items():
         t = found[name]
         got = tuple(int(x) for x in reversed(t.shape.tolist()))   # ggml ne is numpy shape reversed
@@ -228,9 +233,10 @@ def _read_tensors(reader: gguf.GGUFReader, config: ModelConfig,
             raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
                                    "which this app cannot read.",
                                    f"Export as {', '.join(DTYPE_NAMES[:-1])} or {DTYPE_NAMES[-1]}.")
-        w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-        weights[name] = np.array(w, dtype=np.float32).reshape(shape)
-    return weights
+        if weights:
+            w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+            arrays[name] = np.array(w, dtype=np.float32).reshape(shape)
+    return arrays
 
 
 def _read_tokenizer(fields, tokens: list[str], config: ModelConfig, fname: str):

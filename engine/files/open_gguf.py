@@ -80,8 +80,7 @@ def open_config(get, tensors: dict, fname: str) -> ModelConfig:
     if "rope_freqs.weight" in tensors:
         t = tensors["rope_freqs.weight"]
         try:
-            rope = llama3_from_factors(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type),
-                                       head_dim, float(get(a + "rope.freq_base", 10000.0)),
+            rope = llama3_from_factors(_small_floats(t), head_dim, float(get(a + "rope.freq_base", 10000.0)),
                                        get(a + "rope.scaling.original_context_length")) or {}
         except ValueError as e:
             raise ModelImportError(f"{fname}: {e}.", _RUNS) from None
@@ -106,15 +105,31 @@ def _need(get, key: str, fname: str):
     return value
 
 
-def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np.ndarray]:
-    """name -> float32 array of ParamTable's shape, dequantized with gguf.quants.dequantize.
-    Raises ModelImportError for a missing, misshapen, unreadable or unknown tensor."""
+def _small_floats(t) -> np.ndarray:
+    """A small tensor's values (rope_freqs.weight) as float32: F32 read as it is stored (no
+    dequantize call: a model card reads no tensor data through it), others dequantized."""
+    if t.tensor_type == gguf.GGMLQuantizationType.F32:
+        return np.asarray(t.data, np.float32).reshape(-1)
+    return gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+
+
+def _dequantizable(qtype) -> bool:
+    """Whether gguf.quants.dequantize reads qtype (its own test: F32, F16, or a type with
+    traits; gguf-py keeps that table private, so where it is absent every type is tried)."""
+    traits = getattr(gguf.quants, "_type_traits", None)
+    return traits is None or qtype in (gguf.GGMLQuantizationType.F32,
+                                       gguf.GGMLQuantizationType.F16) or qtype in traits
+
+
+def check_tensors(tensors: dict, config: ModelConfig, fname: str) -> dict[str, tuple]:
+    """ParamTable's {name: numpy shape} after checking the file's tensors against it from
+    their infos alone (names, shapes, types; no data read). Raises ModelImportError for a
+    missing, misshapen, unreadable or unknown tensor."""
     shapes = ParamTable(config).shapes()
     extra = sorted(set(tensors) - set(shapes) - {"rope_freqs.weight"})
     if extra:
         raise ModelImportError(f"{fname} has a tensor the engine's model lacks: {extra[0]} "
                                f"({len(extra)} in all).", _RUNS)
-    weights = {}
     for name, shape in shapes.items():
         t = tensors.get(name)
         if t is None:
@@ -123,9 +138,22 @@ def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np
         if got != shape:
             raise ModelImportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
                                    "The file's keys and tensors disagree.")
+        if not _dequantizable(t.tensor_type):
+            raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
+                                   "which gguf-py cannot dequantize.",
+                                   "Use a GGUF in F32, F16, BF16, Q8_0, Q4_0/Q4_1 or a K-quant.")
+    return shapes
+
+
+def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np.ndarray]:
+    """name -> float32 array of ParamTable's shape, each tensor dequantized once with
+    gguf.quants.dequantize. Raises ModelImportError as check_tensors does."""
+    weights = {}
+    for name, shape in check_tensors(tensors, config, fname).items():
+        t = tensors[name]
         try:
             w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-        except NotImplementedError:
+        except NotImplementedError:   # a type _dequantizable could not tell
             raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
                                    "which gguf-py cannot dequantize.",
                                    "Use a GGUF in F32, F16, BF16, Q8_0, Q4_0/Q4_1 or a K-quant."
@@ -145,9 +173,10 @@ def stored_type(file_type, tensors) -> str:
         return max(set(kinds), key=kinds.count) if kinds else ""
 
 
-def read_open_bundle(reader: gguf.GGUFReader, fname: str):
+def read_open_bundle(reader: gguf.GGUFReader, fname: str, weights: bool = True):
     """ModelBundle (config, OpenTokenizer, float32 weights, metadata["source"]) of an open
-    llama GGUF. Raises ModelImportError."""
+    llama GGUF; weights=False: the same checks from the tensor infos, no tensor dequantized,
+    and bundle.weights is {} (a model card). Raises ModelImportError."""
     from engine.files.gguf_vocab import tokenizer_from_gguf
     get = fields_getter(reader.fields)
     refuse_architecture(get("general.architecture", "?"), fname)
@@ -157,10 +186,14 @@ def read_open_bundle(reader: gguf.GGUFReader, fname: str):
     if tokenizer.vocab_size != config.vocab_size:
         raise ModelImportError(f"{fname}: the vocabulary has {tokenizer.vocab_size} tokens but "
                                f"the model {config.vocab_size}.", "The file is damaged.")
-    weights = open_weights(tensors, config, fname)
+    if weights:
+        arrays = open_weights(tensors, config, fname)
+    else:
+        check_tensors(tensors, config, fname)
+        arrays = {}
     source = {"name": get("general.name", fname), "format": "gguf", "file": fname,
               "file_type": stored_type(get("general.file_type", None), reader.tensors)}
-    return ModelBundle(config, tokenizer, weights, {"source": source})
+    return ModelBundle(config, tokenizer, arrays, {"source": source})
 
 
 def f32_decimal(x: float) -> float:

@@ -36,6 +36,11 @@ class Generator:
         self.last_finish = "stop"   # why the last generate_ids ended: stop, length, context
         self._last_n_tokens = 0
 
+    def reset_decoder(self) -> None:
+        """Drop the KV decoder: the next generation makes one on the model's runtime now (its
+        plan changed: TrainingSession.use_tuned_kernels)."""
+        self._decoder = None
+
     def generate_ids(self, prompt_ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS,
                      sampling: SamplingParams = _SAMPLING, seed: int | None = None,
                      on_token: Callable[[int], None] | None = None,

@@ -38,6 +38,7 @@ from engine.opencl.runtime import Runtime
 
 TUNE_SECONDS = 30.0
 AUTOTUNE_ENV = "LLM_STUDIO_AUTOTUNE"  # "1": tune before training when the cache has no entry
+PHASE = "tuning kernels"  # Monitor phase: f"{PHASE}: {product label}", then ": attention path"
 MARGIN = 0.03      # a candidate must be 3% faster than the best so far to replace it
 MIN_TIME_S = 0.01  # each timing repeats a product for at least this long
 TOLERANCE = 1e-4   # largest error relative to the largest element of the float64 product
@@ -162,28 +163,35 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
          monitor: Monitor | None = None, report: Callable[[tuple], None] | None = None,
          clock: Callable[[], float] | None = None) -> TuneResult:
     """Measure the products of (cfg, batch_size) on rt within `seconds` (module docstring).
-    monitor: progress ticks ("tuning kernels", products done, total) and cancellation (a
-    cancelled run returns what it found, cancelled=True); report(row): each product's row
-    (TuneResult.rows) as it is measured; clock: what candidates are timed with (default
+    monitor: progress ticks (f"{PHASE}: {product label}", distinct products measured, their
+    number + 1; then ": attention path") and cancellation (a cancelled run returns what it
+    found, cancelled=True); report(row): each product's row (TuneResult.rows) as measured; clock: what candidates are timed with (default
     timer(rt)); the budget is wall time."""
     monitor, clock = monitor or Monitor(), clock or timer(rt)
     start, table = time.monotonic(), rt.plan
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))
     seen, rows, winners, cancelled, path = set(), [], [], False, None
+    total = len({s for _, s in products}) + 1   # distinct products, then the attention path
     try:
-        for i, (label, shape) in enumerate(products):
-            monitor.tick("tuning kernels", i, len(products) + 1)
+        for label, shape in products:
+            monitor.check()
             if shape in seen or time.monotonic() - start > seconds:
                 continue
+            i = len(seen)
             seen.add(shape)
-            row = _tune_product(rt, table, label, shape, monitor, clock, start + seconds)
+            # the phase names the product (the studio and the CLI show it); ticked again
+            # between candidates, so a report skipped by Monitor's rate limit comes soon
+            phase = f"{PHASE}: {label}"
+            monitor.tick(phase, i, total)
+            row = _tune_product(rt, table, label, shape, lambda: monitor.tick(phase, i, total),
+                                clock, start + seconds)
             rows.append(row)
             if report:
                 report(row)
             if row[4] != row[2] and row[5] is not None:
                 winners.append((shape, row[4]))
-        monitor.tick("tuning kernels", len(products), len(products) + 1)
         # last: its kernels' first build can take seconds on a busy machine
+        monitor.tick(f"{PHASE}: attention path", total - 1, total)
         if time.monotonic() - start <= seconds:
             path = tune_attention(rt, cfg, batch_size, clock)
     except Cancelled:
@@ -195,7 +203,8 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     return TuneResult(plan, rows, complete, cancelled, time.monotonic() - start)
 
 
-def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -> tuple:
+def _tune_product(rt, table: GemmPlan, label, shape, tick, clock, deadline) -> tuple:
+    """One TuneResult row for shape; tick() between candidates (progress; raises Cancelled)."""
     form = shape[0]
     bench = ProductBench(rt, shape, clock)
     first = table.choice_for(*shape)
@@ -206,7 +215,7 @@ def _tune_product(rt, table: GemmPlan, label, shape, monitor, clock, deadline) -
     least = min(_groups(rt, table, first, shape), 2 * rt.limits.compute_units) if rt.is_cpu else 0
     for stage in range(3):
         for c in candidates(rt, first, stage, best, form):
-            monitor.check()
+            tick()
             if time.monotonic() > deadline:
                 break
             if c == best or _groups(rt, table, c, shape) < least:
@@ -324,13 +333,17 @@ def save(rt: Runtime, cfg, batch_size: int, result: TuneResult):
                             entry)
 
 
-def runtime_for_model(rt: Runtime, cfg, batch_size: int, monitor: Monitor | None = None
-                      ) -> Runtime:
+def runtime_for_model(rt: Runtime, cfg, batch_size: int, monitor: Monitor | None = None,
+                      autotune: bool | None = None) -> Runtime:
     """rt launching by the cached plan for (cfg, batch_size) when there is one; else, when
-    LLM_STUDIO_AUTOTUNE is "1", tune now (TUNE_SECONDS, progress and cancellation through
-    monitor), store the result and use it; else rt unchanged (the hand table)."""
+    autotune (None: the environment variable LLM_STUDIO_AUTOTUNE is "1"; the studio's setting
+    and `train --autotune` pass True), tune now (TUNE_SECONDS, progress and cancellation
+    through monitor: Cancelled, nothing stored), store the result and use it; else rt
+    unchanged (the hand table)."""
     plan = cached_plan(rt, cfg, batch_size)
-    if plan is None and os.environ.get(AUTOTUNE_ENV) == "1":
+    if autotune is None:
+        autotune = os.environ.get(AUTOTUNE_ENV) == "1"
+    if plan is None and autotune:
         result = tune(rt, cfg, batch_size, TUNE_SECONDS, monitor)
         if result.cancelled:
             raise Cancelled()
@@ -340,3 +353,19 @@ def runtime_for_model(rt: Runtime, cfg, batch_size: int, monitor: Monitor | None
             pass  # the cache is an optimisation: this run still uses what it measured
         plan = result.plan
     return rt.with_plan(plan) if plan is not None else rt
+
+
+def step_speedup(result: TuneResult, cfg, batch_size: int) -> float | None:
+    """How much faster one training step's products run by result.plan than by the table:
+    sum(table seconds) / sum(tuned seconds) over the products measured both ways, each shape
+    counted as often as a step runs it (a block's products n_layer times, the logits once);
+    None when no product ran both ways."""
+    uses: dict = {}
+    for label, shape in model_products(cfg, batch_size):
+        uses[shape] = uses.get(shape, 0) + (1 if label.startswith("logits") else cfg.n_layer)
+    table = tuned = 0.0
+    for _, shape, _, t_table, _, t_tuned in result.rows:
+        if t_table is not None and t_tuned is not None:
+            table += uses.get(shape, 1) * t_table
+            tuned += uses.get(shape, 1) * t_tuned
+    return table / tuned if tuned > 0 else None

@@ -33,11 +33,22 @@ def cache_path() -> Path:
 def device_key(rt) -> str:
     """What makes measurements of one device valid: platform (vendor), device name, driver and
     OpenCL version, and any overridden limits (a profile of another device is another key)."""
-    dev = rt.device
-    parts = [rt.info.platform, rt.info.name, str(dev.driver_version).strip(),
-             rt.info.opencl_version, f"cu{rt.limits.compute_units}",
-             f"lm{rt.limits.local_mem_bytes}", f"wg{rt.limits.max_work_group_size}",
-             f"vw{rt.limits.native_float_width}"]
+    return _key(rt.info, rt.device, rt.limits)
+
+
+def device_key_of(info) -> str:
+    """device_key of a Runtime on engine.opencl.device.DeviceInfo `info` with the limits the
+    device reports, without building one (no program compiled: the studio asks this on its GUI
+    thread whenever the device or the model settings change)."""
+    from engine.opencl.gemm_plan import DeviceLimits
+    dev = info.cl_device()
+    return _key(info, dev, DeviceLimits.of(info, dev))
+
+
+def _key(info, dev, limits) -> str:
+    parts = [info.platform, info.name, str(dev.driver_version).strip(), info.opencl_version,
+             f"cu{limits.compute_units}", f"lm{limits.local_mem_bytes}",
+             f"wg{limits.max_work_group_size}", f"vw{limits.native_float_width}"]
     return " | ".join(parts)
 
 

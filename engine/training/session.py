@@ -78,11 +78,13 @@ class TrainingSession:
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
-                 monitor: Monitor | None = None):
+                 monitor: Monitor | None = None, autotune: bool | None = None):
+        """autotune: tune the kernels for this device and shape first when none are cached
+        (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says)."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
         # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
-        rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor)
+        rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor, autotune)
         self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
@@ -118,11 +120,12 @@ class TrainingSession:
     @classmethod
     def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
                tune_text: str | None = None, device=None, tokenizer_kind: str = DEFAULT_TOKENIZER,
-               runtime: Runtime | None = None, monitor: Monitor | None = None
-               ) -> "TrainingSession":
-        """Train the tokenizer on both texts, size the vocabulary from it, build the model.
-        Raises ConfigError / DataError / DeviceError with a message for the person, and
-        engine.training.progress.Cancelled when `monitor` is cancelled."""
+               runtime: Runtime | None = None, monitor: Monitor | None = None,
+               autotune: bool | None = None) -> "TrainingSession":
+        """Train the tokenizer on both texts, size the vocabulary from it, build the model
+        (autotune: as for the constructor). Raises ConfigError / DataError / DeviceError with a
+        message for the person, and engine.training.progress.Cancelled when `monitor` is
+        cancelled (also while tuning)."""
         model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
         train_cfg.validate()
         monitor = monitor or Monitor()
@@ -132,13 +135,15 @@ class TrainingSession:
         cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
         monitor.tick("opening the device", 0, 1)
         rt = runtime or Runtime(device)
-        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text, monitor=monitor)
+        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text, monitor=monitor,
+                   autotune=autotune)
 
     @classmethod
     def load(cls, path, device=None, runtime: Runtime | None = None,
-             monitor: Monitor | None = None) -> "TrainingSession":
+             monitor: Monitor | None = None, autotune: bool | None = None
+             ) -> "TrainingSession":
         """Open a run folder's checkpoint (weights, AdamW state, step, RNG) to continue,
-        chat with or export it."""
+        chat with or export it (autotune: as for the constructor)."""
         ck = checkpoint.load(path)
         h = ck["header"]
         known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
@@ -150,7 +155,8 @@ class TrainingSession:
         tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
         rt = runtime or Runtime(device)
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
-                chat_format=h.get("chat_format", 1), monitor=monitor)      # key: format 1
+                chat_format=h.get("chat_format", 1), monitor=monitor,      # key: format 1
+                autotune=autotune)
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -231,6 +237,19 @@ class TrainingSession:
         return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
                                m.read_flat("m"), m.read_flat("v"), self.tokenizer.to_bytes(),
                                self.pretrain_text, self.tune_text)
+
+    def use_tuned_kernels(self, autotune: bool = True) -> bool:
+        """Launch by the tuned kernels for this device and shape from now on: the cached ones,
+        else (autotune) tuned now (engine.opencl.gemm_tune.runtime_for_model: progress and
+        Cancelled through self.monitor). For an opened model before it trains on (the studio's
+        Continue). Returns whether a tuned plan is in use."""
+        rt = runtime_for_model(self.rt, self.model_config, self.train_config.batch_size,
+                               self.monitor, autotune)
+        if rt is self.rt:
+            return False
+        self.rt = self.model.rt = rt   # the same context and buffers, another plan
+        self.generator.reset_decoder()
+        return True
 
     def continue_training(self, pretrain_steps: int | None = None,
                           tune_steps: int | None = None,

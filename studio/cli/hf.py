@@ -30,7 +30,7 @@ def cmd_import(args) -> int:
         print("note: the model carries no training text; the run keeps the bundled corpus as "
               "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
-    bundle = _read_model(src)
+    bundle = _read_model(src, kind)
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
     if kind is ModelKind.GGUF:
@@ -39,12 +39,16 @@ def cmd_import(args) -> int:
     return _import_app_folder(src, out, pre, tune, args)
 
 
-def _read_model(src: Path):
+def _read_model(src: Path, kind: ModelKind):
     """The ModelBundle of a pretrained open model (studio.open_import.read_model), or None for a
-    model this app wrote. Raises ModelImportError for a model the engine cannot run."""
+    model this app wrote. A transformers folder this app wrote (studio.json) is told from its
+    metadata, without its tensors: session_from_hf reads them once (before, both did).
+    Raises ModelImportError for a model the engine cannot run."""
     from engine.files.gguf_export import is_open
     from studio.open_import import read_model
-    bundle = read_model(src)
+    if kind is ModelKind.APP_HF_FOLDER and not is_open(read_model(src, False, kind)):
+        return None
+    bundle = read_model(src, kind=kind)
     return bundle if is_open(bundle) else None
 
 

@@ -72,7 +72,7 @@ def cmd_tokenize(args) -> int:
     kind = path_kind(args.dir)
     if kind is ModelKind.GGUF:
         from engine.files.gguf_import import import_gguf
-        tok = import_gguf(args.dir).tokenizer
+        tok = import_gguf(args.dir, weights=False).tokenizer   # no tensor dequantized
     elif kind in HF_KINDS:
         from engine.files.hf.load import read_tokenizer
         tok = read_tokenizer(Path(args.dir))

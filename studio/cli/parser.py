@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
     t.add_argument("--checkpoint-every", type=limited("checkpoint_every"), default=CHECKPOINT_EVERY,
                    help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
+    t.add_argument("--autotune", action="store_true",
+                   help="tune the kernels for this device and model shape first (up to 30 s, "
+                   "Ctrl-C cancels) when `tune-kernels` has not; as LLM_STUDIO_AUTOTUNE=1")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard event files into OUT/tensorboard (tensorboardX)")

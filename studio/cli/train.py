@@ -106,7 +106,8 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
                           f"{out} itself further, use --continue.")
     if args.continue_run or args.continue_from:
         _check_continuable(source)
-        session = TrainingSession.load(source, device=args.device, monitor=monitor)
+        session = TrainingSession.load(source, device=args.device, monitor=monitor,
+                                       autotune=args.autotune or None)
         note_fallback(session)
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
                    if getattr(args, k) is not None]
@@ -139,7 +140,8 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     if not args.no_tune:
         tune, _ = read_dialogues(args.tune or bundled_corpus("tune"))  # DataError names the file
     session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
-                                     tokenizer_kind=args.tokenizer, monitor=monitor)
+                                     tokenizer_kind=args.tokenizer, monitor=monitor,
+                                     autotune=args.autotune or None)   # None: the env var
     c = session.model_config
     if c.vocab_size < mc.vocab_size:
         line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "

@@ -7,6 +7,8 @@ on the worker's thread (studio.ui.worker). What the worker reports comes back th
 worker -> controller (its only receiver, which re-emits each signal) -> the parts. The parts:
   - TrainingActions: Train / Continue, Pause, Stop, New model; metrics, samples, a run's end;
   - WindowActions (studio.ui.window_actions): File menu, chat, export, checkpoints, drops;
+  - TuneActions (studio.ui.tune_actions): the Device menu (tune the kernels, tune before
+    training) and whether the device and model on screen are tuned;
   - RunsActions (studio.ui.runs_actions): View › Runs and the training-health warnings;
   - WindowControls (studio.ui.window_controls): which controls the run state enables.
 Each takes the panels, the controller and the window (studio.ui.window_face.WindowFace) it
@@ -27,6 +29,7 @@ from studio.ui import theme
 from studio.ui.run_controller import RunController
 from studio.ui.runs_actions import RunsActions
 from studio.ui.training_actions import TrainingActions
+from studio.ui.tune_actions import TuneActions
 from studio.ui.widgets import fit_to_screen
 from studio.ui.window_actions import WindowActions
 from studio.ui.window_controls import WindowControls
@@ -81,10 +84,14 @@ class MainWindow(QMainWindow):
         self.controller = c = RunController(self)
         for signal in (p.settings_panel.changed, p.data_panel.dataChanged, c.changed):
             signal.connect(self.update_actions)   # first: the parts see the controls applied
-        self.training = TrainingActions(self, p, c)
+        self.tuning = TuneActions(self, p, c, self.settings)
+        self.training = TrainingActions(self, p, c, self.tuning.autotune)
         self.files = WindowActions(self, p, c, self.settings)
         self.menu = self.files.build_menu(self.menuBar(), self.training.new_model, self.close)
-        self.controls = WindowControls(p, c, self.menu)
+        self.device_menu = self.tuning.build_menu(self.menuBar())
+        # at the menu bar's right end: a status bar made now would take height from the column
+        self.menuBar().setCornerWidget(self.tuning.label, Qt.TopRightCorner)
+        self.controls = WindowControls(p, c, self.menu, self.tuning)
         self.runs = RunsActions(self, self.menuBar(), c, p.autosave_box, p.run_bar, self.files)
         p.run_bar.export_button.clicked.connect(self.files.export_clicked)
         p.device_panel.deviceChanged.connect(
@@ -98,6 +105,7 @@ class MainWindow(QMainWindow):
         restore_settings(self.settings, p, self, pretrain_path, tune_path, device)
         self._keep_on_screen()
         self.update_actions()
+        self.tuning.show_status()
         self.training.preview_run()
 
     # -- what the parts may ask of the window (studio.ui.window_face.WindowFace) ---------------

@@ -1,8 +1,9 @@
 """File › Open model…: pick a GGUF file or a transformers folder and read its model card before
 opening it (issue 21).
 
-The card (engine.files.model_card.model_card) is read on a background thread, so a large model does
-not freeze the window: name, parameters, file type, layers, heads / key-value heads, context,
+The card (engine.files.model_card.model_card) is read on a background thread from the model's
+metadata alone (studio.open_import.read_model(weights=False): no tensor is read or dequantized;
+the open reads them once), so a large model does not freeze the window: name, parameters, file type, layers, heads / key-value heads, context,
 vocabulary, tokenizer (engine.files.model_card.tokenizer_name: byte-level BPE with its pre-tokenizer,
 or SentencePiece), the chat template's first lines, RoPE base and scaling, tied embeddings, and
 the memory a tuning step needs (engine.model.memory.training_bytes at the studio's batch size and the
@@ -43,7 +44,7 @@ def read_card(path, batch_size: int, device=None) -> dict:
     from engine.files.model_card import model_card, parameters_text
     from engine.files.open_run import tuning_config
     from studio.open_import import read_model
-    bundle = read_model(path)
+    bundle = read_model(path, weights=False)   # metadata only: the open reads the tensors
     card = model_card(bundle)
     cfg = tuning_config(bundle.config)
     need = training_bytes(cfg, batch_size, device)[0]

@@ -15,6 +15,8 @@ from engine.training.progress import Pace, format_eta
 from studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
+STOP_TIP = "Stop after the current step; the weights are kept"
+STOP_TUNING_TIP = "Cancel the kernel tuning; nothing is stored"
 AS_NEW_RUN_TIP = ("Off: Continue in place, in the opened run's folder (as `llm-studio train "
                   "--out RUN --continue`). On: Continue as a new run, in a new folder that "
                   "starts with the run's history; the opened run stays as it is (as "
@@ -43,7 +45,7 @@ class RunBar(QWidget):
         self.pause_button.setToolTip("Pause between steps; chat and export work while paused")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setObjectName("stopButton")
-        self.stop_button.setToolTip("Stop after the current step; the weights are kept")
+        self.stop_button.setToolTip(STOP_TIP)
         self.export_button = QPushButton("Export GGUF…")
         self.export_button.setObjectName("exportButton")
         self.export_button.setToolTip("Write the model as a GGUF file (llama.cpp, Ollama, "

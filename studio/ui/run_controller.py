@@ -1,7 +1,7 @@
 """The run's owner on the GUI thread: the worker host, the RunState, the model at hand.
 
 The window's parts turn clicks into intents here (train, continue_run, pause, resume, stop, load,
-chat, export, save): window -> controller -> WorkerHost -> worker. Everything the worker reports
+chat, export, save, tune_kernels, cancel_tuning): window -> controller -> WorkerHost -> worker. Everything the worker reports
 comes back the same way, worker -> controller -> window: the controller is the only receiver of
 the worker's signals and re-emits each as its own typed signal of the same name (those that move
 the state after moving it). The controller moves the RunState
@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from engine.config import ModelConfig
 from studio.protocol import (CONTROLS, ChatRequest, ContinueJob, ContinuePoint, ExportRequest,
                              FileTask, LoadJob, Outcome, RunPoint, RunResult, RunState, SaveRequest,
-                             SessionInfo, TrainJob)
+                             SessionInfo, TrainJob, TuneJob)
 from studio.ui.worker_host import WorkerHost
 
 
@@ -37,6 +37,7 @@ class RunController(QObject):
     loaded = Signal(object)          # SessionInfo of an opened model, or None (error says why)
     exported = Signal(object)        # ExportResult, or None
     saved = Signal(str)              # checkpoint path, or ""
+    tuned = Signal(object)           # TuneReport of kernel tuning, or None (error says why)
     # Passed on as the worker sent them (they move no state):
     preparing = Signal(str)          # status text of a long phase
     metrics = Signal(object)         # list of StepMetrics, oldest first
@@ -44,6 +45,7 @@ class RunController(QObject):
     autosaved = Signal(str, int)     # run folder, step of the checkpoint just written
     token = Signal(str)              # one streamed piece of a chat answer
     chatDone = Signal(object)        # the whole answer (ChatReply), or None
+    tuneProgress = Signal(object)    # TuneProgress of kernel tuning
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -59,13 +61,14 @@ class RunController(QObject):
                              (w.resumed, self._on_resumed), (w.finished, self._on_ended),
                              (w.stopped, self._on_ended), (w.failed, self._on_ended),
                              (w.loaded, self._on_loaded), (w.exported, self._on_exported),
-                             (w.saved, self._on_saved)):
+                             (w.saved, self._on_saved), (w.tuned, self._on_tuned)):
             signal.connect(slot, Qt.QueuedConnection)
         # Passed on unchanged, each by a queued signal-to-signal connection (emitted here, in
         # the GUI thread); the controller is the only receiver of the worker's signals.
         for signal, own in ((w.preparing, self.preparing), (w.metrics, self.metrics),
                             (w.error, self.error), (w.autosaved, self.autosaved),
-                            (w.token, self.token), (w.chatDone, self.chatDone)):
+                            (w.token, self.token), (w.chatDone, self.chatDone),
+                            (w.tuneProgress, self.tuneProgress)):
             signal.connect(own, Qt.QueuedConnection)
 
     @property
@@ -133,6 +136,17 @@ class RunController(QObject):
         if self._model_usable():
             self._start_task(FileTask.SAVE)
             self.host.save(request)
+
+    def tune_kernels(self, job: TuneJob) -> None:
+        """Tune the kernels (a file task: the controls wait for it; Stop cancels it)."""
+        if self.free:
+            self._start_task(FileTask.TUNE)
+            self.host.tune(job)
+
+    def cancel_tuning(self) -> None:
+        """Stop pressed while tuning: the worker stops at its next candidate, stores nothing."""
+        if self.task is FileTask.TUNE:
+            self.host.stop()
 
     def chat(self, request: ChatRequest) -> None:
         self.host.chat(request)  # the chat panel sends only while chat is available
@@ -206,3 +220,8 @@ class RunController(QObject):
     def _on_saved(self, path: str) -> None:
         self._end_task()
         self.saved.emit(path)
+
+    @Slot(object)
+    def _on_tuned(self, report) -> None:
+        self._end_task()
+        self.tuned.emit(report)

@@ -16,6 +16,7 @@ studio.ui.run_controller.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from engine.config import run_steps
 from studio.protocol import (CONTROLS, ContinueJob, ModelSource, Outcome, RunPoint, RunResult,
@@ -28,8 +29,10 @@ from studio.ui.window_layout import Panels
 
 
 class TrainingActions:
-    def __init__(self, window: WindowFace, panels: Panels, controller: RunController):
+    def __init__(self, window: WindowFace, panels: Panels, controller: RunController,
+                 autotune: Callable[[], bool] = lambda: False):
         self.window = window
+        self.autotune = autotune   # Device › Tune kernels before training (the setting)
         self.panels = panels
         self.controller = c = controller
         rb = panels.run_bar
@@ -80,7 +83,8 @@ class TrainingActions:
         p.tabs.setCurrentWidget(p.samples_panel)
         if c.continue_from is not None:  # the plots are reframed when sessionReady comes
             c.continue_run(ContinueJob(tcfg.pretrain_steps, tcfg.tune_steps, str(run_dir),
-                                       every, more_seconds=tcfg.time_budget_s))
+                                       every, more_seconds=tcfg.time_budget_s,
+                                       autotune=self.autotune()))
             return
         p.samples_panel.clear()
         if p.chat_panel.start_over():
@@ -89,7 +93,7 @@ class TrainingActions:
         c.train(TrainJob(mcfg, tcfg, p.data_panel.pretrain_text, str(run_dir),
                          tune_text=p.data_panel.tune_text if tcfg.tune_steps else None,
                          device=p.device_panel.spec(), tokenizer_kind=sp.tokenizer_kind(),
-                         checkpoint_every=every))
+                         checkpoint_every=every, autotune=self.autotune()))
 
     def toggle_pause(self) -> None:
         c = self.controller

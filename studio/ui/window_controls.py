@@ -5,18 +5,25 @@ A control that is off says why in its tooltip (or the run bar's hint, for Train)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.errors import ConfigError
 from engine.training.session import check_continuation
 from studio.protocol import FileTask
 from studio.ui.run_controller import RunController
+from studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
 from studio.ui.widgets import enable_with_reason
 from studio.ui.window_actions import FileMenu
 from studio.ui.window_layout import Panels
 
+if TYPE_CHECKING:   # it takes this module's reasons
+    from studio.ui.tune_actions import TuneActions
+
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
 BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
-TASK_WHY = "Wait for the export, save or opening in progress."
+TASK_WHY = "Wait for the export, save, opening or kernel tuning in progress."
+NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 # Why an input of a run is off (its tooltip):
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
 OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
@@ -26,10 +33,12 @@ NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage t
 
 
 class WindowControls:
-    def __init__(self, panels: Panels, controller: RunController, menu: FileMenu):
+    def __init__(self, panels: Panels, controller: RunController, menu: FileMenu,
+                 tuning: TuneActions):
         self.panels = panels
         self.controller = controller
         self.menu = menu
+        self.tuning = tuning   # the Device menu
 
     def update(self) -> None:
         """Apply the controls of the run state, narrowed (see the module)."""
@@ -41,7 +50,9 @@ class WindowControls:
         rb.set_hint(why if ctl.hint else None)
         rb.pause_button.setEnabled(ctl.pause)
         rb.pause_button.setText("Resume" if ctl.resume else "Pause")
-        rb.stop_button.setEnabled(ctl.stop)
+        tuning = c.task is FileTask.TUNE   # Stop cancels it
+        rb.stop_button.setEnabled(ctl.stop or tuning)
+        rb.stop_button.setToolTip(STOP_TUNING_TIP if tuning else STOP_TIP)
         use = ctl.use_model and free and c.has_model
         for w in (menu.export_action, menu.save_action):
             w.setEnabled(use)
@@ -52,11 +63,12 @@ class WindowControls:
         for w in [rb.new_button, *menu.open_actions]:
             w.setEnabled(opening)
         menu.new_model_action.setEnabled(opening and c.continue_from is not None)
+        self.tuning.update()
         if use:
             p.chat_panel.set_available(True)
         else:
             p.chat_panel.set_available(
-                False, ctl.chat_note or "No model yet: train one or open a checkpoint.")
+                False, ctl.chat_note or (TASK_WHY if c.has_model else NO_MODEL_WHY))
 
     def train_problem(self) -> str | None:
         """Why Train (or Continue) cannot start with what is on screen, or None."""
@@ -64,7 +76,7 @@ class WindowControls:
         if not sp.is_valid():
             return "Fix the setting marked in red to train."
         if self.panels.device_panel.spec() is None:
-            return "No OpenCL device: see the Device box."
+            return NO_DEVICE_WHY
         if self.controller.continue_from is not None:
             return self.continue_problem()
         return self.panels.data_panel.problem(sp.spins["tuneStepsSpin"].value(),

@@ -26,10 +26,11 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.training.progress import Cancelled, Monitor
-from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob)
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
 from engine.files.model_card import tokenizer_name
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from studio.ui.worker_tasks import ModelTasks
+from studio.ui.worker_tune import KernelTuning
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -64,6 +65,8 @@ class TrainingWorker(QObject):
     exported = Signal(object)      # ExportResult, or None when it failed (error says why)
     saved = Signal(str)            # checkpoint file, or "" when it failed (error says why)
     loaded = Signal(object)        # SessionInfo with path and source, or None when it failed
+    tuneProgress = Signal(object)  # TuneProgress of a kernel tuning job
+    tuned = Signal(object)         # its TuneReport, or None when it failed (error says why)
 
     def __init__(self):
         super().__init__()
@@ -76,6 +79,7 @@ class TrainingWorker(QObject):
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
         # chat, export, save, open
         self.tasks = ModelTasks(self.monitor, self._stop, self._fail, self.preparing.emit)
+        self.tuning = KernelTuning(self._stop, self._fail)   # Device › Tune kernels…
 
     # Flags: set from the GUI thread, read here between steps.
     def request_pause(self) -> None:
@@ -147,6 +151,12 @@ class TrainingWorker(QObject):
         self.session, source, path = opened
         self.loaded.emit(self._info(history=True, path=str(path), source=source))
 
+    @Slot(object)
+    def tune_kernels(self, job: TuneJob) -> None:
+        """Tune the kernels for the job's device and shape; tuneProgress, then tuned. Stop
+        cancels it (the flag is cleared by finish(), queued behind this slot)."""
+        self.tuned.emit(self.tuning.tune(job, self.tuneProgress.emit))
+
     # -- training ----------------------------------------------------------------------------
     @Slot(object)
     def start(self, job: TrainJob) -> None:
@@ -163,7 +173,8 @@ class TrainingWorker(QObject):
         try:
             self.session = TrainingSession.create(
                 job.model_config, job.train_config, job.pretrain_text, job.tune_text or None,
-                device=job.device, tokenizer_kind=job.tokenizer_kind, monitor=self.monitor)
+                device=job.device, tokenizer_kind=job.tokenizer_kind, monitor=self.monitor,
+                autotune=job.autotune or None)   # off: as LLM_STUDIO_AUTOTUNE says
         except Cancelled:  # Stop or window close while preparing: nothing to save
             recorder.discard()
             self.stopped.emit(RunResult(Outcome.STOPPED, step=0))
@@ -194,7 +205,13 @@ class TrainingWorker(QObject):
                 note = s.continue_training(job.pretrain_steps, job.tune_steps)
             if note:
                 self.preparing.emit(note)
+            if job.autotune:   # the opened model's session was built on the table's plan
+                s.use_tuned_kernels()
             self.recorder = RunRecorder(job.run_dir, job.checkpoint_every, history=s.history)
+        except Cancelled:   # Stop while the kernels were tuned: nothing trained or stored
+            remove_if_empty(job.run_dir)
+            self.stopped.emit(RunResult(Outcome.STOPPED, step=s.step))
+            return
         except Exception as e:
             remove_if_empty(job.run_dir)
             return self._not_started("Could not continue training", e)

@@ -8,7 +8,8 @@ import logging
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal
 
-from studio.protocol import ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest, TrainJob
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest,
+                             TrainJob, TuneJob)
 from studio.ui.worker import TrainingWorker
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ class WorkerHost(QObject):
     _export = Signal(object)
     _save = Signal(object)
     _load = Signal(object)
+    _tune = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -36,7 +38,7 @@ class WorkerHost(QObject):
         for sig, slot in ((self._start, w.start), (self._proceed, w.proceed),
                           (self._resume, w.resume), (self._finish, w.finish),
                           (self._chat, w.chat), (self._export, w.export), (self._save, w.save),
-                          (self._load, w.load)):
+                          (self._load, w.load), (self._tune, w.tune_kernels)):
             sig.connect(slot)
         # A window dropped without being closed (a test; an error while it was built) is
         # destroyed by the garbage collector with its thread still running, which Qt answers
@@ -75,6 +77,10 @@ class WorkerHost(QObject):
 
     def load(self, job: LoadJob) -> None:
         self._load.emit(job)
+
+    def tune(self, job: TuneJob) -> None:
+        self.worker.reset_flags()
+        self._tune.emit(job)
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Stop after the current step (or token); the worker then saves the run's checkpoint

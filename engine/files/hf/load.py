@@ -94,11 +94,27 @@ def model_config(hf: dict) -> ModelConfig:
         **scaling).validate()
 
 
-def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
+def _weight_files(folder: Path) -> list[Path]:
     files = sorted(folder.glob("model*.safetensors"))   # not optimizer.safetensors
     if not files:
         raise ModelImportError(f"{folder} has no .safetensors weights.",
                                "Save the model with save_pretrained(safe_serialization=True).")
+    return files
+
+
+def _header_shapes(folder: Path) -> dict[str, tuple]:
+    """HF name -> shape from the safetensors headers alone (no tensor data is read)."""
+    from safetensors import safe_open
+    out = {}
+    for f in _weight_files(folder):
+        with safe_open(str(f), framework="numpy") as st:
+            for k in st.keys():
+                out[k] = tuple(st.get_slice(k).get_shape())
+    return {k: v for k, v in out.items() if not k.endswith(_IGNORED)}
+
+
+def _read_tensors(folder: Path) -> dict[str, np.ndarray]:
+    files = _weight_files(folder)
     from safetensors import safe_open
     out = {}
     for f in files:
@@ -141,9 +157,11 @@ def read_tokenizer(folder: Path):
         raise ModelImportError(f"{path.name}: {e}", e.hint, e.cli_hint) from None
 
 
-def import_hf(folder) -> tuple:
+def import_hf(folder, weights: bool = True) -> tuple:
     """(ModelBundle, studio) for a transformers Llama folder; `studio` is the dict of
     studio.json (training metadata, configs, step) or {} for a folder from elsewhere.
+    weights=False: the same checks from config.json, the tokenizer files and the safetensors
+    headers, no tensor data read; bundle.weights is {} (a model card).
     Raises ModelImportError for a folder the engine cannot read or run."""
     from engine.files.gguf_export import ModelBundle, tensor_shapes
     folder = Path(folder)
@@ -155,26 +173,28 @@ def import_hf(folder) -> tuple:
     if tok.vocab_size != cfg.vocab_size:
         raise ModelImportError(f"The tokenizer has {tok.vocab_size} tokens but the model "
                                f"{cfg.vocab_size}.", "The folder mixes two models.")
-    tensors = _read_tensors(folder)
+    tensors = _read_tensors(folder) if weights else None
+    shapes = ({k: v.shape for k, v in tensors.items()} if weights
+              else _header_shapes(folder))   # (from_hf_tensor keeps shapes)
     if cfg.tie_embeddings:
-        tensors.pop("lm_head.weight", None)
-    weights, unknown = {}, []
-    for name, w in tensors.items():
+        shapes.pop("lm_head.weight", None)
+    names, unknown = {}, []   # HF name -> GGUF name
+    for name in shapes:
         try:
-            g = gguf_name(name)
+            names[name] = gguf_name(name)
         except KeyError:
             unknown.append(name)
-            continue
-        w = np.asarray(w, np.float32)
-        weights[g] = from_hf_tensor(g, w, cfg)
     if unknown:
         raise ModelImportError(f"The engine's model has no tensor {unknown[0]} "
                                f"({len(unknown)} unknown).", "Only plain Llama weights import.")
+    found = {g: tuple(shapes[h]) for h, g in names.items()}
     for name, shape in tensor_shapes(cfg).items():
-        if name not in weights or weights[name].shape != shape:
-            got = weights[name].shape if name in weights else "missing"
-            raise ModelImportError(f"Tensor {name}: expected shape {shape}, found {got}.",
+        if found.get(name) != shape:
+            raise ModelImportError(f"Tensor {name}: expected shape {shape}, found "
+                                   f"{found.get(name, 'missing')}.",
                                    "The weights do not match config.json.")
+    weights = {g: from_hf_tensor(g, np.asarray(tensors[h], np.float32), cfg)
+               for h, g in names.items()} if weights else {}
     studio = {}
     if (folder / STUDIO_FILE).is_file():
         studio = json.loads((folder / STUDIO_FILE).read_text(encoding="utf-8"))
