@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal
+from shiboken6 import isValid
 
 from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest,
                              TrainJob, TuneJob)
@@ -90,8 +91,9 @@ class WorkerHost(QObject):
 
 def _end_thread(thread: QThread, worker: TrainingWorker, timeout_ms: int = 60_000) -> bool:
     """WorkerHost.shutdown, also for a host being destroyed: stop after the current step, let
-    the worker save and end its thread (its queued shutdown slot), wait for that."""
-    if not thread.isRunning():
+    the worker save and end its thread (its queued shutdown slot), wait for that. At the
+    interpreter's exit the thread (or worker) may already be deleted: nothing is left to end."""
+    if not (isValid(thread) and isValid(worker)) or not thread.isRunning():
         return True
     worker.request_stop()
     QMetaObject.invokeMethod(worker, "shutdown", Qt.QueuedConnection)
