@@ -149,7 +149,8 @@ def test_crossentropy(rows_rt, R, V):
     close(down(rt, bl, (R, V)), ref.crossentropy_backward(logits, targets))
 
 
-@pytest.mark.parametrize("n,clip", [(1, 1.0), (1000, 1.0), (5003, 0.0), (5003, 1e6)])
+@pytest.mark.parametrize("n,clip", [(1, 1.0), (1000, 1.0), (5003, 0.0), (5003, 1e6),
+                                    (100_003, 1.0)])
 def test_grad_norm_and_adamw(rows_rt, n, clip):
     rt = rows_rt
     rng = np.random.default_rng(n)
