@@ -17,8 +17,9 @@ from benchmarks.common import md_table
 
 
 def _is_matmul(name: str) -> bool:
-    """Every GEMM kernel of engine/opencl/ops.py (matmul_nn / matmul_tn / matmul_nt and their tiled, vector,
-    packed and float4 forms): FLOPs of one launch from its scalar arguments (M, N, K after 3 buffers)."""
+    """Every GEMM kernel of engine/opencl/ops.py (matmul_nn / matmul_tn / matmul_nt and their
+    tiled, vector, packed and float4 forms): FLOPs of one launch from its scalar arguments
+    (M, N, K after 3 buffers)."""
     return name.startswith(("matmul_nn", "matmul_tn", "matmul_nt"))
 
 

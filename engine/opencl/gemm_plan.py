@@ -148,8 +148,9 @@ class GemmPlan:
     not in `shapes`; shapes: (form, M, N, K) -> GemmChoice measured by engine.opencl.gemm_tune;
     large: the choice of products of at least LARGE_PRODUCT multiply-adds not in `shapes`
     (None: `default` for those too); wave: tiled work-groups the device runs at once; edges:
-    tile edges that fit its local memory; attention_path: None (engine.model.attention_gemm.choose decides), "gemm" or "fused";
-    attention_variant: None (by device type), "blocked" or "tiled"."""
+    tile edges that fit its local memory; attention_path: None
+    (engine.model.attention_gemm.choose decides), "gemm" or "fused"; attention_variant: None
+    (by device type), "blocked" or "tiled"."""
 
     default: GemmChoice
     wave: int = 2
