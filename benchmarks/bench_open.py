@@ -99,9 +99,24 @@ def torch_side(args) -> dict:
             "s_per_step": float(np.median(times)), "cuda_peak_gib": peak}
 
 
+def _busy_seconds() -> float:
+    """CPU seconds all processes have been busy since boot (/proc/stat: all but idle, iowait)."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return (sum(vals) - vals[3] - vals[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_seconds() -> float:
+    """CPU seconds used by this process's finished children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def alternate(args) -> int:
     """--side both: each round one engine and one PyTorch process (order flipped every round);
-    prints their JSON lines and the median ratio of tokens/s (engine / PyTorch) over rounds."""
+    prints their JSON lines (others_busy_during: the share of the CPUs other processes used
+    while it ran; above ~0.1 the run shared its cores) and the median ratio of tokens/s
+    (engine / PyTorch) over rounds."""
     from benchmarks.common import wait_idle
     base = [f"--{k}={getattr(args, k.replace('-', '_'))}" for k in
             ("batch", "context", "steps", "warmup", "threads", "torch-device")]
@@ -112,11 +127,14 @@ def alternate(args) -> int:
         for side in (("engine", "torch") if r % 2 == 0 else ("torch", "engine")):
             busy = wait_idle(args.idle_busy, args.idle_wait_s, log=lambda m: None) \
                 if args.idle_busy > 0 else None
+            t0, cpu0, self0 = time.perf_counter(), _busy_seconds(), _children_seconds()
             out = subprocess.run([sys.executable, __file__, "--side", side, *base], check=True,
                                  capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            wall, others = time.perf_counter() - t0, _busy_seconds() - cpu0
+            others -= _children_seconds() - self0
             got[side] = json.loads(out)
-            got[side].update(round=r + 1, others_busy=busy,
-                             load_1min=os.getloadavg()[0])
+            got[side].update(round=r + 1, others_busy_before=busy, load_1min=os.getloadavg()[0],
+                             others_busy_during=others / (wall * os.cpu_count()))
             print(json.dumps(got[side]), flush=True)
         ratios.append(got["engine"]["tokens_per_s"] / got["torch"]["tokens_per_s"])
     print(json.dumps({"engine_over_torch": float(np.median(ratios)), "rounds": ratios}))

@@ -257,12 +257,14 @@ ADAMW_CPU_GROUP = 64
 
 
 def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, lr: float,
-                 beta1: float, beta2: float, eps: float, weight_decay: float, t: int):
+                 beta1: float, beta2: float, eps: float, weight_decay: float, t: int,
+                 vectors: bool | None = None):
     """One AdamW step t (from 1) over the flat buffers, gradient scaled by stats[1]
-    (kernels/optimizer.cl; on CPUs 16 elements per work-item, in vectors)."""
+    (kernels/optimizer.cl). vectors: 16 elements per work-item, in float16 vectors
+    (None: on CPUs; tests run both forms on every device)."""
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     args = (params, grads, m, v, stats, n, n_decay, lr, beta1, beta2, eps, weight_decay, bc1, bc2)
-    if not rt.is_cpu:
+    if not (rt.is_cpu if vectors is None else vectors):
         rt.launch_long("adamw_update", n, *args)
         return
     items = -(-n // 16)
