@@ -81,7 +81,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc) -> str:
              f"({100 * busy / wall:.0f}% of wall; the rest is host work and gaps between "
              f"{len(events)} launches"
              + ("; weight gradients ran on a second queue, beside the rest, so kernel time can "
-                "exceed wall time" if side0 is not None else "") + "). GEMMs (matmul_nn + matmul_tn): "
+                "exceed wall time" if side0 is not None else "")
+             + "). GEMMs (matmul_nn, _nt, _tn): "
              f"{100 * mm_s / max(busy, 1e-12):.0f}% of kernel time at "
              f"{mm_f / max(mm_s, 1e-12) / 1e9:.1f} GFLOP/s."]
     return "\n".join(lines)
