@@ -11,13 +11,21 @@ PyTorch; on a CPU, each side's peak resident set in its own process.
     PYTHONPATH=. python benchmarks/bench_open.py --side engine --batch 8 --context 64
     PYTHONPATH=. python benchmarks/bench_open.py --side torch --batch 8 --context 64 --threads 2
     PYTHONPATH=. python benchmarks/bench_open.py --side engine --device NVIDIA --batch 16 ...
+    PYTHONPATH=. python benchmarks/bench_open.py --side both --rounds 3 --idle-busy 0.3
+
+--side both runs the two sides in separate processes, alternating (the order flips every round,
+each run waits until other processes use at most --idle-busy of the CPUs: on a shared machine a
+neighbour's load lands on both sides), one JSON line per run and a last line with the median
+engine / PyTorch ratio of the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -91,9 +99,56 @@ def torch_side(args) -> dict:
             "s_per_step": float(np.median(times)), "cuda_peak_gib": peak}
 
 
+def _busy_seconds() -> float:
+    """CPU seconds all processes have been busy since boot (/proc/stat: all but idle, iowait)."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return (sum(vals) - vals[3] - vals[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_seconds() -> float:
+    """CPU seconds used by this process's finished children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def alternate(args) -> int:
+    """--side both: each round one engine and one PyTorch process (order flipped every round);
+    prints their JSON lines (others_busy_during: the share of the CPUs other processes used
+    while it ran; above ~0.1 the run shared its cores) and the median ratio of tokens/s
+    (engine / PyTorch) over rounds."""
+    from benchmarks.common import wait_idle
+    base = [f"--{k}={getattr(args, k.replace('-', '_'))}" for k in
+            ("batch", "context", "steps", "warmup", "threads", "torch-device")]
+    base += [f"--device={args.device}"] if args.device else []
+    ratios = []
+    for r in range(args.rounds):
+        got = {}
+        for side in (("engine", "torch") if r % 2 == 0 else ("torch", "engine")):
+            busy = wait_idle(args.idle_busy, args.idle_wait_s, log=lambda m: None) \
+                if args.idle_busy > 0 else None
+            t0, cpu0, self0 = time.perf_counter(), _busy_seconds(), _children_seconds()
+            out = subprocess.run([sys.executable, __file__, "--side", side, *base], check=True,
+                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            wall, others = time.perf_counter() - t0, _busy_seconds() - cpu0
+            others -= _children_seconds() - self0
+            got[side] = json.loads(out)
+            got[side].update(round=r + 1, others_busy_before=busy, load_1min=os.getloadavg()[0],
+                             others_busy_during=others / (wall * os.cpu_count()))
+            print(json.dumps(got[side]), flush=True)
+        ratios.append(got["engine"]["tokens_per_s"] / got["torch"]["tokens_per_s"])
+    print(json.dumps({"engine_over_torch": float(np.median(ratios)), "rounds": ratios}))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--side", choices=("engine", "torch"), required=True)
+    p.add_argument("--side", choices=("engine", "torch", "both"), required=True)
+    p.add_argument("--rounds", type=int, default=3, help="--side both: engine/PyTorch pairs")
+    p.add_argument("--idle-busy", type=float, default=0.0,
+                   help="--side both: wait before each run until others use at most this "
+                        "share of the CPUs (0: do not wait)")
+    p.add_argument("--idle-wait-s", type=float, default=120.0, help="longest wait per run")
     p.add_argument("--device", default=None, help="OpenCL device (engine side)")
     p.add_argument("--torch-device", default="cpu")
     p.add_argument("--threads", type=int, default=2)
@@ -102,6 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     args = p.parse_args(argv)
+    if args.side == "both":
+        return alternate(args)
     r = engine_side(args) if args.side == "engine" else torch_side(args)
     r.update(batch=args.batch, context=args.context,
              tokens_per_s=args.batch * args.context / r["s_per_step"],

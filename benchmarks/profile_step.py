@@ -17,9 +17,10 @@ from benchmarks.common import md_table
 
 
 def _is_matmul(name: str) -> bool:
-    """Every GEMM kernel of engine/opencl/ops.py (matmul_nn / matmul_tn and their tiled, vector and
-    float4 forms): FLOPs of one launch from its scalar arguments (M, N, K after 3 buffers)."""
-    return name.startswith(("matmul_nn", "matmul_tn"))
+    """Every GEMM kernel of engine/opencl/ops.py (matmul_nn / matmul_tn / matmul_nt and their
+    tiled, vector, packed and float4 forms): FLOPs of one launch from its scalar arguments
+    (M, N, K after 3 buffers)."""
+    return name.startswith(("matmul_nn", "matmul_tn", "matmul_nt"))
 
 
 # fused attention (engine/model/attention.py): q.k-sized products per causal (query, key) pair
@@ -86,7 +87,8 @@ def profile_engine_step(rt, model, inputs, targets, lr, tc, serial: bool = False
              f"{len(events)} launches"
              + ("; weight gradients ran on a second queue, beside the rest, so kernel time can "
                 "exceed wall time" if side0 is not None and not serial else "")
-             + ("; one queue (serial), so no kernel overlapped another" if serial else "") + "). GEMMs (matmul_nn + matmul_tn): "
+             + ("; one queue (serial), so no kernel overlapped another" if serial else "")
+             + "). GEMMs (matmul_nn, _nt, _tn): "
              f"{100 * mm_s / max(busy, 1e-12):.0f}% of kernel time at "
              f"{mm_f / max(mm_s, 1e-12) / 1e9:.1f} GFLOP/s."]
     return "\n".join(lines)

@@ -4,13 +4,25 @@
 
 /* partial[i] = sum of g[j]^2 over work-item i's share of j < n (P = global size work-items).
  * GPU: j = i, i + P, ... (neighbours read neighbouring words); CPU: one contiguous chunk per
- * work-item (the strided walk is slow under PoCL: benchmarks/RESULTS.md, tuning timings). */
+ * work-item (the strided walk is slow under PoCL: benchmarks/RESULTS.md, tuning timings),
+ * summed in 16 lanes (one float16 accumulator: a single scalar one waits for each add, 4x
+ * slower than reading the gradient; benchmarks/RESULTS.md, "The CPU step of the 135M model"). */
 __kernel void grad_norm_partial(__global float* partial, __global const float* g, int n) {
     const int i = get_global_id(0), P = get_global_size(0);
     float acc = 0.0f;
 #ifdef CPU_DEVICE
-    const int chunk = (n + P - 1) / P, j1 = min(n, (i + 1) * chunk);
-    for (int j = i * chunk; j < j1; j++) acc = MADD(g[j], g[j], acc);
+    const int chunk = ((n + P - 1) / P + 15) / 16 * 16; /* whole vectors, so each starts aligned */
+    const int j0 = min(n, i * chunk), j1 = min(n, j0 + chunk);
+    float16 acc16 = (float16)(0.0f);
+    int j = j0;
+    for (; j + 16 <= j1; j += 16) {
+        const float16 x = vload16(0, g + j);
+        acc16 = x * x + acc16;
+    }
+    for (; j < j1; j++) acc = MADD(g[j], g[j], acc);
+    const float8 h8 = acc16.lo + acc16.hi;
+    const float4 h4 = h8.lo + h8.hi;
+    acc += (h4.x + h4.y) + (h4.z + h4.w);
 #else
     for (int j = i; j < n; j += P) acc = MADD(g[j], g[j], acc);
 #endif
@@ -36,21 +48,53 @@ __kernel void grad_norm_finalize(__global float* stats, __global const float* pa
     stats[2] = bad ? 1.0f : 0.0f;
 }
 
-/* AdamW (Loshchilov & Hutter 2019; PyTorch's form): decoupled weight decay on elements
- * [0, n_decay) only (the matrices come first in the flat table). bc1 = 1 - beta1^t,
- * bc2 = 1 - beta2^t are computed by the host. */
+/* AdamW (Loshchilov & Hutter 2019) in PyTorch's form (torch.optim.AdamW, single-tensor):
+ * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p = p - lr wd p - (lr / bc1) m / (sqrt(v) /
+ * sqrt(bc2) + eps), with bc1 = 1 - beta1^t, bc2 = 1 - beta2^t from the host, the gradient
+ * scaled by the clip scale stats[1], and decoupled weight decay on elements [0, n_decay) only
+ * (the matrices come first in the flat table). One division and one square root per element. */
+#define ADAMW_STEP(P, G, M, V, scale, wd)                                                          \
+    {                                                                                              \
+        const ADAMW_T grad = (G) * (scale);                                                        \
+        const ADAMW_T mi = beta1 * (M) + (1.0f - beta1) * grad;                                    \
+        const ADAMW_T vi = beta2 * (V) + (1.0f - beta2) * grad * grad;                             \
+        (M) = mi;                                                                                  \
+        (V) = vi;                                                                                  \
+        (P) = (P) - (lr * (wd)) * (P) - (lr / bc1) * mi / (sqrt(vi) * rsqrt(bc2) + eps);          \
+    }
+
+#define ADAMW_T float
 __kernel void adamw_update(__global float* p, __global const float* g, __global float* m,
                            __global float* v, __global const float* stats, int n, int n_decay,
                            float lr, float beta1, float beta2, float eps, float weight_decay,
                            float bc1, float bc2) {
     const int i = get_global_id(0);
     if (i >= n || stats[2] != 0.0f) return;
-    const float grad = g[i] * stats[1];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi / bc1) / (sqrt(vi / bc2) + eps);
-    const float wd = i < n_decay ? weight_decay : 0.0f;
-    p[i] -= lr * (update + wd * p[i]);
+    ADAMW_STEP(p[i], g[i], m[i], v[i], stats[1], i < n_decay ? weight_decay : 0.0f)
+}
+
+/* The same over 16 consecutive elements per work-item (CPUs: launch ceil(n / 16) work-items).
+ * As float16 vectors where all 16 exist and share one weight decay, else element by element.
+ * Per element, PoCL's code was 2.8x slower than reading and writing the four streams. */
+__kernel void adamw_update16(__global float* p, __global const float* g, __global float* m,
+                             __global float* v, __global const float* stats, int n, int n_decay,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float bc1, float bc2) {
+    const int j = get_global_id(0) * 16;
+    if (j >= n || stats[2] != 0.0f) return;
+    const float scale = stats[1];
+    if (j + 16 <= n && (j + 16 <= n_decay || j >= n_decay)) {
+        float16 pv = vload16(0, p + j), mv = vload16(0, m + j), vv = vload16(0, v + j);
+#undef ADAMW_T
+#define ADAMW_T float16
+        ADAMW_STEP(pv, vload16(0, g + j), mv, vv, scale, j < n_decay ? weight_decay : 0.0f)
+        vstore16(pv, 0, p + j);
+        vstore16(mv, 0, m + j);
+        vstore16(vv, 0, v + j);
+        return;
+    }
+#undef ADAMW_T
+#define ADAMW_T float
+    for (int i = j; i < min(j + 16, n); i++)
+        ADAMW_STEP(p[i], g[i], m[i], v[i], scale, i < n_decay ? weight_decay : 0.0f)
 }

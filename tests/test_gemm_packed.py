@@ -64,3 +64,32 @@ def test_packed_defines_fit_local_memory():
             assert d["PK_NB"] % (2 * width) == 0
         assert gemm_tiles.packed_defines(width, 2 << 20)[1:] == tuple(
             zip(("PK_MR", "PK_KC", "PK_NB"), gemm_tiles.PACKED[width]))
+
+
+def test_the_table_packs_large_products_on_pocl_cpus():
+    """default_plan: on a PoCL CPU with 8- or 16-float SIMD, products of at least
+    LARGE_PRODUCT multiply-adds take the packed GEMM at the device's width (the 135M model's,
+    config M's), smaller ones the vector kernel (config S's); a tuned shape wins over both;
+    Intel's CPU runtime, scalar CPUs and GPUs keep one variant; forcing a variant applies it to
+    every product."""
+    from dataclasses import replace
+
+    from engine.opencl.gemm_plan import LARGE_PRODUCT, DeviceLimits, GemmChoice, default_plan
+    pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 16)
+    plan = default_plan(pocl)
+    for shape in [("nn", 512, 960, 576), ("tn", 3072, 576, 512), ("nn", 256, 49152, 576),
+                  ("nn", 4096, 768, 256)]:
+        assert plan.choice_for(*shape) == GemmChoice("packed", vector_width=16), shape
+    for shape in [("nn", 768, 384, 128), ("tn", 704, 128, 768), ("nn", 1, 1, 1)]:
+        assert plan.choice_for(*shape) == plan.default and plan.default.variant == "vector"
+    assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT).variant == "packed"
+    assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT - 1).variant == "vector"
+    assert default_plan(replace(pocl, native_float_width=8)).large.vector_width == 8
+    tuned = replace(plan, shapes=((("nn", 512, 960, 576), plan.default),))
+    assert tuned.choice_for("nn", 512, 960, 576) == plan.default
+    for other in [replace(pocl, is_intel_cpu_runtime=True), replace(pocl, native_float_width=4),
+                  DeviceLimits(False, False, 132, 228 << 10, 1024, 1)]:
+        p = default_plan(other)
+        assert p.choice_for("nn", 4096, 4096, 4096) == p.choice_for("nn", 8, 8, 8) == p.default
+    forced = plan.replace(variant="vector")
+    assert forced.choice_for("nn", 4096, 4096, 4096).variant == "vector"

@@ -149,8 +149,10 @@ def test_crossentropy(rows_rt, R, V):
     close(down(rt, bl, (R, V)), ref.crossentropy_backward(logits, targets))
 
 
-@pytest.mark.parametrize("n,clip", [(1, 1.0), (1000, 1.0), (5003, 0.0), (5003, 1e6)])
-def test_grad_norm_and_adamw(rows_rt, n, clip):
+@pytest.mark.parametrize("n,clip", [(1, 1.0), (1000, 1.0), (5003, 0.0), (5003, 1e6),
+                                    (50_001, 1.0)])
+@pytest.mark.parametrize("vectors", [False, True], ids=["adamw1", "adamw16"])
+def test_grad_norm_and_adamw(rows_rt, n, clip, vectors):
     rt = rows_rt
     rng = np.random.default_rng(n)
     p, g = rng.normal(size=n), rng.normal(size=n)
@@ -164,7 +166,8 @@ def test_grad_norm_and_adamw(rows_rt, n, clip):
     close(st[:2], np.array([norm, scale]))
     assert st[2] == 0
     n_decay = n // 2
-    ops.adamw_update(rt, bp, bg, bm, bv, stats, n, n_decay, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3)
+    ops.adamw_update(rt, bp, bg, bm, bv, stats, n, n_decay, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3,
+                     vectors)
     wd = np.where(np.arange(n) < n_decay, 0.1, 0.0)
     rp, rm, rv = ref.adamw_update(p, g, m, v, 3, 1e-2, 0.9, 0.95, 1e-8, wd, scale)
     close(down(rt, bp, (n,)), rp)
@@ -172,7 +175,8 @@ def test_grad_norm_and_adamw(rows_rt, n, clip):
     close(down(rt, bv, (n,)), rv)
 
 
-def test_nonfinite_gradient_skips_update(rows_rt):
+@pytest.mark.parametrize("vectors", [False, True], ids=["adamw1", "adamw16"])
+def test_nonfinite_gradient_skips_update(rows_rt, vectors):
     rt = rows_rt
     n = 100
     g = np.ones(n)
@@ -183,7 +187,7 @@ def test_nonfinite_gradient_skips_update(rows_rt):
     ops.grad_norm(rt, stats, partial, bg, n, 1.0)
     assert down(rt, stats, (3,))[2] == 1
     ops.adamw_update(rt, bp, bg, rt.zeros(n), rt.zeros(n), stats, n, n, 1e-2, 0.9, 0.95, 1e-8,
-                     0.1, 1)
+                     0.1, 1, vectors)
     np.testing.assert_array_equal(down(rt, bp, (n,)), p.astype(np.float32))
 
 

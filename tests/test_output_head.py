@@ -14,6 +14,8 @@ from engine.config import ModelConfig, TrainConfig
 from engine.errors import ConfigError
 from engine.model.memory import activation_floats, check_fits, fits, largest_fit
 from engine.model.transformer import Model
+from engine.opencl import ops
+from engine.opencl.gemm_plan import GemmChoice
 from tests.helpers import tiny_config
 from tests.kernel_helpers import batch, rel_err
 
@@ -55,6 +57,37 @@ def test_chunked_cross_entropy_equals_unchunked_and_reference(rt, monkeypatch, c
     rgrads = ref.backward(w, cfg, cache)
     assert abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
     for name, g in rgrads.items():
+        assert rel_err(grads[name], g) < 1e-4, name
+
+
+@pytest.mark.parametrize("packed_rows", [(128, 22), (128,), (22,)])
+def test_chunks_read_the_output_weight_in_place_where_the_gemm_can(rt, monkeypatch, packed_rows):
+    """Chunks whose product runs on the packed GEMM (its nt form reads W (V, C) as stored) make
+    no transposed copy of W; the others share one, made by the first chunk that needs it
+    (150 rows: chunks of 128 and 22). Logits, loss and gradients as the float64 reference."""
+    if not rt.is_cpu and "Oclgrind" not in rt.info.name:
+        pytest.skip("the packed GEMM is for CPUs (and checked under Oclgrind)")
+    cfg, B, T = tiny_config(), 10, 15
+    C, V = cfg.d_model, cfg.vocab_size
+    packed = GemmChoice("packed", vector_width=rt.plan.vector_width)
+    plan = replace(rt.plan, large=None,
+                   shapes=tuple((("nn", n, V, C), packed) for n in packed_rows))
+    monkeypatch.setattr(activations, "LOGITS_FLOATS", 1)  # chunks of 128 rows
+    transposes = []
+    transpose = ops.transpose
+    monkeypatch.setattr(ops, "transpose", lambda rt_, out, inp, R, C_: (
+        transposes.append((R, C_)), transpose(rt_, out, inp, R, C_)))
+    model = Model(rt.with_plan(plan), cfg, seed=3)
+    x, y = batch(cfg, B, T, seed=1)
+    w = model.weights()
+    rlogits, rloss, cache = ref.forward(w, cfg, x, y)
+    logits = model.logits(x)
+    head = [t for t in transposes if t == (V, C)]
+    assert len(head) == (0 if len(packed_rows) == 2 else 1)
+    np.testing.assert_allclose(logits, rlogits.reshape(logits.shape), atol=2e-5)
+    loss, grads = step(model, x, y)
+    assert abs(loss - rloss) < 1e-5 * max(1.0, abs(rloss))
+    for name, g in ref.backward(w, cfg, cache).items():
         assert rel_err(grads[name], g) < 1e-4, name
 
 

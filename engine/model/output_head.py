@@ -33,22 +33,25 @@ def _chunks(a, first: int = 0):
         yield r0, min(R, BT - r0)
 
 
-def _project(model, a, r0: int, n: int):
-    """a.logits[:n] = rows r0..r0+n of a.xf @ W^T (W (V, C) the output weight, already
-    transposed into model.w_t); returns the xf rows buffer."""
-    rt, cfg = model.rt, model.cfg
-    BT, C, V = a.B * a.T, cfg.d_model, cfg.vocab_size
-    rows = _rows(rt, a.xf, r0, n, C, BT)
-    rt.before_write(a.logits)  # the previous chunk's dW (side queue) may still read it
-    ops.matmul_nn(rt, a.logits, rows, model.w_t, n, V, C)
-    return rows
+class _Projector:
+    """logits = xf rows @ W^T chunk by chunk (W (V, C) the output weight): W^T is made once, in
+    model.w_t, for the first chunk whose product needs it (engine.opencl.ops.matmul_forward;
+    none where the GEMM reads W in place)."""
 
+    def __init__(self, model, a):
+        self.model, self.a, self.transposed = model, a, False
 
-def _transposed_output(model):
-    """W^T (C, V) of the output weight into model.w_t, once for all chunks."""
-    cfg = model.cfg
-    ops.transpose(model.rt, model.w_t, model.p[model.table.output_group], cfg.vocab_size,
-                  cfg.d_model)
+    def __call__(self, r0: int, n: int):
+        """a.logits[:n] = rows r0..r0+n of a.xf @ W^T; returns the xf rows buffer."""
+        model, a = self.model, self.a
+        rt, cfg = model.rt, model.cfg
+        BT, C, V = a.B * a.T, cfg.d_model, cfg.vocab_size
+        rows = _rows(rt, a.xf, r0, n, C, BT)
+        rt.before_write(a.logits)  # the previous chunk's dW (side queue) may still read it
+        ops.matmul_forward(rt, a.logits, rows, model.p[model.table.output_group], model.w_t, n,
+                           V, C, w_t_ready=self.transposed)
+        self.transposed = self.transposed or not ops.reads_weight_in_place(rt, n, V, C)
+        return rows
 
 
 def cross_entropy(model, a, n_counted: int, want_grad: bool):
@@ -58,9 +61,9 @@ def cross_entropy(model, a, n_counted: int, want_grad: bool):
     rt, cfg = model.rt, model.cfg
     BT, C, V = a.B * a.T, cfg.d_model, cfg.vocab_size
     out = model.table.output_group
-    _transposed_output(model)
+    project = _Projector(model, a)
     for r0, n in _chunks(a):
-        rows = _project(model, a, r0, n)
+        rows = project(r0, n)
         ops.crossentropy_forward_backward(rt, a.logits, _rows(rt, a.losses, r0, n, 1, BT),
                                           _rows(rt, a.targets, r0, n, 1, BT), n, V, n_counted,
                                           want_grad)
@@ -75,12 +78,12 @@ def logits(model, a, first_row: int = 0, last_row: int | None = None) -> np.ndar
     V = model.cfg.vocab_size
     last_row = a.B * a.T if last_row is None else last_row
     start = first_row // a.logit_rows * a.logit_rows
-    _transposed_output(model)
+    project = _Projector(model, a)
     parts = []
     for r0, n in _chunks(a, start):
         if r0 >= last_row:
             break
-        _project(model, a, r0, n)
+        project(r0, n)
         lo, hi = max(first_row - r0, 0), min(last_row - r0, n)
         parts.append(model.rt.read(a.logits, (hi - lo) * V, offset_elems=lo * V))
     return np.concatenate(parts).reshape(-1, V)

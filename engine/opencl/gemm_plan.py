@@ -32,6 +32,11 @@ FORMS = ("nn", "tn")
 # 2 groups fit); split-K and the tile choice aim for whole waves of these.
 GROUPS_PER_CU = 2
 SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K per tile
+# Products of at least this many multiply-adds (M * N * K) take GemmPlan.large where the plan has
+# one: on PoCL CPUs the packed GEMM, 1.05-1.8x the vector kernel on config M's and the 135M
+# model's products, while on S's (at most 69 M) it was within +-10% and 19% slower on one
+# (benchmarks/RESULTS.md, "packed panels" and "The CPU step of the 135M model")
+LARGE_PRODUCT = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -141,9 +146,11 @@ Shape = tuple[str, int, int, int]  # (form, M, N, K)
 class GemmPlan:
     """The launch choices of one runtime (module docstring). default: the choice of products
     not in `shapes`; shapes: (form, M, N, K) -> GemmChoice measured by engine.opencl.gemm_tune;
-    wave: tiled work-groups the device runs at once; edges: tile edges that fit its local
-    memory; attention_path: None (engine.model.attention_gemm.choose decides), "gemm" or "fused";
-    attention_variant: None (by device type), "blocked" or "tiled"."""
+    large: the choice of products of at least LARGE_PRODUCT multiply-adds not in `shapes`
+    (None: `default` for those too); wave: tiled work-groups the device runs at once; edges:
+    tile edges that fit its local memory; attention_path: None
+    (engine.model.attention_gemm.choose decides), "gemm" or "fused"; attention_variant: None
+    (by device type), "blocked" or "tiled"."""
 
     default: GemmChoice
     wave: int = 2
@@ -151,6 +158,7 @@ class GemmPlan:
     shapes: tuple[tuple[Shape, GemmChoice], ...] = ()
     attention_path: str | None = None
     attention_variant: str | None = None
+    large: GemmChoice | None = None
     _by_shape: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -175,14 +183,23 @@ class GemmPlan:
 
     def replace(self, **changes) -> "GemmPlan":
         """A copy with fields changed; a GemmChoice field name (variant, tile_edge, ...)
-        changes the default choice (tests: plan.replace(variant="tiled", tile_edge=128))."""
+        changes the default choice and makes it every product's (large None; tests:
+        plan.replace(variant="tiled", tile_edge=128))."""
         choice = {k: changes.pop(k) for k in list(changes) if k in GemmChoice.__annotations__}
         if choice:
             changes["default"] = replace(self.default, **choice)
+            changes.setdefault("large", None)
         return replace(self, **changes)
 
     def choice_for(self, form: str, M: int, N: int, K: int) -> GemmChoice:
-        return self._by_shape.get((form, M, N, K), self.default)
+        """The choice of product C (M, N) = op(A) @ op(B) over K: the tuned one of its shape,
+        else `large` for products of at least LARGE_PRODUCT multiply-adds, else `default`."""
+        tuned = self._by_shape.get((form, M, N, K))
+        if tuned is not None:
+            return tuned
+        if self.large is not None and M * N * K >= LARGE_PRODUCT:
+            return self.large
+        return self.default
 
     def launch_for(self, form: str, M: int, N: int, K: int) -> GemmLaunch:
         """The launch of C (M, N) = A @ B (form "nn", A (M, K)) or A^T @ B ("tn", A (K, M))."""
@@ -265,13 +282,17 @@ def _choice(d: dict) -> GemmChoice:
 def default_plan(limits: DeviceLimits, vector_width: int | str | None = None) -> GemmPlan:
     """The hand table's plan for a device: variant by gemm_variant, vector width by
     pick_vector_width (vector_width overrides it and forces the vector GEMM on CPUs), 4x4
-    groups and 256-deep K slices on CPUs (benchmarks/RESULTS.md, tuning timings), tiles by
-    GemmPlan.edge_for, split-K slices at least 256 deep."""
+    groups and 256-deep K slices on CPUs (benchmarks/RESULTS.md, tuning timings), the packed
+    GEMM for large products where the vector one is the default and the runtime is not Intel's
+    (its compiler vectorizes across work-items, and a packed work-group is one work-item),
+    tiles by GemmPlan.edge_for, split-K slices at least 256 deep."""
     forced = vector_width is not None and vector_width != ""
     width = pick_vector_width(limits.native_float_width, vector_width)
     variant = gemm_variant(limits, limits.native_float_width, forced)
+    packs = variant == "vector" and not limits.is_intel_cpu_runtime
     return GemmPlan(GemmChoice(variant, vector_width=width),
-                    wave=GROUPS_PER_CU * limits.compute_units, edges=limits.tile_edges())
+                    wave=GROUPS_PER_CU * limits.compute_units, edges=limits.tile_edges(),
+                    large=GemmChoice("packed", vector_width=width) if packs else None)
 
 
 def k_slices(wave: int, n_tiles: int, K: int, min_depth: int = 256) -> int:

@@ -133,18 +133,27 @@ def transpose(rt: Runtime, out, inp, R: int, C: int):
     rt.launch("transpose", (-(-C // 4), -(-R // 4)), out, inp, R, C)
 
 
-def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int):
+def reads_weight_in_place(rt: Runtime, M: int, N: int, K: int) -> bool:
+    """True where matmul_forward of these sizes reads w (N, K) as it is (the packed GEMM's nt
+    form), False where it needs w^T (K, N) first (a transpose pass, then the nn kernel)."""
+    return rt.plan.choice_for("nn", M, N, K).variant == "packed"
+
+
+def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int,
+                   w_t_ready: bool = False):
     """out (M, N) = inp (M, K) @ w (N, K)^T: with the "packed" GEMM in one nt product, else
-    via w^T in scratch (K, N) and the NN kernel (on an
-    H200 the transpose + nn ran ~8% faster than a tiled kernel reading w in place: its fetches
-    of w are 64-byte row pieces instead of 128-byte runs)."""
+    via w^T in scratch (K, N) and the NN kernel (on an H200 the transpose + nn ran ~8% faster
+    than a tiled kernel reading w in place: its fetches of w are 64-byte row pieces instead of
+    128-byte runs). w_t_ready: the scratch already holds w^T (a caller projecting in chunks
+    transposes once)."""
     choice = rt.plan.choice_for("nn", M, N, K)
     if choice.variant == "packed":  # reads w in place while packing it: no transpose pass
         for m0, rows in _row_chunks(rt, M, 2 * N * K):
             gemm_packed(rt, "nt", _rows(rt, out, m0, rows, N, M), _rows(rt, inp, m0, rows, K, M),
                         w, rows, N, K, 0.0, choice.vector_width)
         return
-    transpose(rt, w_t_scratch, w, N, K)
+    if not w_t_ready:
+        transpose(rt, w_t_scratch, w, N, K)
     matmul_nn(rt, out, inp, w_t_scratch, M, N, K)
 
 
@@ -242,12 +251,25 @@ def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
                     parts, max_norm)
 
 
+# work-items per adamw_update16 group: 64 ran the 135M model's update 1.1-1.6x faster than 1024
+# (the long-kernel size) under PoCL on the 2-core Xeon (benchmarks/RESULTS.md, 135M step)
+ADAMW_CPU_GROUP = 64
+
+
 def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, lr: float,
-                 beta1: float, beta2: float, eps: float, weight_decay: float, t: int):
-    """One AdamW step t (from 1) over the flat buffers, gradient scaled by stats[1]."""
+                 beta1: float, beta2: float, eps: float, weight_decay: float, t: int,
+                 vectors: bool | None = None):
+    """One AdamW step t (from 1) over the flat buffers, gradient scaled by stats[1]
+    (kernels/optimizer.cl). vectors: 16 elements per work-item, in float16 vectors
+    (None: on CPUs; tests run both forms on every device)."""
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
-    rt.launch_long("adamw_update", n, params, grads, m, v, stats, n, n_decay, lr, beta1, beta2,
-                   eps, weight_decay, bc1, bc2)
+    args = (params, grads, m, v, stats, n, n_decay, lr, beta1, beta2, eps, weight_decay, bc1, bc2)
+    if not (rt.is_cpu if vectors is None else vectors):
+        rt.launch_long("adamw_update", n, *args)
+        return
+    items = -(-n // 16)
+    rt.launch_local("adamw_update16", (-(-items // ADAMW_CPU_GROUP) * ADAMW_CPU_GROUP,),
+                    (ADAMW_CPU_GROUP,), *args)
 
 
 def dropout_forward(rt: Runtime, out, inp, key: int, threshold: int, scale: float, n: int):
