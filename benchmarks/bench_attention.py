@@ -6,6 +6,9 @@
 `steps`: median ms/step and tokens/s of Model.train_step (engine only, no PyTorch) for the
 benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512) and
 T2048 (d384 L6 H6 T2048 B8 V512).
+`layer`: one layer's attention forward + backward in ms, fused against batched GEMM against
+PyTorch's scaled_dot_product_attention (benchmarks/attention_layer.py); `tiles`: the fused
+kernels' tile candidates at d384 T2048. `steps --attention gemm|fused` forces the path.
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+
+from engine.model.attention_gemm import ATTENTION_ENV  # noqa: E402
 
 EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8),
          "T2048": dict(d_model=384, n_layer=6, n_head=6, context_length=2048, batch=8)}
@@ -110,7 +116,9 @@ def main(argv=None):
         print(json.dumps(one_step_memory(int(d), int(L), int(T), int(B), dev or None)))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("steps", "memory"))
+    p.add_argument("what", choices=("steps", "memory", "layer", "tiles"))
+    p.add_argument("--attention", choices=("auto", "gemm", "fused"), default="auto")
+    p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--configs", default="S,M,T1024")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default=None)
@@ -118,6 +126,14 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--contexts", default="256,512,1024,2048")
     args = p.parse_args(argv)
+    if args.what in ("layer", "tiles"):
+        from benchmarks import attention_layer
+        table = (attention_layer.layer_table if args.what == "layer" else
+                 attention_layer.tile_sweep)(args.device)
+        if args.out:
+            Path(args.out).write_text(table + "\n")
+        return
+    os.environ[ATTENTION_ENV] = args.attention
     if args.what == "memory":
         print(f"Device memory per layer, d_model {args.d_model}, head_dim 64, training step:")
         print(memory_table(args))
