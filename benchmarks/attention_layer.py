@@ -86,23 +86,37 @@ def layer_table(device, shapes=SHAPES) -> str:
     return "\n".join(rows)
 
 
-def tile_sweep(device, C: int = 384, H: int = 6, T: int = 2048, B: int = 8) -> str:
+def tile_sweep(device, C: int = 384, H: int = 6, T: int = 2048, B: int = 8
+               ) -> tuple[str, dict]:
     """fused forward + backward ms with each kernel's tile candidates tried in turn (the others
-    at their first fitting candidate): which CANDIDATES order to keep."""
+    at their first fitting candidate), and the fastest tiles per kernel: which CANDIDATES order
+    to keep."""
     from engine.model import attention_flash as af
     from engine.opencl.runtime import Runtime
     rt = Runtime(device)
     hd, rows = C // H, [f"Flash tile sweep, d{C} H{H} T{T} B{B} ({rt.info.name})", ""]
-    base = dict(af.CANDIDATES)
+    base, best = dict(af.CANDIDATES), {}
     for name in af.DEFINES:
+        timed = []
         for bq in (16, 32, 64):
             for bk in (16, 32, 64):
                 t = af.FlashTiles(bq, bk)
                 if 4 * af.local_floats(name, t, hd) > rt.limits.local_mem_bytes:
                     continue
                 af.CANDIDATES[name] = (t,)
-                ms = engine_ms(rt, "fused", C, H, T, B, reps=3)
-                rows.append(f"{name} bq{bq} bk{bk}: {ms:.2f} ms")
+                timed.append((engine_ms(rt, "fused", C, H, T, B, reps=3), t))
+                rows.append(f"{name} bq{bq} bk{bk}: {timed[-1][0]:.2f} ms")
                 print(rows[-1], flush=True)
         af.CANDIDATES[name] = base[name]
-    return "\n".join(rows)
+        best[name] = min(timed)[1]
+    rows.append(f"fastest: {best}")
+    return "\n".join(rows), best
+
+
+def sweep_then_table(device) -> str:
+    """tile_sweep, then layer_table with each kernel's fastest tiles tried first."""
+    from engine.model import attention_flash as af
+    text, best = tile_sweep(device)
+    for name, t in best.items():
+        af.CANDIDATES[name] = (t,) + tuple(c for c in af.CANDIDATES[name] if c != t)
+    return text + "\n\n" + layer_table(device)

@@ -8,7 +8,7 @@ benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8
 T2048 (d384 L6 H6 T2048 B8 V512).
 `layer`: one layer's attention forward + backward in ms, fused against batched GEMM against
 PyTorch's scaled_dot_product_attention (benchmarks/attention_layer.py); `tiles`: the fused
-kernels' tile candidates at d384 T2048. `steps --attention gemm|fused` forces the path.
+kernels' tile candidates at d384 T2048, then `layer` with the fastest. `steps --attention gemm|fused` forces the path.
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own
@@ -128,8 +128,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.what in ("layer", "tiles"):
         from benchmarks import attention_layer
-        table = (attention_layer.layer_table if args.what == "layer" else
-                 attention_layer.tile_sweep)(args.device)
+        table = (attention_layer.layer_table(args.device) if args.what == "layer" else
+                 attention_layer.sweep_then_table(args.device))
         if args.out:
             Path(args.out).write_text(table + "\n")
         return

@@ -1,6 +1,7 @@
 """Registers and spills of the fused attention kernels on an NVIDIA GPU (issue 24 goal 2): builds
 kernels/attention_flash.cl (and attention.cl, the fallback) for head_dim 64 and 128 with
--cl-nv-verbose and prints ptxas' lines for each entry function.
+-cl-nv-verbose and prints ptxas' lines for each entry function, and how many float2/float4
+__local reads the PTX of each flash kernel holds.
 
     PYTHONPATH=. python benchmarks/flash_registers.py [--device NVIDIA]
 """
@@ -26,7 +27,10 @@ def report(device: str) -> str:
                 lines.append(f"hd{hd} {name}: flash tiles do not fit; attention.cl runs it")
                 continue
             built, t = got
-            lines.append(f"hd{hd} {name} bq{t.bq} bk{t.bk}:")
+            ptx = b"".join(built.program.get_info(cl.program_info.BINARIES)).decode("latin-1")
+            vec = {w: len(re.findall(rf"ld\.shared\.v{w}\.f32", ptx)) for w in (2, 4)}
+            lines.append(f"hd{hd} {name} bq{t.bq} bk{t.bk}: vector __local reads in the PTX "
+                         f"v2 {vec[2]}, v4 {vec[4]}")
             lines += _ptxas(built.program.get_build_info(rt.device, cl.program_build_info.LOG))
         built, _ = attention.program(rt, hd, "tiled")
         lines.append(f"hd{hd} attention.cl:")

@@ -29,11 +29,15 @@ class FlashTiles(NamedTuple):
     bk: int
 
 
-# (bq, bk) per kernel, preferred first; the first whose __local floats fit is taken.
+# (bq, bk) per kernel, preferred first; the first whose __local floats fit is taken. Order from
+# `bench_attention.py tiles` on an H200 (d384 T2048 B8, fused forward + backward, Dec 2026:
+# forward 64x32 6.62 ms < 32x64 6.82 < 32x32 6.86; dq 64x16 6.45 < 32x32 6.61 < 32x16 7.05;
+# dk/dv 32x32 6.63 < 16x32 7.08 < 32x16 8.83).
 CANDIDATES = {
     "attention_forward": (FlashTiles(64, 32), FlashTiles(32, 32), FlashTiles(32, 16),
                           FlashTiles(16, 16)),
-    "attention_backward_dq": (FlashTiles(32, 32), FlashTiles(32, 16), FlashTiles(16, 16)),
+    "attention_backward_dq": (FlashTiles(64, 16), FlashTiles(32, 32), FlashTiles(32, 16),
+                              FlashTiles(16, 16)),
     "attention_backward_dkv": (FlashTiles(32, 32), FlashTiles(16, 32), FlashTiles(16, 16)),
 }
 
@@ -45,15 +49,22 @@ def padded(head_dim: int) -> int:
 
 def local_floats(name: str, t: FlashTiles, head_dim: int) -> int:
     """__local floats of kernel `name` (as declared in kernels/attention_flash.cl) with tiles t:
-    channel-major tiles of N rows take hdp * (N + 1) floats."""
-    hdp, q, k = padded(head_dim), t.bq + 1, t.bk + 1
+    channel-major tiles of N rows take hdp * (N + 4) floats on the A side (float4-aligned rows),
+    hdp * (N + 2) on the B side (N + 4 for N 64)."""
+    hdp = padded(head_dim)
+    qa, qb, ka, kb = t.bq + 4, _b_stride(t.bq), t.bk + 4, _b_stride(t.bk)  # A, B sides
     if name == "attention_forward":   # Qt, K/V tile, P^T, partial row maxima
-        return hdp * q + hdp * k + t.bk * q + 16 * t.bq
+        return hdp * qa + hdp * kb + t.bk * qa + 16 * t.bq
     if name == "attention_backward_dq":   # Qt, dY^T, Kt, Vt, dS^T
-        return 2 * hdp * q + 2 * hdp * k + t.bk * q
+        return 2 * hdp * qa + 2 * hdp * kb + t.bk * qa
     if name == "attention_backward_dkv":  # Kt, Vt, Qt, dY^T, P, dS, L, D
-        return 2 * hdp * k + 2 * hdp * q + 2 * t.bq * k + 2 * t.bq
+        return 2 * hdp * ka + 2 * hdp * qb + 2 * t.bq * ka + 2 * t.bq
     raise ValueError(f"no flash kernel {name!r}")
+
+
+def _b_stride(n: int) -> int:
+    """LB(N) of kernels/attention_flash.cl."""
+    return n + (4 if n > 32 else 2)
 
 
 def tiles(name: str, head_dim: int, local_mem: int) -> FlashTiles | None:
