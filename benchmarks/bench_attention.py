@@ -1,14 +1,17 @@
-"""Attention at long contexts (issue 13 item 2): engine training step time and device memory.
+"""Attention at long contexts (issue 13 item 2, issue 24 goal 2): engine training step time,
+device memory, and one layer's attention against the batched-GEMM path and PyTorch.
 
     PYTHONPATH=. python benchmarks/bench_attention.py steps --configs S,M,T1024 [--device cpu]
     PYTHONPATH=. python benchmarks/bench_attention.py memory --d-model 384 --contexts 256,512,1024,2048
+    PYTHONPATH=. python benchmarks/bench_attention.py layer --device NVIDIA --out layer.md
 
 `steps`: median ms/step and tokens/s of Model.train_step (engine only, no PyTorch) for the
 benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512) and
 T2048 (d384 L6 H6 T2048 B8 V512).
 `layer`: one layer's attention forward + backward in ms, fused against batched GEMM against
 PyTorch's scaled_dot_product_attention (benchmarks/attention_layer.py); `tiles`: the fused
-kernels' tile candidates at d384 T2048, then `layer` with the fastest. `steps --attention gemm|fused` forces the path.
+kernels' tile candidates at d384 T2048, then `layer` with the fastest.
+`steps --attention gemm|fused` forces the attention path.
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own

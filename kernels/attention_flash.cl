@@ -52,20 +52,38 @@
     else                                                                                       \
         *(p) = a_[0];
 
-/* dst[d * L + r] = s * row r0 + r of src (row stride rs) at channel d; zero for rows at or past
- * T and channels past ATT_HD. All 256 work-items take part (lid = ty * 16 + tx). */
-#define STAGE_T(dst, N, L, src, rs, r0, s)                                                     \
-    for (int e = lid; e < (N) * ATT_HDP; e += 256) {                                           \
-        const int r = e / ATT_HDP, d = e % ATT_HDP;                                            \
-        (dst)[d * (L) + r] = (r0) + r < T && d < ATT_HD                                  \
-            ? (s) * (src)[(size_t)((r0) + r) * (rs) + d] : 0.0f;                               \
+/* Tiles go global -> registers -> __local: FETCH loads the next tile into registers while the
+ * current one is computed on (hiding global latency), PUT_T / PUT_R store it after the barrier.
+ * The fetch runs unconditionally (rows past T read as zero; one spare tile at the end): under
+ * PoCL a fetch skipped on the last step left the dk/dv kernel reading NaN (a miscompile of values
+ * kept across barriers); the spare tile is one more read per work-group.
+ * Work-item lid (= ty * 16 + tx) takes elements e = lid + 256 u, u < NPF(N), of an N-row tile:
+ * row e / ATT_HDP, channel e % ATT_HDP (coalesced global reads). */
+#define NPF(N) ((N) * ATT_HDP / 256)
+
+/* buf[u] = row r0 + r of src (row stride rs) at channel d; zero at or past T or ATT_HD */
+#define FETCH(buf, N, src, rs, r0)                                                             \
+    for (int u = 0; u < NPF(N); u++) {                                                         \
+        const int e = lid + 256 * u, r = e / ATT_HDP, d = e % ATT_HDP;                         \
+        buf[u] = (r0) + r < T && d < ATT_HD ? (src)[(size_t)((r0) + r) * (rs) + d] : 0.0f;     \
     }
 
-/* dst[r * ATT_HDP + d] = row r0 + r of src (row stride rs) at channel d, zero past T and ATT_HD */
-#define STAGE_R(dst, N, src, rs, r0)                                                           \
-    for (int e = lid; e < (N) * ATT_HDP; e += 256) {                                           \
-        const int r = e / ATT_HDP, d = e % ATT_HDP;                                            \
-        (dst)[e] = (r0) + r < T && d < ATT_HD ? (src)[(size_t)((r0) + r) * (rs) + d] : 0.0f;   \
+/* channel-major: dst[d * L + r] = s * buf[u] */
+#define PUT_T(dst, N, L, buf, s)                                                               \
+    for (int u = 0; u < NPF(N); u++) {                                                         \
+        const int e = lid + 256 * u;                                                           \
+        (dst)[e % ATT_HDP * (L) + e / ATT_HDP] = (s) * buf[u];                                 \
+    }
+
+/* row-major: dst[r * ATT_HDP + d] = buf[u] */
+#define PUT_R(dst, N, buf) for (int u = 0; u < NPF(N); u++) (dst)[lid + 256 * u] = buf[u];
+
+/* A tile straight to __local, channel-major (tiles staged once per work-group) */
+#define STAGE_T(dst, N, L, src, rs, r0, s)                                                     \
+    {                                                                                          \
+        float f_[NPF(N)];                                                                      \
+        FETCH(f_, N, src, rs, r0)                                                              \
+        PUT_T(dst, N, L, f_, s)                                                                \
     }
 
 /* acc[i][c] += sum over n < N of P[n * SP + ty NI + i] * X[n * ATT_HDP + tx RD + c], X
@@ -108,6 +126,15 @@
 #define ZERO2(a, NI, NJ)                                                                      \
     for (int i = 0; i < (NI); i++) for (int j = 0; j < (NJ); j++) a[i][j] = 0.0f
 
+/* The backward's two score-shaped products of a tile, in new register blocks s, dp (NI x NJ):
+ * s = A1 B1^T and dp = A2 B2^T (dq: S = q K^T, dP = dy V^T; dk/dv: S^T = K q^T, dP^T = V dy^T) */
+#define SCORES_AND_DP(s, dp, NI, NJ, A1, A2, SA, B1, B2, SB)                                   \
+    float s[NI][NJ], dp[NI][NJ];                                                               \
+    ZERO2(s, NI, NJ);                                                                          \
+    ZERO2(dp, NI, NJ);                                                                         \
+    TILE_DOT(s, NI, NJ, A1, SA, B1, SB)                                                        \
+    TILE_DOT(dp, NI, NJ, A2, SA, B2, SB)
+
 #define FLASH_IDS                                                                              \
     const int tx = get_local_id(0), ty = get_local_id(1), lid = ty * 16 + tx;                  \
     const int z = z0 + get_group_id(1), W = QKV_W(C);                                          \
@@ -135,10 +162,14 @@ void attention_forward_flash(__global float* y, __global float* lse,
     float m[RQ], l[RQ], o[RQ][RD];
     for (int i = 0; i < RQ; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     ZERO2(o, RQ, RD);
-    for (int s0 = 0; s0 < min(T, q0 + ATT_BQ); s0 += ATT_BK) {  /* tiles above: skipped */
+    const int s_end = min(T, q0 + ATT_BQ);  /* key tiles above the diagonal: skipped */
+    float fk[NPF(ATT_BK)], fv[NPF(ATT_BK)];  /* the next K tile, this tile's V, in flight */
+    FETCH(fk, ATT_BK, k0, W, 0)
+    for (int s0 = 0; s0 < s_end; s0 += ATT_BK) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the last tile's P V is done with KVt and Pt */
-        STAGE_T(KVt, ATT_BK, LB(ATT_BK), k0, W, s0, 1.0f)
+        PUT_T(KVt, ATT_BK, LB(ATT_BK), fk, 1.0f)
         barrier(CLK_LOCAL_MEM_FENCE);
+        FETCH(fv, ATT_BK, v0, W, s0)
         float s[RQ][RK];
         ZERO2(s, RQ, RK);
         TILE_DOT(s, RQ, RK, Qt, LA(ATT_BQ), KVt, LB(ATT_BK))
@@ -153,7 +184,8 @@ void attention_forward_flash(__global float* y, __global float* lse,
             red[(ty * RQ + i) * 16 + tx] = pm;
         }
         barrier(CLK_LOCAL_MEM_FENCE);  /* K read, partial maxima written */
-        STAGE_R(KVt, ATT_BK, v0, W, s0)
+        PUT_R(KVt, ATT_BK, fv)
+        FETCH(fk, ATT_BK, k0, W, s0 + ATT_BK)  /* (past the last tile: unused) */
         for (int i = 0; i < RQ; i++) {
             float mx = m[i];  /* key 0 is in every row's first tile: mx is finite */
             for (int t = 0; t < 16; t += 4) {  /* float4 reads of the 16 partial maxima */
@@ -231,16 +263,18 @@ void attention_backward_dq_flash(__global float* dqkv, __global float* dsum,
     ZERO2(dq, RQ, RD);
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
-    for (int s0 = 0; s0 < min(T, q0 + ATT_BQ); s0 += ATT_BK) {
+    const int s_end = min(T, q0 + ATT_BQ);
+    float fk[NPF(ATT_BK)], fv[NPF(ATT_BK)];  /* the next K and V tiles, in flight */
+    FETCH(fk, ATT_BK, k0, W, 0)
+    FETCH(fv, ATT_BK, v0, W, 0)
+    for (int s0 = 0; s0 < s_end; s0 += ATT_BK) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* St (D, or the last dS) and Kt are read */
-        STAGE_T(Kt, ATT_BK, LB(ATT_BK), k0, W, s0, 1.0f)
-        STAGE_T(Vt, ATT_BK, LB(ATT_BK), v0, W, s0, 1.0f)
+        PUT_T(Kt, ATT_BK, LB(ATT_BK), fk, 1.0f)
+        PUT_T(Vt, ATT_BK, LB(ATT_BK), fv, 1.0f)
         barrier(CLK_LOCAL_MEM_FENCE);
-        float s[RQ][RK], dp[RQ][RK];
-        ZERO2(s, RQ, RK);
-        ZERO2(dp, RQ, RK);
-        TILE_DOT(s, RQ, RK, Qt, LA(ATT_BQ), Kt, LB(ATT_BK))
-        TILE_DOT(dp, RQ, RK, Gt, LA(ATT_BQ), Vt, LB(ATT_BK))
+        FETCH(fk, ATT_BK, k0, W, s0 + ATT_BK)  /* (past the last tile: unused) */
+        FETCH(fv, ATT_BK, v0, W, s0 + ATT_BK)
+        SCORES_AND_DP(s, dp, RQ, RK, Qt, Gt, LA(ATT_BQ), Kt, Vt, LB(ATT_BK))
         for (int j = 0; j < RK; j++) {
             const int key = s0 + tx * RK + j;
             float ds[RQ];
@@ -263,6 +297,18 @@ void attention_backward_dq_flash(__global float* dqkv, __global float* dsum,
 #endif
 
 #ifdef FLASH_DKV
+/* fq, fg, fl, fd = q and dy rows, L and D of step `it` of the dk/dv kernel's walk (query head
+ * h + it / n_tiles, tile i_first + it % n_tiles) */
+#define FETCH_Q(it)                                                                            \
+    {                                                                                          \
+        const int hq_ = h + (it) / n_tiles, i_ = i_first + (it) % n_tiles * ATT_BQ;            \
+        const size_t zq_ = ((size_t)b * H + hq_) * T;                                          \
+        FETCH(fq, ATT_BQ, QKV_ROW(qkv, b, 0, 0, C, hq_), W, i_)                                \
+        FETCH(fg, ATT_BQ, dy + (size_t)b * T * C + hq_ * ATT_HD, C, i_)                        \
+        fl = lid < ATT_BQ && i_ + lid < T ? lse[zq_ + i_ + lid] : 0.0f;                        \
+        fd = lid < ATT_BQ && i_ + lid < T ? dsum[zq_ + i_ + lid] : 0.0f;                       \
+    }
+
 /* As attention_backward_dkv_tiled: a work-group per ATT_BK keys of one key/value head (z = b *
  * (H / ATT_G) + kv head) walks the query tiles from its first key on, of each query head of the
  * group. Global (16 * ceil(T / ATT_BK), 16 * z chunk), local (16, 16). Per query tile: S^T =
@@ -284,39 +330,34 @@ void attention_backward_dkv_flash(__global float* dqkv, __global const float* dy
     float dk[RK][RD], dv[RK][RD];
     ZERO2(dk, RK, RD);
     ZERO2(dv, RK, RD);
-    for (int hq = h; hq < h + ATT_G; hq++) {  /* dk, dv sum over the group's query heads */
-        const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, hq);
-        const __global float* g0 = dy + (size_t)b * T * C + hq * ATT_HD;
-        const size_t zq = ((size_t)b * H + hq) * T;
-        for (int i0 = k0 - k0 % ATT_BQ; i0 < T; i0 += ATT_BQ) {
-            barrier(CLK_LOCAL_MEM_FENCE);  /* the last tile's products are done */
-            STAGE_T(Qt, ATT_BQ, LB(ATT_BQ), q0, W, i0, 1.0f)
-            STAGE_T(Gt, ATT_BQ, LB(ATT_BQ), g0, C, i0, 1.0f)
-            for (int e = lid; e < ATT_BQ; e += 256) {
-                Ls[e] = i0 + e < T ? lse[zq + i0 + e] : 0.0f;
-                Ds[e] = i0 + e < T ? dsum[zq + i0 + e] : 0.0f;
+    /* it walks (query head hq of the group, query tile i0 from the first key's on): dk, dv sum
+     * over the group's query heads; the next tile's q, dy, L and D are fetched during this one */
+    const int i_first = k0 - k0 % ATT_BQ, n_tiles = (T - i_first + ATT_BQ - 1) / ATT_BQ;
+    float fq[NPF(ATT_BQ)], fg[NPF(ATT_BQ)], fl = 0.0f, fd = 0.0f;
+    FETCH_Q(0)
+    for (int it = 0; it < ATT_G * n_tiles; it++) {
+        const int i0 = i_first + it % n_tiles * ATT_BQ;
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the last tile's products are done */
+        PUT_T(Qt, ATT_BQ, LB(ATT_BQ), fq, 1.0f)
+        PUT_T(Gt, ATT_BQ, LB(ATT_BQ), fg, 1.0f)
+        if (lid < ATT_BQ) { Ls[lid] = fl; Ds[lid] = fd; }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        FETCH_Q(min(it + 1, ATT_G * n_tiles - 1))  /* the last tile again at the end */
+        SCORES_AND_DP(st, dpt, RK, RQ, Kt, Vt, LA(ATT_BK), Qt, Gt, LB(ATT_BQ))
+        for (int j = 0; j < RQ; j++) {
+            const int q = tx * RQ + j;
+            float p[RK], ds[RK];
+            for (int i = 0; i < RK; i++) {
+                const int key = k0 + ty * RK + i;
+                p[i] = i0 + q >= key && i0 + q < T ? EXP(st[i][j] - Ls[q]) : 0.0f;
+                ds[i] = p[i] * (dpt[i][j] - Ds[q]);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            float st[RK][RQ], dpt[RK][RQ];
-            ZERO2(st, RK, RQ);
-            ZERO2(dpt, RK, RQ);
-            TILE_DOT(st, RK, RQ, Kt, LA(ATT_BK), Qt, LB(ATT_BQ))
-            TILE_DOT(dpt, RK, RQ, Vt, LA(ATT_BK), Gt, LB(ATT_BQ))
-            for (int j = 0; j < RQ; j++) {
-                const int q = tx * RQ + j;
-                float p[RK], ds[RK];
-                for (int i = 0; i < RK; i++) {
-                    const int key = k0 + ty * RK + i;
-                    p[i] = i0 + q >= key && i0 + q < T ? EXP(st[i][j] - Ls[q]) : 0.0f;
-                    ds[i] = p[i] * (dpt[i][j] - Ds[q]);
-                }
-                STORE_ROWS(Pq + q * LA(ATT_BK) + ty * RK, RK, p)
-                STORE_ROWS(Sq + q * LA(ATT_BK) + ty * RK, RK, ds)
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            TILE_MUL(dv, RK, ATT_BQ, Pq, LA(ATT_BK), Gt, LB(ATT_BQ))
-            TILE_MUL(dk, RK, ATT_BQ, Sq, LA(ATT_BK), Qt, LB(ATT_BQ))
+            STORE_ROWS(Pq + q * LA(ATT_BK) + ty * RK, RK, p)
+            STORE_ROWS(Sq + q * LA(ATT_BK) + ty * RK, RK, ds)
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_MUL(dv, RK, ATT_BQ, Pq, LA(ATT_BK), Gt, LB(ATT_BQ))
+        TILE_MUL(dk, RK, ATT_BQ, Sq, LA(ATT_BK), Qt, LB(ATT_BQ))
     }
     for (int i = 0; i < RK; i++) {
         const int key = k0 + ty * RK + i;

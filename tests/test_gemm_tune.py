@@ -173,3 +173,12 @@ def test_a_table_of_packed_launches_tunes(rt):
     for _, shape in gemm_tune.model_products(CFG, B):
         got, want = product(packed.with_plan(result.plan), shape)
         close(got, want)
+
+
+@pytest.mark.parametrize("gemm_seconds,want", [(1.0, "fused"), (0.98, "fused"), (0.5, "gemm")])
+def test_tune_attention_keeps_the_fused_path_unless_the_gemms_are_faster(rt, gemm_seconds, want):
+    """One attention path wherever it is as fast (issue 24 goal 2): the fused path, timed
+    first, is replaced only by a batched-GEMM path faster by the tuner's margin. The clock is
+    scripted: each path is timed between two readings (fused 1 s, gemm `gemm_seconds`)."""
+    readings = iter([0.0, 2.0, 10.0, 10.0 + 2 * gemm_seconds])
+    assert gemm_tune.tune_attention(rt, CFG, B, clock=lambda: next(readings)) == want

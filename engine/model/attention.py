@@ -17,14 +17,16 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
 Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
 work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
 vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
-attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU,
-kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __local, tiles above
-the diagonal skipped). Each file is built once per head_dim and G (and vector width) with -D
-options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
+attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU:
+kernels/attention_flash.cl, cooperative 16x16 work-groups with register blocks over __local
+tiles, engine/model/attention_flash.py; where a kernel's flash tiles do not fit the local memory,
+kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per work-item, K/V
+tiles in __local; both skip tiles above the diagonal). Each file is built once per head_dim
+and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
-GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever the
-(B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
+GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever
+the (B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
 """
 
 from __future__ import annotations
