@@ -1,11 +1,17 @@
-"""Attention at long contexts (issue 13 item 2): engine training step time and device memory.
+"""Attention at long contexts (issue 13 item 2, issue 24 goal 2): engine training step time,
+device memory, and one layer's attention against the batched-GEMM path and PyTorch.
 
     PYTHONPATH=. python benchmarks/bench_attention.py steps --configs S,M,T1024 [--device cpu]
     PYTHONPATH=. python benchmarks/bench_attention.py memory --d-model 384 --contexts 256,512,1024,2048
+    PYTHONPATH=. python benchmarks/bench_attention.py layer --device NVIDIA --out layer.md
 
 `steps`: median ms/step and tokens/s of Model.train_step (engine only, no PyTorch) for the
 benchmark configurations of benchmarks/common.py plus T1024 (d128 L4 H4 T1024 B8 V512) and
 T2048 (d384 L6 H6 T2048 B8 V512).
+`layer`: one layer's attention forward + backward in ms, fused against batched GEMM against
+PyTorch's scaled_dot_product_attention (benchmarks/attention_layer.py); `tiles`: the fused
+kernels' tile candidates at d384 T2048, then `layer` with the fastest.
+`steps --attention gemm|fused` forces the attention path.
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
 where there is one (the whole process: context, program, buffers), and always the engine's own
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+
+from engine.model.attention_gemm import ATTENTION_ENV  # noqa: E402
 
 EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8),
          "T2048": dict(d_model=384, n_layer=6, n_head=6, context_length=2048, batch=8)}
@@ -110,7 +119,9 @@ def main(argv=None):
         print(json.dumps(one_step_memory(int(d), int(L), int(T), int(B), dev or None)))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("steps", "memory"))
+    p.add_argument("what", choices=("steps", "memory", "layer", "tiles"))
+    p.add_argument("--attention", choices=("auto", "gemm", "fused"), default="auto")
+    p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--configs", default="S,M,T1024")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default=None)
@@ -118,6 +129,14 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--contexts", default="256,512,1024,2048")
     args = p.parse_args(argv)
+    if args.what in ("layer", "tiles"):
+        from benchmarks import attention_layer
+        table = (attention_layer.layer_table(args.device) if args.what == "layer" else
+                 attention_layer.sweep_then_table(args.device))
+        if args.out:
+            Path(args.out).write_text(table + "\n")
+        return
+    os.environ[ATTENTION_ENV] = args.attention
     if args.what == "memory":
         print(f"Device memory per layer, d_model {args.d_model}, head_dim 64, training step:")
         print(memory_table(args))

@@ -253,3 +253,12 @@ def test_train_autotune_flag_tunes_first(rt, cache, tmp_path, monkeypatch):
     assert main(["--device", str(rt.info.index), "train", "--out", out, "--continue",
                  "--steps", "3", "--autotune", "--quiet"]) == 0
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("gemm_seconds,want", [(1.0, "fused"), (0.98, "fused"), (0.5, "gemm")])
+def test_tune_attention_keeps_the_fused_path_unless_the_gemms_are_faster(rt, gemm_seconds, want):
+    """One attention path wherever it is as fast (issue 24 goal 2): the fused path, timed
+    first, is replaced only by a batched-GEMM path faster by the tuner's margin. The clock is
+    scripted: each path is timed between two readings (fused 1 s, gemm `gemm_seconds`)."""
+    readings = iter([0.0, 2.0, 10.0, 10.0 + 2 * gemm_seconds])
+    assert gemm_tune.tune_attention(rt, CFG, B, clock=lambda: next(readings)) == want

@@ -28,13 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # each simulated decode run takes ~1.5 minutes). Kernel variants of other devices run too
 # (test fixtures force them): the CPU's float8/float16 GEMMs and register-blocked attention
 # (1-37-2-40: head_dim 40 takes its vector pairs, single vectors and scalar tail), and the
-# GPU's tiled kernels. Each term is a pytest -k expression that must select a test of FILES.
+# GPU's tiled kernels (kernels/attention_flash.cl: T 1, T 65 across 64-row tiles, groups of 2;
+# attention.cl's one-row kernels, which run where a small local memory does not hold the flash
+# tiles: "12-mixed"). Each term is a pytest -k expression that must select a test of FILES.
 FILES = ("tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
-         "tests/test_decode.py", "tests/test_dropout.py", "tests/test_gemm_packed.py")
+         "tests/test_decode.py", "tests/test_dropout.py", "tests/test_gemm_packed.py",
+         "tests/test_attention_flash.py")
 CHOSEN = ("1-1-1", "7-13", "37-50", "2-5-3-4", "1-19-2-6", "2-7-11-9", "1-17-2-6", "13-31",
           "9-300", "1000", "nonfinite", "residual", "kv_cache and 5", "2-33-2-10",
           "split_launches", "same_mask and 7-0.1", "1-37-2-40", "2-5-6-4-1", "1-1-9-2-3",
-          "2-7-6-4-1", "kv_heads_equal")
+          "2-7-6-4-1", "kv_heads_equal", "flash_edges and 1-1-2-16-1",
+          "flash_edges and 2-65-4-16-2", "runs_the_flash", "small_local_memory and 12-mixed")
 
 
 def collected_ids() -> list[str]:

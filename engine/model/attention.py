@@ -17,14 +17,16 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
 Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
 work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
 vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
-attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU,
-kernels/attention.cl: a work-group per TILES["tiled"].bq rows, K/V tiles in __local, tiles above
-the diagonal skipped). Each file is built once per head_dim and G (and vector width) with -D
-options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
+attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU:
+kernels/attention_flash.cl, cooperative 16x16 work-groups with register blocks over __local
+tiles, engine/model/attention_flash.py; where a kernel's flash tiles do not fit the local memory,
+kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per work-item, K/V
+tiles in __local; both skip tiles above the diagonal). Each file is built once per head_dim
+and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
-GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever the
-(B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
+GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever
+the (B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.errors import DeviceError
+from engine.model import attention_flash
 from engine.model.rope_scaling import llama3_factors
 from engine.opencl.runtime import Built, Runtime
 
@@ -148,21 +151,24 @@ def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool =
     """Launch the blocked or tiled form of kernel `name` over every (row, z), in chunks of z:
     z over (batch, query head), or with per_kv over (batch, key/value head), each of which
     does the work of its G query heads. passes: q.k-sized products per (query, key) pair
-    (forward 2, dq 3, dkv 4)."""
+    (forward 2, dq 3, dkv 4). The tiled variant runs attention_flash.cl's kernel where its
+    tiles fit the device's local memory, else attention.cl's."""
     kind = variant(rt)
-    built, t = program(rt, s.head_dim, kind, s.group)
+    flash = kind == "tiled" and attention_flash.program(rt, name, s.head_dim, s.group)
+    built, t = (None, None) if flash else program(rt, s.head_dim, kind, s.group)
     nz = s.B * s.KVH if per_kv else s.nz
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     for z0, count in _chunks(rt, nz, work):  # work: 2 flops per multiply-add, half the pairs
-        if kind == "blocked":
+        tail = (s.T, s.C, s.H, z0, z0 + count)
+        if flash:
+            attention_flash.launch(rt, name, flash, s.T, count, (*args, *tail))
+        elif kind == "blocked":
             local = BLOCKED_LOCAL
             grid = (_up(-(-s.T // t.bq), local[0]), count)
-            rt.launch_local(name, grid, local, *args, s.T, s.C, s.H, z0, z0 + count,
-                            built=built)
+            rt.launch_local(name, grid, local, *args, *tail, built=built)
         else:
-            grid = (_up(s.T, t.bq), count)
-            rt.launch_local(name + "_tiled", grid, (t.bq, 1), *args, s.T, s.C, s.H, z0,
-                            z0 + count, built=built)
+            rt.launch_local(name + "_tiled", (_up(s.T, t.bq), count), (t.bq, 1), *args, *tail,
+                            built=built)
 
 
 def _up(n: int, m: int) -> int:

@@ -5,9 +5,12 @@ The "gemm" path (Vaswani et al. 2017, written out): S = Q K^T / sqrt(head_dim) a
 batched strided products (bmm_* in kernels/matmul*.cl, the tuned GEMM tiles) around the causal
 row softmax (kernels/softmax.cl); backward dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd),
 dQ = dS K, dK = dS^T Q, dV = P^T dY. It keeps the probabilities P (B, H, T, T) per layer and one
-dP/dS scratch of the same size, so its memory grows with T^2; on an H200 it is several times
-faster than the register-bound fused kernels (benchmarks/RESULTS.md, tuning timings). The
-"fused" path keeps memory linear in T (long contexts, CPUs).
+dP/dS scratch of the same size, so its memory grows with T^2; on an H200 one layer's forward +
+backward runs 1.13-1.27x faster than the fused FlashAttention-2 kernels at T 256..4096 (which
+recompute S and dP in both backward kernels; benchmarks/RESULTS.md, fused attention). The
+"fused" path keeps memory linear in T (long contexts, CPUs), and takes over where the GEMM
+path's buffers do not fit; the tuner (gemm_tune.tune_attention) times both on the device at
+hand and keeps the fused path unless the GEMMs are faster by its margin.
 
 Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or the runtime's plan.attention_path)
 forces one; otherwise CPUs take "fused" (PoCL runs it fastest: one work-item per row) and GPUs

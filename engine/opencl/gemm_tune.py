@@ -261,7 +261,9 @@ def _rounds(bench: ProductBench, runtimes: list[Runtime], rounds: int = 5) -> li
 def tune_attention(rt: Runtime, cfg, B: int, clock=None) -> str | None:
     """"fused" or "gemm", whichever runs attention forward + backward of (cfg, B) faster on
     rt, among the paths whose forward output matches numpy (the gemm path only where its
-    (B, H, T, T) buffers fit: attention_gemm.gemm_fits); None if neither does."""
+    (B, H, T, T) buffers fit: attention_gemm.gemm_fits); None if neither does. The fused path
+    (memory linear in T) is timed first and kept unless the gemm path is faster by MARGIN:
+    one attention path wherever it is as fast (issue 24 goal 2)."""
     clock = clock or timer(rt)
     T, C, H, KVH = cfg.context_length, cfg.d_model, cfg.n_head, cfg.n_kv_head or cfg.n_head
     hd = C // H

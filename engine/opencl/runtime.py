@@ -38,7 +38,8 @@ _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.i
 
 # built per set of -D options (Runtime.build), not in main: attention per head_dim (and vector
 # width), the vector GEMMs per vector width
-SPECIALIZED = ("attention.cl", "attention_blocked.cl", "matmul_packed.cl", "matmul_vec.cl")
+SPECIALIZED = ("attention.cl", "attention_blocked.cl", "attention_flash.cl", "matmul_packed.cl",
+               "matmul_vec.cl")
 GPU_GROUP = gemm_tiles.TILED_GROUP[0] * gemm_tiles.TILED_GROUP[1]  # tiled GPU GEMM's group
 GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_flops_cap)
 # The way to another device in the command line's words (StudioError.cli_hint)
