@@ -99,6 +99,9 @@ PY
 grep -A3 -E "entry function '(matmul_(nn|tn)_tiled|bmm_tiled|attention_.*_tiled)" \
     "$OUT/gpu_build_log.txt" \
     | grep -E "entry|Used|spill"
+# the FlashAttention-2 kernels (attention_flash.cl) at head_dim 64 and 128
+timeout 90 python3 benchmarks/flash_registers.py --device NVIDIA > "$OUT/gpu_flash_registers.txt" 2>&1
+grep -E "entry|Used|spill" "$OUT/gpu_flash_registers.txt" | head -20
 
 if [ -n "${QUALITY_TEXT:-}" ]; then
     # Issue 12's GPU goal instead of the suite: nanoGPT's GPU recipe in PyTorch against the
@@ -118,7 +121,8 @@ export LLM_STUDIO_TEST_DEVICE=NVIDIA
 # test_attention_gemm.py: the GEMM and the fused attention paths, each through the whole model
 timeout "${TESTS_S:-200}" python3 -m pytest tests/test_kernels.py tests/test_attention.py \
     tests/test_attention_gemm.py tests/test_device_limits.py tests/test_model.py tests/test_decode.py \
-    tests/test_dropout.py tests/test_gemm_split.py tests/test_output_head.py -q -p no:cacheprovider \
+    tests/test_dropout.py tests/test_gemm_split.py tests/test_output_head.py \
+    tests/test_attention_flash.py tests/test_gemm_tune.py -q -p no:cacheprovider \
     2>&1 | tee "$OUT/gpu_tests.txt"
 # Device memory a layer adds (nvidia-smi, fresh process per point) at d384, B8, on the fused
 # path (linear in T; the GEMM path, chosen where its (B,H,T,T) buffers fit, is not); then the
