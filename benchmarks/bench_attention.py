@@ -136,7 +136,8 @@ def main(argv=None):
         if args.out:
             Path(args.out).write_text(table + "\n")
         return
-    os.environ[ATTENTION_ENV] = args.attention
+    if args.attention != "auto":  # "auto" keeps LLM_STUDIO_ATTENTION as the caller set it
+        os.environ[ATTENTION_ENV] = args.attention
     if args.what == "memory":
         print(f"Device memory per layer, d_model {args.d_model}, head_dim 64, training step:")
         print(memory_table(args))
