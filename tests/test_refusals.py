@@ -141,3 +141,13 @@ def test_a_busy_folder_is_left_to_its_trainer(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(run_lock.RunLock, "acquire", busy)
     assert main(["train", "--out", str(tmp_path / "new"), *TINY]) == 2
     assert (tmp_path / "new" / "metrics.jsonl").read_text() == "{}\n"
+
+
+def test_import_of_a_damaged_gguf_says_only_why(place, capsys):
+    """A file that is no GGUF is refused with its reason alone, no note about the training
+    text first (was: "note: the model carries no training text; the run keeps the bundled
+    corpus..." above the error, as if the import had gone on)."""
+    (place / "broken.gguf").write_bytes(b"\x00" * 64)
+    err = refused(["import", str(place / "broken.gguf"), str(place / "new" / "back")], place,
+                  capsys)
+    assert "not a GGUF file" in err and "note:" not in err

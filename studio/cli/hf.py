@@ -26,16 +26,16 @@ def cmd_import(args) -> int:
         raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
     tune = read_dialogues(args.tune)[0] if args.tune else None
+    bundle = _read_model(src, kind)          # first: a model that cannot open gets no note
+    if bundle is None and kind is ModelKind.GGUF:
+        raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
+                          f"{src}` or continue the run it came from.", "Give a run folder.")
     if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
         print("note: the model carries no training text; the run keeps the bundled corpus as "
               "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
-    bundle = _read_model(src, kind)
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
-    if kind is ModelKind.GGUF:
-        raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
-                          f"{src}` or continue the run it came from.", "Give a run folder.")
     return _import_app_folder(src, out, pre, tune, args)
 
 
