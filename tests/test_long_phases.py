@@ -205,3 +205,26 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[-1]["extra"]["interrupted"] == "checking recall"
     assert TrainingSession.load(out).step == 2
+
+
+def test_ctrl_c_that_breaks_a_kernel_build_is_a_stop(tmp_path, monkeypatch, capsys):
+    """Ctrl-C reaches the whole process group, so the OpenCL compiler PoCL runs can die of it
+    and the build fail: that is the user's stop (exit 130, nothing left in --out), not
+    "The OpenCL kernels failed to compile ... Pick another device" (exit 2, as before)."""
+    import engine.opencl.runtime as runtime_module
+    from engine.errors import DeviceError
+
+    class BrokenByCtrlC:
+        def __init__(self, *a, **k):
+            os.kill(os.getpid(), signal.SIGINT)
+            raise DeviceError("The OpenCL kernels failed to compile on this device.",
+                              "Pick another device.")
+
+    monkeypatch.setattr(runtime_module, "Built", BrokenByCtrlC)
+    out = tmp_path / "run"
+    rc = main(["train", "--out", str(out), "--steps", "2", "--no-tune", *TINY])
+    err = capsys.readouterr().err
+    assert rc == 130, err
+    assert "Stopped before training began" in err and "failed to compile" not in err
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -29,7 +29,10 @@ def _catch_stop_signals(monitor: Monitor) -> dict:
     step or a fraction of a second of a long phase, then saves. Returns the old handlers."""
     def handler(signum, frame):
         monitor.cancel()
-    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS if hasattr(signal, "siginterrupt") else ():   # not on Windows
+        signal.siginterrupt(sig, False)   # C code's system calls (the OpenCL compiler's) restart
+    return previous
 
 
 def cmd_train(args) -> int:
@@ -82,7 +85,11 @@ def _train(args) -> int:
     try:
         try:
             session = _open_run(args, out, monitor, line)
-        except Cancelled:
+        except (Cancelled, StudioError) as e:
+            # a StudioError after a stop signal: the signal broke what was running (a kernel
+            # build whose compiler got Ctrl-C too), a stop, not a device or data fault
+            if not isinstance(e, Cancelled) and not monitor.cancelled:
+                raise
             line.say(f"Stopped before training began; nothing was trained in {out}.")
             return 130
         if (args.continue_run or args.continue_from) and _nothing_left(session, line):
