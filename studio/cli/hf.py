@@ -59,8 +59,12 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
     import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
-    print(f"Imported {src} into {out}. Tune it with `llm-studio train --out {out} --continue "
-          f"--tune FILE --tune-steps N`, chat with `llm-studio chat {out}`.", file=sys.stderr)
+    # `train --continue` keeps a run's data (it ignores --tune): the dialogues come with import
+    tune_how = (f"Tune it with `llm-studio train --out {out} --continue --tune-steps N`" if tune
+                else f"To tune it, import it with your dialogues (`llm-studio import {src} NEW "
+                     f"--tune FILE`), then `llm-studio train --out NEW --continue --tune-steps N`")
+    print(f"Imported {src} into {out}. {tune_how}; chat with `llm-studio chat {out}`.",
+          file=sys.stderr)
     return 0
 
 
