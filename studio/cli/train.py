@@ -20,6 +20,7 @@ from studio.run_folder import (MetricsLog, ModelKind, holds_run, make_run_folder
                                recall_text)
 
 
+STOPPED_BEFORE = "Stopped before training began; nothing was trained in {out}."
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, n))  # SIGHUP: the terminal was closed (not on Windows)
 
@@ -90,7 +91,7 @@ def _train(args) -> int:
             # build whose compiler got Ctrl-C too), a stop, not a device or data fault
             if not isinstance(e, Cancelled) and not monitor.cancelled:
                 raise
-            line.say(f"Stopped before training began; nothing was trained in {out}.")
+            line.say(STOPPED_BEFORE.format(out=out))
             return 130
         if (args.continue_run or args.continue_from) and _nothing_left(session, line):
             return 0
@@ -191,6 +192,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                else MetricsLog(out, keep_until=session.step))
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     save_s = None   # seconds the last checkpoint took (said when a stop saves)
+    first_step = session.step
     try:
         try:
             for m in session.train():
@@ -211,6 +213,9 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     finally:
         metrics.close()
         watch.close()
+    if monitor.cancelled and session.step == first_step:   # nothing new to save
+        line.say(STOPPED_BEFORE.format(out=out))   # cmd_train removes what a new run made
+        return 130
     if monitor.cancelled:
         mb = session.model.table.size * 12 / 2**20   # weights and both AdamW moments, float32
         took = f", about {save_s:.0f} s as the last one" if save_s and save_s >= 1 else ""
