@@ -205,6 +205,11 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     assert not window.data_panel.load("pretrain", blob)
     assert window.last_error is not None and blob.name in window.last_error[0]
     assert window.data_panel.pretrain_text == before         # the old text is kept
+    # a good file next: the status bar stops saying "Cannot use image.bin" (it stayed)
+    good = tmp_path / "good.txt"
+    good.write_text("Cats sleep a lot.\n\nDogs bark at night.\n")
+    assert window.data_panel.load("pretrain", good)
+    assert window.statusBar().currentMessage() == "Loaded good.txt as the pretraining text"
 
     from engine.training import session as session_mod
     from engine.errors import DeviceError

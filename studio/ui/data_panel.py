@@ -94,6 +94,7 @@ class FileSlot(QFrame):
 class DataPanel(QGroupBox):
     dataChanged = Signal()
     errorOccurred = Signal(str, str)  # title, message with hint
+    fileLoaded = Signal(str)          # a status line: replaces an earlier file's "Cannot use"
 
     def __init__(self, parent=None):
         super().__init__("Training data", parent)
@@ -185,6 +186,8 @@ class DataPanel(QGroupBox):
             self.n_dialogues = len(dialogues)
         self._base_stats[which] = stats
         self.dataChanged.emit()
+        what = "pretraining text" if which == "pretrain" else "tune dialogues"
+        self.fileLoaded.emit(f"Loaded {path.name} as the {what}")
         return True
 
     def load_dropped(self, path: str) -> bool:
