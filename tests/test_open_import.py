@@ -281,6 +281,7 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
         out = tmp_path / f"run{len(tune)}"
         assert main(["import", str(open_folders["smollm2"]), str(out), *tune]) == 0
         err = capsys.readouterr().err
+        assert ("--tune for your own" in err) == (not tune), err   # not when it was given
         said = re.search(r"`llm-studio (train --out (\S+) --continue[^`]*)`", err)
         assert said and "--tune " not in said.group(1), err
         if not tune:

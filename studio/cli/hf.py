@@ -31,8 +31,9 @@ def cmd_import(args) -> int:
         raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
                           f"{src}` or continue the run it came from.", "Give a run folder.")
     if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
+        own = "--pretrain" if args.tune else "--pretrain / --tune"
         print("note: the model carries no training text; the run keeps the bundled corpus as "
-              "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
+              f"its general text (give {own} for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
