@@ -184,6 +184,17 @@ def test_a_shortened_warmup_is_said(window):
     assert not note.isVisibleTo(window)
 
 
+def test_the_planned_run_never_shows_settings_no_longer_on_screen(window):
+    """An invalid setting while the steps change: the planned run said "800 steps (600
+    pretraining + 200 tuning)" (the last valid settings) beside fields of 20 and 10 steps."""
+    configure(window, dModelSpin=100, nHeadSpin=3, pretrainStepsSpin=20, tuneStepsSpin=10)
+    settle()
+    assert window.plots.summary.text() == "Planned run: fix the setting marked in red."
+    window.settings_panel.set_value("dModelSpin", 96)
+    settle()
+    assert window.plots.summary.text() == "Planned run: 30 steps (20 pretraining + 10 tuning)"
+
+
 def test_warmup_note_in_the_engine():
     assert TrainConfig().warmup_note() is None
     assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
