@@ -200,6 +200,9 @@ def test_warmup_note_in_the_engine():
     assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
         "Warmup: 20 steps in pretraining (at most 1/5 of a stage), not 30.")
     assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
+    # a 5-step tuning (an opened model tuned briefly) said "Warmup: 1 steps in tuning"
+    assert TrainConfig(pretrain_steps=0, tune_steps=5).warmup_note() == (
+        "Warmup: 1 step in tuning (at most 1/5 of a stage), not 30.")
 
 
 def test_a_continued_run_is_not_told_about_a_warmup_it_is_past():
