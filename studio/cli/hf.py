@@ -8,8 +8,8 @@ from pathlib import Path
 
 from engine.errors import StudioError
 from studio.cli.models import load_model
-from studio.run_folder import (HF_KINDS, ModelKind, holds_run, make_run_folder, path_kind,
-                               write_metrics)
+from studio.run_folder import (HF_KINDS, IMPORT_HINT, ModelKind, holds_run, make_run_folder,
+                               path_kind, write_metrics)
 
 
 def cmd_import(args) -> int:
@@ -17,7 +17,7 @@ def cmd_import(args) -> int:
     from engine.files.hf.load import has_texts
     from engine.data.textio import bundled_corpus, read_text
     out, src = Path(args.out), Path(args.model)
-    kind = path_kind(src)
+    kind = path_kind(src, IMPORT_HINT)
     if kind not in HF_KINDS and kind is not ModelKind.GGUF:
         raise StudioError(f"{src} is a {kind.value}: it is a run already.",
                           f"Chat with it or export it as it is, or train it further into a new "

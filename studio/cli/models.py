@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import StudioError
-from studio.run_folder import HF_KINDS, ModelKind, path_kind
+from studio.run_folder import HF_KINDS, RUN_OR_GGUF_HINT, ModelKind, path_kind
 
 
 def cmd_devices(args) -> int:
@@ -30,7 +30,7 @@ def load_model(args):
     file), or a GGUF (with the bundled corpora). Raises StudioError for a path of another kind
     (studio.run_folder.path_kind)."""
     from engine.training.session import TrainingSession
-    kind = path_kind(args.dir)
+    kind = path_kind(args.dir, RUN_OR_GGUF_HINT)
     if kind is ModelKind.GGUF:
         from engine.data.textio import bundled_corpus, read_text
         return TrainingSession.from_gguf(args.dir, read_text(bundled_corpus("pretrain")),

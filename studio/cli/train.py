@@ -16,8 +16,8 @@ from studio.cli.models import note_fallback
 from studio.cli.options import MODEL_OPTIONS, configs
 from studio.cli.progress import ProgressLine
 from studio.cli.runs import TrainWatch
-from studio.run_folder import (MetricsLog, ModelKind, holds_run, make_run_folder, path_kind,
-                               recall_text)
+from studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
+                               path_kind, recall_text)
 
 
 STOPPED_BEFORE = "Stopped before training began; nothing was trained in {out}."
@@ -165,7 +165,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
 def _check_continuable(source: Path) -> None:
     """--continue and --continue-from take a run folder or its checkpoint file; anything else
     ends here with what the path is (studio.run_folder.path_kind) and what to do."""
-    kind = path_kind(source)
+    kind = path_kind(source, RUN_HINT)
     if kind not in (ModelKind.RUN_FOLDER, ModelKind.CHECKPOINT):
         raise StudioError(f"{source} is a {kind.value}, not a training run.",
                           f"Import it into a run folder first (`llm-studio import {source} RUN`),"
