@@ -289,3 +289,18 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
             continue
         argv = said.group(1).replace(" N", " 1").split()
         assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_cli_export_of_an_open_model_says_why_there_is_no_modelfile(open_folders, tmp_path,
+                                                                   capsys):
+    """An open model's GGUF is written without a Modelfile (Ollama reads its template from the
+    GGUF): the export says so and gives the one line Ollama needs (was: "Wrote m.gguf" alone,
+    where the README promises a Modelfile beside every export)."""
+    from studio.cli import main
+    run = tmp_path / "run"
+    assert main(["import", str(open_folders["smollm2"]), str(run)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "m.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "m.Modelfile").exists()
+    assert "No Modelfile" in out and "FROM ./m.gguf" in out, out
