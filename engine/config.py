@@ -248,7 +248,8 @@ class TrainConfig:
         stages = [("pretraining", 0, self.pretrain_steps)]
         if tune and self.tune_steps:
             stages.append(("tuning", self.pretrain_steps, self.tune_steps))
-        capped = [f"{self.warmup_for(n)} steps in {name}" for name, start, n in stages
+        capped = [f"{self.warmup_for(n)} step{'' if self.warmup_for(n) == 1 else 's'} in {name}"
+                  for name, start, n in stages
                   if n and self.warmup_for(n) < self.warmup_steps
                   and from_step < start + self.warmup_for(n)]
         if not capped:

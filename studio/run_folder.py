@@ -48,11 +48,18 @@ HF_KINDS = (ModelKind.HF_FOLDER, ModelKind.APP_HF_FOLDER)
 
 PATH_HINT = ("Give a run folder (it holds checkpoint.npz), a checkpoint .npz, a .gguf file or a "
              "transformers model folder (config.json).")
+# what each command takes (a path that is none of ModelKind gets its command's own hint)
+RUN_OR_GGUF_HINT = ("Give a run folder (it holds checkpoint.npz), a checkpoint .npz or a .gguf "
+                    "file; a transformers model folder is imported first (`llm-studio import "
+                    "FOLDER RUN`).")
+RUN_HINT = "Give a run folder (it holds checkpoint.npz) or a checkpoint .npz."
+IMPORT_HINT = "Give a .gguf file or a transformers model folder (config.json)."
 
 
-def path_kind(path) -> ModelKind:
+def path_kind(path, hint: str = PATH_HINT) -> ModelKind:
     """What `path` holds, from its names alone (no file is read). Raises StudioError naming the
-    path when it does not exist or is none of ModelKind."""
+    path when it does not exist or is none of ModelKind, with `hint` (what the command takes:
+    PATH_HINT, RUN_OR_GGUF_HINT, RUN_HINT, IMPORT_HINT)."""
     p = Path(path)
     if p.is_dir():
         if (p / "config.json").is_file():
@@ -60,7 +67,7 @@ def path_kind(path) -> ModelKind:
         if is_run_folder(p):
             return ModelKind.RUN_FOLDER
         raise StudioError(f"{p} is a folder without a model: no checkpoint.npz, metrics.jsonl "
-                          "or config.json in it.", PATH_HINT)
+                          "or config.json in it.", hint)
     if p.is_file():
         suffix = p.suffix.lower()
         if suffix == ".gguf":
@@ -68,8 +75,8 @@ def path_kind(path) -> ModelKind:
         if suffix == ".npz":
             return ModelKind.CHECKPOINT
         raise StudioError(f"{p} is neither a checkpoint (.npz) nor a GGUF (.gguf) file.",
-                          PATH_HINT)
-    raise StudioError(f"{p} does not exist.", PATH_HINT)
+                          hint)
+    raise StudioError(f"{p} does not exist.", hint)
 
 
 def is_run_folder(path) -> bool:

@@ -145,6 +145,16 @@ def test_untied_output_round_trip(tok, tmp_path):
     np.testing.assert_array_equal(back.weights["output.weight"], b.weights["output.weight"])
 
 
+def test_grouped_query_round_trip(tok, tmp_path):
+    """A model trained with n_kv_head < n_head (llm-studio train --n-kv-head 2) opens again from
+    its own export (was: refused as "uses grouped-query attention, which this app does not train")."""
+    b = make_bundle(tok, seed=4, n_kv_head=2)
+    back = import_gguf(export_gguf(b, tmp_path / "gqa.gguf").path)
+    assert back.config == b.config and back.config.kv_heads == 2
+    for name, w in b.weights.items():
+        np.testing.assert_array_equal(back.weights[name], w, err_msg=name)
+
+
 def test_q8_0_row_length_error_names_tensor(tok, tmp_path):
     b = make_bundle(tok, d_model=80, n_head=4)             # 80 is not a multiple of 32
     with pytest.raises(ExportError) as e:
@@ -317,6 +327,16 @@ def test_import_refuses_foreign_gguf(tmp_path):
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(ModelImportError, match="'gpt2' model"):
         import_gguf(tmp_path / "gpt2.gguf")
+
+
+def test_not_a_gguf_hint_names_what_opens(tmp_path):
+    """The hint for a file that is no GGUF names what does open: open models too, not only the
+    app's own exports (was: "Only GGUF files exported by OpenCL LLM Studio can be opened here.",
+    untrue since File > Open model... and `llm-studio import` read pretrained llama GGUFs)."""
+    (tmp_path / "x.gguf").write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelImportError) as e:
+        import_gguf(tmp_path / "x.gguf")
+    assert "Only GGUF files exported" not in e.value.hint and "open models" in e.value.hint
 
 
 # ---------------------------------------------------------------- Modelfile

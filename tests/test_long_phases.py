@@ -205,3 +205,55 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[-1]["extra"]["interrupted"] == "checking recall"
     assert TrainingSession.load(out).step == 2
+
+
+def test_ctrl_c_that_breaks_a_kernel_build_is_a_stop(tmp_path, monkeypatch, capsys):
+    """Ctrl-C reaches the whole process group, so the OpenCL compiler PoCL runs can die of it
+    and the build fail: that is the user's stop (exit 130, nothing left in --out), not
+    "The OpenCL kernels failed to compile ... Pick another device" (exit 2, as before)."""
+    import engine.opencl.runtime as runtime_module
+    from engine.errors import DeviceError
+
+    class BrokenByCtrlC:
+        def __init__(self, *a, **k):
+            os.kill(os.getpid(), signal.SIGINT)
+            raise DeviceError("The OpenCL kernels failed to compile on this device.",
+                              "Pick another device.")
+
+    monkeypatch.setattr(runtime_module, "Built", BrokenByCtrlC)
+    out = tmp_path / "run"
+    rc = main(["train", "--out", str(out), "--steps", "2", "--no-tune", *TINY])
+    err = capsys.readouterr().err
+    assert rc == 130, err
+    assert "Stopped before training began" in err and "failed to compile" not in err
+    assert not out.exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("continued", [False, True])
+def test_ctrl_c_before_the_first_step_leaves_the_folder_as_it_was(tmp_path, monkeypatch,
+                                                                  capsys, continued):
+    """Ctrl-C after the run is set up but before its first (new) step: nothing is saved, so a
+    new run leaves no folder (the same command works again) and a continued one keeps its
+    checkpoint and metrics byte for byte (was: "Stopped at step 0; saved to ...", a step-0
+    run folder that the same `train --out` then refused as "already holds a training run")."""
+    out = tmp_path / "run"
+    if continued:
+        assert main(["train", "--out", str(out), "--steps", "2", "--no-tune", *TINY]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()} if continued else None
+    real_train = TrainingSession.train
+
+    def ctrl_c_then_train(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_train(self, *a, **k)
+    monkeypatch.setattr(TrainingSession, "train", ctrl_c_then_train)
+    capsys.readouterr()
+    argv = (["--continue", "--steps", "4"] if continued else ["--steps", "4", "--no-tune"])
+    rc = main(["train", "--out", str(out), *argv, *TINY])
+    err = capsys.readouterr().err
+    assert rc == 130, err
+    assert "Stopped before training began" in err and "saving" not in err, err
+    if continued:
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    else:
+        assert not out.exists()

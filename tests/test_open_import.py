@@ -6,6 +6,7 @@ run is refused with the reason."""
 
 import ctypes
 import json
+import re
 import shutil
 
 import numpy as np
@@ -266,3 +267,40 @@ def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, t
     assert main(["import", str(qwen), str(tmp_path / "refused")]) == 2
     assert "bias" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys):
+    """The line import ends with names a tuning command that runs. With --tune at import:
+    `train --continue --tune-steps N` (was: `... --continue --tune FILE ...`, whose --tune a
+    continued run ignores). Without dialogues, the run has no tuning stage: the line says to
+    import with --tune (was the same `--continue --tune FILE` advice, which then failed)."""
+    from studio.cli import main
+    dialogues = tmp_path / "d.txt"
+    dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n")
+    for tune in ([], ["--tune", str(dialogues)]):
+        out = tmp_path / f"run{len(tune)}"
+        assert main(["import", str(open_folders["smollm2"]), str(out), *tune]) == 0
+        err = capsys.readouterr().err
+        assert ("--tune for your own" in err) == (not tune), err   # not when it was given
+        said = re.search(r"`llm-studio (train --out (\S+) --continue[^`]*)`", err)
+        assert said and "--tune " not in said.group(1), err
+        if not tune:
+            assert f"import {open_folders['smollm2']} NEW --tune FILE" in err
+            continue
+        argv = said.group(1).replace(" N", " 1").split()
+        assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_cli_export_of_an_open_model_says_why_there_is_no_modelfile(open_folders, tmp_path,
+                                                                   capsys):
+    """An open model's GGUF is written without a Modelfile (Ollama reads its template from the
+    GGUF): the export says so and gives the one line Ollama needs (was: "Wrote m.gguf" alone,
+    where the README promises a Modelfile beside every export)."""
+    from studio.cli import main
+    run = tmp_path / "run"
+    assert main(["import", str(open_folders["smollm2"]), str(run)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "m.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "m.Modelfile").exists()
+    assert "No Modelfile" in out and "FROM ./m.gguf" in out, out

@@ -167,3 +167,28 @@ def test_a_failed_import_says_so_and_gives_the_claimed_run_folder_back(qtbot, wi
         w.controller.load(LoadJob(str(junk), import_to=str(run)))
     assert shown.args[0] == "Could not open the model" and "junk.gguf" in shown.args[1]
     assert not run.exists() and not w.controller.has_model
+
+
+def test_the_dialog_grows_to_show_the_whole_card(qtbot, open_folders, tmp_path):
+    """File › Open model… shows the dialog empty and fills the card in when it has been read:
+    the dialog grows so that no row is cut (was: the empty dialog's height stayed, and the
+    chat template's two lines and the wrapped memory row were clipped; the documented
+    screenshot resized the dialog after the read, which hid it). A refusal's text too."""
+    from studio.ui import theme
+    from studio.ui.open_model_dialog import OpenModelDialog
+    from tests.studio_helpers import settle
+    (tmp_path / "bad.gguf").write_bytes(b"\x00" * 64)
+    for path in (open_folders["smollm2"], tmp_path / "bad.gguf"):
+        d = OpenModelDialog(batch_size=8)
+        qtbot.addWidget(d)
+        d.setStyleSheet(theme.STYLESHEET)
+        d.show()                               # as the menu does: before the card is read
+        qtbot.waitExposed(d)
+        with qtbot.waitSignal(d.cardRead, timeout=120_000):
+            d.set_path(path)
+        settle()
+        shown = [*d.values.values(), d.refusal]
+        cut = [w.objectName() for w in shown if w.isVisible()
+               and w.height() < w.heightForWidth(w.width())]
+        assert not cut, (path, cut)
+        assert d.height() >= d.layout().totalHeightForWidth(d.width())

@@ -141,3 +141,30 @@ def test_a_busy_folder_is_left_to_its_trainer(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(run_lock.RunLock, "acquire", busy)
     assert main(["train", "--out", str(tmp_path / "new"), *TINY]) == 2
     assert (tmp_path / "new" / "metrics.jsonl").read_text() == "{}\n"
+
+
+def test_import_of_a_damaged_gguf_says_only_why(place, capsys):
+    """A file that is no GGUF is refused with its reason alone, no note about the training
+    text first (was: "note: the model carries no training text; the run keeps the bundled
+    corpus..." above the error, as if the import had gone on)."""
+    (place / "broken.gguf").write_bytes(b"\x00" * 64)
+    err = refused(["import", str(place / "broken.gguf"), str(place / "new" / "back")], place,
+                  capsys)
+    assert "not a GGUF file" in err and "note:" not in err
+
+
+@pytest.mark.parametrize("argv,takes,not_taken", [
+    (["chat", "{p}/missing", "-m", "hi"], "a .gguf file", "transformers model folder (config"),
+    (["export", "{p}/missing", "{p}/new/m.gguf"], "a .gguf file",
+     "transformers model folder (config"),
+    (["train", "--out", "{p}/new/run", "--continue-from", "{p}/missing"], "a checkpoint .npz",
+     ".gguf"),
+    (["import", "{p}/missing", "{p}/new/back"], "transformers model folder", "checkpoint"),
+])
+def test_a_missing_path_is_told_what_this_command_takes(place, capsys, argv, takes, not_taken):
+    """The hint after "... does not exist." names what this command takes (was one hint for
+    all: chat and export were told to give "a transformers model folder (config.json)", which
+    they then refused with "this command takes a run folder or a GGUF")."""
+    err = refused([a.format(p=place) for a in argv], place, capsys)
+    hint = err.split("does not exist.")[1]
+    assert takes in hint and not_taken not in hint, err

@@ -69,7 +69,9 @@ def test_a_stop_in_the_first_step_is_a_step_not_taken(rt):
 
 def test_ctrl_c_inside_the_first_long_step_abandons_it(tmp_path):
     """The CLI: Ctrl-C while the first step of a model of seconds per step runs. The old loop
-    finished the step (and saved "step 1"); now the step is abandoned and the save says so."""
+    finished the step (and saved "step 1"); now the step is abandoned, and with no step done
+    nothing is saved: --out is left as it was (it was a step-0 checkpoint, after which the same
+    command was refused: "already holds a training run")."""
     import signal
     import subprocess
     import sys
@@ -93,6 +95,6 @@ def test_ctrl_c_inside_the_first_long_step_abandons_it(tmp_path):
     proc.wait(timeout=120)
     took = time.monotonic() - t0
     assert proc.returncode == 130, "".join(lines) + err
-    assert "Stopped at step 0" in err, err       # the step in progress was not finished
-    assert "saving the checkpoint" in err        # the save says what it does while it runs
+    assert "Stopped before training began" in err, err   # the step was not finished
+    assert "saving the checkpoint" not in err and not out.exists()
     assert took < 30, took

@@ -205,6 +205,15 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     assert not window.data_panel.load("pretrain", blob)
     assert window.last_error is not None and blob.name in window.last_error[0]
     assert window.data_panel.pretrain_text == before         # the old text is kept
+    # a good file next: the status bar stops saying "Cannot use image.bin" (it stayed)
+    good = tmp_path / "good.txt"
+    good.write_text("Cats sleep a lot.\n\nDogs bark at night.\n")
+    assert window.data_panel.load("pretrain", good)
+    assert window.statusBar().currentMessage() == "Loaded good.txt as the pretraining text"
+    one = tmp_path / "one.txt"
+    one.write_text("x" * 5000)
+    assert window.data_panel.load("pretrain", one)   # was "1 lines · 1 documents"
+    assert window.data_panel.pretrain.stats.text() == "5,000 characters · 1 line · 1 document"
 
     from engine.training import session as session_mod
     from engine.errors import DeviceError

@@ -64,6 +64,22 @@ def test_the_rule_messages_say_what_to_do():
     assert "900" in str(e.value) and "tuning" in e.value.hint
 
 
+@pytest.mark.parametrize("args,hint", [
+    ((900, 600, 300, True, 600, 300), "Raise the tuning steps above 300 to train further."),
+    ((6, 0, 6, True, 0, 6), "Raise the tuning steps above 6 to train further."),  # an open model
+    ((600, 600, 0, False, 600, 0), "Raise the pretraining steps above 600 to train further."),
+    ((600, 600, 0, True, 600, 0),
+     "Raise the pretraining steps above 600 or the tuning steps above 0 to train further."),
+])
+def test_a_finished_run_is_told_which_totals_to_raise(args, hint):
+    """The hint names only a stage that can still grow, with its total (was "Raise the
+    pretraining or tuning steps above that": pretraining cannot grow once tuning began, and
+    "that" was the run's step, not a stage's total). Seen on an opened open model tuned 6 steps."""
+    with pytest.raises(ConfigError) as e:
+        check_continuation(*args, require_more=True)
+    assert e.value.hint == hint
+
+
 def test_continue_training_uses_the_rule(rt):
     mc = ModelConfig(d_model=16, n_layer=1, n_head=2, context_length=32, vocab_size=259)
     s = TrainingSession(rt, mc, TrainConfig(pretrain_steps=6, tune_steps=3),

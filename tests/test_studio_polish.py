@@ -184,11 +184,25 @@ def test_a_shortened_warmup_is_said(window):
     assert not note.isVisibleTo(window)
 
 
+def test_the_planned_run_never_shows_settings_no_longer_on_screen(window):
+    """An invalid setting while the steps change: the planned run said "800 steps (600
+    pretraining + 200 tuning)" (the last valid settings) beside fields of 20 and 10 steps."""
+    configure(window, dModelSpin=100, nHeadSpin=3, pretrainStepsSpin=20, tuneStepsSpin=10)
+    settle()
+    assert window.plots.summary.text() == "Planned run: fix the setting marked in red."
+    window.settings_panel.set_value("dModelSpin", 96)
+    settle()
+    assert window.plots.summary.text() == "Planned run: 30 steps (20 pretraining + 10 tuning)"
+
+
 def test_warmup_note_in_the_engine():
     assert TrainConfig().warmup_note() is None
     assert TrainConfig(pretrain_steps=100, tune_steps=0).warmup_note() == (
         "Warmup: 20 steps in pretraining (at most 1/5 of a stage), not 30.")
     assert TrainConfig(pretrain_steps=600, tune_steps=50).warmup_note(tune=False) is None
+    # a 5-step tuning (an opened model tuned briefly) said "Warmup: 1 steps in tuning"
+    assert TrainConfig(pretrain_steps=0, tune_steps=5).warmup_note() == (
+        "Warmup: 1 step in tuning (at most 1/5 of a stage), not 30.")
 
 
 def test_a_continued_run_is_not_told_about_a_warmup_it_is_past():

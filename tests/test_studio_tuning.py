@@ -159,3 +159,18 @@ def test_closing_the_window_while_tuning_ends_it_and_stores_nothing(qtbot, setti
     win.close()   # stops the worker and joins its thread (WorkerHost.shutdown)
     assert not win.controller.host.thread.isRunning()
     assert not cache.exists()
+
+
+def test_the_menu_bar_label_is_not_cut_when_its_text_grows(qtbot, window, cache, monkeypatch):
+    """The menu bar's corner label kept the width of its first text: "Kernels tuned for this
+    model (2026-12-02)" after tuning showed as "Kernels tuned for this" (seen at 1400 x 880)."""
+    from tests.studio_helpers import settle
+    label = window.tuning.label
+    assert label.text() == "Kernels: built-in table"
+    settle()
+    monkeypatch.setattr(tune_cache, "lookup", lambda *a: {"measured": "2026-12-02T03:20:00"})
+    window.tuning.show_status()
+    settle()
+    assert label.text() == "Kernels tuned for this model (2026-12-02)"
+    assert label.width() >= label.sizeHint().width()
+    assert label.geometry().right() <= window.menuBar().width()

@@ -88,6 +88,15 @@ class ExportResult:
     def modelfile(self) -> Path | None:  # the name docs/ENGINE_API.md uses
         return self.modelfile_path
 
+    def no_modelfile_note(self) -> str | None:
+        """Why no Modelfile was written beside the GGUF (an open model's: Ollama reads its chat
+        template and stop tokens from the GGUF) and the one line Ollama needs; None when one
+        was written."""
+        if self.modelfile_path is not None:
+            return None
+        return (f"No Modelfile: Ollama reads this model's chat template and stop tokens from the "
+                f"GGUF; for `ollama create NAME -f FILE`, a FILE of one line: FROM ./{self.path.name}")
+
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name -> numpy shape, in file order: engine.model.params.ParamTable.shapes()

@@ -37,7 +37,8 @@ from engine.files.gguf_export import (ARCH, DTYPES, FORMAT_KEY, PREFIX, TOKENIZE
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 _READABLE = tuple(qtype for qtype, _ in DTYPES.values())  # what export_gguf writes
-_HINT_FOREIGN = "Only GGUF files exported by OpenCL LLM Studio can be opened here."
+_HINT_FOREIGN = ("This app opens llama-architecture GGUFs: ones it exported, and pretrained open "
+                 "models such as SmolLM2, TinyLlama or Llama 3.x.")
 _HINT_BROKEN = ("The file is incomplete or damaged (an interrupted export, copy or download); "
                 "export it again.")
 
@@ -181,9 +182,7 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str, weights: bool = True) -> M
     tokens = get("tokenizer.ggml.tokens")
     a = f"{ARCH}."
     d, n_head = int(get(a + "embedding_length")), int(get(a + "attention.head_count"))
-    if int(get(a + "attention.head_count_kv", n_head)) != n_head:
-        raise ModelImportError(f"{fname} uses grouped-query attention, which this app does not "
-                               "train.", _HINT_FOREIGN)
+    n_kv = int(get(a + "attention.head_count_kv", n_head))   # export writes cfg.kv_heads
     ffn, n_layer = int(get(a + "feed_forward_length")), int(get(a + "block_count"))
     # before tables of n_layer blocks are built
     if tensors_per_layer(ModelConfig()) * n_layer > len(reader.tensors):
@@ -191,7 +190,7 @@ def _read_bundle(reader: gguf.GGUFReader, fname: str, weights: bool = True) -> M
                                f"{len(reader.tensors)} tensors.", _HINT_BROKEN)
     config = ModelConfig(
         vocab_size=int(get(a + "vocab_size", len(tokens))), d_model=d,
-        n_layer=n_layer, n_head=n_head,
+        n_layer=n_layer, n_head=n_head, n_kv_head=0 if n_kv == n_head else n_kv,
         context_length=int(get(a + "context_length")),
         ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,
         tie_embeddings=all(t.name != "output.weight" for t in reader.tensors),

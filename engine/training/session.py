@@ -67,9 +67,12 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
             f"pretraining + {new_tune if has_tune else 0} tuning) are fewer.",
             "Step counts are totals per stage: give larger numbers.")
     if require_more and total == step:
-        what = "pretraining or tuning steps" if has_tune else "pretraining steps"
+        # the totals are per stage, and pretraining cannot grow once tuning has begun
+        what = [f"the pretraining steps above {pretrain_steps}"] * (
+            not has_tune or step <= pretrain_steps)
+        what += [f"the tuning steps above {tune_steps}"] * has_tune
         raise ConfigError(f"This run has done all of its {step} steps.",
-                          f"Raise the {what} above that to train further.")
+                          f"Raise {' or '.join(what)} to train further.")
 
 
 class TrainingSession:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from engine.errors import StudioError
 from studio.cli.models import load_model
-from studio.run_folder import (HF_KINDS, ModelKind, holds_run, make_run_folder, path_kind,
-                               write_metrics)
+from studio.run_folder import (HF_KINDS, IMPORT_HINT, ModelKind, holds_run, make_run_folder,
+                               path_kind, write_metrics)
 
 
 def cmd_import(args) -> int:
@@ -17,7 +17,7 @@ def cmd_import(args) -> int:
     from engine.files.hf.load import has_texts
     from engine.data.textio import bundled_corpus, read_text
     out, src = Path(args.out), Path(args.model)
-    kind = path_kind(src)
+    kind = path_kind(src, IMPORT_HINT)
     if kind not in HF_KINDS and kind is not ModelKind.GGUF:
         raise StudioError(f"{src} is a {kind.value}: it is a run already.",
                           f"Chat with it or export it as it is, or train it further into a new "
@@ -26,16 +26,17 @@ def cmd_import(args) -> int:
         raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
     tune = read_dialogues(args.tune)[0] if args.tune else None
-    if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
-        print("note: the model carries no training text; the run keeps the bundled corpus as "
-              "its general text (give --pretrain / --tune for your own)", file=sys.stderr)
-        pre = read_text(bundled_corpus("pretrain"))
-    bundle = _read_model(src, kind)
-    if bundle is not None:
-        return _import_open(bundle, src, out, pre, args.tune)
-    if kind is ModelKind.GGUF:
+    bundle = _read_model(src, kind)          # first: a model that cannot open gets no note
+    if bundle is None and kind is ModelKind.GGUF:
         raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
                           f"{src}` or continue the run it came from.", "Give a run folder.")
+    if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
+        own = "--pretrain" if args.tune else "--pretrain / --tune"
+        print("note: the model carries no training text; the run keeps the bundled corpus as "
+              f"its general text (give {own} for your own)", file=sys.stderr)
+        pre = read_text(bundled_corpus("pretrain"))
+    if bundle is not None:
+        return _import_open(bundle, src, out, pre, args.tune)
     return _import_app_folder(src, out, pre, tune, args)
 
 
@@ -59,8 +60,12 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
     import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
-    print(f"Imported {src} into {out}. Tune it with `llm-studio train --out {out} --continue "
-          f"--tune FILE --tune-steps N`, chat with `llm-studio chat {out}`.", file=sys.stderr)
+    # `train --continue` keeps a run's data (it ignores --tune): the dialogues come with import
+    tune_how = (f"Tune it with `llm-studio train --out {out} --continue --tune-steps N`" if tune
+                else f"To tune it, import it with your dialogues (`llm-studio import {src} NEW "
+                     f"--tune FILE`), then `llm-studio train --out NEW --continue --tune-steps N`")
+    print(f"Imported {src} into {out}. {tune_how}; chat with `llm-studio chat {out}`.",
+          file=sys.stderr)
     return 0
 
 

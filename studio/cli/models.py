@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import StudioError
-from studio.run_folder import HF_KINDS, ModelKind, path_kind
+from studio.run_folder import HF_KINDS, RUN_OR_GGUF_HINT, ModelKind, path_kind
 
 
 def cmd_devices(args) -> int:
@@ -30,7 +30,7 @@ def load_model(args):
     file), or a GGUF (with the bundled corpora). Raises StudioError for a path of another kind
     (studio.run_folder.path_kind)."""
     from engine.training.session import TrainingSession
-    kind = path_kind(args.dir)
+    kind = path_kind(args.dir, RUN_OR_GGUF_HINT)
     if kind is ModelKind.GGUF:
         from engine.data.textio import bundled_corpus, read_text
         return TrainingSession.from_gguf(args.dir, read_text(bundled_corpus("pretrain")),
@@ -92,6 +92,8 @@ def cmd_export(args) -> int:
     r = s.export_gguf(args.output, dtype=args.dtype, force=args.force)
     print(f"Wrote {r.path} ({r.size_bytes / 1024:.0f} KiB, {r.dtype})"
           + (f" and {r.modelfile_path}" if r.modelfile_path else ""))
+    if r.no_modelfile_note():   # a pretrained model's export: say why there is none
+        print(r.no_modelfile_note())
     return 0
 
 

@@ -16,10 +16,11 @@ from studio.cli.models import note_fallback
 from studio.cli.options import MODEL_OPTIONS, configs
 from studio.cli.progress import ProgressLine
 from studio.cli.runs import TrainWatch
-from studio.run_folder import (MetricsLog, ModelKind, holds_run, make_run_folder, path_kind,
-                               recall_text)
+from studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
+                               path_kind, recall_text)
 
 
+STOPPED_BEFORE = "Stopped before training began; nothing was trained in {out}."
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
                      if hasattr(signal, n))  # SIGHUP: the terminal was closed (not on Windows)
 
@@ -29,7 +30,10 @@ def _catch_stop_signals(monitor: Monitor) -> dict:
     step or a fraction of a second of a long phase, then saves. Returns the old handlers."""
     def handler(signum, frame):
         monitor.cancel()
-    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS if hasattr(signal, "siginterrupt") else ():   # not on Windows
+        signal.siginterrupt(sig, False)   # C code's system calls (the OpenCL compiler's) restart
+    return previous
 
 
 def cmd_train(args) -> int:
@@ -82,8 +86,12 @@ def _train(args) -> int:
     try:
         try:
             session = _open_run(args, out, monitor, line)
-        except Cancelled:
-            line.say(f"Stopped before training began; nothing was trained in {out}.")
+        except (Cancelled, StudioError) as e:
+            # a StudioError after a stop signal: the signal broke what was running (a kernel
+            # build whose compiler got Ctrl-C too), a stop, not a device or data fault
+            if not isinstance(e, Cancelled) and not monitor.cancelled:
+                raise
+            line.say(STOPPED_BEFORE.format(out=out))
             return 130
         if (args.continue_run or args.continue_from) and _nothing_left(session, line):
             return 0
@@ -157,7 +165,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
 def _check_continuable(source: Path) -> None:
     """--continue and --continue-from take a run folder or its checkpoint file; anything else
     ends here with what the path is (studio.run_folder.path_kind) and what to do."""
-    kind = path_kind(source)
+    kind = path_kind(source, RUN_HINT)
     if kind not in (ModelKind.RUN_FOLDER, ModelKind.CHECKPOINT):
         raise StudioError(f"{source} is a {kind.value}, not a training run.",
                           f"Import it into a run folder first (`llm-studio import {source} RUN`),"
@@ -184,6 +192,7 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
                else MetricsLog(out, keep_until=session.step))
     watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
     save_s = None   # seconds the last checkpoint took (said when a stop saves)
+    first_step = session.step
     try:
         try:
             for m in session.train():
@@ -204,6 +213,9 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     finally:
         metrics.close()
         watch.close()
+    if monitor.cancelled and session.step == first_step:   # nothing new to save
+        line.say(STOPPED_BEFORE.format(out=out))   # cmd_train removes what a new run made
+        return 130
     if monitor.cancelled:
         mb = session.model.table.size * 12 / 2**20   # weights and both AdamW moments, float32
         took = f", about {save_s:.0f} s as the last one" if save_s and save_s >= 1 else ""

@@ -91,9 +91,15 @@ class FileSlot(QFrame):
             event.acceptProposedAction()
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 line', '5,000 lines': a one-line file said "1 lines · 1 documents"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 class DataPanel(QGroupBox):
     dataChanged = Signal()
     errorOccurred = Signal(str, str)  # title, message with hint
+    fileLoaded = Signal(str)          # a status line: replaces an earlier file's "Cannot use"
 
     def __init__(self, parent=None):
         super().__init__("Training data", parent)
@@ -154,8 +160,9 @@ class DataPanel(QGroupBox):
             if which == "pretrain":
                 text = read_text(path, what="pretraining text", notes=notes)
                 docs = _split_documents(text)
-                stats = f"{len(text):,} characters · {text.count(chr(10)) + 1:,} lines · " \
-                        f"{len(docs):,} documents"
+                stats = (f"{_count(len(text), 'character')} · "
+                         f"{_count(text.count(chr(10)) + 1, 'line')} · "
+                         f"{_count(len(docs), 'document')}")
             else:
                 from engine.data.dialogue import read_dialogues
                 text, dialogues = read_dialogues(path, notes)
@@ -163,8 +170,9 @@ class DataPanel(QGroupBox):
                     raise DataError(f"{path.name} contains no dialogues.",
                                     "Write turns as 'User: ...' and 'Assistant: ...' lines, "
                                     "dialogues separated by a blank line.")
-                stats = f"{len(text):,} characters · {len(dialogues):,} dialogues · " \
-                        f"{sum(len(d) for d in dialogues):,} turns"
+                stats = (f"{_count(len(text), 'character')} · "
+                         f"{_count(len(dialogues), 'dialogue')} · "
+                         f"{_count(sum(len(d) for d in dialogues), 'turn')}")
         except StudioError as e:
             slot.set_error(f"{path.name}: {e.describe()}")
             self.errorOccurred.emit(f"Cannot use {path.name}", e.describe())
@@ -185,6 +193,8 @@ class DataPanel(QGroupBox):
             self.n_dialogues = len(dialogues)
         self._base_stats[which] = stats
         self.dataChanged.emit()
+        what = "pretraining text" if which == "pretrain" else "tune dialogues"
+        self.fileLoaded.emit(f"Loaded {path.name} as the {what}")
         return True
 
     def load_dropped(self, path: str) -> bool:

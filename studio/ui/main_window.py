@@ -98,6 +98,7 @@ class MainWindow(QMainWindow):
             lambda: p.settings_panel.set_device(p.device_panel.current()))
         p.settings_panel.set_device(p.device_panel.current())
         p.data_panel.errorOccurred.connect(self.show_error)
+        p.data_panel.fileLoaded.connect(self.status_for_a_while)   # bound: no lambda holds self
         c.error.connect(self.show_error)
 
         fit_to_screen(self, PREFERRED_SIZE)
@@ -114,6 +115,9 @@ class MainWindow(QMainWindow):
 
     def status(self, text: str, timeout_ms: int = 0) -> None:
         self.statusBar().showMessage(text, timeout_ms)
+
+    def status_for_a_while(self, text: str) -> None:
+        self.status(text, 8000)
 
     def update_actions(self) -> None:
         self.controls.update()

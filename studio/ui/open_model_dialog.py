@@ -195,6 +195,7 @@ class OpenModelDialog(QDialog):
             self.status.setText("The engine cannot open this model.")
             self.refusal.setText(self.reason)
             self.refusal.setVisible(True)
+            self._fit_height()
             return
         self._result = result
         for name, text in result["rows"].items():
@@ -205,6 +206,19 @@ class OpenModelDialog(QDialog):
             self.refusal.setText("Chat works, but tuning will not fit: " + result["fits"])
             self.refusal.setVisible(True)
         self.open_button.setEnabled(True)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """Grow to the filled card's height at this width (the dialog was sized empty, "–" in
+        every row: without this the template's lines and wrapped rows are cut off)."""
+        lay = self.layout()
+        lay.activate()
+        need = lay.totalHeightForWidth(self.width())
+        screen = self.screen()
+        if screen is not None:
+            need = min(need, screen.availableGeometry().height())
+        if need > self.height():
+            self.resize(self.width(), need)
 
     # -- the choice
     def path(self) -> str:

@@ -5,6 +5,7 @@ the stream and in a line above it."""
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
 
@@ -13,6 +14,23 @@ from studio.run_folder import recall_text
 MODEL_COLOUR = "#2d6a3a"  # what the model wrote, apart from the prompt
 MAX_ENTRIES = 60  # older samples are dropped; the point is to watch recent progress
 RECALL_COLOUR = "#6a3d9a"
+MUTED_COLOUR = "#888888"
+BLANK_RUN = re.compile(r"(?:[ \t]*\n){3,}")   # 3 or more line breaks (blank lines between)
+
+
+def continuation_html(cont: str) -> str:
+    """The model's text as HTML (for white-space:pre-wrap), a run of 3 or more line breaks
+    shown as one muted "↵ × N" line: a small model often writes nothing but line breaks, which
+    left a blank half-screen between the prompt and the next sample."""
+    parts, at = [], 0
+    for m in BLANK_RUN.finditer(cont):
+        parts.append(f"<span style='color:{MODEL_COLOUR}'>{html.escape(cont[at:m.start()])}</span>")
+        after = "\n" if m.end() < len(cont) else ""   # pre-wrap: a last one is an empty line
+        parts.append(f"\n<span style='color:{MUTED_COLOUR}'>↵ × {m.group().count(chr(10))}"
+                     f"</span>{after}")
+        at = m.end()
+    parts.append(f"<span style='color:{MODEL_COLOUR}'>{html.escape(cont[at:])}</span>")
+    return "".join(parts)
 
 
 class SamplesPanel(QWidget):
@@ -37,7 +55,8 @@ class SamplesPanel(QWidget):
         self.recall_label.hide()
         note = QLabel("Every few steps the model continues the same prompts, so you can watch "
                       "it learn. “Samples every” in the Training settings sets how often. "
-                      "Prompts are in bold, the model's text in green.")
+                      "Prompts are in bold, the model's text in green; “↵ × 5” is 5 line "
+                      "breaks in a row.")
         note.setWordWrap(True)
         note.setProperty("role", "muted")
         lay = QVBoxLayout(self)
@@ -93,7 +112,6 @@ class SamplesPanel(QWidget):
                     cont = " " + cont  # a question answered (tune samples): not glued on
                 parts.append(
                     "<p style='margin:2px 0 2px 12px; white-space:pre-wrap'>"
-                    f"<b>{html.escape(prompt)}</b>"
-                    f"<span style='color:{MODEL_COLOUR}'>{html.escape(cont)}</span></p>")
+                    f"<b>{html.escape(prompt)}</b>{continuation_html(cont)}</p>")
             parts.append("<hr>")
         self.view.setHtml("".join(parts))

@@ -49,8 +49,10 @@ class TrainingActions:
 
     def preview_run(self) -> None:
         """Before the first run, frame the plots for the run the settings describe."""
-        if (self.controller.state is not RunState.IDLE or self.panels.plots.point_count()
-                or not self.panels.settings_panel.is_valid()):
+        if self.controller.state is not RunState.IDLE or self.panels.plots.point_count():
+            return
+        if not self.panels.settings_panel.is_valid():   # not the last valid settings' plan
+            self.panels.plots.summary.setText("Planned run: fix the setting marked in red.")
             return
         self.frame_run(preview=True)
 

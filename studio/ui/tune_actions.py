@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 
 from PySide6.QtCore import QSettings, QTimer
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLabel, QMenuBar
+from PySide6.QtGui import QAction, QResizeEvent
+from PySide6.QtWidgets import QApplication, QLabel, QMenuBar
 
 from studio.protocol import FileTask, RunState, TuneJob, TuneProgress, TuneReport
 from studio.ui.run_controller import RunController
@@ -144,6 +144,11 @@ class TuneActions:
         self.label.setText(text)
         self.label.setToolTip(tip)
         self.label.setVisible(bool(text))
+        # a menu bar sizes its corner widget only when the bar itself is laid out: without
+        # this a longer text ("Kernels tuned for this model (date)") was cut to the old width
+        bar = self.label.parentWidget()
+        if isinstance(bar, QMenuBar):
+            QApplication.sendEvent(bar, QResizeEvent(bar.size(), bar.size()))
 
     def _device_key(self, device) -> str | None:
         if device.index not in self._keys:

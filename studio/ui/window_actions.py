@@ -133,6 +133,8 @@ class WindowActions:
                      "AutoTokenizer.from_pretrained(folder).")
         if result.modelfile:
             text += f"\nand the Ollama Modelfile {result.modelfile}"
+        elif result.dtype != "hf":
+            text += f"\n{result.no_modelfile_note()}"
         self.window.status(f"Exported {result.path} ({size})", 15000)
         box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok,
                           self.window.widget())
