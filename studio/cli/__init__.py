@@ -12,6 +12,25 @@ and `train` never load Qt):
 Run folders and what a model path holds: studio.run_folder.
 """
 
-from studio.cli.parser import build_parser, main
+from __future__ import annotations
+
+import argparse
 
 __all__ = ["build_parser", "main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`llm-studio` (studio.cli.parser.main). The command modules (numpy, the engine: about
+    0.3 s) load here rather than when the package is imported, so a Ctrl-C while they load is a
+    stop, exit 130, like one at any later phase, not a KeyboardInterrupt traceback."""
+    try:
+        from studio.cli.parser import main as run
+    except KeyboardInterrupt:
+        return 130
+    return run(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole argument parser (studio.cli.parser.build_parser)."""
+    from studio.cli.parser import build_parser as build
+    return build()

@@ -157,8 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return (args.func if args.command else cmd_studio)(args)
     except StudioError as e:
         print(f"\nerror: {e}", file=sys.stderr)
