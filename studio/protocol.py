@@ -71,6 +71,8 @@ class ContinueJob:
     more_seconds: float = 0.0          # > 0 ("Train for N minutes"): train this much longer by
     #                                    time instead of to the step totals
     autotune: bool = False             # as TrainJob.autotune, before the session trains on
+    tune_text: str | None = None       # the open dialogue file: becomes the dialogues of a
+    #                                    session that has none (TrainingSession.set_dialogues)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,46 @@ def test_continue_with_nothing_left_says_so_and_changes_nothing(run, tmp_path, c
     assert not (copy / "checkpoint.prev.npz").exists() or "checkpoint.prev.npz" in before
 
 
+def test_continue_with_new_dialogues_tunes_on_them(run, tmp_path, capsys):
+    """`train --continue --tune FILE --tune-steps N` (issue 21: how an imported or text-only
+    run is tuned on the person's dialogues): a run trained without dialogues gains a tuning
+    stage on FILE; a run with dialogues tunes on FILE instead; the checkpoint keeps FILE's
+    text (was: --tune ignored, and a run without dialogues refused any tuning steps)."""
+    import shutil
+
+    import numpy as np
+    dialogues = tmp_path / "d.txt"
+    dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n" * 3)
+    plain = tmp_path / "plain"
+    assert main(["train", "--out", str(plain), "--steps", "3", "--no-tune", *TINY]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    for folder, before, total in ((plain, 3, 5), (copy, 50, 52)):
+        tune_steps = "2" if folder == plain else "12"
+        assert main(["train", "--out", str(folder), "--continue", "--tune", str(dialogues),
+                     "--tune-steps", tune_steps, "--quiet"]) == 0, capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "Tuning on" in err and "--tune ignored" not in err, err
+        rows = metrics(folder)
+        assert [r["step"] for r in rows] == list(range(1, total + 1))
+        assert [r["stage"] for r in rows[before:]] == ["tune"] * (total - before)
+        ck = np.load(folder / "checkpoint.npz")
+        assert bytes(ck["tune_text"]).decode() == dialogues.read_text()
+
+
+def test_continue_with_a_dialogue_file_that_holds_none_is_refused(run, tmp_path, capsys):
+    import shutil
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Just some prose, no turns at all.\n")
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = (copy / "checkpoint.npz").read_bytes()
+    assert main(["train", "--out", str(copy), "--continue", "--tune", str(bad),
+                 "--tune-steps", "12", "--quiet"]) == 2
+    assert "bad.txt" in capsys.readouterr().err
+    assert (copy / "checkpoint.npz").read_bytes() == before
+
+
 def test_help_names_one_term_per_meaning(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -271,9 +271,9 @@ def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, t
 
 def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys):
     """The line import ends with names a tuning command that runs. With --tune at import:
-    `train --continue --tune-steps N` (was: `... --continue --tune FILE ...`, whose --tune a
-    continued run ignores). Without dialogues, the run has no tuning stage: the line says to
-    import with --tune (was the same `--continue --tune FILE` advice, which then failed)."""
+    `train --continue --tune-steps N`; without dialogues: `train --continue --tune FILE
+    --tune-steps N`, which gives the imported run its dialogues (was: the advice to import
+    again with --tune, since a continued run ignored --tune)."""
     from studio.cli import main
     dialogues = tmp_path / "d.txt"
     dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n")
@@ -283,12 +283,11 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
         err = capsys.readouterr().err
         assert ("--tune for your own" in err) == (not tune), err   # not when it was given
         said = re.search(r"`llm-studio (train --out (\S+) --continue[^`]*)`", err)
-        assert said and "--tune " not in said.group(1), err
-        if not tune:
-            assert f"import {open_folders['smollm2']} NEW --tune FILE" in err
-            continue
-        argv = said.group(1).replace(" N", " 1").split()
+        assert said and ("--tune FILE" in said.group(1)) == (not tune), err
+        argv = said.group(1).replace(" N", " 1").replace("FILE", str(dialogues)).split()
         assert main(argv) == 0, capsys.readouterr().err
+        ck = np.load(out / "checkpoint.npz")
+        assert bytes(ck["tune_text"]).decode() == dialogues.read_text()
 
 
 def test_cli_export_of_an_open_model_says_why_there_is_no_modelfile(open_folders, tmp_path,

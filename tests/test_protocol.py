@@ -70,9 +70,14 @@ def test_an_opened_model_fixes_data_and_device(window):  # noqa: F811
     window.controller.continue_from = ContinuePoint(30, 20, 10, has_tune=False)
     window.update_actions()
     spins = window.settings_panel.spins
-    assert spins["pretrainStepsSpin"].isEnabled() and not spins["tuneStepsSpin"].isEnabled()
+    # a run without dialogues can gain them: its Tuning steps and the tune file stay usable
+    assert spins["pretrainStepsSpin"].isEnabled() and spins["tuneStepsSpin"].isEnabled()
+    assert window.data_panel.tune.button.isEnabled()
     assert not window.device_panel.combo.isEnabled()
     assert not window.data_panel.pretrain.button.isEnabled()
+    window.controller.continue_from = ContinuePoint(30, 20, 10, has_tune=True)
+    window.update_actions()
+    assert not window.data_panel.tune.button.isEnabled()
 
 
 # -- frozen dataclasses ----------------------------------------------------------------------

@@ -34,6 +34,8 @@ ELSEWHERE = {
         "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
     "llm-studio train --out runs/smol --continue --tune-steps 200":
         "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
+    "llm-studio train --out runs/smol --continue --tune other.jsonl --tune-steps 400":
+        "tests/test_cli.py::test_continue_with_new_dialogues_tunes_on_them",
 }
 
 

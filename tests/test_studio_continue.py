@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from tests.helpers import metrics_steps  # noqa: E402
+from tests.helpers import metrics, metrics_steps  # noqa: E402
 from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
 from engine.config import ModelConfig, TrainConfig  # noqa: E402
@@ -168,3 +168,32 @@ def test_opened_model_shows_its_own_run_folder_not_the_last_run(qtbot, window, t
     assert rb.folder_label.isVisible()
     assert rb.folder_label.text().startswith("Opened: ")
     assert "step 10" in rb.folder_label.text()
+
+
+def test_a_run_without_dialogues_is_continued_into_tuning_on_the_open_tune_file(qtbot, window,
+                                                                              tmp_path):
+    """A pretraining-only run (or a model imported without dialogues) opened in the studio:
+    its Tuning steps and the tune file's Open button stay usable, and Continue with tuning
+    steps tunes on the open dialogue file, which the checkpoint then keeps (was: the Tuning
+    spin was disabled and the only way was a new model). The pretraining text's slot stays
+    fixed."""
+    import numpy as np
+    configure(window, pretrainStepsSpin=6, tuneStepsSpin=0, sampleIntervalSpin=0)
+    first = train(qtbot, window)
+    assert first.outcome is Outcome.FINISHED and first.step == 6
+    dialogues = tmp_path / "d.txt"
+    dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n" * 3)
+    info = open_model(qtbot, window, first.run_dir)
+    assert not info.has_tune
+    dp = window.data_panel
+    assert dp.tune.button.isEnabled() and not dp.pretrain.button.isEnabled()
+    assert window.settings_panel.spins["tuneStepsSpin"].isEnabled()
+    assert dp.load("tune", dialogues)
+    set_steps(window, 6, 4)
+    assert window.run_bar.train_button.isEnabled(), window.run_bar.hint.text()
+    second = train(qtbot, window)
+    assert second.outcome is Outcome.FINISHED and second.step == 10, second
+    ck = np.load(Path(second.run_dir) / "checkpoint.npz")
+    assert bytes(ck["tune_text"]).decode() == dialogues.read_text()
+    stages = [r["stage"] for r in metrics(Path(second.run_dir))]
+    assert stages == ["pretrain"] * 6 + ["tune"] * 4

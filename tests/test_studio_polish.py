@@ -282,9 +282,10 @@ def test_open_gguf_and_open_hf_errors_name_what_was_asked_for(qtbot, window, tmp
 
 
 def test_inputs_that_are_off_say_why(qtbot, window):
-    """The settings, data and device of an opened run (and the Tuning steps of a run without a
-    tuning stage) were disabled with no word on why, as was everything while training; each
-    now says why in its tooltip, and gets its own tooltip back when it is on again."""
+    """The settings, data and device of an opened run were disabled with no word on why, as was
+    everything while training; each now says why in its tooltip, and gets its own tooltip back
+    when it is on again. A run without a tuning stage keeps its Tuning steps and the tune file
+    usable: it can gain dialogues (test_studio_continue)."""
     sp, rb = window.settings_panel, window.run_bar
     d_model, tune = sp.spins["dModelSpin"], sp.spins["tuneStepsSpin"]
     own = d_model.toolTip()
@@ -305,7 +306,7 @@ def test_inputs_that_are_off_say_why(qtbot, window):
         window.files.open_checkpoint(blocker.args[0].run_dir)
     assert not d_model.isEnabled() and d_model.toolTip().startswith("The opened model fixes")
     assert d_model.toolTip().endswith(own)
-    assert not tune.isEnabled() and "without dialogues" in tune.toolTip()
+    assert tune.isEnabled() and window.data_panel.tune.button.isEnabled()
     assert "opened model" in window.data_panel.pretrain.button.toolTip()
     assert sp.spins["pretrainStepsSpin"].isEnabled()
 

@@ -54,7 +54,9 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
         raise ConfigError("Step counts cannot be negative.", "Give totals of 0 or more.")
     if not has_tune and new_tune != tune_steps:
         raise ConfigError("This run has no dialogues, so it has no tuning stage.",
-                          "Change the pretraining steps only (a new run can tune).")
+                          "Give it dialogues to tune on (`llm-studio train --continue --tune "
+                          "FILE`; in the studio, open a tune file), or change the pretraining "
+                          "steps only.")
     if has_tune and step > pretrain_steps and new_pretrain != pretrain_steps:
         raise ConfigError(
             f"This run is already tuning (step {step}); its pretraining stage "
@@ -253,6 +255,17 @@ class TrainingSession:
         self.rt = self.model.rt = rt   # the same context and buffers, another plan
         self.generator.reset_decoder()
         return True
+
+    def set_dialogues(self, tune_text: str) -> None:
+        """Tune on `tune_text` from now on (User:/Assistant: turns or JSON/JSONL, rendered as the
+        run's chat format, engine.data.dialogue): a run without dialogues (a pretrained model
+        imported without --tune, a run trained on text alone) gains a tuning stage after its
+        pretraining; a run with dialogues tunes on these instead. The checkpoint keeps them.
+        Give the tuning steps with continue_training afterwards. Raises DataError when the text
+        holds no dialogue."""
+        self.tune = TuneData(self.tokenizer, tune_text, self.model_config.context_length,
+                             self.train_config.seed, self.chat_format)
+        self.tune_text = tune_text
 
     def continue_training(self, pretrain_steps: int | None = None,
                           tune_steps: int | None = None,

@@ -60,10 +60,9 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
     import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
-    # `train --continue` keeps a run's data (it ignores --tune): the dialogues come with import
     tune_how = (f"Tune it with `llm-studio train --out {out} --continue --tune-steps N`" if tune
-                else f"To tune it, import it with your dialogues (`llm-studio import {src} NEW "
-                     f"--tune FILE`), then `llm-studio train --out NEW --continue --tune-steps N`")
+                else f"To tune it, `llm-studio train --out {out} --continue --tune FILE "
+                     f"--tune-steps N`")
     print(f"Imported {src} into {out}. {tune_how}; chat with `llm-studio chat {out}`.",
           file=sys.stderr)
     return 0

@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "\"as a new run\"; --continue is Continue in place)")
     t.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # old --continue
     t.add_argument("--pretrain", default=S, help="pretraining text (default: bundled)")
-    t.add_argument("--tune", default=S, help="dialogue text (default: bundled)")
+    t.add_argument("--tune", default=S, help="dialogue text (default: bundled); with --continue, "
+                   "new dialogues for the run's tuning stage (a run without any gains one)")
     t.add_argument("--no-tune", action="store_true", help="pretraining only")
     t.add_argument("--device", default=S, help="OpenCL device index or name part")
     t.add_argument("--d-model", type=limited("d_model"), help=f"embedding size ({d['d_model']})")

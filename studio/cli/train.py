@@ -117,8 +117,14 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         session = TrainingSession.load(source, device=args.device, monitor=monitor,
                                        autotune=args.autotune or None)
         note_fallback(session)
+        if args.tune is not None:   # new dialogues for the run: its tuning stage tunes on them
+            text, _ = read_dialogues(args.tune)   # DataError names the file
+            had = session.has_tune
+            session.set_dialogues(text)
+            line.say(f"Tuning on {args.tune}" + (" (instead of the run's dialogues)" if had
+                                                 else " (the run had no dialogues)"))
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
-                   if getattr(args, k) is not None]
+                   if k != "tune" and getattr(args, k) is not None]
         if ignored:
             line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model, data "
                      "and settings")

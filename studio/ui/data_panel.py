@@ -236,9 +236,11 @@ class DataPanel(QGroupBox):
                         f"{need}, or the {tokenizer_name('char')} tokenizer.")
         return None
 
-    def set_editable(self, on: bool, why: str = "") -> None:
-        """why: the reason the Open buttons are off (in their tooltips)."""
+    def set_editable(self, on: bool, why: str = "", tune_on: bool | None = None) -> None:
+        """why: the reason the Open buttons are off (in their tooltips); tune_on: the tune
+        file's slot alone (None: as `on`)."""
+        tune_on = on if tune_on is None else tune_on
         enable_with_reason(self.pretrain.button, on, why)
-        enable_with_reason(self.tune.button, on, why)
+        enable_with_reason(self.tune.button, tune_on, why)
         self.pretrain.setAcceptDrops(on)
-        self.tune.setAcceptDrops(on)
+        self.tune.setAcceptDrops(tune_on)

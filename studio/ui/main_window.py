@@ -98,12 +98,14 @@ class MainWindow(QMainWindow):
             lambda: p.settings_panel.set_device(p.device_panel.current()))
         p.settings_panel.set_device(p.device_panel.current())
         p.data_panel.errorOccurred.connect(self.show_error)
-        p.data_panel.fileLoaded.connect(self.status_for_a_while)   # bound: no lambda holds self
         c.error.connect(self.show_error)
 
         fit_to_screen(self, PREFERRED_SIZE)
         # a saved geometry wins, clipped below
         restore_settings(self.settings, p, self, pretrain_path, tune_path, device)
+        # after the start's own loads: a status bar made for them would take height from the
+        # settings column (test_studio_visibility); bound: no lambda holds self
+        p.data_panel.fileLoaded.connect(self.status_for_a_while)
         self._keep_on_screen()
         self.update_actions()
         self.tuning.show_status()

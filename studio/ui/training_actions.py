@@ -86,7 +86,8 @@ class TrainingActions:
         if c.continue_from is not None:  # the plots are reframed when sessionReady comes
             c.continue_run(ContinueJob(tcfg.pretrain_steps, tcfg.tune_steps, str(run_dir),
                                        every, more_seconds=tcfg.time_budget_s,
-                                       autotune=self.autotune()))
+                                       autotune=self.autotune(),
+                                       tune_text=p.data_panel.tune_text or None))
             return
         p.samples_panel.clear()
         if p.chat_panel.start_over():

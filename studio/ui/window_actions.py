@@ -37,7 +37,8 @@ class FileMenu:
     export_action: QAction
     new_model_action: QAction
     open_actions: tuple[QAction, ...]   # open a model: idle only
-    data_actions: tuple[QAction, ...]   # open a text: idle, and not for an opened model
+    data_actions: tuple[QAction, ...]   # (open pretraining text, open tune dialogues): idle; an
+    #                                     opened model takes only dialogues, and only without any
 
 
 class WindowActions:

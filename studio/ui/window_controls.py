@@ -28,8 +28,8 @@ NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
 OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
               "Continue) trains one from scratch with other settings.")
-NO_TUNE_WHY = ("This run was trained without dialogues: it has no tuning stage to go on with. "
-               "New model (beside Continue) trains one with tuning.")
+OPENED_DATA_WHY = ("The opened model keeps its texts. A model without dialogues can take a tune "
+                   "file: its tuning stage then tunes on it.")
 
 
 class WindowControls:
@@ -90,8 +90,10 @@ class WindowControls:
         r, tc = self.controller.continue_from, self.panels.settings_panel.train_config()
         if tc.time_budget_s > 0:   # "Train for N minutes": that much longer, by time
             return None
+        # a model without dialogues gains a tuning stage on the open tune file (ContinueJob)
+        has_tune = r.has_tune or bool(self.panels.data_panel.tune_text)
         try:
-            check_continuation(r.step, r.pretrain_steps, r.tune_steps, r.has_tune,
+            check_continuation(r.step, r.pretrain_steps, r.tune_steps, has_tune,
                                tc.pretrain_steps, tc.tune_steps, require_more=True)
         except ConfigError as e:
             return e.describe().replace("\n", " ")
@@ -102,14 +104,18 @@ class WindowControls:
         p, opened = self.panels, self.controller.continue_from
         only, why = None, {"": BUSY_WHY}
         if opened is not None:
-            only = ("pretrainStepsSpin",) + (("tuneStepsSpin",) if opened.has_tune else ())
+            only = ("pretrainStepsSpin", "tuneStepsSpin")
             if edit:
-                why = {"": OPENED_WHY, "tuneStepsSpin": NO_TUNE_WHY}
+                why = {"": OPENED_WHY}
         p.settings_panel.set_editable(edit, only, why)
-        for w in (p.data_panel, p.device_panel):
-            w.set_editable(edit and opened is None, why[""])
-        for act in self.menu.data_actions:
-            act.setEnabled(edit and opened is None)
+        # a model opened without dialogues can take a tune file (its tuning stage tunes on it)
+        takes_tune = edit and (opened is None or not opened.has_tune)
+        data_why = OPENED_DATA_WHY if opened is not None and edit else why[""]
+        p.data_panel.set_editable(edit and opened is None, data_why, tune_on=takes_tune)
+        p.device_panel.set_editable(edit and opened is None, why[""])
+        pretrain_act, tune_act = self.menu.data_actions
+        pretrain_act.setEnabled(edit and opened is None)
+        tune_act.setEnabled(takes_tune)
         p.autosave_box.set_editable(edit, BUSY_WHY)
         # Continue in place or as a new run: a choice only for a model with its run folder
         p.run_bar.as_new_run_check.setEnabled(

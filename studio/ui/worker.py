@@ -199,6 +199,9 @@ class TrainingWorker(QObject):
         s = self.session
         self.preparing.emit(f"Continuing from step {s.step}…")
         try:
+            if job.tune_text and not s.has_tune and job.tune_steps > 0:
+                s.set_dialogues(job.tune_text)   # a run without dialogues gains a tuning stage
+                self.preparing.emit("Tuning on the open dialogue file (the model had none)")
             if job.more_seconds > 0:
                 note = s.continue_training(more_seconds=job.more_seconds)
             else:
