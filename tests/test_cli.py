@@ -126,6 +126,24 @@ def test_continue_with_a_dialogue_file_that_holds_none_is_refused(run, tmp_path,
     assert (copy / "checkpoint.npz").read_bytes() == before
 
 
+def test_an_exported_gguf_imports_as_a_run_that_trains_on(run, tmp_path, capsys):
+    """A GGUF this app exported, whose run folder is gone: `import` makes a run of it at the
+    step it was exported at, which chats and trains further (was: refused, "continue the run
+    it came from", so such a GGUF could never be tuned again)."""
+    from engine.training.session import TrainingSession
+    gguf, out = tmp_path / "m.gguf", tmp_path / "again"
+    assert main(["export", str(run), str(gguf), "--dtype", "f32"]) == 0
+    assert main(["import", str(gguf), str(out)]) == 0, capsys.readouterr().err
+    assert "step 50/50" in capsys.readouterr().err
+    s = TrainingSession.load(out)
+    assert s.step == 50 and s.has_tune
+    before = TrainingSession.load(run)
+    assert s.generate("Paris is", max_new_tokens=6, greedy=True) == before.generate(
+        "Paris is", max_new_tokens=6, greedy=True)
+    assert main(["train", "--out", str(out), "--continue", "--tune-steps", "12", "--quiet"]) == 0
+    assert [r["step"] for r in metrics(out)][-2:] == [51, 52]
+
+
 def test_help_names_one_term_per_meaning(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -27,9 +27,6 @@ def cmd_import(args) -> int:
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
     tune = read_dialogues(args.tune)[0] if args.tune else None
     bundle = _read_model(src, kind)          # first: a model that cannot open gets no note
-    if bundle is None and kind is ModelKind.GGUF:
-        raise StudioError(f"{src} was exported by this app; open it with `llm-studio chat "
-                          f"{src}` or continue the run it came from.", "Give a run folder.")
     if pre is None and (kind is ModelKind.GGUF or not has_texts(src)):
         own = "--pretrain" if args.tune else "--pretrain / --tune"
         print("note: the model carries no training text; the run keeps the bundled corpus as "
@@ -37,17 +34,18 @@ def cmd_import(args) -> int:
         pre = read_text(bundled_corpus("pretrain"))
     if bundle is not None:
         return _import_open(bundle, src, out, pre, args.tune)
-    return _import_app_folder(src, out, pre, tune, args)
+    return _import_app_model(src, kind, out, pre, tune, args)
 
 
 def _read_model(src: Path, kind: ModelKind):
     """The ModelBundle of a pretrained open model (studio.open_import.read_model), or None for a
-    model this app wrote. A transformers folder this app wrote (studio.json) is told from its
-    metadata, without its tensors: session_from_hf reads them once (before, both did).
+    model this app wrote. A transformers folder (studio.json) or GGUF this app wrote is told from
+    its metadata, without its tensors: its loader reads them once.
     Raises ModelImportError for a model the engine cannot run."""
     from engine.files.gguf_export import is_open
     from studio.open_import import read_model
-    if kind is ModelKind.APP_HF_FOLDER and not is_open(read_model(src, False, kind)):
+    if kind in (ModelKind.APP_HF_FOLDER, ModelKind.GGUF) and not is_open(
+            read_model(src, False, kind)):   # this app's own: its loader reads the tensors once
         return None
     bundle = read_model(src, kind=kind)
     return bundle if is_open(bundle) else None
@@ -68,19 +66,26 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     return 0
 
 
-def _import_app_folder(folder: Path, out: Path, pre, tune, args) -> int:
+def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args) -> int:
+    """A transformers folder or a GGUF this app wrote -> a run folder at the step it was
+    exported at (AdamW state fresh; a GGUF whose run folder is gone can be trained again).
+    Without texts of its own (a GGUF never has them) it keeps the bundled corpora."""
     from engine.files.hf.load import has_texts, session_from_hf
     from engine.data.textio import bundled_corpus, read_text
+    from engine.training.session import TrainingSession
     from studio.open_import import writing_run
-    if not args.pretrain and not has_texts(folder):
+    if not args.pretrain and (kind is ModelKind.GGUF or not has_texts(src)):
         tune = tune or read_text(bundled_corpus("tune"))
-    s = session_from_hf(folder, pre, tune, device=args.device)
+    if kind is ModelKind.GGUF:
+        s = TrainingSession.from_gguf(src, pre, tune, device=args.device)
+    else:
+        s = session_from_hf(src, pre, tune, device=args.device)
     with writing_run(out):
         make_run_folder(out)
         s.save(out)
         write_metrics(out, s.history)
     c = s.model_config
-    print(f"Imported {folder} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
+    print(f"Imported {src} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "
           f"{out}`, continue with `llm-studio train --out {out} --continue`.", file=sys.stderr)
     return 0
