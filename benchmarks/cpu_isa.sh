@@ -2,6 +2,7 @@
 # The engine against PyTorch eager per CPU SIMD kind, both on one AVX-512 machine (issue 13):
 #
 #   bash benchmarks/cpu_isa.sh [check|avx2|avx512] [bench_train.py arguments...]
+#   bash benchmarks/cpu_isa.sh tests [avx2|avx512] [pytest arguments...]
 #
 # avx512  bench_train.py on Debian's PoCL 3.1 device as it is (pocl-opencl-icd; its kernel
 #         library variant "avx512", device name pthread-skylake-avx512-...), PyTorch as it is.
@@ -15,6 +16,8 @@
 # check   proves the restriction: builds and runs the engine's GEMMs under the avx2 setting in
 #         a fresh PoCL cache, then counts zmm and ymm16-31 registers in the compiled kernels
 #         (objdump), and prints the ISA MKL (MKL_VERBOSE) and oneDNN (ONEDNN_VERBOSE) report.
+# tests   runs the kernel tests of benchmarks/device_tests.txt on PoCL 3.1 under one kind's
+#         setting (default avx2), on the device of that kind (LLM_STUDIO_TEST_DEVICE).
 #
 # pocl-opencl-icd: `apt-get install pocl-opencl-icd` (Debian 12: PoCL 3.1, LLVM 15). The pip
 # PoCL 3.0 cannot be retargeted (RESULTS.md, 2026-12-01). Only PoCL 3.1 is listed here
@@ -49,7 +52,8 @@ from engine.config import ModelConfig, TrainConfig
 from engine.model.transformer import Model
 from engine.opencl.runtime import Runtime
 rt = Runtime("haswell")
-print("device:", rt.info.name, "| vector width", rt.vector_width, "| GEMM", rt.gemm)
+print("device:", rt.info.name, "| vector width", rt.plan.vector_width, "| GEMM", rt.plan.default,
+      "| large products", rt.plan.large)
 rng = np.random.default_rng(0)
 a, b = rng.standard_normal((96, 80), np.float32), rng.standard_normal((80, 48), np.float32)
 c = rt.empty(96 * 48)
@@ -78,9 +82,22 @@ torch.nn.functional.conv1d(torch.randn(1, 4, 16), torch.randn(4, 4, 3))  # wakes
 EOF
 }
 
+tests() {
+    local kind=${1:-avx2} device
+    shift || true
+    case "$kind" in
+        avx2) avx2_env; device=haswell ;;
+        avx512) device=skylake-avx512 ;;
+        *) echo "cpu_isa.sh tests: kind avx2 or avx512, not '$kind'" >&2; exit 2 ;;
+    esac
+    LLM_STUDIO_TEST_DEVICE="$device" QT_QPA_PLATFORM=offscreen "$PYTHON" -m pytest -q \
+        -p no:cacheprovider -W ignore::UserWarning $(grep -v '^#' benchmarks/device_tests.txt) "$@"
+}
+
 case "$MODE" in
     check) check ;;
+    tests) tests "$@" ;;
     avx2) avx2_env; "$PYTHON" benchmarks/bench_train.py --device haswell "$@" ;;
     avx512) "$PYTHON" benchmarks/bench_train.py --device skylake-avx512 "$@" ;;
-    *) echo "usage: $0 [check|avx2|avx512] [bench_train.py arguments...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [check|avx2|avx512|tests] [arguments...]" >&2; exit 2 ;;
 esac

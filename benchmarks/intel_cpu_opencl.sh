@@ -9,8 +9,9 @@
 #          libintelocl.so. `pip install --prefix`, not `--target`: the wheels put the libraries
 #          in the prefix's lib/ as data files, which --target drops.
 # devices  checks that `python -m studio.cli devices` lists Intel's device.
-# tests    runs the kernel, attention, model, decode and device-limit tests on Intel's device
-#          (LLM_STUDIO_TEST_DEVICE, tests/conftest.py).
+# tests    runs the kernel tests of benchmarks/device_tests.txt (kernels, attention, GEMM variants
+#          and tuner, output head, model, decode, device limits) on Intel's device
+#          (LLM_STUDIO_TEST_DEVICE, tests/conftest.py); pytest arguments after `tests` are passed on.
 # speed    trains config S (d128 L4 H4 T64 B12 V512) through `studio.cli train` on Intel's
 #          runtime and on PoCL, alternately, ROUNDS times each, and prints the median of the
 #          per-step tokens_per_s of metrics.jsonl (the first WARMUP steps left out), per device.
@@ -35,6 +36,7 @@ STEPS=${STEPS:-80}
 WARMUP=${WARMUP:-10}
 ROUNDS=${ROUNDS:-2}
 MODE=${1:-all}
+shift || true
 
 install() {
     if [ ! -e "$PREFIX/lib/libintelocl.so" ]; then
@@ -64,8 +66,7 @@ tests() {
     use_intel
     LLM_STUDIO_TEST_DEVICE="$INTEL" QT_QPA_PLATFORM=offscreen "$PYTHON" -m pytest -q \
         -p no:cacheprovider -W ignore::UserWarning \
-        tests/test_kernels.py tests/test_attention.py tests/test_model.py tests/test_decode.py \
-        tests/test_device_limits.py tests/test_device_kind.py
+        $(grep -v '^#' benchmarks/device_tests.txt) "$@"
 }
 
 # Median tokens_per_s of one run folder's metrics.jsonl, the first WARMUP steps left out.
@@ -106,7 +107,7 @@ EOF
 case "$MODE" in
     install) install ;;
     devices) devices ;;
-    tests) tests ;;
+    tests) tests "$@" ;;
     speed) speed ;;
     all) install; devices; tests; speed ;;
     *) echo "usage: $0 [all|install|devices|tests|speed]" >&2; exit 2 ;;

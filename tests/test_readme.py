@@ -140,7 +140,7 @@ INLINE = {
                                                 "Modelfile parser is ported in tests/ollama_parser.py",
     "sudo apt install build-essential": NOT_HERE + "a system package",
     "bash benchmarks/intel_cpu_opencl.sh": NOT_HERE + "a benchmark that installs a runtime",
-    "bash benchmarks/cpu_isa.sh check|avx2|avx512": NOT_HERE + "a benchmark",
+    "bash benchmarks/cpu_isa.sh check|avx2|avx512|tests": NOT_HERE + "a benchmark",
     "du -sh .venv/lib/python3.11/site-packages": NOT_HERE + "the size measurement itself",
     'pip install -e ".[hf]"': NOT_HERE + "network; [test] includes [hf]",
     'pip install -e ".[torch]"': NOT_HERE + "network; [test] includes [torch]",
