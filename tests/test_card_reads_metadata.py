@@ -144,3 +144,20 @@ def test_tokenize_on_a_gguf_dequantizes_nothing(open_folders, tmp_path, monkeypa
     assert main(["tokenize", str(path), "Hello world"]) == 0
     ids = capsys.readouterr().out.splitlines()[0]
     assert ids == " ".join(str(i) for i in bundle.tokenizer.encode("Hello world"))
+
+
+def test_a_type_gguf_py_cannot_dequantize_is_refused_at_open(open_ggufs, monkeypatch):
+    """The card reads no tensor, so whether gguf-py dequantizes a tensor's type is told at
+    open, by gguf-py's own dequantize: its NotImplementedError becomes the refusal with the
+    reason and what to use instead, not a traceback."""
+    from engine.errors import ModelImportError
+    from studio.open_import import read_model
+    path = open_ggufs["smollm2"]
+    assert read_model(path, False).weights == {}   # the card: no refusal, nothing read
+
+    def cannot(data, qtype):
+        raise NotImplementedError(f"Dequantization for {qtype.name} is not yet implemented")
+    monkeypatch.setattr(gguf.quants, "dequantize", cannot)
+    with pytest.raises(ModelImportError, match="which gguf-py cannot dequantize") as e:
+        read_model(path)
+    assert "K-quant" in e.value.hint

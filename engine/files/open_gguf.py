@@ -113,18 +113,13 @@ def _small_floats(t) -> np.ndarray:
     return gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
 
 
-def _dequantizable(qtype) -> bool:
-    """Whether gguf.quants.dequantize reads qtype (its own test: F32, F16, or a type with
-    traits; gguf-py keeps that table private, so where it is absent every type is tried)."""
-    traits = getattr(gguf.quants, "_type_traits", None)
-    return traits is None or qtype in (gguf.GGMLQuantizationType.F32,
-                                       gguf.GGMLQuantizationType.F16) or qtype in traits
-
-
 def check_tensors(tensors: dict, config: ModelConfig, fname: str) -> dict[str, tuple]:
     """ParamTable's {name: numpy shape} after checking the file's tensors against it from
-    their infos alone (names, shapes, types; no data read). Raises ModelImportError for a
-    missing, misshapen, unreadable or unknown tensor."""
+    their infos alone (names, shapes; no data read). Raises ModelImportError for a missing,
+    misshapen or unknown tensor. Whether gguf-py dequantizes a tensor's type is its own
+    dequantize's answer, at open (open_weights): gguf-py keeps its table of types private, and
+    the types it reads but cannot dequantize (Q8_1, Q8_K, integers, F64) are not llama weights'
+    storage types in practice."""
     shapes = ParamTable(config).shapes()
     extra = sorted(set(tensors) - set(shapes) - {"rope_freqs.weight"})
     if extra:
@@ -138,10 +133,6 @@ def check_tensors(tensors: dict, config: ModelConfig, fname: str) -> dict[str, t
         if got != shape:
             raise ModelImportError(f"{fname}: tensor {name} has shape {got}, expected {shape}.",
                                    "The file's keys and tensors disagree.")
-        if not _dequantizable(t.tensor_type):
-            raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
-                                   "which gguf-py cannot dequantize.",
-                                   "Use a GGUF in F32, F16, BF16, Q8_0, Q4_0/Q4_1 or a K-quant.")
     return shapes
 
 
@@ -153,7 +144,7 @@ def open_weights(tensors: dict, config: ModelConfig, fname: str) -> dict[str, np
         t = tensors[name]
         try:
             w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-        except NotImplementedError:   # a type _dequantizable could not tell
+        except NotImplementedError:   # gguf-py reads the type but cannot dequantize it
             raise ModelImportError(f"{fname}: tensor {name} is stored as {t.tensor_type.name}, "
                                    "which gguf-py cannot dequantize.",
                                    "Use a GGUF in F32, F16, BF16, Q8_0, Q4_0/Q4_1 or a K-quant."
