@@ -184,10 +184,19 @@ class TrainingSession:
         """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
         or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
         for a file that is not such a GGUF."""
-        from engine.files.gguf_export import is_open
         from engine.files.gguf_import import import_gguf
+        return cls.from_bundle(import_gguf(path), pretrain_text, tune_text, train_cfg, device,
+                               runtime, monitor)
+
+    @classmethod
+    def from_bundle(cls, b, pretrain_text: str, tune_text: str | None = None,
+                    train_cfg: TrainConfig | None = None, device=None,
+                    runtime: Runtime | None = None, monitor: Monitor | None = None
+                    ) -> "TrainingSession":
+        """from_gguf of a GGUF already read (engine.files.gguf_import.import_gguf's ModelBundle
+        `b`, weights included), so a caller that read it once need not read it again."""
+        from engine.files.gguf_export import is_open
         from engine.files.open_run import MODEL_TEMPLATE, tuning_config
-        b = import_gguf(path)
         rt = runtime or Runtime(device)
         cfg, fmt = b.config, b.metadata.get("chat_format", 1)   # exported before the key: 1
         if is_open(b):   # a pretrained open model: its own template, a training window

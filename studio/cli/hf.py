@@ -14,6 +14,7 @@ from studio.run_folder import (HF_KINDS, IMPORT_HINT, ModelKind, holds_run, make
 
 def cmd_import(args) -> int:
     from engine.data.dialogue import read_dialogues
+    from engine.files.gguf_export import is_open
     from engine.files.hf.load import has_texts
     from engine.data.textio import bundled_corpus, read_text
     out, src = Path(args.out), Path(args.model)
@@ -32,23 +33,21 @@ def cmd_import(args) -> int:
         print("note: the model carries no training text; the run keeps the bundled corpus as "
               f"its general text (give {own} for your own)", file=sys.stderr)
         pre = read_text(bundled_corpus("pretrain"))
-    if bundle is not None:
+    if bundle is not None and is_open(bundle):
         return _import_open(bundle, src, out, pre, args.tune)
-    return _import_app_model(src, kind, out, pre, tune, args)
+    return _import_app_model(src, kind, out, pre, tune, args, bundle)
 
 
 def _read_model(src: Path, kind: ModelKind):
-    """The ModelBundle of a pretrained open model (studio.open_import.read_model), or None for a
-    model this app wrote. A transformers folder (studio.json) or GGUF this app wrote is told from
-    its metadata, without its tensors: its loader reads them once.
-    Raises ModelImportError for a model the engine cannot run."""
+    """The ModelBundle of a model file or folder (studio.open_import.read_model, read once), or
+    None for a transformers folder this app wrote: that one is told from its metadata, without
+    its tensors, and session_from_hf reads them once. Raises ModelImportError for a model the
+    engine cannot run."""
     from engine.files.gguf_export import is_open
     from studio.open_import import read_model
-    if kind in (ModelKind.APP_HF_FOLDER, ModelKind.GGUF) and not is_open(
-            read_model(src, False, kind)):   # this app's own: its loader reads the tensors once
+    if kind is ModelKind.APP_HF_FOLDER and not is_open(read_model(src, False, kind)):
         return None
-    bundle = read_model(src, kind=kind)
-    return bundle if is_open(bundle) else None
+    return read_model(src, kind=kind)
 
 
 def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
@@ -66,10 +65,12 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     return 0
 
 
-def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args) -> int:
-    """A transformers folder or a GGUF this app wrote -> a run folder at the step it was
-    exported at (AdamW state fresh; a GGUF whose run folder is gone can be trained again).
-    Without texts of its own (a GGUF never has them) it keeps the bundled corpora."""
+def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args,
+                      bundle=None) -> int:
+    """A transformers folder or a GGUF this app wrote (`bundle`: the GGUF as already read) -> a
+    run folder at the step it was exported at (AdamW state fresh; a GGUF whose run folder is
+    gone can be trained again). Without texts of its own (a GGUF never has them) it keeps the
+    bundled corpora."""
     from engine.files.hf.load import has_texts, session_from_hf
     from engine.data.textio import bundled_corpus, read_text
     from engine.training.session import TrainingSession
@@ -77,7 +78,7 @@ def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args) ->
     if not args.pretrain and (kind is ModelKind.GGUF or not has_texts(src)):
         tune = tune or read_text(bundled_corpus("tune"))
     if kind is ModelKind.GGUF:
-        s = TrainingSession.from_gguf(src, pre, tune, device=args.device)
+        s = TrainingSession.from_bundle(bundle, pre, tune, device=args.device)
     else:
         s = session_from_hf(src, pre, tune, device=args.device)
     with writing_run(out):
