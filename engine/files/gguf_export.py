@@ -95,7 +95,8 @@ class ExportResult:
         if self.modelfile_path is not None:
             return None
         return (f"No Modelfile: Ollama reads this model's chat template and stop tokens from the "
-                f"GGUF; for `ollama create NAME -f FILE`, a FILE of one line: FROM ./{self.path.name}")
+                f"GGUF; for `ollama create NAME -f FILE`, a FILE of one line: "
+                f"FROM ./{self.path.name}")
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -80,7 +80,8 @@ def open_config(get, tensors: dict, fname: str) -> ModelConfig:
     if "rope_freqs.weight" in tensors:
         t = tensors["rope_freqs.weight"]
         try:
-            rope = llama3_from_factors(_small_floats(t), head_dim, float(get(a + "rope.freq_base", 10000.0)),
+            rope = llama3_from_factors(_small_floats(t), head_dim,
+                                       float(get(a + "rope.freq_base", 10000.0)),
                                        get(a + "rope.scaling.original_context_length")) or {}
         except ValueError as e:
             raise ModelImportError(f"{fname}: {e}.", _RUNS) from None

@@ -22,7 +22,8 @@ kernels/attention_flash.cl, cooperative 16x16 work-groups with register blocks o
 tiles, engine/model/attention_flash.py; where a kernel's flash tiles do not fit the local memory,
 kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per work-item, K/V
 tiles in __local; both skip tiles above the diagonal). Each file is built once per head_dim
-and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run per key/value head and sum over the G query heads of its group.
+and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run per key/value
+head and sum over the G query heads of its group.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
 GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever

@@ -165,8 +165,8 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     """Measure the products of (cfg, batch_size) on rt within `seconds` (module docstring).
     monitor: progress ticks (f"{PHASE}: {product label}", distinct products measured, their
     number + 1; then ": attention path") and cancellation (a cancelled run returns what it
-    found, cancelled=True); report(row): each product's row (TuneResult.rows) as measured; clock: what candidates are timed with (default
-    timer(rt)); the budget is wall time."""
+    found, cancelled=True); report(row): each product's row (TuneResult.rows) as measured;
+    clock: what candidates are timed with (default timer(rt)); the budget is wall time."""
     monitor, clock = monitor or Monitor(), clock or timer(rt)
     start, table = time.monotonic(), rt.plan
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))

@@ -2,12 +2,13 @@
 opening it (issue 21).
 
 The card (engine.files.model_card.model_card) is read on a background thread from the model's
-metadata alone (studio.open_import.read_model(weights=False): no tensor is read or dequantized;
-the open reads them once), so a large model does not freeze the window: name, parameters, file type, layers, heads / key-value heads, context,
-vocabulary, tokenizer (engine.files.model_card.tokenizer_name: byte-level BPE with its pre-tokenizer,
-or SentencePiece), the chat template's first lines, RoPE base and scaling, tied embeddings, and
-the memory a tuning step needs (engine.model.memory.training_bytes at the studio's batch size and the
-run's training window, engine.files.open_run.tuning_config), with whether that fits the device. A
+metadata alone (studio.open_import.read_model(weights=False): no tensor is read or dequantized; the
+open reads them once), so a large model does not freeze the window: name, parameters, file type,
+layers, heads / key-value heads, context, vocabulary, tokenizer
+(engine.files.model_card.tokenizer_name: byte-level BPE with its pre-tokenizer, or SentencePiece),
+the chat template's first lines, RoPE base and scaling, tied embeddings, and the memory a tuning
+step needs (engine.model.memory.training_bytes at the studio's batch size and the run's training
+window, engine.files.open_run.tuning_config), with whether that fits the device. A
 model the engine cannot run shows the reason (the ModelImportError's message and hint) and Open
 stays off. The dialog only chooses: studio.ui.open_model_action opens the choice.
 """

@@ -1,10 +1,10 @@
 """The run's owner on the GUI thread: the worker host, the RunState, the model at hand.
 
 The window's parts turn clicks into intents here (train, continue_run, pause, resume, stop, load,
-chat, export, save, tune_kernels, cancel_tuning): window -> controller -> WorkerHost -> worker. Everything the worker reports
-comes back the same way, worker -> controller -> window: the controller is the only receiver of
-the worker's signals and re-emits each as its own typed signal of the same name (those that move
-the state after moving it). The controller moves the RunState
+chat, export, save, tune_kernels, cancel_tuning): window -> controller -> WorkerHost -> worker.
+Everything the worker reports comes back the same way, worker -> controller -> window: the
+controller is the only receiver of the worker's signals and re-emits each as its own typed signal
+of the same name (those that move the state after moving it). The controller moves the RunState
 (studio.protocol.RunState) and emits `changed` whenever the state, the file task or the opened
 model moves, so the window re-applies studio.protocol.CONTROLS. An intent the current state does
 not allow is ignored (a double click, or a click queued behind a state change), as the disabled

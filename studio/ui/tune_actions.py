@@ -6,9 +6,10 @@ model's own) on the chosen device, on the worker's thread (studio.ui.worker_tune
 engine.opencl.gemm_tune.TUNE_SECONDS: the run bar shows the product being measured and the time
 against the bound, Stop cancels it (nothing is stored), and the end says what it found. `label`
 (the window puts it at the right end of its menu bar) says whether the device and shape on
-screen are tuned (the kernel tuning cache, engine.opencl.tune_cache). "Tune kernels before training…" (kept in the settings) makes Train
-and Continue tune first on a device and shape not yet tuned, as LLM_STUDIO_AUTOTUNE=1 does for
-the command line. A part of studio.ui.main_window.MainWindow, composed like the others.
+screen are tuned (the kernel tuning cache, engine.opencl.tune_cache). "Tune kernels before
+training…" (kept in the settings) makes Train and Continue tune first on a device and shape not yet
+tuned, as LLM_STUDIO_AUTOTUNE=1 does for the command line. A part of
+studio.ui.main_window.MainWindow, composed like the others.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.errors import DeviceError, StudioError, TrainingDiverged
 from engine.training.progress import Cancelled, Monitor
-from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint, RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
+from studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
+                             RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
 from engine.files.model_card import tokenizer_name
 from studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from studio.ui.worker_tasks import ModelTasks
