@@ -83,6 +83,12 @@ class TuneResult:
     seconds: float
 
 
+def winners(rows: list) -> list[tuple[Shape, GemmChoice]]:
+    """(shape, tuned choice) of the TuneResult rows whose tuned choice replaces the table's:
+    it ran, and it is another choice."""
+    return [(row[1], row[4]) for row in rows if row[4] != row[2] and row[5] is not None]
+
+
 class ProductBench:
     """Buffers, reference product and timing of one product."""
 
@@ -170,7 +176,7 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     monitor, clock = monitor or Monitor(), clock or timer(rt)
     start, table = time.monotonic(), rt.plan
     products = sorted(model_products(cfg, batch_size), key=lambda p: -np.prod(p[1][1:]))
-    seen, rows, winners, cancelled, path = set(), [], [], False, None
+    seen, rows, cancelled, path = set(), [], False, None
     total = len({s for _, s in products}) + 1   # distinct products, then the attention path
     try:
         for label, shape in products:
@@ -188,8 +194,6 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
             rows.append(row)
             if report:
                 report(row)
-            if row[4] != row[2] and row[5] is not None:
-                winners.append((shape, row[4]))
         # last: its kernels' first build can take seconds on a busy machine
         monitor.tick(f"{PHASE}: attention path", total - 1, total)
         if time.monotonic() - start <= seconds:
@@ -197,7 +201,7 @@ def tune(rt: Runtime, cfg, batch_size: int, seconds: float = TUNE_SECONDS,
     except Cancelled:
         cancelled = True
     rule = attention_gemm.choose(rt.info, cfg, batch_size, cfg.context_length, True, "auto")
-    plan = replace(table, shapes=tuple(winners),  # a path only where it is not the rule's
+    plan = replace(table, shapes=tuple(winners(rows)),  # a path only where it is not the rule's
                    attention_path=path if path not in (None, rule) else table.attention_path)
     complete = not cancelled and path is not None and len(seen) == len({s for _, s in products})
     return TuneResult(plan, rows, complete, cancelled, time.monotonic() - start)

@@ -51,6 +51,6 @@ class KernelTuning:
         except Exception as e:
             self.report_error("Could not tune the kernels", e)
             return None
-        changed = sum(1 for row in result.rows if row[4] != row[2] and row[5] is not None)
         return TuneReport(rt.info.name, result.seconds, gemm_tune.step_speedup(result, cfg, B),
-                          changed, len(result.rows), result.complete, result.cancelled, saved)
+                          len(gemm_tune.winners(result.rows)), len(result.rows), result.complete,
+                          result.cancelled, saved)
