@@ -92,8 +92,9 @@ def cmd_export(args) -> int:
     r = s.export_gguf(args.output, dtype=args.dtype, force=args.force)
     print(f"Wrote {r.path} ({r.size_bytes / 1024:.0f} KiB, {r.dtype})"
           + (f" and {r.modelfile_path}" if r.modelfile_path else ""))
-    if r.no_modelfile_note():   # a pretrained model's export: say why there is none
-        print(r.no_modelfile_note())
+    note = r.no_modelfile_note()
+    if note:   # a pretrained model's export: say why there is none
+        print(note)
     return 0
 
 
