@@ -57,6 +57,12 @@ def engine_side(args) -> dict:
         loss, _, _ = model.train_step(x, y, 1e-4, opt)
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
+    if args.profile:  # one more step, its kernels timed one by one (serial: no overlap)
+        from benchmarks.profile_step import profile_engine_step
+        Path(args.profile).write_text(
+            f"Engine step, {cfg.n_layer} blocks d{cfg.d_model} vocab {cfg.vocab_size}, batch "
+            f"{args.batch} x {args.context}, {rt.info.name}:\n\n"
+            + profile_engine_step(rt, model, x, y, 1e-4, opt, serial=True) + "\n")
     return {"side": "engine", "device": rt.info.name, "loss": loss,
             "s_per_step": float(np.median(times)),
             "counted_gib": training_bytes(cfg, args.batch, rt.info)[0] / 2**30}
@@ -80,11 +86,10 @@ def torch_side(args) -> dict:
                              {"params": rest, "weight_decay": 0.0}], lr=1e-4, betas=(0.9, 0.95))
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, c.vocab_size, (args.batch, args.context), generator=g).to(dev)
-    times = []
-    for i in range(args.warmup + args.steps):
+    def step() -> float:
+        """One full step; its loss."""
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
         out = model(input_ids=x, labels=x)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -92,10 +97,23 @@ def torch_side(args) -> dict:
         opt.zero_grad(set_to_none=True)
         if dev.type == "cuda":
             torch.cuda.synchronize()
+        return float(out.loss.detach())
+
+    times = []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        loss = step()
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
+    if args.profile:  # one more step under torch.profiler: time per operator, device side
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step()
+        key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+        Path(args.profile).write_text(prof.key_averages().table(sort_by=key, row_limit=40))
     peak = (torch.cuda.max_memory_allocated() / 2**30) if dev.type == "cuda" else None
-    return {"side": "torch", "device": str(dev), "loss": float(out.loss),
+    return {"side": "torch", "device": str(dev), "loss": loss,
             "s_per_step": float(np.median(times)), "cuda_peak_gib": peak}
 
 
@@ -156,6 +174,9 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--profile", default=None,
+                   help="--side engine|torch: after the timed steps, profile one more step and "
+                        "write its time per kernel (engine, serial) or operator (PyTorch) here")
     args = p.parse_args(argv)
     if args.side == "both":
         return alternate(args)

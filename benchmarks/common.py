@@ -21,6 +21,9 @@ CONFIGS = {
     "L6T256": dict(d_model=256, n_layer=6, n_head=4, context_length=256, batch=8, vocab=2048),
     # issue 13's XL (its own vocabulary: the output projection weighs as much as a block)
     "XL": dict(d_model=768, n_layer=12, n_head=12, context_length=512, batch=16, vocab=4096),
+    # issue 24 goal 5's open-model workload (SmolLM2-135M's shape, benchmarks/bench_open.py)
+    "OPEN135": dict(d_model=576, n_layer=30, n_head=9, n_kv_head=3, context_length=256,
+                    ffn_dim=1536, batch=16, vocab=49152),
 }
 DESIGN_CPU_PEAK = 146e9  # fp32 FLOP/s of the 2 test cores, measured (docs/DESIGN.md)
 
