@@ -5,6 +5,7 @@
  * multiplied (CLBlast / Volkov-style SGEMM). Same contracts as matmul.cl:
  *   matmul_nn_tiled[128]:  C(M,N) = beta*C + A(M,K)   @ B(K,N)
  *   matmul_tn_tiled[128]:  C(M,N) = beta*C + A(K,M)^T @ B(K,N)
+ * each over one slice of K per group z of the third grid dimension (split-K, see tn below).
  * Work-item (tx, ty) owns rows own(i, ty) and columns own(j, tx) (i, j < RB, see own()).
  * Edges are zero-filled on load and guarded on store.
  * Launch: global (TG * ceil(N/TL), TG * ceil(M/TL)), local (TG, TG); TG, TL_SMALL (64), TL_BIG
@@ -198,23 +199,27 @@ inline void gemm_tile4(__global float* C, int ldc, __global const float* A, int 
  * the device (the 128 tiles need 33 KiB; OpenCL guarantees 32). */
 #define TILES __local float* As = (__local float*)As4; __local float* Bs = (__local float*)Bs4
 
-/* nn: C(M,N) = beta*C + A(M,K) @ B(K,N). */
+/* nn: C(M,N) = beta*C + A(M,K) @ B(K,N), split over K as tn below where its tiles leave
+ * compute units idle (a tied output head's dX per chunk of rows: 256 x 576 x 49152 is 36 tiles
+ * of 64 on a GPU with 132 compute units). */
 __kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled(__global float* C, __global const float* A, __global const float* B,
-                     int M, int N, int K, float beta, __local float4* As4,
+                     int M, int N, int K, float beta, int kslice, __local float4* As4,
                      __local float4* Bs4) {
     TILES;
-    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * TL_SMALL,
-              get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile(C + (size_t)z * M * N, N, A, K, 1, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
+              beta, get_group_id(1) * TL_SMALL, get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
 __kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled128(__global float* C, __global const float* A, __global const float* B,
-                        int M, int N, int K, float beta, __local float4* As4,
+                        int M, int N, int K, float beta, int kslice, __local float4* As4,
                         __local float4* Bs4) {
     TILES;
-    gemm_tile(C, N, A, K, 1, B, N, 1, M, N, 0, K, 1.0f, beta, get_group_id(1) * TL_BIG,
-              get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile(C + (size_t)z * M * N, N, A, K, 1, B, N, 1, M, N, kb, min(K, kb + kslice), 1.0f,
+              beta, get_group_id(1) * TL_BIG, get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
 /* tn: C(M,N) = beta*C + A(K,M)^T @ B(K,N), split over K: group z of the third grid dimension
@@ -247,20 +252,22 @@ void matmul_tn_tiled128(__global float* C, __global const float* A, __global con
  * engine.runtime reads each kernel's signature from this source. */
 __kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled_v4(__global float* C, __global const float* A, __global const float* B,
-                        int M, int N, int K, float beta, __local float4* As4,
+                        int M, int N, int K, float beta, int kslice, __local float4* As4,
                         __local float4* Bs4) {
     TILES;
-    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * TL_SMALL,
-               get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile4(C + (size_t)z * M * N, N, A, K, 0, B, N, M, N, kb, min(K, kb + kslice), beta,
+               get_group_id(1) * TL_SMALL, get_group_id(0) * TL_SMALL, As, Bs, TL_SMALL);
 }
 
 __kernel __attribute__((reqd_work_group_size(TG, TG, 1)))
 void matmul_nn_tiled128_v4(__global float* C, __global const float* A, __global const float* B,
-                           int M, int N, int K, float beta, __local float4* As4,
+                           int M, int N, int K, float beta, int kslice, __local float4* As4,
                            __local float4* Bs4) {
     TILES;
-    gemm_tile4(C, N, A, K, 0, B, N, M, N, 0, K, beta, get_group_id(1) * TL_BIG,
-               get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
+    const int z = get_group_id(2), kb = z * kslice;
+    gemm_tile4(C + (size_t)z * M * N, N, A, K, 0, B, N, M, N, kb, min(K, kb + kslice), beta,
+               get_group_id(1) * TL_BIG, get_group_id(0) * TL_BIG, As, Bs, TL_BIG);
 }
 
 __kernel __attribute__((reqd_work_group_size(TG, TG, 1)))

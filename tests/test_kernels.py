@@ -44,23 +44,27 @@ def test_matmul_forward_backward(gemm_rt, M, N, K):
     close(down(rt, dw, (N, K)), rdw + dw0)
 
 
+@pytest.mark.parametrize("form", ["nn", "tn"])
 @pytest.mark.parametrize("M,N,K", [(68, 132, 1028), (64, 64, 2048), (67, 130, 1100),
                                    (4, 8, 772)])
-def test_matmul_tn_split_over_k(gemm_rt, M, N, K):
-    """A weight gradient with few output tiles and a long K is split into slices of K summed by
-    sum_slices (engine.opencl.gemm_plan.k_slices; float4 fetches where M, N, K allow), accumulating
-    into the existing gradient (beta 1) as matmul_backward does. The wave is made large (as on
-    a big GPU) so the split happens on any test device."""
+def test_matmul_split_over_k(gemm_rt, form, M, N, K):
+    """A product with few output tiles and a long K (a weight gradient, tn; a tied output head's
+    dX per chunk of rows, nn) is split into slices of K summed by sum_slices
+    (engine.opencl.gemm_plan.k_slices; float4 fetches where M, N, K allow), accumulating into the
+    existing C (beta 1) as matmul_backward does. The wave is made large (as on a big GPU) so the
+    split happens on any test device."""
     plan = gemm_rt.plan.replace(wave=64 * gemm_rt.info.compute_units)
     rt = gemm_rt.with_plan(plan)
     if plan.variant == "tiled":
         assert k_slices(plan.wave, -(-M // 64) * -(-N // 64), K) > 1 or K < 512
-        assert plan.launch_for("tn", M, N, K).grid[2] > 1 or K < 512
+        assert plan.launch_for(form, M, N, K).grid[2] > 1 or K < 512
     rng = np.random.default_rng(K)
-    a, b, c0 = rng.normal(size=(K, M)), rng.normal(size=(K, N)), rng.normal(size=(M, N))
+    a = rng.normal(size=(K, M) if form == "tn" else (M, K))
+    b, c0 = rng.normal(size=(K, N)), rng.normal(size=(M, N))
     c = up(rt, c0)
-    ops.matmul_tn(rt, c, up(rt, a), up(rt, b), M, N, K, beta=1.0)
-    close(down(rt, c, (M, N)), a.T @ b + c0, 3e-5)
+    (ops.matmul_tn if form == "tn" else ops.matmul_nn)(rt, c, up(rt, a), up(rt, b), M, N, K,
+                                                        beta=1.0)
+    close(down(rt, c, (M, N)), (a.T if form == "tn" else a) @ b + c0, 3e-5)
 
 
 @pytest.fixture(params=["cpu", "gpu"])

@@ -104,7 +104,7 @@ class GemmChoice:
     group (work-items over (column tiles, row tiles)), k_slice (K rows per launch, so the slice
     of A and B stays in cache; 0: the whole K in one launch where the kernel allows). Tiled:
     tile_edge (None: the rule of GemmPlan.edge_for), fetch4 (float4 loads where M, N, K are
-    multiples of 4), split_depth (least K per split-K slice of a tn product)."""
+    multiples of 4), split_depth (least K per split-K slice)."""
 
     variant: str
     vector_width: int = 8
@@ -126,9 +126,9 @@ class GemmChoice:
 class GemmLaunch(NamedTuple):
     """One product's launches (engine/opencl/ops.py runs them). kernel: its name; vector_width: the
     build of matmul_vec.cl to take it from (None: the main program); grid, local: the NDRange
-    (tiled tn: the third dimension is the number of K slices); k_step: K rows per launch (CPU
+    (tiled: the third dimension is the number of K slices); k_step: K rows per launch (CPU
     variants; None: one launch over the whole K); edge: tiled tile edge (None on CPUs);
-    kslice: K rows per split-K slice (tiled tn)."""
+    kslice: K rows per split-K slice (tiled)."""
 
     kernel: str
     vector_width: int | None
@@ -217,26 +217,35 @@ class GemmPlan:
                           None if one_launch else (c.k_slice or max(K, 1)), None, None)
 
     def _tiled(self, c: GemmChoice, form: str, M: int, N: int, K: int) -> GemmLaunch:
-        tl = self.edge_for(c, form, M, N)
+        tl = self.edge_for(c, form, M, N, K)
         gx, gy = gemm_tiles.TILED_GROUP
         fetch4 = c.fetch4 and M % 4 == 0 and N % 4 == 0 and K % 4 == 0
         name = gemm_tiles.tiled_kernel(form, tl, fetch4)
         grid = (gx * -(-N // tl), gy * -(-M // tl))
-        if form == "nn":
-            return GemmLaunch(name, None, grid, (gx, gy), None, tl, None)
-        n_tiles, tk = -(-N // tl) * -(-M // tl), gemm_tiles.TILED_K
-        kslice = -(-K // k_slices(self.wave, n_tiles, K, c.split_depth))
-        kslice = max(tk, -(-kslice // tk) * tk)
+        kslice = -(-K // self._splits(c, form, -(-N // tl) * -(-M // tl), K))
+        kslice = max(gemm_tiles.TILED_K, -(-kslice // gemm_tiles.TILED_K) * gemm_tiles.TILED_K)
         slices = -(-K // kslice) if K else 1
         return GemmLaunch(name, None, grid + (slices,), (gx, gy, 1), None, tl,
                           kslice if slices > 1 else max(K, 1))
 
-    def edge_for(self, c: GemmChoice, form: str, M: int, N: int) -> int:
+    def _splits(self, c: GemmChoice, form: str, n_tiles: int, K: int) -> int:
+        """Slices of K for a tiled product of n_tiles tiles (k_slices). nn splits only where its
+        tiles fill less than a wave: with a wave and a bit (XL's 8192 x 768 products, 384 tiles
+        of 128 where 264 fit) the split ran 2-12% slower on an H200, while the tied output
+        head's dX per chunk (36 tiles, K 49152) idles 96 of 132 compute units unsplit
+        (benchmarks/RESULTS.md, "nn split over K")."""
+        if form == "nn" and n_tiles >= self.wave:
+            return 1
+        return k_slices(self.wave, n_tiles, K, c.split_depth)
+
+    def edge_for(self, c: GemmChoice, form: str, M: int, N: int, K: int) -> int:
         """The tile edge: the choice's when set (and it fits), else 128x128 tiles (8x8 per
-        work-item, twice the arithmetic per local-memory read) once the product has a full wave
-        of them; for tn (split over K, which makes its own parallelism) once C has 2^17
-        elements (measured on an H200, M and L shapes: bench_kernels.py); the small edge where
-        the device's local memory is too small for the big one."""
+        work-item, twice the arithmetic per local-memory read) where their groups, K split as
+        _splits says, fill at least 3/4 of a wave (nn), or for tn (split over K, which makes
+        its own parallelism) once C has 2^17 elements (measured on an H200, M, L and the 135M
+        model's shapes: bench_kernels.py; 160 groups of 128 ran 13% slower than 576 of 64,
+        256 groups 34% faster); the small edge where the device's local memory is too small
+        for the big one."""
         small, big = gemm_tiles.TILED_EDGES
         if c.tile_edge in self.edges:
             return c.tile_edge
@@ -244,7 +253,8 @@ class GemmPlan:
             return small
         if form == "tn":
             return big if M * N >= 1 << 17 and min(M, N) >= big else small
-        return big if -(-M // big) * -(-N // big) >= self.wave else small
+        tiles = -(-M // big) * -(-N // big)
+        return big if 4 * tiles * self._splits(c, form, tiles, K) >= 3 * self.wave else small
 
     # -- the cache's form (engine.opencl.gemm_tune) ---------------------------------------------------
     def to_dict(self) -> dict:
@@ -296,7 +306,7 @@ def default_plan(limits: DeviceLimits, vector_width: int | str | None = None) ->
 
 
 def k_slices(wave: int, n_tiles: int, K: int, min_depth: int = 256) -> int:
-    """How many slices of K a tiled tn product of n_tiles output tiles is split into: the count
+    """How many slices of K a tiled product of n_tiles output tiles is split into: the count
     with the least estimated time, waves x depth per slice (a last, partly empty wave costs as
     much as a full one: 270 groups where 264 fit ran at 2/3 of the speed of 264) plus the
     summing of the slices (sum_slices); each slice at least min_depth deep."""

@@ -35,10 +35,9 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
                             beta if k0 == 0 else 1.0, k0, min(k0 + g.k_step, K), built=built)
         return
     tiles = rt.gemm_tiles(g.edge)  # local-memory tiled, one work-group per tile
-    if form == "nn":
-        rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, *tiles)
-        return
-    slices = g.grid[2]  # tn: K split so the groups fill whole waves, slices summed (sum_slices)
+    # K split so the groups fill whole waves, the slices' partial sums added by sum_slices (their
+    # scratch: slices x M x N floats, at most a few waves of tiles)
+    slices = g.grid[2]
     if slices == 1:
         rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, g.kslice, *tiles)
         return
