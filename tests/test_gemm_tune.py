@@ -193,6 +193,26 @@ def test_autotune_is_a_parameter_as_well_as_the_environment(rt, cache, monkeypat
     assert len(calls) == 1 and gemm_tune.cached_plan(rt, CFG, B) is not None
 
 
+def test_a_chunked_output_head_is_tuned_on_the_products_it_runs():
+    """A large vocabulary projects its logits in chunks of rows (engine.model.output_head): the
+    tuner times the chunk's products (SmolLM2's head at 16 x 256: 256 rows, not 4096), and a
+    step counts them once per chunk."""
+    from engine.config import ModelConfig
+    cfg = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
+                      context_length=256, ffn_dim=1536, tie_embeddings=True)
+    products = dict(gemm_tune.model_products(cfg, 16))
+    assert products["logits fwd"] == ("nn", 256, 49152, 576)
+    assert products["logits dX"] == ("nn", 256, 576, 49152)
+    assert products["logits dW"] == ("tn", 49152, 576, 256)
+    assert products["qkv fwd"] == ("nn", 4096, 960, 576)
+    t = GemmChoice("blocked")
+    rows = [("qkv fwd", products["qkv fwd"], t, 1.0, t, 1.0),
+            ("logits dX", products["logits dX"], t, 2.0, t, 1.0)]
+    result = gemm_tune.TuneResult(None, rows, True, False, 1.0)
+    # 30 blocks' qkv fwd at 1 s either way, 16 chunks' dX at 2 s -> 1 s
+    assert gemm_tune.step_speedup(result, cfg, 16) == pytest.approx((30 + 32) / (30 + 16))
+
+
 def test_the_device_key_needs_no_runtime(rt):
     """The studio asks whether a device is tuned on its GUI thread: the key from the
     DeviceInfo alone equals a Runtime's."""

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from engine.model import attention, attention_gemm
+from engine.model.activations import logit_rows
 from engine.opencl import ops, tune_cache
 from engine.errors import DeviceError
 from engine.opencl.gemm_plan import GemmChoice, GemmPlan, Shape
@@ -60,13 +61,15 @@ def model_products(cfg, batch_size: int) -> list[tuple[str, Shape]]:
     """(label, (form, M, N, K)) of the matrix products of one training step of cfg
     (engine/model/transformer.py via ops.matmul_forward/backward): per linear layer (out n, in k) the
     forward (nn BT x n x k), the input gradient (nn BT x k x n), the weight gradient
-    (tn n x k x BT)."""
+    (tn n x k x BT). The output projection's rows are those of one chunk where the logits are
+    projected in chunks of rows (engine.model.activations.logit_rows, engine.model.output_head)."""
     BT, C, F = batch_size * cfg.context_length, cfg.d_model, cfg.hidden_dim
     out = []
     for name, n, k in (("qkv", qkv_width(cfg), C), ("attn_out", C, C), ("gate_up", 2 * F, C),
                        ("down", C, F), ("logits", cfg.vocab_size, C)):
-        out += [(f"{name} fwd", ("nn", BT, n, k)), (f"{name} dX", ("nn", BT, k, n)),
-                (f"{name} dW", ("tn", n, k, BT))]
+        rows = logit_rows(n, BT) if name == "logits" else BT
+        out += [(f"{name} fwd", ("nn", rows, n, k)), (f"{name} dX", ("nn", rows, k, n)),
+                (f"{name} dW", ("tn", n, k, rows))]
     return out
 
 
@@ -146,7 +149,7 @@ def candidates(rt: Runtime, table: GemmChoice, stage: int, best: GemmChoice,
     if best.variant == "tiled":
         if stage == 1:
             return [replace(best, fetch4=False)]
-        return [replace(best, split_depth=d) for d in SPLIT_DEPTHS] if form == "tn" else []
+        return [replace(best, split_depth=d) for d in SPLIT_DEPTHS]
     if best.variant == "packed":
         return []   # its blocks follow the cores (engine.opencl.ops.packed_blocks), no group
     if stage == 1:
@@ -364,11 +367,13 @@ def runtime_for_model(rt: Runtime, cfg, batch_size: int, monitor: Monitor | None
 def step_speedup(result: TuneResult, cfg, batch_size: int) -> float | None:
     """How much faster one training step's products run by result.plan than by the table:
     sum(table seconds) / sum(tuned seconds) over the products measured both ways, each shape
-    counted as often as a step runs it (a block's products n_layer times, the logits once);
-    None when no product ran both ways."""
+    counted as often as a step runs it (a block's products n_layer times, the logits once per
+    chunk of rows); None when no product ran both ways."""
+    BT = batch_size * cfg.context_length
+    chunks = BT / logit_rows(cfg.vocab_size, BT)
     uses: dict = {}
     for label, shape in model_products(cfg, batch_size):
-        uses[shape] = uses.get(shape, 0) + (1 if label.startswith("logits") else cfg.n_layer)
+        uses[shape] = uses.get(shape, 0) + (chunks if label.startswith("logits") else cfg.n_layer)
     table = tuned = 0.0
     for _, shape, _, t_table, _, t_tuned in result.rows:
         if t_table is not None and t_tuned is not None:
