@@ -97,8 +97,9 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
     fused, _ = training_bytes(cfg, B, gpu(2, rt=rt), "fused")
     gemm, biggest = training_bytes(cfg, B, gpu(2, rt=rt), "gemm")
     probs = B * H * T * T
-    # training: L + 1 buffers replace L + 1 logsumexps; evaluation L; generation (B=1) L
-    want = 4 * ((2 * L + 1) * (probs - B * H * T) + L * (H * T * T - H * T))
+    # training (which evaluation shares): L + 1 buffers replace L + 1 logsumexps; generation
+    # (B=1) L
+    want = 4 * ((L + 1) * (probs - B * H * T) + L * (H * T * T - H * T))
     assert gemm - fused == want
     assert biggest >= 4 * probs
     assert training_bytes(cfg, B, gpu(2, rt=rt)) == (gemm, biggest)  # the rule picks gemm

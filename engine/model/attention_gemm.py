@@ -37,10 +37,10 @@ from engine.opencl.gemm_plan import round_grid
 
 ATTENTION_ENV = "LLM_STUDIO_ATTENTION"  # "gemm" or "fused" forces a path; "auto"/unset: rule
 PATHS = ("gemm", "fused")
-# One activation set's (B, H, T, T) buffers may take 1/8 of the device memory: training and
-# evaluation sets together then hold at most a quarter, leaving the rest to weights, AdamW
-# moments and the other activations (an H200: 17.6 GB per set, so T 2048 d384 B8 still runs
-# the GEMMs; a 4 GB laptop GPU: 512 MB, so it switches to the fused kernels much earlier).
+# One activation set's (B, H, T, T) buffers may take 1/8 of the device memory: the training set
+# (evaluation shares it) and the generation set hold less than a quarter, leaving the rest to
+# weights, AdamW moments and the other activations (an H200: 17.6 GB per set, so T 2048 d384 B8
+# still runs the GEMMs; a 4 GB laptop GPU: 512 MB, so it switches to the fused kernels much earlier).
 GEMM_SHARE = 1 / 8
 _INT_MAX = 2**31 - 1  # the bmm kernels index a (b, h) slice with int strides
 

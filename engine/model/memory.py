@@ -3,7 +3,7 @@
 Counts the bytes of what engine.model.transformer and engine.generation.decode allocate, from the lists they allocate
 from (engine.model.activations): the Model's own buffers (model_buffers: parameters, gradients, two
 AdamW moments, grad-norm scratch, the transposed-weight scratch, RoPE tables), the training
-activations for (batch_size, context_length), the evaluation set of the same shape, the
+activations for (batch_size, context_length) (evaluation runs on the same set), the
 generation window (1, context_length) and the KV decoder's rows that samples use
 (DECODE_BUFFERS); the activation sets from BUFFERS (grouped-query attention's narrower k, v and
 the logits of a large vocabulary held a chunk of rows at a time, logit_rows, included).
@@ -31,13 +31,14 @@ def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
 def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
                    attention_path: str | None = None) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
-    engine.model.transformer.Model, its activation sets (training, evaluation, generation) and a KVDecoder
-    allocate on `device`; each activation set's attention path as engine.model.attention_gemm.choose
-    picks it there (attention_path forces one; no device: "fused", and a GPU's grad-norm
+    engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
+    generation) and a KVDecoder allocate on `device`; each activation set's attention path as
+    engine.model.attention_gemm.choose picks it there (attention_path forces one; no device: "fused", and a GPU's grad-norm
     scratch)."""
     T = cfg.context_length
-    # train, evaluate, generate; at batch size 1 the last two are one set (Model.activations)
-    sets = dict.fromkeys(((batch_size, True), (batch_size, False), (1, False)))
+    # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
+    # generation set is its own where a KVDecoder made it before training (counted so)
+    sets = ((batch_size, True), (1, False))
     parts = [activations.set_bytes(cfg, B, T, grad,
                                    _path(cfg, B, T, grad, device, attention_path))
              for B, grad in sets]
