@@ -136,8 +136,11 @@ def test_swiglu(rt, BT, F):
     close(down(rt, dgu, (BT, 2 * F)), np.concatenate([rdg, rdu], -1))
 
 
-@pytest.mark.parametrize("R,V", [(1, 1), (1, 7), (9, 300), (33, 1000)])
-def test_crossentropy(rows_rt, R, V):
+@pytest.mark.parametrize("R,V", [(1, 1), (1, 7), (9, 300), (33, 1000), (3, 257), (5, 9001)])
+@pytest.mark.parametrize("wide", [False, True], ids=["rows", "wide"])
+def test_crossentropy(rows_rt, R, V, wide):
+    """Both kernels (SM_LANES lanes per row; crossentropy_wide: 256 lanes, online softmax):
+    rows shorter than the lanes (lanes with no element), masked rows, a row's max late in it."""
     rt = rows_rt
     rng = np.random.default_rng(R * V)
     logits = rng.normal(scale=4, size=(R, V))
@@ -145,9 +148,10 @@ def test_crossentropy(rows_rt, R, V):
     if R > 2:
         targets[1] = -1  # a masked row counts neither in the loss nor the gradient
         targets[R - 1] = -1  # also in a work-group whose other rows count
+    logits[0, -1] += 30.0   # the running max jumps at the row's last element
     n = int((targets >= 0).sum())
     bl, losses, bt = up(rt, logits), rt.empty(R), up(rt, targets, np.int32)
-    ops.crossentropy_forward_backward(rt, bl, losses, bt, R, V, n, want_grad=True)
+    ops.crossentropy_forward_backward(rt, bl, losses, bt, R, V, n, want_grad=True, wide=wide)
     mean, rlosses = ref.crossentropy_forward(logits, targets)
     close(down(rt, losses, (R,)), rlosses)
     close(down(rt, bl, (R, V)), ref.crossentropy_backward(logits, targets))
