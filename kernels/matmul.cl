@@ -6,7 +6,8 @@
  *   matmul_nn:  C(M,N) = beta*C + A(M,K)   @ B(K,N)     A, B, C row-major
  *   matmul_tn:  C(M,N) = beta*C + A(K,M)^T @ B(K,N)     (A stored K x M)
  * The third form a linear layer needs, X @ W^T, is a transpose of W into scratch plus matmul_nn:
- * the transpose moves N*K floats, the product does 2*M*N*K flops.
+ * the transpose moves N*K floats, the product does 2*M*N*K flops (for a few rows of X, as in
+ * decoding, kernels/matvec.cl reads W in place instead).
  * Edge tiles take a guarded path, so no size needs to be a multiple of the tile.
  */
 

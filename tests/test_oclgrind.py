@@ -38,7 +38,8 @@ CHOSEN = ("1-1-1", "7-13", "37-50", "2-5-3-4", "1-19-2-6", "2-7-11-9", "1-17-2-6
           "9-300", "1000", "nonfinite", "residual", "kv_cache and 5", "2-33-2-10",
           "split_launches", "same_mask and 7-0.1", "1-37-2-40", "2-5-6-4-1", "1-1-9-2-3",
           "2-7-6-4-1", "kv_heads_equal", "flash_edges and 1-1-2-16-1",
-          "flash_edges and 2-65-4-16-2", "runs_the_flash", "small_local_memory and 12-mixed")
+          "flash_edges and 2-65-4-16-2", "runs_the_flash", "small_local_memory and 12-mixed",
+          "matvec and 2-33-257")
 
 
 def collected_ids() -> list[str]:

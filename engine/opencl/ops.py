@@ -132,19 +132,33 @@ def transpose(rt: Runtime, out, inp, R: int, C: int):
     rt.launch("transpose", (-(-C // 4), -(-R // 4)), out, inp, R, C)
 
 
+# Rows of x up to which matmul_forward runs matvec_nt (MATVEC_ROWS in kernels/matvec.cl); on
+# CPUs matvec_nt_cpu's columns per block (MV_R) and work-groups per compute unit
+MATVEC_ROWS, MATVEC_CPU_COLUMNS, MATVEC_CPU_GROUPS = 4, 4, 8
+
+
 def reads_weight_in_place(rt: Runtime, M: int, N: int, K: int) -> bool:
-    """True where matmul_forward of these sizes reads w (N, K) as it is (the packed GEMM's nt
-    form), False where it needs w^T (K, N) first (a transpose pass, then the nn kernel)."""
-    return rt.plan.choice_for("nn", M, N, K).variant == "packed"
+    """True where matmul_forward of these sizes reads w (N, K) as it is (matvec_nt for a few
+    rows, the packed GEMM's nt form), False where it needs w^T (K, N) first (a transpose pass,
+    then the nn kernel)."""
+    return M <= MATVEC_ROWS or rt.plan.choice_for("nn", M, N, K).variant == "packed"
 
 
 def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int,
                    w_t_ready: bool = False):
-    """out (M, N) = inp (M, K) @ w (N, K)^T: with the "packed" GEMM in one nt product, else
+    """out (M, N) = inp (M, K) @ w (N, K)^T: for at most MATVEC_ROWS rows (decoding) by
+    matvec_nt reading w in place, with the "packed" GEMM in one nt product, else
     via w^T in scratch (K, N) and the NN kernel (on an H200 the transpose + nn ran ~8% faster
     than a tiled kernel reading w in place: its fetches of w are 64-byte row pieces instead of
     128-byte runs). w_t_ready: the scratch already holds w^T (a caller projecting in chunks
     transposes once)."""
+    if M <= MATVEC_ROWS:  # decoding: w read once, in place (kernels/matvec.cl)
+        if rt.row_lanes == 1:   # CPUs: a few single-work-item groups per core, float8 along K
+            groups = min(-(-N // MATVEC_CPU_COLUMNS), MATVEC_CPU_GROUPS * rt.info.compute_units)
+            rt.launch_local("matvec_nt_cpu", (groups,), (1,), out, inp, w, M, N, K)
+        else:
+            _rows_launch(rt, "matvec_nt", N, out, inp, w, M, N, K)
+        return
     choice = rt.plan.choice_for("nn", M, N, K)
     if choice.variant == "packed":  # reads w in place while packing it: no transpose pass
         for m0, rows in _row_chunks(rt, M, 2 * N * K):
