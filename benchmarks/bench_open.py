@@ -68,18 +68,67 @@ def engine_side(args) -> dict:
             "counted_gib": training_bytes(cfg, args.batch, rt.info)[0] / 2**30}
 
 
-def torch_side(args) -> dict:
+def engine_decode(args) -> dict:
+    """--decode N: ms per token of greedy KV-cache decoding (engine.generation.decode.KVDecoder)
+    of N tokens after an 8-token prompt, the median of 3 runs, at context --context."""
+    from engine.generation.decode import KVDecoder
+    from engine.model.transformer import Model
+    from engine.opencl.runtime import Runtime
+    rt = Runtime(args.device)
+    cfg = SMOL.replace(context_length=args.context)
+    model, runs = Model(rt, cfg, seed=0), []
+    decoder = KVDecoder(model)
+    for _ in range(3):
+        logits = decoder.reset(list(range(1, 9)))
+        t0 = time.perf_counter()
+        for _ in range(args.decode):
+            logits = decoder.step(int(np.argmax(logits)))
+        runs.append((time.perf_counter() - t0) / args.decode)
+    return {"side": "engine", "device": rt.info.name, "ms_per_token": 1e3 * float(np.median(runs))}
+
+
+def torch_decode(args) -> dict:
+    """--decode N on PyTorch's side: transformers' generate (greedy, KV cache) of N new tokens
+    after the same 8-token prompt, ms per token, the median of 3 runs (fp32, eval mode)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
     torch.set_num_threads(args.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device(args.torch_device)
+    model = _torch_model(args).eval()
+    ids = torch.arange(1, 9).reshape(1, 8).to(dev)
+    runs = []
+    with torch.no_grad():
+        for _ in range(3):
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model.generate(ids, max_new_tokens=args.decode, min_new_tokens=args.decode,
+                           do_sample=False, use_cache=True)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            runs.append((time.perf_counter() - t0) / args.decode)
+    return {"side": "torch", "device": str(dev), "ms_per_token": 1e3 * float(np.median(runs))}
+
+
+def _torch_model(args):
+    """transformers' LlamaForCausalLM of SMOL's shape, fp32, on --torch-device."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
     c = SMOL
     cfg = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ffn_dim,
                       num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
                       num_key_value_heads=c.n_kv_head, max_position_embeddings=args.context,
                       rope_theta=c.rope_base, tie_word_embeddings=True, rms_norm_eps=c.rms_eps)
-    model = LlamaForCausalLM(cfg).float().to(dev).train()
+    return LlamaForCausalLM(cfg).float().to(torch.device(args.torch_device))
+
+
+def torch_side(args) -> dict:
+    import torch
+    torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(args.torch_device)
+    c = SMOL
+    model = _torch_model(args).train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -174,12 +223,21 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--decode", type=int, default=0,
+                   help="--side engine|torch: time N tokens of greedy KV-cache decoding instead "
+                        "of training steps (ms per token)")
     p.add_argument("--profile", default=None,
                    help="--side engine|torch: after the timed steps, profile one more step and "
                         "write its time per kernel (engine, serial) or operator (PyTorch) here")
     args = p.parse_args(argv)
     if args.side == "both":
         return alternate(args)
+    if args.decode:
+        r = engine_decode(args) if args.side == "engine" else torch_decode(args)
+        r.update(context=args.context, new_tokens=args.decode,
+                 peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+        print(json.dumps(r))
+        return 0
     r = engine_side(args) if args.side == "engine" else torch_side(args)
     r.update(batch=args.batch, context=args.context,
              tokens_per_s=args.batch * args.context / r["s_per_step"],
