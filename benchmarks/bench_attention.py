@@ -11,6 +11,9 @@ T2048 (d384 L6 H6 T2048 B8 V512).
 `layer`: one layer's attention forward + backward in ms, fused against batched GEMM against
 PyTorch's scaled_dot_product_attention (benchmarks/attention_layer.py); `tiles`: the fused
 kernels' tile candidates at d384 T2048, then `layer` with the fastest.
+`split`: each fused kernel (forward, dq, dk/dv) alone against the gemm path's forward and
+backward (benchmarks/attention_split.py); `sweep`: each fused kernel's tiles and work-group
+shapes timed alone at d384 T2048 B8, then `split` and `layer` with the fastest first.
 `steps --attention gemm|fused` forces the attention path.
 `memory`: per context length, one training step of a d_model model with 1 and with 2 layers, each
 in a fresh process; the device memory a layer adds is the difference. Measured with nvidia-smi
@@ -113,15 +116,41 @@ def memory_table(args) -> str:
     return "\n".join(rows)
 
 
+def split_or_sweep(what: str, device, kernels: str | None = None) -> str:
+    """`split` on the layer shapes, or `sweep` (of `kernels`, comma-separated keys of
+    attention_flash.CANDIDATES; default all) then `split` and `layer` with the fastest tiles
+    tried first (benchmarks/attention_split.py)."""
+    from benchmarks import attention_layer, attention_split
+    from engine.model import attention_flash as af
+    from engine.opencl.runtime import Runtime
+    # NVIDIA's compiler log with registers and spills, per swept build
+    rt = Runtime(device, build_options=("-cl-nv-verbose",) if device == "NVIDIA" else ())
+    parts = []
+    if what == "sweep":
+        only = None if not kernels else {
+            k: list(attention_split.configs(k, 64, rt.limits.local_mem_bytes))
+            for k in kernels.split(",")}
+        text, best = attention_split.sweep(rt, 384, 6, 2048, 8, only)
+        parts.append(text)
+        for name, t in best.items():
+            af.CANDIDATES[name] = (t,) + tuple(c for c in af.CANDIDATES[name] if c != t)
+    parts.append(attention_split.split_text(rt, attention_layer.SHAPES))
+    if what == "sweep":
+        parts.append(attention_layer.layer_table(device))
+    return "\n\n".join(parts)
+
+
 def main(argv=None):
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "_one":
         _, _, d, L, T, B, dev = sys.argv
         print(json.dumps(one_step_memory(int(d), int(L), int(T), int(B), dev or None)))
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("steps", "memory", "layer", "tiles"))
+    p.add_argument("what", choices=("steps", "memory", "layer", "tiles", "split", "sweep"))
     p.add_argument("--attention", choices=("auto", "gemm", "fused"), default="auto")
     p.add_argument("--out", default=None, help="also write the table to this file")
+    p.add_argument("--kernels", default=None,
+                   help="sweep: these kernels only (keys of attention_flash.CANDIDATES)")
     p.add_argument("--configs", default="S,M,T1024")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--device", default=None)
@@ -129,6 +158,11 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--contexts", default="256,512,1024,2048")
     args = p.parse_args(argv)
+    if args.what in ("split", "sweep"):
+        table = split_or_sweep(args.what, args.device, args.kernels)
+        if args.out:
+            Path(args.out).write_text(table + "\n")
+        return
     if args.what in ("layer", "tiles"):
         from benchmarks import attention_layer
         table = (attention_layer.layer_table(args.device) if args.what == "layer" else

@@ -21,15 +21,17 @@ def report(device: str) -> str:
     rt = Runtime(device, build_options=("-cl-nv-verbose",))
     lines = []
     for hd in (64, 128):
-        for name in attention_flash.DEFINES:
-            got = attention_flash.program(rt, name, hd, 1)
+        for name, ds in [(n, False) for n in attention_flash.DEFINES] + [
+                ("attention_backward_dkv", True), ("attention_backward_dq", True)]:
+            got = attention_flash.program(rt, name, hd, 1, ds)
+            label = name + (" (dS path)" if ds else "")
             if got is None:
-                lines.append(f"hd{hd} {name}: flash tiles do not fit; attention.cl runs it")
+                lines.append(f"hd{hd} {label}: flash tiles do not fit; attention.cl runs it")
                 continue
             built, t = got
             ptx = b"".join(built.program.get_info(cl.program_info.BINARIES)).decode("latin-1")
             vec = {w: len(re.findall(rf"ld\.shared\.v{w}\.f32", ptx)) for w in (2, 4)}
-            lines.append(f"hd{hd} {name} bq{t.bq} bk{t.bk}: vector __local reads in the PTX "
+            lines.append(f"hd{hd} {label} {tuple(t)}: vector __local reads in the PTX "
                          f"v2 {vec[2]}, v4 {vec[4]}")
             lines += _ptxas(built.program.get_build_info(rt.device, cl.program_build_info.LOG))
         built, _ = attention.program(rt, hd, "tiled")

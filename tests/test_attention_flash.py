@@ -1,6 +1,8 @@
 """The GPU's cooperative FlashAttention-2 kernels (kernels/attention_flash.cl) against the float64
 reference at the edges of their tiles (T = 1, 63, 64, 65, 129 around 16/32/64-row tiles; head_dim
-16, 24, 64, 96, padded to multiples of 16; grouped-query attention with groups of 2 and 3), their
+16, 24, 64, 96, padded to multiples of 16; grouped-query attention with groups of 2 and 3), on
+both backward paths (dS written once and read by a one-product dq kernel, in chunks of heads
+that fit its scratch; or recomputed in the dq kernel), with every work-group shape, their
 local-memory fit, and the fallback to attention.cl's kernels where their tiles do not fit a
 (simulated) small local memory."""
 
@@ -33,28 +35,76 @@ def launched(rt, fn) -> list[str]:
     return names
 
 
+def no_ds(monkeypatch):
+    """No dS^T scratch: the backward recomputes dS in its dq kernel."""
+    monkeypatch.setattr(attention_flash, "DS_BYTES", 0)
+
+
+@pytest.mark.parametrize("path", ["ds", "recompute"])
 @pytest.mark.parametrize("B,T,H,hd,KVH", [
     (1, 1, 2, 16, 1), (1, 63, 2, 24, 1), (2, 64, 3, 16, 3), (1, 65, 3, 64, 1),
     (1, 129, 2, 96, 2), (1, 129, 3, 24, 1), (2, 65, 4, 16, 2), (1, 33, 6, 64, 2)])
-def test_flash_edges(rt, B, T, H, hd, KVH):
+def test_flash_edges(rt, monkeypatch, path, B, T, H, hd, KVH):
+    if path == "recompute":
+        no_ds(monkeypatch)
     run_attention(tiled(rt), B, T, H, hd, seed=T + hd + KVH, KVH=KVH)
 
 
-def test_tiled_variant_runs_the_flash_kernels(rt):
-    """Forward, dq and dk/dv all run kernels/attention_flash.cl where its tiles fit."""
+def flash_names(rt, *shape) -> list[str]:
+    """The attention kernels run_attention(rt, *shape) launches."""
+    names = launched(rt, lambda: run_attention(rt, *shape[:4], seed=1, KVH=shape[4]))
+    return [n for n in names if n.startswith("attention_")]
+
+
+def test_tiled_variant_runs_the_flash_kernels(rt, monkeypatch):
+    """Forward, D, dk/dv and dq all run kernels/attention_flash.cl where its tiles fit (dS path);
+    without room for dS, forward, dq (recomputing dS) and dk/dv."""
     t = tiled(rt)
-    names = launched(t, lambda: run_attention(t, 1, 40, 2, 24, seed=1, KVH=1))
-    assert [n for n in names if n.startswith("attention_")] == [k + "_flash" for k in KERNELS]
+    assert flash_names(t, 1, 40, 2, 24, 1) == [
+        "attention_forward_flash", "attention_dsum_flash", "attention_backward_dkv_flash",
+        "attention_backward_dq_flash"]
+    no_ds(monkeypatch)
+    assert flash_names(t, 1, 40, 2, 24, 1) == [k + "_flash" for k in KERNELS]
+
+
+@pytest.mark.parametrize("heads_per_chunk", [1, 2])
+def test_ds_path_runs_in_chunks_of_heads_that_fit(rt, monkeypatch, heads_per_chunk):
+    """A dS^T scratch of one or two key/value heads' G x T x T floats splits the backward into
+    that many heads per chunk (B 2 x KVH 3 = 6 heads, G 2), with the same results; one float
+    less than a head's slice falls back to recomputing dS."""
+    T, G = 37, 2
+    monkeypatch.setattr(attention_flash, "DS_BYTES", 4 * heads_per_chunk * G * T * T)
+    names = flash_names(tiled(rt), 2, T, 6, 16, 3)
+    assert names.count("attention_backward_dkv_flash") == 6 // heads_per_chunk
+    assert names.count("attention_dsum_flash") == names.count("attention_backward_dq_flash")
+    monkeypatch.setattr(attention_flash, "DS_BYTES", 4 * G * T * T - 4)
+    assert "attention_dsum_flash" not in flash_names(tiled(rt), 2, T, 6, 16, 3)
+
+
+@pytest.mark.parametrize("tile", [
+    attention_flash.FlashTiles(32, 32, 8, 8, 0), attention_flash.FlashTiles(16, 32, 8, 16, 1),
+    attention_flash.FlashTiles(32, 16, 16, 8, 1), attention_flash.FlashTiles(16, 16, 16, 16, 0)],
+    ids=lambda t: f"bq{t.bq}-bk{t.bk}-wg{t.wx}x{t.wy}-pf{t.pf}")
+def test_every_work_group_shape(rt, monkeypatch, tile):
+    """Work-groups 8x8, 8x16, 16x8 and 16x16, with and without the register prefetch, on every
+    kernel of both backward paths (T 33 and 65 cross their tiles; head_dim 24 pads to 32, so an
+    8-wide group takes 4 channels, a 16-wide 2)."""
+    for name in attention_flash.CANDIDATES:
+        monkeypatch.setitem(attention_flash.CANDIDATES, name, (tile,))
+    run_attention(tiled(rt), 2, 33, 4, 24, seed=3, KVH=2)
+    no_ds(monkeypatch)
+    run_attention(tiled(rt), 1, 65, 3, 24, seed=4, KVH=1)
 
 
 def test_flash_tiles_fit_local_memory():
-    """Every head_dim up to 96 fits OpenCL's guaranteed 32 KiB, up to 128 an NVIDIA GPU's 48 KiB
-    (larger ones run attention.cl's kernels)."""
+    """Every head_dim up to ANY_DEVICE_HEAD_DIM (96) fits OpenCL's guaranteed 32 KiB, up to 128
+    an NVIDIA GPU's 48 KiB (larger ones run attention.cl's kernels), every kernel of both
+    backward paths."""
     for hd in (2, 16, 24, 48, 64, 72, 96, 128):
-        for name in KERNELS:
+        for name in attention_flash.CANDIDATES:
             for local in (32 * 1024, 48 * 1024):
                 t = attention_flash.tiles(name, hd, local)
-                if hd > 96 and local < 48 * 1024:
+                if hd > attention_flash.ANY_DEVICE_HEAD_DIM and local < 48 * 1024:
                     continue
                 assert t is not None and 4 * attention_flash.local_floats(name, t, hd) <= local
     # OpenCL's guaranteed 32 KiB takes smaller tiles than an NVIDIA GPU's 48 KiB

@@ -18,16 +18,18 @@ Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_bl
 work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
 vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
 attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU:
-kernels/attention_flash.cl, cooperative 16x16 work-groups with register blocks over __local
-tiles, engine/model/attention_flash.py; where a kernel's flash tiles do not fit the local memory,
-kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per work-item, K/V
-tiles in __local; both skip tiles above the diagonal). Each file is built once per head_dim
-and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run per key/value
-head and sum over the G query heads of its group.
+kernels/attention_flash.cl, cooperative work-groups with register blocks over __local tiles,
+engine/model/attention_flash.py; its backward writes dS^T once, per chunk of heads, into the
+runtime's scratch (at most attention_flash.DS_BYTES) and runs dq = dS K on it, or recomputes dS
+in the dq kernel where one head's T x T does not fit; where a kernel's flash tiles do not fit
+the local memory, kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per
+work-item, K/V tiles in __local; both skip tiles above the diagonal). Each file is built once
+per head_dim and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run
+per key/value head and sum over the G query heads of its group.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
-GPUs run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls) wherever
-the (B, H, T, T) probabilities fit; attention_gemm.choose picks the path per activation set.
+GPUs can run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls);
+attention_gemm.choose picks the path per activation set.
 """
 
 from __future__ import annotations
@@ -140,10 +142,12 @@ def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1
     return built, t
 
 
-def _chunks(rt: Runtime, nz: int, flops_per_z: float):
-    """(z0, count) ranges of nz (batch, head) pairs, each within rt.max_launch_flops."""
+def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
+    """(z0, count) ranges of nz (batch, head) pairs, each within rt.max_launch_flops (and of
+    at most `most` pairs)."""
     cap = rt.max_launch_flops
     step = nz if cap is None else max(1, min(nz, int(cap // max(flops_per_z, 1.0))))
+    step = step if most is None else min(step, most)
     for z0 in range(0, nz, step):
         yield z0, min(step, nz - z0)
 
@@ -162,7 +166,7 @@ def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool =
     for z0, count in _chunks(rt, nz, work):  # work: 2 flops per multiply-add, half the pairs
         tail = (s.T, s.C, s.H, z0, z0 + count)
         if flash:
-            attention_flash.launch(rt, name, flash, s.T, count, (*args, *tail))
+            attention_flash.launch(rt, name, flash, s.T, count, args, tail)
         elif kind == "blocked":
             local = BLOCKED_LOCAL
             grid = (_up(-(-s.T // t.bq), local[0]), count)
@@ -222,8 +226,35 @@ def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int,
         _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse, xt)
         _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, xt, per_kv=True)
         return
+    if _backward_ds(rt, s, dqkv, dsum, dy, qkv, y, lse):
+        return
     _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse)
     _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, per_kv=True)
+
+
+def _backward_ds(rt: Runtime, s: Heads, dqkv, dsum, dy, qkv, y, lse) -> bool:
+    """The GPU backward's dS path (kernels/attention_flash.cl, ATT_DS): per chunk of key/value
+    heads, D, then dk/dv writing dS^T into the runtime's scratch, then dq = dS K; False (nothing
+    enqueued) where its kernels' tiles or one head's G x T x T floats of dS^T do not fit."""
+    per_kv = s.group * s.T * s.T
+    most = attention_flash.ds_heads(rt, per_kv)
+    dq = most and attention_flash.program(rt, "attention_backward_dq", s.head_dim, s.group, True)
+    dkv = dq and attention_flash.program(rt, "attention_backward_dkv", s.head_dim, s.group,
+                                         True)
+    if not dkv:
+        return False
+    G = s.group
+    work = 4 * s.T * (s.T + 1) * s.head_dim * G  # as _launch's dk/dv
+    ds = rt.scratch(min(most, s.B * s.KVH) * per_kv)
+    for z0, count in _chunks(rt, s.B * s.KVH, work, most):
+        tail = (s.T, s.C, s.H, z0, z0 + count)
+        q_tail = (s.T, s.C, s.H, z0 * G, (z0 + count) * G)  # the chunk's query heads
+        attention_flash.launch_dsum(rt, dkv, s.T, count * G, (dsum, dy, y, *q_tail))
+        attention_flash.launch(rt, "attention_backward_dkv", dkv, s.T, count,
+                               (dqkv, dy, qkv, lse, dsum), tail, ds)
+        attention_flash.launch(rt, "attention_backward_dq", dq, s.T, count * G,
+                               (dqkv, dsum, dy, y, qkv, lse), q_tail, ds)
+    return True
 
 
 def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int,

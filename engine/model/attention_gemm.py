@@ -5,18 +5,21 @@ The "gemm" path (Vaswani et al. 2017, written out): S = Q K^T / sqrt(head_dim) a
 batched strided products (bmm_* in kernels/matmul*.cl, the tuned GEMM tiles) around the causal
 row softmax (kernels/softmax.cl); backward dP = dY V^T, dS = P * (dP - rowsum(dP * P)) / sqrt(hd),
 dQ = dS K, dK = dS^T Q, dV = P^T dY. It keeps the probabilities P (B, H, T, T) per layer and one
-dP/dS scratch of the same size, so its memory grows with T^2; on an H200 one layer's forward +
-backward runs 1.13-1.27x faster than the fused FlashAttention-2 kernels at T 256..4096 (which
-recompute S and dP in both backward kernels; benchmarks/RESULTS.md, fused attention). The
-"fused" path keeps memory linear in T (long contexts, CPUs), and takes over where the GEMM
-path's buffers do not fit; the tuner (gemm_tune.tune_attention) times both on the device at
-hand and keeps the fused path unless the GEMMs are faster by its margin.
+dP/dS scratch of the same size, so its memory grows with T^2. On an H200 the fused
+FlashAttention-2 kernels (kernels/attention_flash.cl) run one layer's forward + backward in
+0.85-0.93 of this path's time at T 256..4096, d384 and d768 (benchmarks/RESULTS.md, fused
+attention round 2), with memory linear in T; so the fused path is the rule everywhere, and the
+gemm path runs where it is forced or where the tuner (gemm_tune.tune_attention) timed it faster
+by its margin on the device at hand (GemmPlan.attention_path).
 
 Path rule (`choose`): LLM_STUDIO_ATTENTION=gemm|fused (or the runtime's plan.attention_path)
-forces one; otherwise CPUs take "fused" (PoCL runs it fastest: one work-item per row) and GPUs
-take "gemm" when one activation set's probability buffers (n_layer of them, plus the backward
-scratch) take at most GEMM_SHARE of the device memory and one of them fits the largest single
-allocation, else "fused". engine/model/memory.py counts whichever is chosen.
+forces one; otherwise CPUs take "fused" (PoCL runs attention_blocked.cl fastest), and so do GPUs
+up to head_dim attention_flash.ANY_DEVICE_HEAD_DIM (96), where the flash tiles fit every
+device's local memory; above it (a device may then run attention.cl's one-row kernels, 2x slower
+than the GEMMs) GPUs take "gemm" where `gemm_fits`: one activation set's probability buffers
+(n_layer of them, plus the backward scratch) take at most GEMM_SHARE of the device memory and
+one of them fits the largest single allocation; else "fused". engine/model/memory.py counts
+whichever is chosen.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.opencl import gemm_tiles
+from engine.model import attention_flash
 from engine.model.attention import Heads, heads
 from engine.config import ModelConfig
 from engine.opencl.device import DeviceInfo
@@ -37,10 +41,11 @@ from engine.opencl.gemm_plan import round_grid
 
 ATTENTION_ENV = "LLM_STUDIO_ATTENTION"  # "gemm" or "fused" forces a path; "auto"/unset: rule
 PATHS = ("gemm", "fused")
-# One activation set's (B, H, T, T) buffers may take 1/8 of the device memory: the training set
-# (evaluation shares it) and the generation set hold less than a quarter, leaving the rest to
-# weights, AdamW moments and the other activations (an H200: 17.6 GB per set, so T 2048 d384 B8
-# still runs the GEMMs; a 4 GB laptop GPU: 512 MB, so it switches to the fused kernels much earlier).
+# Where the gemm path may run (the tuner's choice, or a head_dim above the flash tiles'): one
+# activation set's (B, H, T, T) buffers take at most 1/8 of the device memory, so the training
+# set (evaluation shares it) and the generation set hold less than a quarter, leaving the rest
+# to weights, AdamW moments and the other activations (an H200: 17.6 GB per set; a 4 GB laptop
+# GPU: 512 MB).
 GEMM_SHARE = 1 / 8
 _INT_MAX = 2**31 - 1  # the bmm kernels index a (b, h) slice with int strides
 
@@ -87,7 +92,7 @@ def choose(info: DeviceInfo, cfg: ModelConfig, B: int, T: int, with_grad: bool,
                          f"(environment variable {ATTENTION_ENV})")
     if forced != "auto":
         return forced
-    if info.is_cpu:
+    if info.is_cpu or cfg.head_dim <= attention_flash.ANY_DEVICE_HEAD_DIM:
         return "fused"
     return "gemm" if gemm_fits(info, cfg, B, T, with_grad) else "fused"
 
