@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 import tests.reference as ref
-from engine.model import attention_gemm
+from engine.model import attention_flash, attention_gemm
 from engine.config import ModelConfig, TrainConfig
 from engine.model.memory import activation_floats, check_fits, training_bytes
 from engine.model.transformer import Model
@@ -108,16 +108,37 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
     gemm, biggest = training_bytes(cfg, B, gpu(2, rt=rt), "gemm")
     probs = B * H * T * T
     # training (which evaluation shares): L + 1 buffers replace L + 1 logsumexps; generation
-    # (B=1) L
+    # (B=1) L; the fused backward's dS^T scratch is gone
     want = 4 * ((L + 1) * (probs - B * H * T) + L * (H * T * T - H * T))
-    assert gemm - fused == want
+    assert gemm - fused == want - attention_flash.ds_scratch_bytes(gpu(2, rt=rt), cfg, B, T)
     assert biggest >= 4 * probs
     assert training_bytes(cfg, B, gpu(2, rt=rt)) == (gemm, biggest)  # the rule picks gemm
-    assert training_bytes(cfg, B, gpu(0.005, rt=rt))[0] == fused  # fused on 5 MiB
+    ds = attention_flash.ds_scratch_bytes(gpu(2, rt=rt), cfg, B, T)
+    # fused on 5 MiB, where not one head's dS^T fits 1/32 of it (the recomputing backward)
+    assert attention_flash.ds_scratch_bytes(gpu(0.005, rt=rt), cfg, B, T) == 0
+    assert training_bytes(cfg, B, gpu(0.005, rt=rt))[0] == fused - ds
     assert check_fits(cfg, B, gpu(2, rt=rt)) == gemm
     total, big = activation_floats(cfg, B, T, True, "gemm")
     assert big >= probs and total - activation_floats(cfg, B, T, True)[0] == \
         (L + 1) * (probs - B * H * T)
+
+
+def test_memory_counts_the_fused_backwards_ds_scratch(rt, monkeypatch):
+    """On a GPU the fused backward grows the runtime's scratch to a chunk of heads' dS^T (G x T
+    x T floats each, at most 1/32 of the device memory): the estimate counts it, and the
+    scratch _backward_ds asks for is that size."""
+    monkeypatch.delenv(attention_gemm.ATTENTION_ENV, raising=False)
+    cfg = ModelConfig(vocab_size=512, d_model=384, n_layer=2, n_head=6, n_kv_head=2,
+                      context_length=1024)
+    B, dev = 4, gpu(2, rt=rt)
+    ds = attention_flash.ds_scratch_bytes(dev, cfg, B, 1024)
+    per_kv = 3 * 1024 * 1024 * 4
+    assert ds == per_kv * min(B * 2, (2 << 30) // 32 // per_kv) and ds > 0
+    fused = training_bytes(cfg, B, dev, "fused")[0]
+    monkeypatch.setattr(attention_flash, "ds_scratch_bytes", lambda *a: 0)
+    assert fused - training_bytes(cfg, B, dev, "fused")[0] == ds
+    assert attention_flash.ds_scratch_bytes(rt.info, cfg, B, 1024) == (0 if rt.info.is_cpu
+                                                                      else ds)
 
 
 @pytest.mark.parametrize("path", ["gemm", "fused"])

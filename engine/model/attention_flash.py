@@ -128,8 +128,23 @@ def ds_heads(rt: Runtime, floats_per_head: int) -> int:
     """Key/value heads per chunk of the dS path: how many slices of floats_per_head (G x T x T)
     fit the dS^T scratch (DS_BYTES, 1/DS_SHARE of the device memory, one allocation); 0 where
     not even one does."""
-    cap = min(DS_BYTES, rt.info.global_mem_bytes // DS_SHARE, rt.info.max_alloc_bytes)
-    return cap // (4 * floats_per_head)
+    return _ds_cap(rt.info) // (4 * floats_per_head)
+
+
+def _ds_cap(info) -> int:
+    """The most bytes of dS^T scratch on device info (DeviceInfo)."""
+    return min(DS_BYTES, info.global_mem_bytes // DS_SHARE, info.max_alloc_bytes)
+
+
+def ds_scratch_bytes(info, cfg, B: int, T: int) -> int:
+    """Bytes of the runtime's scratch that the dS path of a training set (B, T) of cfg grows to
+    on device info (engine.model.memory counts it): a chunk of key/value heads' G x T x T
+    floats each, as _backward_ds in engine.model.attention allocates; 0 on CPUs (the blocked
+    kernels) and where not one head fits (the recomputing backward runs)."""
+    if info.is_cpu:
+        return 0
+    per_kv = (cfg.n_head // cfg.kv_heads) * T * T
+    return 4 * per_kv * min(_ds_cap(info) // (4 * per_kv), B * cfg.kv_heads)
 
 
 def launch(rt: Runtime, name: str, flash: tuple[Built, FlashTiles], T: int, count: int,

@@ -5,7 +5,8 @@ from (engine.model.activations): the Model's own buffers (model_buffers: paramet
 AdamW moments, grad-norm scratch, the transposed-weight scratch, RoPE tables), the training
 activations for (batch_size, context_length) (evaluation runs on the same set), the
 generation window (1, context_length) and the KV decoder's rows that samples use
-(DECODE_BUFFERS); the activation sets from BUFFERS (grouped-query attention's narrower k, v and
+(DECODE_BUFFERS), and on GPUs the runtime scratch of the fused backward's dS^T
+(attention_flash.ds_scratch_bytes); the activation sets from BUFFERS (grouped-query attention's narrower k, v and
 the logits of a large vocabulary held a chunk of rows at a time, logit_rows, included).
 Attention keeps
 a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
@@ -14,7 +15,7 @@ GEMM path; each activation set counts the path engine.model.attention_gemm.choos
 
 from __future__ import annotations
 
-from engine.model import activations, attention_gemm
+from engine.model import activations, attention_flash, attention_gemm
 from engine.config import ModelConfig
 from engine.opencl.device import DeviceInfo
 from engine.errors import ConfigError
@@ -42,6 +43,9 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     parts = [activations.set_bytes(cfg, B, T, grad,
                                    _path(cfg, B, T, grad, device, attention_path))
              for B, grad in sets]
+    if device is not None and _path(cfg, batch_size, T, True, device, attention_path) == "fused":
+        ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)  # the backward's dS
+        parts.append((ds, ds))
     parts.append(activations.model_bytes(cfg, device is not None and device.is_cpu))
     parts.append(activations.decode_bytes(cfg))
     return sum(n for n, _ in parts), max(b for _, b in parts)
