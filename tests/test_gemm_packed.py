@@ -16,12 +16,13 @@ SHAPES = [(1, 1, 1), (1, 70, 33), (45, 1, 17), (7, 13, 1), (37, 50, 19), (70, 97
 
 @pytest.fixture(params=[8, 16])
 def small_blocks(rt, request, monkeypatch):
-    """vector width 8 or 16 with K slices of 16 and blocks of at most 64 columns (two panels
-    at width 16), split by columns down to 32: a small product walks every edge."""
+    """vector width 8 or 16 with K slices of 16, blocks of at most 64 columns (two panels
+    at width 16), split by columns down to 32, and A packed 2 micro-panels at a time: a small
+    product walks every edge."""
     if not rt.is_cpu and "Oclgrind" not in rt.info.name:
         pytest.skip("the packed kernels are for CPUs (and checked under Oclgrind)")
     mr = gemm_tiles.PACKED[request.param][0]
-    monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64))
+    monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64, 2 * mr))
     monkeypatch.setattr(ops, "PACKED_MIN_COLS", 32)
     return request.param
 
@@ -60,10 +61,12 @@ def test_packed_defines_fit_local_memory():
     for width in (8, 16):
         for local in (32 << 10, 64 << 10, 256 << 10, 2 << 20):
             d = dict(gemm_tiles.packed_defines(width, local))
-            assert (d["PK_KC"] * (d["PK_NB"] + d["PK_MR"]) + d["PK_MR"] * 2 * width) * 4 <= local
-            assert d["PK_NB"] % (2 * width) == 0
-        assert gemm_tiles.packed_defines(width, 2 << 20)[1:] == tuple(
-            zip(("PK_MR", "PK_KC", "PK_NB"), gemm_tiles.PACKED[width]))
+            assert gemm_tiles.packed_local_bytes(width, d["PK_MR"], d["PK_KC"], d["PK_NB"],
+                                                 d["PK_MC"]) <= local
+            assert d["PK_NB"] % (2 * width) == 0 and d["PK_MC"] % d["PK_MR"] == 0
+            assert d["PK_PREFETCH"] == 0
+        assert gemm_tiles.packed_defines(width, 2 << 20)[1:-1] == tuple(
+            zip(("PK_MR", "PK_KC", "PK_NB", "PK_MC"), gemm_tiles.PACKED[width]))
 
 
 def test_the_table_packs_large_products_on_pocl_cpus():

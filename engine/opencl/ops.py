@@ -60,9 +60,10 @@ def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: f
 
 def packed_launch(rt: Runtime, width: int, M: int, N: int) -> tuple:
     """(defines, mb, nb, grid) of the packed GEMM of C (M, N) at float`width` on rt's device
-    limits: matmul_packed.cl's sizes (gemm_tiles.packed_defines), the C block of one work-group
-    (packed_blocks) and the grid of one-work-item groups (columns, rows of blocks)."""
-    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes)
+    limits: matmul_packed.cl's sizes (gemm_tiles.packed_defines; software prefetches on CPUs),
+    the C block of one work-group (packed_blocks) and the grid of one-work-item groups
+    (columns, rows of blocks)."""
+    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes, rt.is_cpu)
     mb, nb = packed_blocks(M, N, dict(defines), rt.limits.compute_units)
     return defines, mb, nb, (-(-N // nb), -(-M // mb))
 
