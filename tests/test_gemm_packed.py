@@ -72,7 +72,7 @@ def test_packed_defines_fit_local_memory():
 def test_the_table_packs_large_products_on_pocl_cpus():
     """default_plan: on a PoCL CPU with 8- or 16-float SIMD, products of at least
     LARGE_PRODUCT multiply-adds take the packed GEMM at the device's width (the 135M model's,
-    config M's), smaller ones the vector kernel (config S's); a tuned shape wins over both;
+    config M's and S's), smaller ones (decoding's) the vector kernel; a tuned shape wins over both;
     Intel's CPU runtime, scalar CPUs and GPUs keep one variant; forcing a variant applies it to
     every product."""
     from dataclasses import replace
@@ -81,9 +81,10 @@ def test_the_table_packs_large_products_on_pocl_cpus():
     pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 16)
     plan = default_plan(pocl)
     for shape in [("nn", 512, 960, 576), ("tn", 3072, 576, 512), ("nn", 256, 49152, 576),
-                  ("nn", 4096, 768, 256)]:
+                  ("nn", 4096, 768, 256), ("nn", 768, 384, 128), ("tn", 704, 128, 768),
+                  ("nn", 768, 128, 128)]:
         assert plan.choice_for(*shape) == GemmChoice("packed", vector_width=16), shape
-    for shape in [("nn", 768, 384, 128), ("tn", 704, 128, 768), ("nn", 1, 1, 1)]:
+    for shape in [("nn", 8, 768, 256), ("nn", 256, 128, 128), ("nn", 1, 1, 1)]:
         assert plan.choice_for(*shape) == plan.default and plan.default.variant == "vector"
     assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT).variant == "packed"
     assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT - 1).variant == "vector"
