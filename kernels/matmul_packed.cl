@@ -148,44 +148,48 @@
 
 /* The whole loop nest of one work-group: C (M, N) = beta * C + A @ B with A(m, k) and B(k, n)
  * at the given strides. K 0 leaves beta * C. */
-#define PK_GEMM(C, A, a_rs, a_cs, B, b_rs, b_cs, M, N, K, beta, mb, nb)                            \
+#define PK_GEMM(C, A, a_rs, a_cs, B, b_rs, b_cs, M, N, K, beta, mb, nb, kz)                        \
     __local vm_float bpk[PK_KC * PK_NB / VEC_W];                                                   \
     __local float apk[PK_AP * (PK_MC / PK_MR)] __attribute__((aligned(64)));                                 \
     __local vm_float ctile[PK_MR * 2]; /* an edge micro-tile on its way to C */                    \
     const int n_base = get_group_id(0) * (nb), m_base = get_group_id(1) * (mb);                    \
     if (n_base >= N || m_base >= M) return;                                                        \
     const int n_len = PK_MIN(nb, N - n_base), m_end = PK_MIN(m_base + (mb), M);                    \
-    for (int pc = 0; pc < K || pc == 0; pc += PK_KC) {                                             \
-        const int kc = PK_MIN(PK_KC, K - pc);                                                      \
-        const float bet = pc == 0 ? (beta) : 1.0f;                                                 \
+    const int k_lo = get_group_id(2) * (kz), k_hi = PK_MIN(K, k_lo + (kz));                        \
+    __global float* Cz = C + (size_t)get_group_id(2) * M * N; /* K range z's partial product */  \
+    for (int pc = k_lo; pc < k_hi || pc == k_lo; pc += PK_KC) {                                    \
+        const int kc = PK_MIN(PK_KC, k_hi - pc);                                                   \
+        const float bet = pc == k_lo ? (beta) : 1.0f;                                              \
         PK_PACK_B(B, b_rs, b_cs, N, pc, kc, n_base, n_len)                                         \
         for (int ic = m_base; ic < m_end; ic += PK_MC) {                                           \
             const int mc = PK_MIN(PK_MC, m_end - ic);                                              \
             PK_PACK_A(A, a_rs, a_cs, M, pc, kc, ic, mc)                                            \
             for (int ir = 0; ir < mc; ir += PK_MR)                                             \
                 for (int p = 0; p < n_len; p += PK_NR)                                                 \
-                    PK_MICRO(C, M, N, kc, ic + ir, n_base + p, apk + ir / PK_MR * PK_AP, p / PK_NR, bet)\
+                    PK_MICRO(Cz, M, N, kc, ic + ir, n_base + p, apk + ir / PK_MR * PK_AP, p / PK_NR, bet)\
         }                                                                                          \
     }
 
-/* C (M,N) = beta*C + A (M,K) @ B (K,N). Launch: local (1, 1), global (ceil(N / nb),
- * ceil(M / mb)); nb a multiple of 2 * VEC_W at most PK_NB, mb a multiple of PK_MR. */
+/* C (M,N) = beta*C + A (M,K) @ B (K,N). Launch: local (1, 1, 1), global (ceil(N / nb),
+ * ceil(M / mb), ceil(K / kz)); nb a multiple of 2 * VEC_W at most PK_NB, mb a multiple of
+ * PK_MR; work-group z sums K rows [z * kz, (z + 1) * kz) into C + z * M * N (more than one
+ * K range: C is a scratch of partial products, beta 0, engine/opencl/gemm_packed.py). */
 __kernel void matmul_nn_packed(__global float* C, __global const float* A,
                                __global const float* B, int M, int N, int K, float beta, int mb,
-                               int nb) {
-    PK_GEMM(C, A, K, 1, B, N, 1, M, N, K, beta, mb, nb)
+                               int nb, int kz) {
+    PK_GEMM(C, A, K, 1, B, N, 1, M, N, K, beta, mb, nb, kz)
 }
 
 /* C (M,N) = beta*C + A (M,K) @ B^T with B stored (N,K) (a linear layer's weight). */
 __kernel void matmul_nt_packed(__global float* C, __global const float* A,
                                __global const float* B, int M, int N, int K, float beta, int mb,
-                               int nb) {
-    PK_GEMM(C, A, K, 1, B, 1, K, M, N, K, beta, mb, nb)
+                               int nb, int kz) {
+    PK_GEMM(C, A, K, 1, B, 1, K, M, N, K, beta, mb, nb, kz)
 }
 
 /* C (M,N) = beta*C + A^T @ B with A stored (K,M) and B (K,N) (a weight gradient). */
 __kernel void matmul_tn_packed(__global float* C, __global const float* A,
                                __global const float* B, int M, int N, int K, float beta, int mb,
-                               int nb) {
-    PK_GEMM(C, A, 1, M, B, N, 1, M, N, K, beta, mb, nb)
+                               int nb, int kz) {
+    PK_GEMM(C, A, 1, M, B, N, 1, M, N, K, beta, mb, nb, kz)
 }

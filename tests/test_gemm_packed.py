@@ -1,4 +1,4 @@
-"""The packed-panel CPU GEMM (kernels/matmul_packed.cl, engine.opencl.ops.gemm_packed) in all three
+"""The packed-panel CPU GEMM (kernels/matmul_packed.cl, engine.opencl.gemm_packed) in all three
 forms against float64 numpy, with block sizes made small so that one product crosses several
 K slices, column blocks, row blocks and partial micro-tiles (tests/test_kernels.py runs it
 with the engine's own sizes through the `gemm` fixture)."""
@@ -6,7 +6,7 @@ with the engine's own sizes through the `gemm` fixture)."""
 import numpy as np
 import pytest
 
-from engine.opencl import gemm_tiles, ops
+from engine.opencl import gemm_packed, gemm_tiles
 from tests.kernel_helpers import close, down, up
 
 # (M, N, K): odd sizes, one row, one column, K 1, K 0 (C = beta * C), more than one K slice
@@ -23,22 +23,51 @@ def small_blocks(rt, request, monkeypatch):
         pytest.skip("the packed kernels are for CPUs (and checked under Oclgrind)")
     mr = gemm_tiles.PACKED[request.param][0]
     monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64, 2 * mr))
-    monkeypatch.setattr(ops, "PACKED_MIN_COLS", 32)
+    monkeypatch.setattr(gemm_packed, "PACKED_MIN_COLS", 32)
     return request.param
 
 
 @pytest.mark.parametrize("form", ["nn", "nt", "tn"])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_packed_gemm_forms(rt, small_blocks, form, M, N, K):
+    check_product(rt, form, M, N, K, small_blocks, (0.0, 0.5))
+
+
+def check_product(rt, form: str, M: int, N: int, K: int, width: int, betas: tuple):
+    """gemm_packed's C = beta * C + op(A) @ op(B) against float64 numpy, per beta."""
     rng = np.random.default_rng(M * 7919 + N * 31 + K)
     a = rng.normal(size=(K, M) if form == "tn" else (M, K))
     b = rng.normal(size=(N, K) if form == "nt" else (K, N))
     c0 = rng.normal(size=(M, N))
     want = (a.T if form == "tn" else a) @ (b.T if form == "nt" else b)
-    for beta in (0.0, 0.5):
+    for beta in betas:
         c = up(rt, c0)
-        ops.gemm_packed(rt, form, c, up(rt, a), up(rt, b), M, N, K, beta, small_blocks)
+        gemm_packed.gemm_packed(rt, form, c, up(rt, a), up(rt, b), M, N, K, beta, width)
         close(down(rt, c, (M, N)), want + beta * c0)
+
+
+@pytest.mark.parametrize("form", ["nn", "nt", "tn"])
+@pytest.mark.parametrize("M,N,K", [(37, 50, 19), (70, 97, 65), (130, 33, 130), (1, 70, 200),
+                                   (9, 200, 0)])
+def test_packed_gemm_over_k_ranges(rt, small_blocks, monkeypatch, form, M, N, K):
+    """Split over K into (up to) 4 ranges of whole K slices (16 rows here): the partial
+    products of every range, summed by sum_slices with beta, give the product."""
+    monkeypatch.setattr(gemm_packed, "packed_splits", lambda *shape_and_device: 4)
+    ranges = gemm_packed.packed_launch(rt, small_blocks, M, N, K)[3][2]
+    assert ranges > 1 if K > 16 else ranges == 1
+    check_product(rt, form, M, N, K, small_blocks, (0.0, 1.0))
+
+
+def test_weight_gradients_split_over_k():
+    """packed_splits: a weight gradient's small M x N over a long K = B*T takes K ranges (M's
+    and B's dW products: before, 4 groups of 64 x 256 each packed the same 256 x 256 slice of
+    B per K slice); products with C large enough for the cores' groups do not."""
+    sizes = dict(gemm_tiles.packed_defines(16, 2 << 20))
+    for M, N, K in [(256, 256, 4096), (256, 704, 4096), (512, 256, 4096), (256, 256, 2048)]:
+        assert gemm_packed.packed_splits(M, N, K, sizes, 2) > 1, (M, N, K)
+    for M, N, K in [(4096, 256, 256), (4096, 1408, 256), (2048, 2048, 256), (768, 384, 128),
+                    (256, 256, 512)]:
+        assert gemm_packed.packed_splits(M, N, K, sizes, 2) == 1, (M, N, K)
 
 
 def test_packed_blocks_cover_c_in_equal_shares():
@@ -46,13 +75,13 @@ def test_packed_blocks_cover_c_in_equal_shares():
     PACKED_GROUPS_PER_CU per compute unit, split by columns first."""
     sizes = dict(gemm_tiles.packed_defines(16, 2 << 20))
     for M, N in [(2048, 2048), (4096, 256), (768, 384), (1, 1), (37, 50), (4096, 1408)]:
-        mb, nb = ops.packed_blocks(M, N, sizes, 2)
+        mb, nb = gemm_packed.packed_blocks(M, N, sizes, 2)
         assert mb % sizes["PK_MR"] == 0 and nb % 32 == 0 and nb <= sizes["PK_NB"]
         groups = -(-M // mb) * -(-N // nb)
         assert groups >= min(4, -(-M // 8) * -(-N // 32)) or nb >= N
     # columns first (down to PACKED_MIN_COLS 256), then rows
-    assert ops.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
-    assert ops.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
+    assert gemm_packed.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
+    assert gemm_packed.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
 
 
 def test_packed_defines_fit_local_memory():

@@ -3,7 +3,7 @@
 A `GemmPlan` holds the choices that used to live in mutable Runtime fields: the GEMM variant
 ("blocked": scalar 6x16 register tiles, matmul.cl; "vector": float8/float16 register tiles,
 matmul_vec.cl; "packed": GotoBLAS-style packed panels for CPUs, matmul_packed.cl, launched by
-engine.opencl.ops.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
+engine.opencl.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
 work-group shape and K slice (CPU variants), tile edge, float4 fetches and split-K depth (tiled),
 the attention path and kernel variant. The Runtime is built with one (`Runtime(plan=...)`,
 default `default_plan(limits)`: the hand table below, measured on two devices, docs/DESIGN.md);
@@ -207,7 +207,7 @@ class GemmPlan:
         """The launch of C (M, N) = A @ B (form "nn", A (M, K)) or A^T @ B ("tn", A (K, M))."""
         c = self.choice_for(form, M, N, K)
         if c.variant == "packed":   # its blocks follow the device's local memory and cores
-            raise ValueError("the packed GEMM's launch is engine.opencl.ops.gemm_packed's")
+            raise ValueError("the packed GEMM's launch is engine.opencl.gemm_packed's")
         if c.variant == "tiled":
             return self._tiled(c, form, M, N, K)
         vec = c.variant == "vector"
