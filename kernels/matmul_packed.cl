@@ -9,9 +9,9 @@
  *   1. packs the PK_KC x nb block of B into __local as NR-column panels, k-major
  *      (bpk[panel][k][0..NR)), zero-padded past N: L2-resident (PK_KC * PK_NB floats), read
  *      once per row block of A and reused by every micro-tile of the group;
- *   2. per PK_MC rows of A, packs their PK_MC x PK_KC block as micro-panels of PK_MR rows,
- *      k-major (apk[panel][k][0..MR)), zero-padded past M: L2-resident; each micro-panel is
- *      L1-resident while it is reused by every panel of B;
+ *   2. packs A's PK_MR x PK_KC micro-panels k-major (apk[panel][k][0..MR)), zero-padded past
+ *      M: tn a block of PK_MC rows at once (L2-resident), nn and nt one micro-panel before
+ *      its use; each micro-panel is L1-resident while every panel of B reuses it;
  *   3. per micro-panel of A and panel of B, the micro-kernel: PK_MR x NR of C in PK_MR x 2
  *      vector accumulators, per k two aligned vector loads of B, PK_MR broadcasts of A,
  *      2 * PK_MR FMAs; then C = tile + (beta on the first K slice, else 1) * C, in vectors
@@ -60,46 +60,42 @@
         }                                                                                          \
     }
 
-/* Step 2: A(m, k) = A[m * a_rs + k * a_cs] for the mc rows from m0 and pc <= k < pc + kc, into
- * apk as micro-panels of PK_MR rows, k-major (apk[(i / PK_MR) * PK_AP + k * PK_MR + i % PK_MR]),
- * rows past M as zeros (their sums are never stored). The whole mc x kc block at once, in the
- * order A lies in memory: for nn/nt (a_cs 1) panel by panel, each of its rows a contiguous run
- * of kc floats; for tn (a_rs 1) k by k, each a run of mc floats, with the run PK_PF_ROWS rows
- * on prefetched (__builtin_prefetch: prefetcht0; OpenCL's prefetch() is a no-op in PoCL). A tn
- * product's A rows are M floats apart, a new page per k that the hardware prefetcher does not
- * follow: without the prefetch, or packed PK_MR floats per k, tn 1408x256x4096 ran at 160-185
- * GFLOP/s against nn's 250-260 on the same sizes, 215-240 with it (benchmarks/RESULTS.md,
- * "tn products at nn's speed"). */
-#define PK_PACK_A(A, a_rs, a_cs, M, pc, kc, m0, mc)                                                \
-    if ((a_rs) == 1) {                                                                             \
-        for (int k = 0; k < kc; k++) {                                                             \
-            const __global float* src = A + (size_t)(pc + k) * (a_cs) + (m0);                      \
-            if (PK_PREFETCH && k + PK_PF_ROWS < kc) { /* each 64-byte line PK_PF_ROWS rows on */ \
-                const __global float* ahead = src + (size_t)PK_PF_ROWS * (a_cs);                   \
-                for (int i = 0; i < mc; i += 16) PK_PF(ahead + i);                                  \
-                PK_PF(ahead + mc - 1);                                                             \
-            }                                                                                      \
-            for (int i = 0; i < mc; i += PK_MR) {                                                  \
-                __local float* d = apk + (i / PK_MR) * PK_AP + k * PK_MR;                          \
-                if (m0 + i + PK_MR <= M) { /* all loads before the stores: one vector each */  \
-                    float t[PK_MR];                                                                \
-                    _Pragma("unroll") for (int j = 0; j < PK_MR; j++) t[j] = src[i + j];          \
-                    _Pragma("unroll") for (int j = 0; j < PK_MR; j++) d[j] = t[j];                \
-                } else {                                                                           \
-                    _Pragma("unroll") for (int j = 0; j < PK_MR; j++)                              \
-                        d[j] = m0 + i + j < M ? src[i + j] : 0.0f;                                 \
-                }                                                                                  \
-            }                                                                                      \
+/* Step 2 for tn (A (K, M): A(m, k) = A[k * a_cs + m]): the mc rows from m0 for
+ * pc <= k < pc + kc into apk as micro-panels of PK_MR rows, k-major (apk[(i / PK_MR) * PK_AP +
+ * k * PK_MR + i % PK_MR]), rows past M as zeros (their sums are never stored): the whole block
+ * at once, k by k, each k a run of mc floats, the run PK_PF_ROWS rows on prefetched
+ * (__builtin_prefetch: prefetcht0; OpenCL's prefetch() is a no-op in PoCL). A's rows are M
+ * floats apart, a new page per k that the hardware prefetcher does not follow: packed PK_MR
+ * floats per k, or without the prefetch, tn 1408x256x4096 ran at 160-185 GFLOP/s against nn's
+ * 250-260 on the same sizes; 215-240 this way (benchmarks/RESULTS.md, "tn products at nn's
+ * speed"). */
+#define PK_PACK_A_TN(A, a_cs, M, pc, kc, m0, mc)                                                  \
+    for (int k = 0; k < kc; k++) {                                                                 \
+        const __global float* src = A + (size_t)(pc + k) * (a_cs) + (m0);                          \
+        if (PK_PREFETCH && k + PK_PF_ROWS < kc) { /* each 64-byte line PK_PF_ROWS rows on */     \
+            const __global float* ahead = src + (size_t)PK_PF_ROWS * (a_cs);                       \
+            for (int i = 0; i < mc; i += 16) PK_PF(ahead + i);                                     \
+            PK_PF(ahead + mc - 1);                                                                 \
         }                                                                                          \
-    } else {                                                                                       \
         for (int i = 0; i < mc; i += PK_MR) {                                                      \
-            __local float* d = apk + (i / PK_MR) * PK_AP;                                          \
-            for (int k = 0; k < kc; k++) {                                                         \
-                const __global float* src = A + (size_t)(pc + k) * (a_cs);                         \
+            __local float* d = apk + (i / PK_MR) * PK_AP + k * PK_MR;                              \
+            if (m0 + i + PK_MR <= M) { /* all loads before the stores: one vector each */      \
+                float t[PK_MR];                                                                    \
+                _Pragma("unroll") for (int j = 0; j < PK_MR; j++) t[j] = src[i + j];              \
+                _Pragma("unroll") for (int j = 0; j < PK_MR; j++) d[j] = t[j];                    \
+            } else {                                                                               \
                 _Pragma("unroll") for (int j = 0; j < PK_MR; j++)                                  \
-                    d[k * PK_MR + j] = m0 + i + j < M ? src[(size_t)(m0 + i + j) * (a_rs)] : 0.0f; \
+                    d[j] = m0 + i + j < M ? src[i + j] : 0.0f;                                     \
             }                                                                                      \
         }                                                                                          \
+    }
+
+/* Step 2 for nn and nt (a_cs 1): the micro-panel of PK_MR rows from m0 into d, just before the
+ * micro-kernels use it (packed a block ahead like tn's, nn and nt ran 1-5% slower). */
+#define PK_PACK_A_ROWS(A, a_rs, M, pc, kc, m0, d)                                                  \
+    for (int k = 0; k < kc; k++) {                                                                 \
+        _Pragma("unroll") for (int j = 0; j < PK_MR; j++)                                          \
+            (d)[k * PK_MR + j] = m0 + j < M ? A[(size_t)(m0 + j) * (a_rs) + pc + k] : 0.0f;        \
     }
 
 /* Step 3 for the micro-tile at (m0, n0) over panel `panel`: C = acc + bet * C. */
@@ -163,10 +159,13 @@
         PK_PACK_B(B, b_rs, b_cs, N, pc, kc, n_base, n_len)                                         \
         for (int ic = m_base; ic < m_end; ic += PK_MC) {                                           \
             const int mc = PK_MIN(PK_MC, m_end - ic);                                              \
-            PK_PACK_A(A, a_rs, a_cs, M, pc, kc, ic, mc)                                            \
-            for (int ir = 0; ir < mc; ir += PK_MR)                                             \
-                for (int p = 0; p < n_len; p += PK_NR)                                                 \
-                    PK_MICRO(Cz, M, N, kc, ic + ir, n_base + p, apk + ir / PK_MR * PK_AP, p / PK_NR, bet)\
+            if ((a_rs) == 1) PK_PACK_A_TN(A, a_cs, M, pc, kc, ic, mc)                              \
+            for (int ir = 0; ir < mc; ir += PK_MR) {                                               \
+                __local float* ap = apk + ir / PK_MR * PK_AP;                                      \
+                if ((a_rs) != 1) PK_PACK_A_ROWS(A, a_rs, M, pc, kc, ic + ir, ap)                   \
+                for (int p = 0; p < n_len; p += PK_NR)                                             \
+                    PK_MICRO(Cz, M, N, kc, ic + ir, n_base + p, ap, p / PK_NR, bet)                \
+            }                                                                                      \
         }                                                                                          \
     }
 
