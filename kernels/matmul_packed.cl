@@ -90,8 +90,9 @@
         }                                                                                          \
     }
 
-/* Step 2 for nn and nt (a_cs 1): the micro-panel of PK_MR rows from m0 into d, just before the
- * micro-kernels use it (packed a block ahead like tn's, nn and nt ran 1-5% slower). */
+/* Step 2 for nn and nt (a_cs 1): the micro-panel of PK_MR rows from m0 into d, the first slot
+ * of apk, just before the micro-kernels use it: it stays in L1 (packed a block ahead like tn's,
+ * or each into its own slot, nn and nt ran 1-6% slower). */
 #define PK_PACK_A_ROWS(A, a_rs, M, pc, kc, m0, d)                                                  \
     for (int k = 0; k < kc; k++) {                                                                 \
         _Pragma("unroll") for (int j = 0; j < PK_MR; j++)                                          \
@@ -161,7 +162,7 @@
             const int mc = PK_MIN(PK_MC, m_end - ic);                                              \
             if ((a_rs) == 1) PK_PACK_A_TN(A, a_cs, M, pc, kc, ic, mc)                              \
             for (int ir = 0; ir < mc; ir += PK_MR) {                                               \
-                __local float* ap = apk + ir / PK_MR * PK_AP;                                      \
+                __local float* ap = apk + ((a_rs) == 1 ? ir / PK_MR * PK_AP : 0); /* nn, nt: one */\
                 if ((a_rs) != 1) PK_PACK_A_ROWS(A, a_rs, M, pc, kc, ic + ir, ap)                   \
                 for (int p = 0; p < n_len; p += PK_NR)                                             \
                     PK_MICRO(Cz, M, N, kc, ic + ir, n_base + p, ap, p / PK_NR, bet)                \
