@@ -25,7 +25,7 @@
  * Built only where the engine picks it (CPUs; tests also run it under Oclgrind). */
 
 #if !defined(PK_MR) || !defined(PK_KC) || !defined(PK_NB) || !defined(PK_MC) || !defined(PK_PREFETCH)
-#error "matmul_packed.cl is built with -DPK_MR, -DPK_KC, -DPK_NB, -DPK_MC, -DPK_PREFETCH (gemm_tiles.py)"
+#error "matmul_packed.cl needs -DPK_MR, PK_KC, PK_NB, PK_MC and PK_PREFETCH (gemm_tiles.py)"
 #endif
 #if PK_PREFETCH
 #define PK_PF(p) __builtin_prefetch(p)
@@ -100,7 +100,7 @@
     }
 
 /* Step 3 for the micro-tile at (m0, n0) over panel `panel`: C = acc + bet * C. */
-#define PK_MICRO(C, M, N, kc, m_at, n_at, ap, panel, bet)                                                     \
+#define PK_MICRO(C, M, N, kc, m_at, n_at, ap, panel, bet)                                          \
     {                                                                                              \
         const int m0 = (m_at), n0 = (n_at);                                                        \
         vm_float acc[PK_MR][2];                                                                    \
@@ -147,7 +147,7 @@
  * at the given strides. K 0 leaves beta * C. */
 #define PK_GEMM(C, A, a_rs, a_cs, B, b_rs, b_cs, M, N, K, beta, mb, nb, kz)                        \
     __local vm_float bpk[PK_KC * PK_NB / VEC_W];                                                   \
-    __local float apk[PK_AP * (PK_MC / PK_MR)] __attribute__((aligned(64)));                                 \
+    __local float apk[PK_AP * (PK_MC / PK_MR)] __attribute__((aligned(64)));                       \
     __local vm_float ctile[PK_MR * 2]; /* an edge micro-tile on its way to C */                    \
     const int n_base = get_group_id(0) * (nb), m_base = get_group_id(1) * (mb);                    \
     if (n_base >= N || m_base >= M) return;                                                        \
