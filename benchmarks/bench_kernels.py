@@ -4,7 +4,7 @@ GEMMs: GFLOP/s of our matmul_nn / matmul_tn on every product one training step d
 X @ W^T through transpose + matmul_nn, backward dX = dY @ W with matmul_nn, dW += dY^T @ X with
 matmul_tn), against numpy's sgemm (OpenBLAS) on a CPU device and torch.mm (fp32, tf32 off) on
 --torch-device (a GPU, or cpu: MKL with --torch-threads threads); --packed adds a column for
-the packed-panel CPU GEMM (engine.opencl.ops.gemm_packed, kernels/matmul_packed.cl). Row-wise
+the packed-panel CPU GEMM (engine.opencl.gemm_packed, kernels/matmul_packed.cl). Row-wise
 kernels: GB/s counting each input read once and each output written once (the fewest bytes the
 kernel must move). Timed with rt.finish() around repeated
 launches on one set of buffers, so small shapes sit in cache: the numbers are upper bounds.
@@ -167,7 +167,7 @@ def main(argv=None):
                     help="cuda[:i] or cpu to compare with torch.mm (cpu: --torch-threads threads)")
     ap.add_argument("--torch-threads", type=int, default=2, help="torch.mm threads on cpu")
     ap.add_argument("--packed", action="store_true",
-                    help="also time the packed-panel CPU GEMM (engine.opencl.ops.gemm_packed)")
+                    help="also time the packed-panel CPU GEMM (engine.opencl.gemm_packed)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--local-sweep", action="store_true",
                     help="also time element-wise kernels under several work-group shapes")

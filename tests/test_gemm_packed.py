@@ -1,4 +1,4 @@
-"""The packed-panel CPU GEMM (kernels/matmul_packed.cl, engine.opencl.ops.gemm_packed) in all three
+"""The packed-panel CPU GEMM (kernels/matmul_packed.cl, engine.opencl.gemm_packed) in all three
 forms against float64 numpy, with block sizes made small so that one product crosses several
 K slices, column blocks, row blocks and partial micro-tiles (tests/test_kernels.py runs it
 with the engine's own sizes through the `gemm` fixture)."""
@@ -6,7 +6,7 @@ with the engine's own sizes through the `gemm` fixture)."""
 import numpy as np
 import pytest
 
-from engine.opencl import gemm_tiles, ops
+from engine.opencl import gemm_packed, gemm_tiles
 from tests.kernel_helpers import close, down, up
 
 # (M, N, K): odd sizes, one row, one column, K 1, K 0 (C = beta * C), more than one K slice
@@ -16,28 +16,58 @@ SHAPES = [(1, 1, 1), (1, 70, 33), (45, 1, 17), (7, 13, 1), (37, 50, 19), (70, 97
 
 @pytest.fixture(params=[8, 16])
 def small_blocks(rt, request, monkeypatch):
-    """vector width 8 or 16 with K slices of 16 and blocks of at most 64 columns (two panels
-    at width 16), split by columns down to 32: a small product walks every edge."""
+    """vector width 8 or 16 with K slices of 16, blocks of at most 64 columns (two panels
+    at width 16), split by columns down to 32, and A packed 2 micro-panels at a time: a small
+    product walks every edge."""
     if not rt.is_cpu and "Oclgrind" not in rt.info.name:
         pytest.skip("the packed kernels are for CPUs (and checked under Oclgrind)")
     mr = gemm_tiles.PACKED[request.param][0]
-    monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64))
-    monkeypatch.setattr(ops, "PACKED_MIN_COLS", 32)
+    monkeypatch.setitem(gemm_tiles.PACKED, request.param, (mr, 16, 64, 2 * mr))
+    monkeypatch.setattr(gemm_packed, "PACKED_MIN_COLS", 32)
     return request.param
 
 
 @pytest.mark.parametrize("form", ["nn", "nt", "tn"])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_packed_gemm_forms(rt, small_blocks, form, M, N, K):
+    check_product(rt, form, M, N, K, small_blocks, (0.0, 0.5))
+
+
+def check_product(rt, form: str, M: int, N: int, K: int, width: int, betas: tuple):
+    """gemm_packed's C = beta * C + op(A) @ op(B) against float64 numpy, per beta."""
     rng = np.random.default_rng(M * 7919 + N * 31 + K)
     a = rng.normal(size=(K, M) if form == "tn" else (M, K))
     b = rng.normal(size=(N, K) if form == "nt" else (K, N))
     c0 = rng.normal(size=(M, N))
     want = (a.T if form == "tn" else a) @ (b.T if form == "nt" else b)
-    for beta in (0.0, 0.5):
+    for beta in betas:
         c = up(rt, c0)
-        ops.gemm_packed(rt, form, c, up(rt, a), up(rt, b), M, N, K, beta, small_blocks)
+        gemm_packed.gemm_packed(rt, form, c, up(rt, a), up(rt, b), M, N, K, beta, width)
         close(down(rt, c, (M, N)), want + beta * c0)
+
+
+@pytest.mark.parametrize("form", ["nn", "nt", "tn"])
+@pytest.mark.parametrize("M,N,K", [(37, 50, 19), (70, 97, 65), (130, 33, 130), (1, 70, 200),
+                                   (9, 200, 0)])
+def test_packed_gemm_over_k_ranges(rt, small_blocks, monkeypatch, form, M, N, K):
+    """Split over K into (up to) 4 ranges of whole K slices (16 rows here): the partial
+    products of every range, summed by sum_slices with beta, give the product."""
+    monkeypatch.setattr(gemm_packed, "packed_splits", lambda *shape_and_device: 4)
+    ranges = gemm_packed.packed_launch(rt, small_blocks, M, N, K)[3][2]
+    assert ranges > 1 if K > 16 else ranges == 1
+    check_product(rt, form, M, N, K, small_blocks, (0.0, 1.0))
+
+
+def test_weight_gradients_split_over_k():
+    """packed_splits: a weight gradient's small M x N over a long K = B*T takes K ranges (M's
+    and B's dW products: before, 4 groups of 64 x 256 each packed the same 256 x 256 slice of
+    B per K slice); products with C large enough for the cores' groups do not."""
+    sizes = dict(gemm_tiles.packed_defines(16, 2 << 20))
+    for M, N, K in [(256, 256, 4096), (256, 704, 4096), (512, 256, 4096), (256, 256, 2048)]:
+        assert gemm_packed.packed_splits(M, N, K, sizes, 2) > 1, (M, N, K)
+    for M, N, K in [(4096, 256, 256), (4096, 1408, 256), (2048, 2048, 256), (768, 384, 128),
+                    (256, 256, 512)]:
+        assert gemm_packed.packed_splits(M, N, K, sizes, 2) == 1, (M, N, K)
 
 
 def test_packed_blocks_cover_c_in_equal_shares():
@@ -45,13 +75,13 @@ def test_packed_blocks_cover_c_in_equal_shares():
     PACKED_GROUPS_PER_CU per compute unit, split by columns first."""
     sizes = dict(gemm_tiles.packed_defines(16, 2 << 20))
     for M, N in [(2048, 2048), (4096, 256), (768, 384), (1, 1), (37, 50), (4096, 1408)]:
-        mb, nb = ops.packed_blocks(M, N, sizes, 2)
+        mb, nb = gemm_packed.packed_blocks(M, N, sizes, 2)
         assert mb % sizes["PK_MR"] == 0 and nb % 32 == 0 and nb <= sizes["PK_NB"]
         groups = -(-M // mb) * -(-N // nb)
         assert groups >= min(4, -(-M // 8) * -(-N // 32)) or nb >= N
     # columns first (down to PACKED_MIN_COLS 256), then rows
-    assert ops.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
-    assert ops.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
+    assert gemm_packed.packed_blocks(4096, 1024, sizes, 2) == (4096, 256)
+    assert gemm_packed.packed_blocks(4096, 256, sizes, 2) == (1024, 256)
 
 
 def test_packed_defines_fit_local_memory():
@@ -60,16 +90,18 @@ def test_packed_defines_fit_local_memory():
     for width in (8, 16):
         for local in (32 << 10, 64 << 10, 256 << 10, 2 << 20):
             d = dict(gemm_tiles.packed_defines(width, local))
-            assert (d["PK_KC"] * (d["PK_NB"] + d["PK_MR"]) + d["PK_MR"] * 2 * width) * 4 <= local
-            assert d["PK_NB"] % (2 * width) == 0
-        assert gemm_tiles.packed_defines(width, 2 << 20)[1:] == tuple(
-            zip(("PK_MR", "PK_KC", "PK_NB"), gemm_tiles.PACKED[width]))
+            assert gemm_tiles.packed_local_bytes(width, d["PK_MR"], d["PK_KC"], d["PK_NB"],
+                                                 d["PK_MC"]) <= local
+            assert d["PK_NB"] % (2 * width) == 0 and d["PK_MC"] % d["PK_MR"] == 0
+            assert d["PK_PREFETCH"] == 0
+        assert gemm_tiles.packed_defines(width, 2 << 20)[1:-1] == tuple(
+            zip(("PK_MR", "PK_KC", "PK_NB", "PK_MC"), gemm_tiles.PACKED[width]))
 
 
 def test_the_table_packs_large_products_on_pocl_cpus():
     """default_plan: on a PoCL CPU with 8- or 16-float SIMD, products of at least
     LARGE_PRODUCT multiply-adds take the packed GEMM at the device's width (the 135M model's,
-    config M's), smaller ones the vector kernel (config S's); a tuned shape wins over both;
+    config M's and S's), smaller ones (decoding's) the vector kernel; a tuned shape wins over both;
     Intel's CPU runtime, scalar CPUs and GPUs keep one variant; forcing a variant applies it to
     every product."""
     from dataclasses import replace
@@ -78,9 +110,10 @@ def test_the_table_packs_large_products_on_pocl_cpus():
     pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 16)
     plan = default_plan(pocl)
     for shape in [("nn", 512, 960, 576), ("tn", 3072, 576, 512), ("nn", 256, 49152, 576),
-                  ("nn", 4096, 768, 256)]:
+                  ("nn", 4096, 768, 256), ("nn", 768, 384, 128), ("tn", 704, 128, 768),
+                  ("nn", 768, 128, 128)]:
         assert plan.choice_for(*shape) == GemmChoice("packed", vector_width=16), shape
-    for shape in [("nn", 768, 384, 128), ("tn", 704, 128, 768), ("nn", 1, 1, 1)]:
+    for shape in [("nn", 8, 768, 256), ("nn", 256, 128, 128), ("nn", 1, 1, 1)]:
         assert plan.choice_for(*shape) == plan.default and plan.default.variant == "vector"
     assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT).variant == "packed"
     assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT - 1).variant == "vector"

@@ -63,7 +63,7 @@ def test_tuner_finds_launches_where_the_table_does_not_fit(rt):
     assert result.rows and len(result.rows) == len({s for _, s in gemm_tune.model_products(CFG, B)})
     for label, shape_, table, t_table, tuned, t_tuned in result.rows:
         assert t_table is None and t_tuned is not None, label
-        # the packed GEMM's groups are one work-item each (engine.opencl.ops.gemm_packed)
+        # the packed GEMM's groups are one work-item each (engine.opencl.gemm_packed)
         assert (1 if tuned.variant == "packed" else tuned.group[0] * tuned.group[1]) <= 8
     tuned_rt = small.with_plan(result.plan)
     for _, shape_ in gemm_tune.model_products(CFG, B):
@@ -165,7 +165,7 @@ def test_a_training_session_runs_on_the_cached_plan(rt, cache, tok, texts):
 
 
 def test_a_table_of_packed_launches_tunes(rt):
-    """The tuner counts the work-groups of a packed launch from the device (ops.packed_launch)
+    """The tuner counts the work-groups of a packed launch from the device (gemm_packed.packed_launch)
     like any other (before: launch_for refused the packed variant and tuning a plan whose table
     said "packed" stopped with ValueError)."""
     if not rt.is_cpu:

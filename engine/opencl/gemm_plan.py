@@ -3,7 +3,7 @@
 A `GemmPlan` holds the choices that used to live in mutable Runtime fields: the GEMM variant
 ("blocked": scalar 6x16 register tiles, matmul.cl; "vector": float8/float16 register tiles,
 matmul_vec.cl; "packed": GotoBLAS-style packed panels for CPUs, matmul_packed.cl, launched by
-engine.opencl.ops.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
+engine.opencl.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl), its vector width,
 work-group shape and K slice (CPU variants), tile edge, float4 fetches and split-K depth (tiled),
 the attention path and kernel variant. The Runtime is built with one (`Runtime(plan=...)`,
 default `default_plan(limits)`: the hand table below, measured on two devices, docs/DESIGN.md);
@@ -34,9 +34,11 @@ GROUPS_PER_CU = 2
 SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K per tile
 # Products of at least this many multiply-adds (M * N * K) take GemmPlan.large where the plan has
 # one: on PoCL CPUs the packed GEMM, 1.05-1.8x the vector kernel on config M's and the 135M
-# model's products, while on S's (at most 69 M) it was within +-10% and 19% slower on one
-# (benchmarks/RESULTS.md, "packed panels" and "The CPU step of the 135M model")
-LARGE_PRODUCT = 1 << 27
+# model's products; on S's (2^23.6-2^25.6) alone it was 0.78-1.75x, but the S step ran 5-10%
+# faster with them packed (no K-slice launches, no weight transposes: 141 launches, not 209),
+# while below 2^22 the vector kernel won 1.2-1.3x (benchmarks/RESULTS.md, "tn products at nn's
+# speed")
+LARGE_PRODUCT = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ class GemmPlan:
         """The launch of C (M, N) = A @ B (form "nn", A (M, K)) or A^T @ B ("tn", A (K, M))."""
         c = self.choice_for(form, M, N, K)
         if c.variant == "packed":   # its blocks follow the device's local memory and cores
-            raise ValueError("the packed GEMM's launch is engine.opencl.ops.gemm_packed's")
+            raise ValueError("the packed GEMM's launch is engine.opencl.gemm_packed's")
         if c.variant == "tiled":
             return self._tiled(c, form, M, N, K)
         vec = c.variant == "vector"

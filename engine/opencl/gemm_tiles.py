@@ -16,9 +16,10 @@ BLOCKED = (6, 16)
 VECTOR = {16: (8, 32), 8: (6, 16)}
 # matmul_packed.cl (GotoBLAS-style CPU GEMM) by vector width: rows of the PK_MR x 2*VEC_W
 # micro-tile (8 x 2 float16 accumulators on AVX-512, 6 x 2 float8 on AVX2, as VECTOR), depth of
-# a K slice, and the most columns of one work-group's packed block of B (PK_KC x PK_NB floats
-# in __local: 512 KiB, within a 2 MiB L2; packed_defines shrinks both where __local is small)
-PACKED = {16: (8, 256, 512), 8: (6, 256, 256)}
+# a K slice, the most columns of one work-group's packed block of B (PK_KC x PK_NB floats in
+# __local: 512 KiB, within a 2 MiB L2) and the rows of A packed at once (PK_MC x PK_KC floats:
+# 128 KiB; packed_defines shrinks them where __local is small)
+PACKED = {16: (8, 256, 512, 128), 8: (6, 256, 256, 96)}
 # matmul_tiled.cl: output tile edges of the GPU GEMMs (4x4 or 8x8 per work-item; engine.opencl.ops
 # picks per product) and of bmm_tiled (attention's batched products)
 TILED_EDGES = (64, 128)
@@ -61,16 +62,27 @@ def vector_defines(width: int) -> tuple[tuple[str, int], ...]:
     return (("VEC_W", width), ("VM_TM", tm), ("VM_TN", tn))
 
 
-def packed_defines(width: int, local_bytes: int) -> tuple[tuple[str, int], ...]:
+def packed_defines(width: int, local_bytes: int, prefetch: bool = False
+                   ) -> tuple[tuple[str, int], ...]:
     """(name, value) defines of matmul_packed.cl for a vector width of 8 or 16 floats on a
-    device with local_bytes of __local memory: PACKED's sizes, the K slice and then the block
-    width halved until the kernel's __local arrays fit (the packed block of B, PK_KC x PK_NB
-    floats, a K slice of A's micro-panel, PK_KC x PK_MR, and one micro-tile of C,
-    PK_MR x 2 * VEC_W). KeyError for other widths."""
-    mr, kc, nb = PACKED[width]
-    while (kc * (nb + mr) + mr * 2 * width) * 4 > local_bytes and (kc > 16 or nb > 2 * width):
-        if kc > 64 or nb <= 2 * width:
+    device with local_bytes of __local memory: PACKED's sizes, the K slice, then the rows of A
+    packed at once, then the block width halved until the kernel's __local arrays fit
+    (packed_local_bytes); PK_PREFETCH 1 where `prefetch` (CPU compilers: __builtin_prefetch,
+    which Oclgrind cannot run). KeyError for other widths."""
+    mr, kc, nb, mc = PACKED[width]
+    while packed_local_bytes(width, mr, kc, nb, mc) > local_bytes and (
+            kc > 16 or nb > 2 * width or mc > mr):
+        if kc > 64 or (nb <= 2 * width and mc <= mr):
             kc //= 2
+        elif mc > mr:
+            mc = max(mr, mc // 2 // mr * mr)
         else:
             nb //= 2
-    return (("VEC_W", width), ("PK_MR", mr), ("PK_KC", kc), ("PK_NB", nb))
+    return (("VEC_W", width), ("PK_MR", mr), ("PK_KC", kc), ("PK_NB", nb), ("PK_MC", mc),
+            ("PK_PREFETCH", int(prefetch)))
+
+
+def packed_local_bytes(width: int, mr: int, kc: int, nb: int, mc: int) -> int:
+    """Bytes of matmul_packed.cl's __local arrays: the packed block of B (kc x nb floats), the
+    packed rows of A (mc x kc) and one micro-tile of C (mr x 2 * width)."""
+    return (kc * (nb + mc) + mr * 2 * width) * 4

@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.model import attention, attention_gemm
 from engine.model.activations import logit_rows
-from engine.opencl import ops, tune_cache
+from engine.opencl import gemm_packed, ops, tune_cache
 from engine.errors import DeviceError
 from engine.opencl.gemm_plan import GemmChoice, GemmPlan, Shape
 from engine.model.params import qkv_width
@@ -151,7 +151,7 @@ def candidates(rt: Runtime, table: GemmChoice, stage: int, best: GemmChoice,
             return [replace(best, fetch4=False)]
         return [replace(best, split_depth=d) for d in SPLIT_DEPTHS]
     if best.variant == "packed":
-        return []   # its blocks follow the cores (engine.opencl.ops.packed_blocks), no group
+        return []   # its blocks follow the cores (engine.opencl.gemm_packed), no group
     if stage == 1:
         return [replace(best, group=g) for g in fit]
     if best.variant == "blocked" and form == "nn":
@@ -246,8 +246,8 @@ def _tune_product(rt, table: GemmPlan, label, shape, tick, clock, deadline) -> t
 def _groups(rt: Runtime, plan: GemmPlan, choice: GemmChoice, shape: Shape) -> int:
     """Work-groups of one launch of shape under choice on rt's device."""
     if choice.variant == "packed":   # its blocks follow the device (engine.opencl.ops)
-        _, M, N, _ = shape
-        return int(np.prod(ops.packed_launch(rt, choice.vector_width, M, N)[3]))
+        _, M, N, K = shape
+        return int(np.prod(gemm_packed.packed_launch(rt, choice.vector_width, M, N, K)[3]))
     g = replace(plan, shapes=((shape, choice),)).launch_for(*shape)
     return int(np.prod([n // l for n, l in zip(g.grid, g.local)]))
 

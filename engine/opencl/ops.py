@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.opencl import gemm_tiles
+from engine.opencl.gemm_packed import gemm_packed
 from engine.opencl.runtime import Runtime
 from engine.model import activations
 
@@ -44,51 +45,6 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     parts = rt.scratch(slices * M * N)
     rt.launch_local(g.kernel, g.grid, g.local, parts, A, B, M, N, K, 0.0, g.kslice, *tiles)
     rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
-
-
-def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float,
-                width: int):
-    """C (M, N) = beta * C + op(A) @ op(B) by kernels/matmul_packed.cl (packed panels, one
-    work-item per work-group) in float`width` micro-tiles, form "nn" (A (M,K), B (K,N)), "nt"
-    (B stored (N,K)) or "tn" (A stored (K,M)). The C blocks per group: see packed_blocks."""
-    defines, mb, nb, grid = packed_launch(rt, width, M, N)
-    built = rt.build(("matmul_packed.cl",), defines)
-    rt.launch_local(f"matmul_{form}_packed", grid, (1, 1), C, A, B, M, N, K, beta, mb, nb,
-                    built=built)
-
-
-def packed_launch(rt: Runtime, width: int, M: int, N: int) -> tuple:
-    """(defines, mb, nb, grid) of the packed GEMM of C (M, N) at float`width` on rt's device
-    limits: matmul_packed.cl's sizes (gemm_tiles.packed_defines), the C block of one work-group
-    (packed_blocks) and the grid of one-work-item groups (columns, rows of blocks)."""
-    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes)
-    mb, nb = packed_blocks(M, N, dict(defines), rt.limits.compute_units)
-    return defines, mb, nb, (-(-N // nb), -(-M // mb))
-
-
-PACKED_GROUPS_PER_CU = 2  # C blocks per compute unit: equal blocks, whole rounds of them
-PACKED_MIN_COLS = 256  # narrowest block split further by columns (packed A reused by 8 panels)
-
-
-def packed_blocks(M: int, N: int, sizes: dict, compute_units: int) -> tuple[int, int]:
-    """(rows mb, columns nb) of the C block one matmul_packed.cl work-group computes, for
-    PACKED_GROUPS_PER_CU equal blocks per compute unit. Each group packs its PK_KC x nb slice
-    of B once per K slice and reuses it over mb rows (2 * mb flops per packed float), so
-    blocks are split by columns first (down to PACKED_MIN_COLS) and by rows after; nb is a
-    multiple of 2 * VEC_W and at most PK_NB, mb a multiple of PK_MR."""
-    nr, mr = 2 * sizes["VEC_W"], sizes["PK_MR"]
-    want = PACKED_GROUPS_PER_CU * compute_units
-    col_blocks, row_blocks = -(-N // sizes["PK_NB"]), 1
-    while col_blocks * row_blocks < want:
-        if -(-N // (2 * col_blocks)) >= PACKED_MIN_COLS:
-            col_blocks *= 2
-        elif -(-M // (2 * row_blocks)) >= mr:
-            row_blocks *= 2
-        else:
-            break
-    nb = -(-(-(-N // col_blocks)) // nr) * nr
-    mb = -(-(-(-M // row_blocks)) // mr) * mr
-    return mb, nb
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
