@@ -3,6 +3,25 @@
  * losses[r] = logsumexp(z) - z[target]; when want_grad, logits are overwritten in place by
  * dlogits = (softmax - onehot(target)) * inv_count, the gradient of the mean loss over counted
  * rows. A target < 0 marks a row that is not counted (masked dialogue tokens): loss 0, grad 0. */
+
+/* Both kernels' last pass over row z (V logits) once its max mx and sum of e^(z - mx) are known
+ * (zt = z[tgt]): loss[0] (by lane 0) and, with want_grad, dlogits in place, lanes `lanes` apart. */
+inline void crossentropy_row_out(__global float* z, __global float* loss, int V, int tgt,
+                                 float mx, float sum, float zt, float inv_count, int want_grad,
+                                 int lane, int lanes) {
+    if (tgt < 0) {   /* a row that is not counted: loss 0, gradient 0 */
+        if (lane == 0) *loss = 0.0f;
+        if (want_grad) for (int v = lane; v < V; v += lanes) z[v] = 0.0f;
+        return;
+    }
+    if (lane == 0) *loss = log(sum) + mx - zt;
+    if (want_grad) {
+        const float inv = inv_count / sum;
+        for (int v = lane; v < V; v += lanes)
+            z[v] = EXP(z[v] - mx) * inv - (v == tgt ? inv_count : 0.0f);
+    }
+}
+
 __kernel void crossentropy_forward_backward(__global float* logits, __global float* losses,
                                             __global const int* targets, int R, int V,
                                             float inv_count, int want_grad) {
@@ -25,17 +44,8 @@ __kernel void crossentropy_forward_backward(__global float* logits, __global flo
     barrier(CLK_GLOBAL_MEM_FENCE);
 #endif
     if (r >= R) return;
-    if (tgt < 0) {
-        if (lane == 0) losses[r] = 0.0f;
-        if (want_grad) for (int v = lane; v < V; v += SM_LANES) z[v] = 0.0f;
-        return;
-    }
-    if (lane == 0) losses[r] = log(sum) + mx - zt;
-    if (want_grad) {
-        const float inv = inv_count / sum;
-        for (int v = lane; v < V; v += SM_LANES)
-            z[v] = EXP(z[v] - mx) * inv - (v == tgt ? inv_count : 0.0f);
-    }
+    crossentropy_row_out(z, losses + r, V, tgt, mx, sum, zt, inv_count, want_grad, lane,
+                         SM_LANES);
 }
 
 /* The same for long rows on GPUs (a vocabulary of tens of thousands): one row per work-group of
@@ -77,15 +87,6 @@ void crossentropy_wide(__global float* logits, __global float* losses,
     const float zt = n ? z[tgt] : 0.0f;
     /* every lane has read z[tgt] and its own z[v] before any lane overwrites them */
     barrier(CLK_GLOBAL_MEM_FENCE);
-    if (tgt < 0) {   /* a row that is not counted: loss 0, gradient 0 */
-        if (lane == 0) losses[r] = 0.0f;
-        if (want_grad) for (int v = lane; v < V; v += CE_LANES) z[v] = 0.0f;
-        return;
-    }
-    if (lane == 0) losses[r] = log(sum) + mx - zt;
-    if (want_grad) {
-        const float inv = inv_count / sum;
-        for (int v = lane; v < V; v += CE_LANES)
-            z[v] = EXP(z[v] - mx) * inv - (v == tgt ? inv_count : 0.0f);
-    }
+    crossentropy_row_out(z, losses + r, V, tgt, mx, sum, zt, inv_count, want_grad, lane,
+                         CE_LANES);
 }
