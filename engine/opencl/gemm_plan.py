@@ -162,11 +162,15 @@ class GemmPlan:
     attention_variant: str | None = None
     large: GemmChoice | None = None
     _by_shape: dict = field(default=None, init=False, repr=False, compare=False)
+    # launch_for's answers by (form, M, N, K): the plan never changes, and a split's k_slices
+    # search runs up to K / 256 estimates (87 us for a tied head's dX) on every launch of a step
+    _launches: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.default.variant not in VARIANTS:
             raise ValueError(f"GEMM variant {self.default.variant!r}: use one of {VARIANTS}")
         object.__setattr__(self, "_by_shape", dict(self.shapes))
+        object.__setattr__(self, "_launches", {})
 
     @property
     def variant(self) -> str:
@@ -205,6 +209,12 @@ class GemmPlan:
 
     def launch_for(self, form: str, M: int, N: int, K: int) -> GemmLaunch:
         """The launch of C (M, N) = A @ B (form "nn", A (M, K)) or A^T @ B ("tn", A (K, M))."""
+        key = (form, M, N, K)
+        if key not in self._launches:
+            self._launches[key] = self._launch(form, M, N, K)
+        return self._launches[key]
+
+    def _launch(self, form: str, M: int, N: int, K: int) -> GemmLaunch:
         c = self.choice_for(form, M, N, K)
         if c.variant == "packed":   # its blocks follow the device's local memory and cores
             raise ValueError("the packed GEMM's launch is engine.opencl.gemm_packed's")
