@@ -6,8 +6,9 @@ AdamW moments, grad-norm scratch, the transposed-weight scratch, RoPE tables), t
 activations for (batch_size, context_length) (evaluation runs on the same set), the
 generation window (1, context_length) and the KV decoder's rows that samples use
 (DECODE_BUFFERS), and on GPUs the runtime scratch of the fused backward's dS^T
-(attention_flash.ds_scratch_bytes); the activation sets from BUFFERS (grouped-query attention's narrower k, v and
-the logits of a large vocabulary held a chunk of rows at a time, logit_rows, included).
+(attention_flash.ds_scratch_bytes); the activation sets from BUFFERS (grouped-query
+attention's narrower k, v and the logits of a large vocabulary held a chunk of rows at a time,
+logit_rows, included).
 Attention keeps
 a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
 GEMM path; each activation set counts the path engine.model.attention_gemm.choose gives it.
@@ -34,17 +35,17 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
     engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
     generation) and a KVDecoder allocate on `device`; each activation set's attention path as
-    engine.model.attention_gemm.choose picks it there (attention_path forces one; no device: "fused", and a GPU's grad-norm
-    scratch)."""
+    engine.model.attention_gemm.choose picks it there (attention_path forces one; no device:
+    "fused", and a GPU's grad-norm scratch)."""
     T = cfg.context_length
     # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
     # generation set is its own where a KVDecoder made it before training (counted so)
     sets = ((batch_size, True), (1, False))
-    parts = [activations.set_bytes(cfg, B, T, grad,
-                                   _path(cfg, B, T, grad, device, attention_path))
-             for B, grad in sets]
-    if device is not None and _path(cfg, batch_size, T, True, device, attention_path) == "fused":
-        ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)  # the backward's dS
+    paths = [_path(cfg, B, T, grad, device, attention_path) for B, grad in sets]
+    parts = [activations.set_bytes(cfg, B, T, grad, path)
+             for (B, grad), path in zip(sets, paths)]
+    if device is not None and paths[0] == "fused":   # the training set's backward's dS
+        ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)
         parts.append((ds, ds))
     parts.append(activations.model_bytes(cfg, device is not None and device.is_cpu))
     parts.append(activations.decode_bytes(cfg))
