@@ -111,7 +111,7 @@ def test_evaluation_shares_the_training_set(rt):
 def test_every_declared_model_buffer_is_the_models():
     from engine.model.activations import DECODE_BUFFERS, model_buffers
     from engine.generation.decode import KVDecoder
-    names = [b.name for b in model_buffers(ModelConfig(), True)]
+    names = [b.name for b in model_buffers(ModelConfig())]
     assert len(names) == len(set(names))
     source = inspect.getsource(model) + inspect.getsource(KVDecoder)
     assert [n for n in names if f"self.{n}" not in source] == []

@@ -140,15 +140,11 @@ DECODE_BUFFERS: tuple[Buffer, ...] = (
     Buffer("scores", lambda d: d.H * d.T),
 )
 
-# Work-items of the grad-norm reduction (engine.opencl.ops.grad_norm): fixed per device kind, so the
-# reduction order (and the result) never changes between steps. 1024 keep 2 CPU cores busy; a
-# GPU needs more to fill its units (benchmarks/RESULTS.md, tuning timings).
-GRAD_NORM_PARTIALS = {"cpu": 1024, "gpu": 8192}
-
-
-def grad_norm_partials(is_cpu: bool) -> int:
-    """Partial sums of the grad-norm reduction on a CPU (is_cpu) or other device."""
-    return GRAD_NORM_PARTIALS["cpu" if is_cpu else "gpu"]
+# Partial sums of the grad-norm reduction (engine.opencl.ops.grad_norm): fixed, so the reduction
+# order (and the result) never changes between steps. CPU: one per work-item (1024 keep 2 cores
+# busy); GPU: one per work-group of the row kernels' lanes (64 x 1024 work-items, enough loads in
+# flight to read the gradients at memory speed; kernels/optimizer.cl).
+GRAD_NORM_PARTIALS = 1024
 
 
 @dataclass(frozen=True)
@@ -157,7 +153,7 @@ class ModelBuffer:
     elems: int   # float32 elements
 
 
-def model_buffers(cfg: ModelConfig, is_cpu: bool) -> tuple[ModelBuffer, ...]:
+def model_buffers(cfg: ModelConfig) -> tuple[ModelBuffer, ...]:
     """The float32 device buffers a Model holds besides its activation sets: the weights,
     gradients and both AdamW moments (the padded ParamTable each), the grad-norm stats (norm,
     clip scale, non-finite flag) and partial sums, the transposed-weight scratch of
@@ -166,7 +162,7 @@ def model_buffers(cfg: ModelConfig, is_cpu: bool) -> tuple[ModelBuffer, ...]:
     table = ParamTable(cfg)
     rope = cfg.context_length * (cfg.head_dim // 2)
     return (*(ModelBuffer(n, table.size) for n in ("params", "grads", "m", "v")),
-            ModelBuffer("stats", 3), ModelBuffer("partial", grad_norm_partials(is_cpu)),
+            ModelBuffer("stats", 3), ModelBuffer("partial", GRAD_NORM_PARTIALS),
             ModelBuffer("w_t", max(g.size for g in table.groups.values())),
             ModelBuffer("rope_cos", rope), ModelBuffer("rope_sin", rope))
 
@@ -191,7 +187,7 @@ def decode_bytes(cfg: ModelConfig) -> tuple[int, int]:
     return buffer_bytes(DECODE_BUFFERS, Dims.of(cfg, 1, cfg.context_length, "fused"))
 
 
-def model_bytes(cfg: ModelConfig, is_cpu: bool) -> tuple[int, int]:
-    """(total bytes, largest single buffer in bytes) of model_buffers(cfg, is_cpu)."""
-    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg, is_cpu)]
+def model_bytes(cfg: ModelConfig) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) of model_buffers(cfg)."""
+    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg)]
     return sum(sizes), max(sizes)

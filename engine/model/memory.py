@@ -47,7 +47,7 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     if device is not None and paths[0] == "fused":   # the training set's backward's dS
         ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)
         parts.append((ds, ds))
-    parts.append(activations.model_bytes(cfg, device is not None and device.is_cpu))
+    parts.append(activations.model_bytes(cfg))
     parts.append(activations.decode_bytes(cfg))
     return sum(n for n, _ in parts), max(b for _, b in parts)
 

@@ -48,7 +48,7 @@ class Model:
             flat_weights = self.table.init_weights(np.random.default_rng(seed))
         # params, grads, m, v, stats, partial, w_t (transposed weight scratch for
         # matmul_forward), rope_cos, rope_sin: declared in engine.model.activations.model_buffers
-        for b in activations.model_buffers(cfg, rt.is_cpu):
+        for b in activations.model_buffers(cfg):
             setattr(self, b.name, rt.zeros(b.elems))
         cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
                                         attention.rope_inv_freq(cfg))

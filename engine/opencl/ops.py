@@ -219,17 +219,16 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
                  1 if want_grad else 0)
 
 
-def grad_norm_partials(rt: Runtime) -> int:
-    """Work-items of grad_norm_partial: fixed per launch layout (one lane per row: the CPU count,
-    else the GPU's; engine.model.activations.grad_norm_partials, which the memory estimate reads
-    too), so the reduction order (and the result) never changes between steps."""
-    return activations.grad_norm_partials(rt.row_lanes == 1)
-
-
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
-    """stats[0] = ||grads||, stats[1] = clip scale, stats[2] = non-finite flag (device only)."""
-    parts = grad_norm_partials(rt)
-    rt.launch("grad_norm_partial", (parts,), partial, grads, n)
+    """stats[0] = ||grads||, stats[1] = clip scale, stats[2] = non-finite flag (device only).
+    partial: activations.GRAD_NORM_PARTIALS floats of scratch (kernels/optimizer.cl: one per
+    work-item on a CPU, one per work-group of rt.row_lanes on a GPU)."""
+    parts = activations.GRAD_NORM_PARTIALS
+    if rt.row_lanes == 1:
+        rt.launch("grad_norm_partial", (parts,), partial, grads, n)
+    else:
+        rt.launch_local("grad_norm_partial", (parts * rt.row_lanes,), (rt.row_lanes,), partial,
+                        grads, n)
     rt.launch_local("grad_norm_finalize", (rt.row_lanes,), (rt.row_lanes,), stats, partial,
                     parts, max_norm)
 

@@ -146,7 +146,7 @@ class Runtime:
                  plan: GemmPlan | None = None, limits: dict | None = None):
         """row_lanes: (lanes per row, rows per work-group) of the row kernels, overriding the
         device-type default (tests run the GPU layout on a CPU); lanes a power of two; more
-        than one lane also takes the GPU's split of reductions (ops.grad_norm_partials).
+        than one lane also takes the GPU's form of reductions (ops.grad_norm).
         build_options: extra OpenCL compiler options (benchmarks compare them).
         max_alloc_bytes: a lower limit for one buffer than the device reports (default: the
         environment variable LLM_STUDIO_MAX_ALLOC_MB, else none); self.info reports it.
