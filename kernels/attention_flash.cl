@@ -416,16 +416,39 @@ void attention_backward_dq_flash(__global float* dqkv, __global float* dsum,
 
 #if ATT_DS
 /* D = rowsum(dy * y) of every row of query heads z0..z_end (summed in the order dP's products
- * are: exactly dy . v at T 1). Global (NT * ceil(T / NT), z chunk), local (NT, 1). */
+ * are: exactly dy . v at T 1). Global (NT * ceil(T / NT), z chunk), local (NT, 1); st: __local
+ * scratch of DSUM_LOCAL_FLOATS(NT) (engine/model/attention_flash.py launch_dsum). A group's NT
+ * rows come through __local DSUM_CH channels at a time, read by consecutive work-items along
+ * each row (a warp reads 32-byte runs); read straight, work-item by row, a warp touched 32 rows
+ * C floats apart per load: 0.15 ms a launch for L's 6 M elements on an H200, ~10x its traffic. */
+#ifndef DSUM_CH
+#error "attention_flash.cl needs -DDSUM_CH (engine/model/attention_flash.py)"
+#endif
 __kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void attention_dsum_flash(__global float* dsum, __global const float* dy,
-                          __global const float* y, int T, int C, int H, int z0, int z_end) {
-    const int t = get_global_id(0), z = z0 + get_global_id(1), b = z / H, h = z % H;
-    if (t >= T) return;
-    const size_t row = ((size_t)b * T + t) * C + h * ATT_HD;
+                          __global const float* y, int T, int C, int H, int z0, int z_end,
+                          __local float* st) {
+    const int lid = get_local_id(0), t0 = get_group_id(0) * NT, z = z0 + get_global_id(1);
+    const int b = z / H, h = z % H;
+    __local float* gs = st;
+    __local float* ys = st + NT * (DSUM_CH + 1);
+    const __global float* g0 = dy + (size_t)b * T * C + h * ATT_HD;
+    const __global float* y0 = y + (size_t)b * T * C + h * ATT_HD;
     float acc = 0.0f;
-    for (int d = 0; d < ATT_HD; d++) acc = MADD(dy[row + d], y[row + d], acc);
-    dsum[(size_t)z * T + t] = acc;
+    for (int d0 = 0; d0 < ATT_HD; d0 += DSUM_CH) {
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the last chunk's reads are done */
+        for (int e = lid; e < NT * DSUM_CH; e += NT) {
+            const int r = e / DSUM_CH, c = e % DSUM_CH, t = t0 + r, d = d0 + c;
+            const int ok = t < T && d < ATT_HD;
+            gs[r * (DSUM_CH + 1) + c] = ok ? g0[(size_t)t * C + d] : 0.0f;
+            ys[r * (DSUM_CH + 1) + c] = ok ? y0[(size_t)t * C + d] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = min(DSUM_CH, ATT_HD - d0);
+        for (int c = 0; c < n; c++)
+            acc = MADD(gs[lid * (DSUM_CH + 1) + c], ys[lid * (DSUM_CH + 1) + c], acc);
+    }
+    if (t0 + lid < T) dsum[(size_t)z * T + t0 + lid] = acc;
 }
 #endif
 

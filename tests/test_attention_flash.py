@@ -43,7 +43,8 @@ def no_ds(monkeypatch):
 @pytest.mark.parametrize("path", ["ds", "recompute"])
 @pytest.mark.parametrize("B,T,H,hd,KVH", [
     (1, 1, 2, 16, 1), (1, 63, 2, 24, 1), (2, 64, 3, 16, 3), (1, 65, 3, 64, 1),
-    (1, 129, 2, 96, 2), (1, 129, 3, 24, 1), (2, 65, 4, 16, 2), (1, 33, 6, 64, 2)])
+    (1, 129, 2, 96, 2), (1, 129, 3, 24, 1), (2, 65, 4, 16, 2), (1, 33, 6, 64, 2),
+    (2, 300, 2, 20, 1)])
 def test_flash_edges(rt, monkeypatch, path, B, T, H, hd, KVH):
     if path == "recompute":
         no_ds(monkeypatch)
@@ -113,6 +114,19 @@ def test_flash_tiles_fit_local_memory():
     assert small.bq * small.bk < big.bq * big.bk
     assert attention_flash.tiles("attention_backward_dq", 256, 16 * 1024) is None
     assert attention_flash.padded(24) == 32 and attention_flash.padded(64) == 64
+
+
+@pytest.mark.parametrize("local_kib", [8, 12, 16, 20, 24, 32, 48])
+@pytest.mark.parametrize("hd", [16, 32, 48, 64, 96])
+def test_dsum_fits_the_local_memory_the_dkv_tiles_were_chosen_for(local_kib, hd):
+    """attention_dsum_flash is built and launched with the dS path's dk/dv tiles (its work-group
+    is theirs), and stages dy and y in __local memory: the tiles chosen for a device's local
+    memory fit both kernels (16 KiB at head_dim 32 took 16 x 16 groups, whose dsum needs 18 KiB)."""
+    t = attention_flash.tiles("attention_backward_dkv_ds", hd, local_kib * 1024)
+    if t is not None:
+        assert 4 * attention_flash.dsum_local_floats(t.wx * t.wy) <= local_kib * 1024
+        assert 4 * attention_flash.local_floats("attention_backward_dkv", t, hd) <= \
+            local_kib * 1024
 
 
 @pytest.mark.parametrize("local_kib,want", [(32, "_flash"), (12, "mixed"), (8, "_tiled")])

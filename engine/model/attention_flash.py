@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import pyopencl as cl
+
 from engine.opencl.runtime import Built, Runtime
 
 # Up to this head_dim every kernel's smallest flash tiles fit OpenCL's guaranteed 32 KiB of local
@@ -89,6 +91,9 @@ def local_floats(name: str, t: FlashTiles, head_dim: int) -> int:
     lh = padded(head_dim) + 4
     if name == "attention_backward_dq_ds":  # K, dS
         return t.bk * lh + t.bq * (t.bk + 4)
+    if name == "attention_backward_dkv_ds":  # and attention_dsum_flash, built with it
+        return max(local_floats("attention_backward_dkv", t, head_dim),
+                   dsum_local_floats(t.wx * t.wy))
     name = name.removesuffix("_ds")
     if name == "attention_forward":   # Q, the K/V tile, P, partial row maxima
         return t.bq * lh + t.bk * lh + t.bq * (t.bk + 4) + t.bq * t.wx
@@ -120,7 +125,7 @@ def program(rt: Runtime, name: str, head_dim: int, group: int, ds: bool = False
     built = rt.build(("attention_flash.cl",), (
         (DEFINES[name], 1), ("ATT_HD", head_dim), ("ATT_HDP", padded(head_dim)),
         ("ATT_G", group), ("ATT_BQ", t.bq), ("ATT_BK", t.bk), ("ATT_WX", t.wx),
-        ("ATT_WY", t.wy), ("ATT_PF", t.pf), ("ATT_DS", int(ds))))
+        ("ATT_WY", t.wy), ("ATT_PF", t.pf), ("ATT_DS", int(ds)), ("DSUM_CH", DSUM_CH)))
     return built, t
 
 
@@ -166,4 +171,14 @@ def launch_dsum(rt: Runtime, flash: tuple[Built, FlashTiles], T: int, count: int
     built, t = flash
     nt = t.wx * t.wy
     rt.launch_local("attention_dsum_flash", (nt * -(-T // nt), count), (nt, 1), *args,
-                    built=built)
+                    cl.LocalMemory(4 * dsum_local_floats(nt)), built=built)
+
+
+# channels of dy and y per __local chunk of attention_dsum_flash: 8 floats are one 32-byte sector
+DSUM_CH = 8
+
+
+def dsum_local_floats(nt: int) -> int:
+    """__local floats of attention_dsum_flash for a group of nt work-items: dy and y rows of
+    DSUM_CH channels each, padded by one against bank conflicts."""
+    return 2 * nt * (DSUM_CH + 1)
