@@ -52,7 +52,8 @@ def test_attention_split_launches(att_rt):
         run_attention(rt, 2, 21, 3, 6, seed=7)
     finally:
         rt.max_launch_flops = before
-    assert rt.launches - n0 >= 3 * 6  # forward, dq, dkv: one launch per (batch, head)
+    # forward, dq, dkv: one launch per (batch, head); blocked: forward, fused backward
+    assert rt.launches - n0 >= _kernels(rt) * 6
 
 
 def test_grouped_query_attention_split_launches(att_rt):
@@ -64,7 +65,35 @@ def test_grouped_query_attention_split_launches(att_rt):
         run_attention(rt, 2, 21, 6, 6, seed=8, KVH=2)
     finally:
         rt.max_launch_flops = before
-    assert rt.launches - n0 >= 2 * 6 + 2 * 2  # forward, dq per (batch, head); dkv per kv head
+    # forward, dq per (batch, head), dkv per kv head; blocked: forward, backward per kv head
+    assert rt.launches - n0 >= (2 * 6 + 2 * 2 if _kernels(rt) == 3 else 6 + 2 * 2)
+
+
+def _kernels(rt) -> int:
+    """Attention kernels a forward + backward runs: 2 on the blocked variant (its backward is
+    one kernel), else 3."""
+    return 2 if attention.variant(rt) == "blocked" else 3
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("splits", [1, 2, 5, 64])
+def test_blocked_forward_splits_agree(rt, monkeypatch, width, splits):
+    """The blocked forward gives the same y and logsumexp whether one work-item takes all the
+    query tiles of a (batch, head) or several share them (every n-th tile, each with its own
+    transposed k; more work-items than tiles leave the rest idle), grouped-query too."""
+    monkeypatch.setattr(attention, "forward_splits", lambda *a: splits)
+    brt = rt.with_plan(rt.plan.replace(attention_variant="blocked", vector_width=width))
+    run_attention(brt, 2, 37, 6, 24, seed=splits, KVH=2)
+    run_attention(brt, 1, 9, 1, 40, seed=splits + 1)
+
+
+def test_blocked_forward_splits_fill_the_cores(rt):
+    """A small batch of few heads is shared out until every compute unit has 4 work-items,
+    never more work-items than tiles; a big one runs a work-item per (batch, head)."""
+    cu = rt.info.compute_units
+    assert attention.forward_splits(rt, attention.heads(1, 1000, 64, 1), 8) == 4 * cu
+    assert attention.forward_splits(rt, attention.heads(1, 9, 64, 1), 8) == 2
+    assert attention.forward_splits(rt, attention.heads(4 * cu, 128, 64, 1), 8) == 1
 
 
 def test_tiles_shrink_to_local_memory_or_refuse(rt):
