@@ -15,13 +15,14 @@
  * dq^T accumulator. Memory stays linear in T.
  *
  * Built per (head_dim, group, vector width) by engine/model/attention.py: ATT_HD, ATT_G, ATT_VW
- * (8 or 16), ATT_R, ATT_PREFETCH.
+ * (8 or 16), ATT_RF and ATT_RB (rows of the forward's and backward's tiles), ATT_PREFETCH,
+ * ATT_LOCAL (xt in __local memory, else in the runtime's scratch).
  * As on CPUs generally (docs/DESIGN.md), plain a*b+c, pointer-cast vector loads and an inline exp:
  * PoCL does not inline OpenCL built-ins. Index z = b * H + h (backward: b * (H / ATT_G) + kv
  * head); launches cover z0 <= z < z_end. */
 
 #ifndef ATT_VW
-#error "attention_blocked.cl needs -DATT_HD, -DATT_G, -DATT_VW, -DATT_RF, -DATT_RB, -DATT_PREFETCH (engine/model/attention.py)"
+#error "attention_blocked.cl needs -DATT_HD, -DATT_G, -DATT_VW, -DATT_RF, -DATT_RB, -DATT_PREFETCH, -DATT_LOCAL (engine/model/attention.py)"
 #endif
 #if ATT_RB % 2
 #error "ATT_RB must be even (DQT_ACC sums row pairs)"
@@ -60,6 +61,19 @@ typedef float8 __attribute__((aligned(4))) att_vf_u;
 #define VLOAD_G(p) (*(const __global att_vf_u*)(p))
 #define VLOAD_P(p) (*(const att_vf_u*)(p))
 #define VSTORE_G(p, v) (*(__global att_vf_u*)(p) = (v))
+
+/* XT: the address space of a work-item's transposed rows (xt): __local where they fit the
+ * device's local memory (ATT_LOCAL 1: a work-group of one work-item, whose local buffer PoCL
+ * reuses from group to group, so it stays in L2), else the work-item's slice of a __global
+ * scratch (each slice a new stretch of memory: written, read back and written out to DRAM:
+ * twice the traffic of the rows themselves, 15-25% of the backward at M's shape). */
+#if ATT_LOCAL
+#define XT __local
+#else
+#define XT __global
+#endif
+#define VLOAD_X(p) (*(const XT att_vf_u*)(p))
+#define VSTORE_X(p, v) (*(XT att_vf_u*)(p) = (v))
 #define VSTORE_P(p, v) (*(att_vf_u*)(p) = (v))
 
 /* exp over a vector: fast_exp (common.h) lane-wise, with round-to-nearest by the 1.5 * 2^23
@@ -107,9 +121,9 @@ inline att_vf att_vexp(att_vf x0) {
             s[i][1] = (att_vf)(0.0f);                                                          \
             ap[i] = (A) + ro[i];                                                               \
         }                                                                                      \
-        const __global float* bp = (Bt) + (j0);                                                \
+        const XT float* bp = (Bt) + (j0);                                                      \
         for (int d = 0; d < ATT_HD; d++, bp += (Tp)) {                                         \
-            const att_vf b0 = VLOAD_G(bp), b1 = VLOAD_G(bp + ATT_VW);                          \
+            const att_vf b0 = VLOAD_X(bp), b1 = VLOAD_X(bp + ATT_VW);                          \
             _Pragma("unroll") for (int i = 0; i < ATT_R; i++) {                                \
                 const float a = ap[i][d];                                                      \
                 s[i][0] = a * b0 + s[i][0];                                                    \
@@ -190,10 +204,17 @@ inline att_vf att_vexp(att_vf x0) {
  * transposed; zero for T <= t < Tp. Block t0 of 16 rows: the rows stay in L1 while the stores
  * of one channel fill a cache line. */
 #define TRANSPOSE_BLOCK(dst, src, rs, T, Tp, t0)                                               \
-    for (int d = 0; d < ATT_HD; d++)                                                           \
-        _Pragma("unroll") for (int t = 0; t < 16; t++)                                         \
-            (dst)[(size_t)d * (Tp) + (t0) + t] =                                               \
-                (t0) + t < (T) ? (src)[(size_t)((t0) + t) * (rs) + d] : 0.0f;
+    if ((t0) + 16 <= (T)) { /* a full block: no bounds in the loop, which then vectorises */   \
+        const __global float* sb = (src) + (size_t)(t0) * (rs);                                \
+        for (int d = 0; d < ATT_HD; d++)                                                       \
+            _Pragma("unroll") for (int t = 0; t < 16; t++)                                     \
+                (dst)[(size_t)d * (Tp) + (t0) + t] = sb[(size_t)t * (rs) + d];                 \
+    } else {                                                                                   \
+        for (int d = 0; d < ATT_HD; d++)                                                       \
+            for (int t = 0; t < 16; t++)                                                       \
+                (dst)[(size_t)d * (Tp) + (t0) + t] =                                           \
+                    (t0) + t < (T) ? (src)[(size_t)((t0) + t) * (rs) + d] : 0.0f;             \
+    }
 
 /* y (B*T, C) and lse (B*H, T) from qkv (B*T, C + 2 KV). Global (nsplit, z chunk), local
  * (1, 1): work-item (s, z) first transposes the k rows of its key/value head into its slice of
@@ -201,7 +222,7 @@ inline att_vf att_vexp(att_vf x0) {
  * s + nsplit, ... (ATT_R rows each; nsplit > 1 only where few (batch, head) pairs would leave
  * cores idle). Queries i0..i0+ATT_R-1 attend to keys 0..i. */
 __kernel void attention_forward(__global float* y, __global float* lse, __global const float* qkv,
-                                __global float* xt, int T, int C, int H, int z0, int z_end) {
+                                XT float* xt, int T, int C, int H, int z0, int z_end) {
     const int split = get_global_id(0), nsplit = get_global_size(0);
     const int z = z0 + get_global_id(1);
     if (z >= z_end) return;
@@ -210,7 +231,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
     const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
-    __global float* Kt = xt + ((size_t)(z - z0) * nsplit + split) * ATT_HD * Tp;
+    XT float* Kt = ATT_LOCAL ? xt : xt + ((size_t)(z - z0) * nsplit + split) * ATT_HD * Tp;
     for (int t0 = 0; t0 < Tp; t0 += 16) {  /* k^T; q and v rows prefetched for the tiles */
         for (int t = t0 + 16; t < min(T, t0 + 32); t++) {
             PF_ROW(k0, QKV_W(C), t, 0)
@@ -269,9 +290,9 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
     {                                                                                          \
         const __global float* ap[ATT_R];                                                       \
         _Pragma("unroll") for (int r = 0; r < ATT_R; r++) ap[r] = (A) + ro[r];                 \
-        __global float* qp = (dQt) + (i0);                                                     \
+        XT float* qp = (dQt) + (i0);                                                           \
         for (int d = 0; d < ATT_HD; d++, qp += (Tp)) {                                         \
-            att_vf a0 = VLOAD_G(qp), a1 = VLOAD_G(qp + ATT_VW), e0 = 0.0f, e1 = 0.0f;          \
+            att_vf a0 = VLOAD_X(qp), a1 = VLOAD_X(qp + ATT_VW), e0 = 0.0f, e1 = 0.0f;          \
             _Pragma("unroll") for (int r = 0; r < ATT_R; r += 2) { /* two chains per vector */ \
                 const float a = ap[r][d], e = ap[r + 1][d];                                    \
                 a0 = a * c[r][0] + a0;                                                         \
@@ -279,8 +300,8 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
                 e0 = e * c[r + 1][0] + e0;                                                     \
                 e1 = e * c[r + 1][1] + e1;                                                     \
             }                                                                                  \
-            VSTORE_G(qp, a0 + e0);                                                             \
-            VSTORE_G(qp + ATT_VW, a1 + e1);                                                    \
+            VSTORE_X(qp, a0 + e0);                                                             \
+            VSTORE_X(qp + ATT_VW, a1 + e1);                                                    \
         }                                                                                      \
     }
 
@@ -297,20 +318,20 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
 __kernel void attention_backward(__global float* dqkv, __global float* dsum,
                                  __global const float* dy, __global const float* y,
                                  __global const float* qkv, __global const float* lse,
-                                 __global float* xt, int T, int C, int H, int z0, int z_end) {
+                                 XT float* xt, int T, int C, int H, int z0, int z_end) {
     const int z = z0 + get_global_id(1);
     if (z >= z_end) return;
     /* h: the group's first query head; its k, v rows are the group's key/value head */
     const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G, Tp = ATT_TPAD(T);
     const float scale = 1.0f / sqrt((float)ATT_HD);
-    __global float* xz = xt + (size_t)(z - z0) * 3 * ATT_G * ATT_HD * Tp;
+    XT float* xz = ATT_LOCAL ? xt : xt + (size_t)(z - z0) * 3 * ATT_G * ATT_HD * Tp;
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     for (int g = 0; g < ATT_G; g++) {  /* q^T, dy^T, dq^T = 0, D; rows prefetched a block on */
         const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h + g);
         const __global float* g0 = dy + (size_t)b * T * C + (h + g) * ATT_HD;
         const __global float* y0 = y + (size_t)b * T * C + (h + g) * ATT_HD;
-        __global float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
+        XT float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
         __global float* Ds = dsum + ((size_t)b * H + h + g) * T;
         for (int t0 = 0; t0 < Tp; t0 += 16) {
             for (int t = t0 + 16; t < min(T, t0 + 32); t++) {
@@ -345,9 +366,9 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
             const size_t zq = (size_t)b * H + h + g;
             const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h + g);
             const __global float* g0 = dy + (size_t)b * T * C + (h + g) * ATT_HD;
-            const __global float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
-            const __global float* Gt = Qt + (size_t)ATT_HD * Tp;
-            __global float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
+            const XT float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
+            const XT float* Gt = Qt + (size_t)ATT_HD * Tp;
+            XT float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
             for (int i0 = j0; i0 < T; i0 += ATT_KB) {
                 const int ni = min(ATT_KB, T - i0);
                 att_vf L[2], D[2];
@@ -366,9 +387,9 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
                         D[u] = VLOAD_P(Db + u * ATT_VW);
                     }
                 }
-                att_vf s[ATT_R][2], dp[ATT_R][2];
+                /* P^T into pt before dP^T is summed, so one tile of accumulators is live */
+                att_vf s[ATT_R][2];
                 TILE_DOTS(s, k0, ro, Qt, Tp, i0)
-                TILE_DOTS(dp, v0, ro, Gt, Tp, i0)
                 /* masked: queries before the key (first block), past T, and key rows past T
                  * (clamped copies of row T - 1, which must not reach dq) */
                 const bool edge = i0 == j0 || ni < ATT_KB || nk < ATT_R;
@@ -380,9 +401,12 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
                             x = qi < (float)(j0 + i) || qi >= (float)T || i >= nk
                                 ? (att_vf)(-INFINITY) : x;
                         }
-                        const att_vf pv = att_vexp(x);
-                        s[i][u] = pv * (dp[i][u] - D[u]);  /* dS^T */
-                        VSTORE_P(pt[i] + u * ATT_VW, pv);
+                        VSTORE_P(pt[i] + u * ATT_VW, att_vexp(x));
+                    }
+                TILE_DOTS(s, v0, ro, Gt, Tp, i0)  /* dP^T */
+                _Pragma("unroll") for (int i = 0; i < ATT_R; i++)
+                    _Pragma("unroll") for (int u = 0; u < 2; u++) {
+                        s[i][u] = VLOAD_P(pt[i] + u * ATT_VW) * (s[i][u] - D[u]);  /* dS^T */
                         VSTORE_P(dst[i] + u * ATT_VW, s[i][u]);
                     }
                 DQT_ACC(dQt, Tp, i0, k0, ro, s)
@@ -397,7 +421,7 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
         }
     }
     for (int g = 0; g < ATT_G; g++) {
-        const __global float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
+        const XT float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
         for (int t = 0; t < T; t++) {
             if (t + 8 < T) PF_ROW(QKV_ROW(dqkv, b, 0, 0, C, h + g), QKV_W(C), t + 8, 1)
             __global float* out = QKV_ROW(dqkv, b, t, 0, C, h + g);

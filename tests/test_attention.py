@@ -87,6 +87,19 @@ def test_blocked_forward_splits_agree(rt, monkeypatch, width, splits):
     run_attention(brt, 1, 9, 1, 40, seed=splits + 1)
 
 
+@pytest.mark.parametrize("local_kib", [1, 16])
+def test_blocked_rows_in_scratch_when_local_memory_is_small(rt, local_kib):
+    """Where a work-item's transposed rows do not fit the device's local memory (1 KiB: none
+    do; 16 KiB: the forward's do, the backward's do not) the blocked kernels keep them in the
+    runtime's scratch, with the same results, grouped-query and split forward too."""
+    from engine.opencl.runtime import Runtime
+    small = Runtime(rt.info, limits={"local_mem_bytes": local_kib * 1024})
+    for width in (8, 16):
+        brt = small.with_plan(small.plan.replace(attention_variant="blocked", vector_width=width))
+        run_attention(brt, 2, 37, 6, 24, seed=local_kib + width, KVH=2)
+        run_attention(brt, 1, 70, 1, 40, seed=local_kib + width + 1)
+
+
 def test_blocked_forward_splits_fill_the_cores(rt):
     """A small batch of few heads is shared out until every compute unit has 4 work-items,
     never more work-items than tiles; a big one runs a work-item per (batch, head)."""

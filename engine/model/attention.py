@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import pyopencl as cl
 
 from engine.config import ModelConfig
 from engine.errors import DeviceError
@@ -129,22 +130,31 @@ def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | 
     return t._replace(bk=bk)
 
 
-def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1
-            ) -> tuple[Built, AttentionTiles]:
+def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1,
+            local: bool = False) -> tuple[Built, AttentionTiles]:
     """kernels/attention.cl (tiled) or attention_blocked.cl (blocked) built for head_dim and
     `group` query heads per key/value head, with the tiles it was built with (blocked: bq =
-    forward rows per tile, bk = keys per block), cached by the runtime."""
+    forward rows per tile, bk = keys per block; local: its transposed rows in __local memory),
+    cached by the runtime."""
     kind = kind or variant(rt)
     if kind == "blocked":
         vw = rt.plan.vector_width
         built = rt.build(("attention_blocked.cl",), (
             ("ATT_HD", head_dim), ("ATT_G", group), ("ATT_VW", vw), ("ATT_RF", ROWS[vw]),
-            ("ATT_RB", ROWS_BACKWARD[vw]), ("ATT_PREFETCH", int(rt.is_cpu))))
-        return built, AttentionTiles(bq=ROWS[vw], bk=2 * vw)
+            ("ATT_RB", ROWS_BACKWARD[vw]), ("ATT_PREFETCH", int(rt.is_cpu)),
+            ("ATT_LOCAL", int(local))))
+        return built, blocked_tiles(rt)
     t = tiles_for(rt, head_dim, kind)
     built = rt.build(("attention.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
                                          ("ATT_BK", t.bk), ("ATT_BQ", t.bq)))
     return built, t
+
+
+def blocked_tiles(rt: Runtime) -> AttentionTiles:
+    """The blocked variant's forward rows per tile (bq) and keys per block (bk) at rt's vector
+    width."""
+    vw = rt.plan.vector_width
+    return AttentionTiles(bq=ROWS[vw], bk=2 * vw)
 
 
 def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
@@ -185,17 +195,21 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, parts: int, *args,
     """Launch blocked kernel `name` (kernels/attention_blocked.cl): a work-group of one
     work-item per (z, split), z over (batch, query head), or with per_kv over (batch, key/value
     head), each doing the work of its G query heads; in chunks of z as _launch. Each work-item
-    gets `parts` (head_dim, Tp) floats of the runtime's scratch (Tp = T rounded up to the key
-    block, plus one block) for its transposed rows. The forward splits a head's query tiles
-    over a few work-items where fewer (batch, head) pairs than 4 per compute unit would leave
-    cores idle; the backward's work-items own whole heads (they sum dq over key tiles)."""
-    built, t = program(rt, s.head_dim, "blocked", s.group)
+    keeps `parts` (head_dim, Tp) floats of transposed rows (Tp = T rounded up to the key block,
+    plus one block): in __local memory where they fit the device's, else in its slice of the
+    runtime's scratch. The forward splits a head's query tiles over a few work-items where
+    fewer (batch, head) pairs than 4 per compute unit would leave cores idle; the backward's
+    work-items own whole heads (they sum dq over key tiles)."""
+    t = blocked_tiles(rt)
     nz = s.B * s.KVH if per_kv else s.nz
     split = 1 if per_kv else forward_splits(rt, s, t.bq)
-    tp = _up(s.T, t.bk) + t.bk
+    floats = parts * s.head_dim * (_up(s.T, t.bk) + t.bk)
+    local = 4 * floats <= rt.limits.local_mem_bytes
+    built = program(rt, s.head_dim, "blocked", s.group, local)[0]
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     chunks = list(_chunks(rt, nz, work))
-    xt = rt.scratch(max(c for _, c in chunks) * split * parts * s.head_dim * tp)
+    xt = cl.LocalMemory(4 * floats) if local else \
+        rt.scratch(max(c for _, c in chunks) * split * floats)
     for z0, count in chunks:
         rt.launch_local(name, (split, count), (1, 1), *args, xt, s.T, s.C, s.H, z0, z0 + count,
                         built=built)
