@@ -36,7 +36,14 @@
 /* columns of a transposed head: T rounded up to the key block, plus one block, so a block
  * of ATT_KB columns may start at any t < T */
 #define ATT_TPAD(T) (ATT_TP(T) + ATT_KB)
+/* rows of Tp floats the backward keeps per query head: q^T, dy^T, dq^T (ATT_HD each), the
+ * logsumexp L and D = rowsum(dy * y), zero-padded (engine/model/attention.py allocates them) */
+#define ATT_BROWS (3 * ATT_HD + 2)
 #define VMAX(a, b) ((a) > (b) ? (a) : (b))
+/* min of two ints inline: PoCL calls OpenCL's min() as a function, with a vzeroupper before
+ * the call; in the backward's key-tile loop the zmm reloads after it took a third of the
+ * kernel's time (perf, 2026-12-02) */
+#define IMIN(a, b) ((a) < (b) ? (a) : (b))
 
 #if ATT_VW == 16
 typedef float16 att_vf;
@@ -139,8 +146,8 @@ inline att_vf att_vexp(att_vf x0) {
         _Pragma("unroll") for (int i = 0; i < ATT_R; i++)                                      \
             _Pragma("unroll") for (int u = 0; u < NV; u++)                                     \
                 acc[i][u] = VLOAD_P(dst[i] + c0 + u * ATT_VW) * keep[i];                       \
-        for (int j = 0; j < (nj); j++) {                                                       \
-            const __global float* sp = (SRC) + (size_t)j * (SS) + c0;                          \
+        const __global float* sp = (SRC) + c0;                                                 \
+        for (int j = 0; j < (nj); j++, sp += (SS)) {                                           \
             att_vf sv[NV];                                                                     \
             _Pragma("unroll") for (int u = 0; u < NV; u++) sv[u] = VLOAD_G(sp + u * ATT_VW);   \
             _Pragma("unroll") for (int i = 0; i < ATT_R; i++) {                                \
@@ -180,9 +187,15 @@ inline att_vf att_vexp(att_vf x0) {
     _Pragma("unroll") for (int i = 0; i < ATT_R; i++)                                          \
         ro[i] = ((r0) + i < (n) ? (r0) + i : (n) - 1) * (rs);
 
+/* x (ATT_R, ATT_HD) private rows = 0, in vector stores where ROWS_ACC loads vectors: a vector
+ * load of floats that scalar stores just wrote cannot be forwarded from them and waits until
+ * they reach the cache (perf put a third of the backward's time on such a load) */
 #define ZERO_ROWS(x)                                                                           \
-    for (int i = 0; i < ATT_R; i++)                                                            \
-        for (int d = 0; d < ATT_HD; d++) x[i][d] = 0.0f;
+    for (int i = 0; i < ATT_R; i++) {                                                          \
+        int d = 0;                                                                             \
+        for (; d + ATT_VW <= ATT_HD; d += ATT_VW) VSTORE_P(x[i] + d, (att_vf)(0.0f));          \
+        for (; d < ATT_HD; d++) x[i][d] = 0.0f;                                                \
+    }
 
 /* Software prefetch of the ATT_HD floats of row t of a matrix at src with row stride rs, for
  * reading (rw 0) or writing (rw 1), where ATT_PREFETCH (CPU compilers; Oclgrind cannot run
@@ -233,7 +246,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     XT float* Kt = ATT_LOCAL ? xt : xt + ((size_t)(z - z0) * nsplit + split) * ATT_HD * Tp;
     for (int t0 = 0; t0 < Tp; t0 += 16) {  /* k^T; q and v rows prefetched for the tiles */
-        for (int t = t0 + 16; t < min(T, t0 + 32); t++) {
+        for (int t = t0 + 16; t < IMIN(T, t0 + 32); t++) {
             PF_ROW(k0, QKV_W(C), t, 0)
             PF_ROW(q0, QKV_W(C), t, 0)
             PF_ROW(v0, QKV_W(C), t, 0)
@@ -241,7 +254,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
         TRANSPOSE_BLOCK(Kt, k0, QKV_W(C), T, Tp, t0)
     }
     for (int i0 = split * ATT_R; i0 < T; i0 += nsplit * ATT_R) {
-        const int last = min(T, i0 + ATT_R) - 1;
+        const int last = IMIN(T, i0 + ATT_R) - 1;
         ROW_OFFSETS(ro, i0, T, QKV_W(C))
         float o[ATT_R][ATT_HD], p[ATT_R][ATT_KB], m[ATT_R], alpha[ATT_R];
         att_vf l[ATT_R];  /* lane-wise sums, added up once at the end */
@@ -268,7 +281,7 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
                 VSTORE_P(p[i] + ATT_VW, p1);
             }
             ROWS_ACC(o, alpha, p, v0 + (size_t)j0 * QKV_W(C), QKV_W(C),
-                     min(ATT_KB, last + 1 - j0))
+                     IMIN(ATT_KB, last + 1 - j0))
         }
         for (int i = 0; i < last + 1 - i0; i++) {
             __global float* yr = y + ((size_t)b * T + i0 + i) * C + h * ATT_HD;
@@ -324,17 +337,19 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
     /* h: the group's first query head; its k, v rows are the group's key/value head */
     const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G, Tp = ATT_TPAD(T);
     const float scale = 1.0f / sqrt((float)ATT_HD);
-    XT float* xz = ATT_LOCAL ? xt : xt + (size_t)(z - z0) * 3 * ATT_G * ATT_HD * Tp;
+    XT float* xz = ATT_LOCAL ? xt : xt + (size_t)(z - z0) * ATT_G * ATT_BROWS * Tp;
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     for (int g = 0; g < ATT_G; g++) {  /* q^T, dy^T, dq^T = 0, D; rows prefetched a block on */
         const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h + g);
         const __global float* g0 = dy + (size_t)b * T * C + (h + g) * ATT_HD;
         const __global float* y0 = y + (size_t)b * T * C + (h + g) * ATT_HD;
-        XT float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
+        XT float* Qt = xz + (size_t)g * ATT_BROWS * Tp;
+        XT float* LD = Qt + (size_t)3 * ATT_HD * Tp;
+        const __global float* Ls = lse + ((size_t)b * H + h + g) * T;
         __global float* Ds = dsum + ((size_t)b * H + h + g) * T;
         for (int t0 = 0; t0 < Tp; t0 += 16) {
-            for (int t = t0 + 16; t < min(T, t0 + 32); t++) {
+            for (int t = t0 + 16; t < IMIN(T, t0 + 32); t++) {
                 PF_ROW(q0, QKV_W(C), t, 0)
                 PF_ROW(g0, C, t, 0)
                 PF_ROW(y0, C, t, 0)
@@ -347,45 +362,39 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
             TRANSPOSE_BLOCK(Qt + (size_t)ATT_HD * Tp, g0, C, T, Tp, t0)
             for (int d = 0; d < ATT_HD; d++)
                 for (int t = 0; t < 16; t++) Qt[(size_t)(2 * ATT_HD + d) * Tp + t0 + t] = 0.0f;
-            for (int t = t0; t < min(T, t0 + 16); t++) {
+            for (int t = t0; t < t0 + 16; t++) {
                 float D = 0.0f;
-                for (int d = 0; d < ATT_HD; d++) D = MADD(g0[(size_t)t * C + d], y0[(size_t)t * C + d], D);
-                Ds[t] = D;
+                if (t < T) {
+                    for (int d = 0; d < ATT_HD; d++)
+                        D = MADD(g0[(size_t)t * C + d], y0[(size_t)t * C + d], D);
+                    Ds[t] = D;
+                }
+                LD[t] = t < T ? Ls[t] : 0.0f;
+                LD[Tp + t] = D;
             }
         }
     }
     for (int j0 = 0; j0 < T; j0 += ATT_R) {
-        const int nk = min(ATT_R, T - j0);
+        const int nk = IMIN(ATT_R, T - j0);
         ROW_OFFSETS(ro, j0, T, QKV_W(C))
         float dk[ATT_R][ATT_HD], dv[ATT_R][ATT_HD], pt[ATT_R][ATT_KB], dst[ATT_R][ATT_KB];
-        float Lb[ATT_KB], Db[ATT_KB], one[ATT_R];
+        float one[ATT_R];
+        for (int i = 0; i < ATT_R; i++) one[i] = 1.0f;
         ZERO_ROWS(dk)
         ZERO_ROWS(dv)
-        for (int i = 0; i < ATT_R; i++) one[i] = 1.0f;
         for (int g = 0; g < ATT_G; g++) {
-            const size_t zq = (size_t)b * H + h + g;
             const __global float* q0 = QKV_ROW(qkv, b, 0, 0, C, h + g);
             const __global float* g0 = dy + (size_t)b * T * C + (h + g) * ATT_HD;
-            const XT float* Qt = xz + (size_t)3 * g * ATT_HD * Tp;
+            const XT float* Qt = xz + (size_t)g * ATT_BROWS * Tp;
             const XT float* Gt = Qt + (size_t)ATT_HD * Tp;
-            XT float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
+            XT float* dQt = xz + ((size_t)g * ATT_BROWS + 2 * ATT_HD) * Tp;
+            const XT float* LD = dQt + (size_t)ATT_HD * Tp;
             for (int i0 = j0; i0 < T; i0 += ATT_KB) {
-                const int ni = min(ATT_KB, T - i0);
-                att_vf L[2], D[2];
-                if (ni == ATT_KB) {
-                    _Pragma("unroll") for (int u = 0; u < 2; u++) {
-                        L[u] = VLOAD_G(lse + zq * T + i0 + u * ATT_VW);
-                        D[u] = VLOAD_G(dsum + zq * T + i0 + u * ATT_VW);
-                    }
-                } else {
-                    for (int t = 0; t < ATT_KB; t++) {
-                        Lb[t] = t < ni ? lse[zq * T + i0 + t] : 0.0f;
-                        Db[t] = t < ni ? dsum[zq * T + i0 + t] : 0.0f;
-                    }
-                    _Pragma("unroll") for (int u = 0; u < 2; u++) {
-                        L[u] = VLOAD_P(Lb + u * ATT_VW);
-                        D[u] = VLOAD_P(Db + u * ATT_VW);
-                    }
+                const int ni = IMIN(ATT_KB, T - i0);
+                att_vf L[2], D[2];  /* zero-padded copies: vector loads at any i0 < T */
+                _Pragma("unroll") for (int u = 0; u < 2; u++) {
+                    L[u] = VLOAD_X(LD + i0 + u * ATT_VW);
+                    D[u] = VLOAD_X(LD + Tp + i0 + u * ATT_VW);
                 }
                 /* P^T into pt before dP^T is summed, so one tile of accumulators is live */
                 att_vf s[ATT_R][2];
@@ -421,7 +430,7 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
         }
     }
     for (int g = 0; g < ATT_G; g++) {
-        const XT float* dQt = xz + (size_t)(3 * g + 2) * ATT_HD * Tp;
+        const XT float* dQt = xz + ((size_t)g * ATT_BROWS + 2 * ATT_HD) * Tp;
         for (int t = 0; t < T; t++) {
             if (t + 8 < T) PF_ROW(QKV_ROW(dqkv, b, 0, 0, C, h + g), QKV_W(C), t + 8, 1)
             __global float* out = QKV_ROW(dqkv, b, t, 0, C, h + g);

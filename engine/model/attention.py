@@ -190,12 +190,12 @@ def _up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def _blocked(rt: Runtime, name: str, s: Heads, passes: int, parts: int, *args,
+def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
              per_kv: bool = False):
     """Launch blocked kernel `name` (kernels/attention_blocked.cl): a work-group of one
     work-item per (z, split), z over (batch, query head), or with per_kv over (batch, key/value
     head), each doing the work of its G query heads; in chunks of z as _launch. Each work-item
-    keeps `parts` (head_dim, Tp) floats of transposed rows (Tp = T rounded up to the key block,
+    keeps `rows` rows of Tp floats (its transposed rows; Tp = T rounded up to the key block,
     plus one block): in __local memory where they fit the device's, else in its slice of the
     runtime's scratch. The forward splits a head's query tiles over a few work-items where
     fewer (batch, head) pairs than 4 per compute unit would leave cores idle; the backward's
@@ -203,7 +203,7 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, parts: int, *args,
     t = blocked_tiles(rt)
     nz = s.B * s.KVH if per_kv else s.nz
     split = 1 if per_kv else forward_splits(rt, s, t.bq)
-    floats = parts * s.head_dim * (_up(s.T, t.bk) + t.bk)
+    floats = rows * (_up(s.T, t.bk) + t.bk)
     local = 4 * floats <= rt.limits.local_mem_bytes
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
@@ -229,7 +229,7 @@ def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
     1/sqrt(head_dim)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        _blocked(rt, "attention_forward", s, 2, 1, y, lse, qkv)
+        _blocked(rt, "attention_forward", s, 2, s.head_dim, y, lse, qkv)
     else:
         _launch(rt, "attention_forward", s, 2, y, lse, qkv)
 
@@ -243,8 +243,9 @@ def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int,
     and runs it all in one kernel (5 products per (query, key) pair instead of 7)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        _blocked(rt, "attention_backward", s, 5, 3 * s.group, dqkv, dsum, dy, y, qkv, lse,
-                 per_kv=True)
+        # per query head: q^T, dy^T, dq^T, then L and D (kernels/attention_blocked.cl ATT_BROWS)
+        _blocked(rt, "attention_backward", s, 5, s.group * (3 * s.head_dim + 2), dqkv, dsum,
+                 dy, y, qkv, lse, per_kv=True)
         return
     if _backward_ds(rt, s, dqkv, dsum, dy, qkv, y, lse):
         return
