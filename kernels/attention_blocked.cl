@@ -4,10 +4,12 @@
  * against blocks of ATT_KB = 2 * ATT_VW keys (queries): the (ATT_R x ATT_KB) score tile lives in
  * ATT_R x 2 vector accumulators (16 zmm registers at ATT_VW 16 with ATT_R 8; 12 ymm at ATT_VW 8
  * with ATT_R 6), then online softmax per row, then the (ATT_R x head_dim) output tile takes the
- * block's P.V as vector multiply-adds. No __local memory, no barriers (docs/DESIGN.md).
+ * block's P.V as vector multiply-adds. No barriers: work-groups of one work-item, whose __local
+ * memory is only its own buffer (docs/DESIGN.md).
  *
- * Work-items own whole heads (the forward: a (batch, head), or a share of its query tiles where
- * there are few heads; the backward: a (batch, key/value head) with its ATT_G query heads), so
+ * Work-items own whole heads (the forward: a (batch, head); the backward: a (batch, key/value
+ * head) with its ATT_G query heads; or a share of its tiles where there are fewer heads than
+ * cores), so
  * each transposes what its scores read across lanes once, into its own slice of xt (the
  * runtime's scratch, (ATT_HD, Tp) floats per part, Tp = ATT_TPAD(T), zero past T: pad columns
  * are masked out, and finite), where a separate transpose kernel wrote every head to memory and
@@ -320,8 +322,11 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
 
 /* The whole backward of one (batch, key/value head) z = b * (H / ATT_G) + kv head: dq, dk, dv
  * parts of dqkv and dsum (D = rowsum(dy * y)) of its ATT_G query heads, from dy, y, qkv, lse.
- * Global (1, z chunk), local (1, 1). Its xt slice (scratch: 3 * ATT_G * (ATT_HD, Tp) floats per
- * z of the chunk) holds per query head q^T, dy^T and the dq^T accumulator. Then per tile of
+ * Global (nsplit, z chunk), local (1, 1): work-item s takes the key tiles s, s + nsplit, ...
+ * (nsplit > 1 only where few heads would leave cores idle; then dq goes to dqp in shares and
+ * attention_dq_sum adds them up). Its xt (__local, or its slice of the scratch: ATT_G *
+ * ATT_BROWS rows of Tp floats) holds per query head q^T, dy^T, the dq^T accumulator, L and D.
+ * Then per tile of
  * ATT_R keys j (rows) and per block of ATT_KB queries i >= j (vector lanes, the block starting
  * at the tile's first key, so only the first block of a tile is masked): S^T = k q^T,
  * dP^T = v dy^T, P^T = exp(scale S^T - L), dS^T = P^T (dP^T - D); dv += P^T dy,
@@ -331,13 +336,16 @@ __kernel void attention_forward(__global float* y, __global float* lse, __global
 __kernel void attention_backward(__global float* dqkv, __global float* dsum,
                                  __global const float* dy, __global const float* y,
                                  __global const float* qkv, __global const float* lse,
-                                 XT float* xt, int T, int C, int H, int z0, int z_end) {
+                                 __global float* dqp, int dqp_off, XT float* xt, int T, int C,
+                                 int H, int z0, int z_end) {
+    const int split = get_global_id(0), nsplit = get_global_size(0);
     const int z = z0 + get_global_id(1);
     if (z >= z_end) return;
     /* h: the group's first query head; its k, v rows are the group's key/value head */
     const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G, Tp = ATT_TPAD(T);
     const float scale = 1.0f / sqrt((float)ATT_HD);
-    XT float* xz = ATT_LOCAL ? xt : xt + (size_t)(z - z0) * ATT_G * ATT_BROWS * Tp;
+    XT float* xz = ATT_LOCAL ? xt
+                             : xt + ((size_t)(z - z0) * nsplit + split) * ATT_G * ATT_BROWS * Tp;
     const __global float* k0 = QKV_ROW(qkv, b, 0, 1, C, h);
     const __global float* v0 = QKV_ROW(qkv, b, 0, 2, C, h);
     for (int g = 0; g < ATT_G; g++) {  /* q^T, dy^T, dq^T = 0, D; rows prefetched a block on */
@@ -367,14 +375,14 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
                 if (t < T) {
                     for (int d = 0; d < ATT_HD; d++)
                         D = MADD(g0[(size_t)t * C + d], y0[(size_t)t * C + d], D);
-                    Ds[t] = D;
+                    if (split == 0) Ds[t] = D;
                 }
                 LD[t] = t < T ? Ls[t] : 0.0f;
                 LD[Tp + t] = D;
             }
         }
     }
-    for (int j0 = 0; j0 < T; j0 += ATT_R) {
+    for (int j0 = split * ATT_R; j0 < T; j0 += nsplit * ATT_R) {
         const int nk = IMIN(ATT_R, T - j0);
         ROW_OFFSETS(ro, j0, T, QKV_W(C))
         float dk[ATT_R][ATT_HD], dv[ATT_R][ATT_HD], pt[ATT_R][ATT_KB], dst[ATT_R][ATT_KB];
@@ -431,10 +439,32 @@ __kernel void attention_backward(__global float* dqkv, __global float* dsum,
     }
     for (int g = 0; g < ATT_G; g++) {
         const XT float* dQt = xz + ((size_t)g * ATT_BROWS + 2 * ATT_HD) * Tp;
+        /* one work-item per head: dq straight into dqkv; else this split's share of every dq row
+         * into dqp (split, z chunk, G, T, ATT_HD), summed by attention_dq_sum */
+        __global float* dq0 = nsplit == 1 ? QKV_ROW(dqkv, b, 0, 0, C, h + g)
+            : dqp + dqp_off + ((((size_t)split * (z_end - z0) + z - z0) * ATT_G + g) * T) * ATT_HD;
+        const int rs = nsplit == 1 ? QKV_W(C) : ATT_HD;
         for (int t = 0; t < T; t++) {
-            if (t + 8 < T) PF_ROW(QKV_ROW(dqkv, b, 0, 0, C, h + g), QKV_W(C), t + 8, 1)
-            __global float* out = QKV_ROW(dqkv, b, t, 0, C, h + g);
+            if (t + 8 < T) PF_ROW(dq0, rs, t + 8, 1)
+            __global float* out = dq0 + (size_t)t * rs;
             for (int d = 0; d < ATT_HD; d++) out[d] = dQt[(size_t)d * Tp + t] * scale;
         }
+    }
+}
+
+/* The dq parts of dqkv for attention_backward's launch over nsplit work-items per head: the sum
+ * of their dqp shares. Global (T, z chunk * ATT_G): a work-item per dq row. */
+__kernel void attention_dq_sum(__global float* dqkv, __global const float* dqp, int dqp_off,
+                               int nsplit, int T, int C, int H, int z0, int z_end) {
+    const int t = get_global_id(0), zg = get_global_id(1), n = (z_end - z0) * ATT_G;
+    if (t >= T || zg >= n) return;
+    const int z = z0 + zg / ATT_G, g = zg % ATT_G;
+    const int b = z / (H / ATT_G), h = z % (H / ATT_G) * ATT_G + g;
+    __global float* out = QKV_ROW(dqkv, b, t, 0, C, h);
+    for (int d = 0; d < ATT_HD; d++) {
+        float a = 0.0f;
+        for (int s = 0; s < nsplit; s++)
+            a += dqp[dqp_off + (((size_t)s * n + zg) * T + t) * ATT_HD + d];
+        out[d] = a;
     }
 }

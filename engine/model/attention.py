@@ -16,10 +16,11 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
 
 Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
 work-item per head walking tiles of ROWS[vector width] rows with the score and output tiles in
-float8 or float16 vector registers, no __local, docs/DESIGN.md; it transposes what its scores
-read across lanes (k; backward q and dy) into its own slice of the runtime's scratch, linear in
-T, and its backward is one kernel per (batch, key/value head): dq, dk and dv from one
-recomputation of the scores, 5 products per (query, key) pair) and "tiled" (GPU:
+float8 or float16 vector registers, docs/DESIGN.md; it transposes what its scores read across
+lanes (k; backward q and dy) into its own buffer, __local memory in a work-group of one (no
+barriers) or its slice of the runtime's scratch, linear in T, and its backward is one kernel
+per (batch, key/value head): dq, dk and dv from one recomputation of the scores, 5 products per
+(query, key) pair) and "tiled" (GPU:
 kernels/attention_flash.cl, cooperative work-groups with register blocks over __local tiles,
 engine/model/attention_flash.py; its backward writes dS^T once, per chunk of heads, into the
 runtime's scratch (at most attention_flash.DS_BYTES) and runs dq = dS K on it, or recomputes dS
@@ -193,33 +194,42 @@ def _up(n: int, m: int) -> int:
 def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
              per_kv: bool = False):
     """Launch blocked kernel `name` (kernels/attention_blocked.cl): a work-group of one
-    work-item per (z, split), z over (batch, query head), or with per_kv over (batch, key/value
-    head), each doing the work of its G query heads; in chunks of z as _launch. Each work-item
-    keeps `rows` rows of Tp floats (its transposed rows; Tp = T rounded up to the key block,
-    plus one block): in __local memory where they fit the device's, else in its slice of the
-    runtime's scratch. The forward splits a head's query tiles over a few work-items where
-    fewer (batch, head) pairs than 4 per compute unit would leave cores idle; the backward's
-    work-items own whole heads (they sum dq over key tiles)."""
+    work-item per (z, split), z over (batch, query head), or with per_kv (the backward) over
+    (batch, key/value head), each doing the work of its G query heads; in chunks of z as
+    _launch. Each work-item keeps `rows` rows of Tp floats (its transposed rows; Tp = T rounded
+    up to the key block, plus one block): in __local memory where they fit the device's, else
+    in its slice of the runtime's scratch. Where fewer heads than compute units would leave
+    cores idle, a head's tiles are shared by a few work-items (splits); the backward's then
+    write shares of dq to the scratch (after the slices), summed by attention_dq_sum."""
     t = blocked_tiles(rt)
     nz = s.B * s.KVH if per_kv else s.nz
-    split = 1 if per_kv else forward_splits(rt, s, t.bq)
+    split = splits(rt, s.T, nz, t.bq)
     floats = rows * (_up(s.T, t.bk) + t.bk)
     local = 4 * floats <= rt.limits.local_mem_bytes
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     chunks = list(_chunks(rt, nz, work))
-    xt = cl.LocalMemory(4 * floats) if local else \
-        rt.scratch(max(c for _, c in chunks) * split * floats)
+    most = max(c for _, c in chunks)
+    xt_n = 0 if local else most * split * floats
+    dq_n = most * split * s.group * s.T * s.head_dim if per_kv and split > 1 else 0
+    buf = rt.scratch(xt_n + dq_n) if xt_n + dq_n else None
+    xt = cl.LocalMemory(4 * floats) if local else buf
+    dq = (buf if dq_n else args[0], np.int32(xt_n)) if per_kv else ()
     for z0, count in chunks:
-        rt.launch_local(name, (split, count), (1, 1), *args, xt, s.T, s.C, s.H, z0, z0 + count,
-                        built=built)
+        tail = (s.T, s.C, s.H, z0, z0 + count)
+        rt.launch_local(name, (split, count), (1, 1), *args, *dq, xt, *tail, built=built)
+        if dq_n:
+            rt.launch_local("attention_dq_sum", (_up(s.T, 16), count * s.group), (16, 1), args[0],
+                            *dq, np.int32(split), *tail, built=built)
 
 
-def forward_splits(rt: Runtime, s: Heads, rows: int) -> int:
-    """Work-items sharing one (batch, head) of the blocked forward (each transposes the head's
-    k, then takes every n-th tile of `rows` queries): enough for 4 work-items per compute unit
-    (a batch of 1 with few heads would leave cores idle), at most one per tile."""
-    return max(1, min(-(-s.T // rows), -(-4 * rt.info.compute_units // s.nz)))
+def splits(rt: Runtime, T: int, nz: int, rows: int) -> int:
+    """Work-items sharing one of nz heads of a blocked kernel (each takes every n-th tile of
+    `rows` rows, after transposing the whole head itself): where fewer heads than compute
+    units would leave cores idle (a batch of 1 with one head), enough for one work-item per
+    compute unit, at most one per tile. More shares cost more than they gained: T 512, one
+    head, 2 cores: 1.4 ms unsplit, 1.7 in 2 shares, 2.2 in 8; T 2048: 28, 17, 19 ms."""
+    return max(1, min(-(-T // rows), -(-rt.info.compute_units // nz)))
 
 
 def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
