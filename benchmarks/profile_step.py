@@ -24,7 +24,9 @@ def _is_matmul(name: str) -> bool:
 
 
 # fused attention (engine/model/attention.py): q.k-sized products per causal (query, key) pair
-_ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4}
+# (the CPU's blocked backward is one kernel per (batch, key/value head): 5, exact for multi-head)
+_ATT = {"attention_forward": 2, "attention_backward_dq": 3, "attention_backward_dkv": 4,
+        "attention_backward": 5}
 
 
 def profile_engine_step(rt, model, inputs, targets, lr, tc, serial: bool = False) -> str:

@@ -52,7 +52,8 @@ def test_attention_split_launches(att_rt):
         run_attention(rt, 2, 21, 3, 6, seed=7)
     finally:
         rt.max_launch_flops = before
-    assert rt.launches - n0 >= 3 * 6  # forward, dq, dkv: one launch per (batch, head)
+    # forward, dq, dkv: one launch per (batch, head); blocked: forward, fused backward
+    assert rt.launches - n0 >= _kernels(rt) * 6
 
 
 def test_grouped_query_attention_split_launches(att_rt):
@@ -64,7 +65,52 @@ def test_grouped_query_attention_split_launches(att_rt):
         run_attention(rt, 2, 21, 6, 6, seed=8, KVH=2)
     finally:
         rt.max_launch_flops = before
-    assert rt.launches - n0 >= 2 * 6 + 2 * 2  # forward, dq per (batch, head); dkv per kv head
+    # forward, dq per (batch, head), dkv per kv head; blocked: forward, backward per kv head
+    assert rt.launches - n0 >= (2 * 6 + 2 * 2 if _kernels(rt) == 3 else 6 + 2 * 2)
+
+
+def _kernels(rt) -> int:
+    """Attention kernels a forward + backward runs: 2 on the blocked variant (its backward is
+    one kernel), else 3."""
+    return 2 if attention.variant(rt) == "blocked" else 3
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("splits", [1, 2, 5, 64])
+def test_blocked_splits_agree(rt, monkeypatch, width, splits):
+    """The blocked kernels give the same y, logsumexp and gradients whether one work-item takes
+    all the tiles of a head or several share them (every n-th tile, each with its own
+    transposed rows; the backward's shares of dq summed by attention_dq_sum; more work-items
+    than tiles leave the rest idle), grouped-query too."""
+    monkeypatch.setattr(attention, "splits", lambda *a: splits)
+    brt = rt.with_plan(rt.plan.replace(attention_variant="blocked", vector_width=width))
+    n0 = brt.launches
+    run_attention(brt, 2, 37, 6, 24, seed=splits, KVH=2)
+    run_attention(brt, 1, 9, 1, 40, seed=splits + 1)
+    assert brt.launches - n0 == 2 * (2 + (splits > 1))  # forward, backward (+ dq sum)
+
+
+@pytest.mark.parametrize("local_kib", [1, 16])
+def test_blocked_rows_in_scratch_when_local_memory_is_small(rt, local_kib):
+    """Where a work-item's transposed rows do not fit the device's local memory (1 KiB: none
+    do; 16 KiB: the forward's do, the backward's do not) the blocked kernels keep them in the
+    runtime's scratch (the backward's shares of dq after them where it splits heads), with the
+    same results, grouped-query and split heads too."""
+    from engine.opencl.runtime import Runtime
+    small = Runtime(rt.info, limits={"local_mem_bytes": local_kib * 1024})
+    for width in (8, 16):
+        brt = small.with_plan(small.plan.replace(attention_variant="blocked", vector_width=width))
+        run_attention(brt, 2, 37, 6, 24, seed=local_kib + width, KVH=2)
+        run_attention(brt, 1, 70, 1, 40, seed=local_kib + width + 1)
+
+
+def test_blocked_splits_fill_the_cores(rt):
+    """Fewer heads than compute units are shared out until every compute unit has a
+    work-item, never more work-items than tiles; as many heads as units run a work-item each."""
+    cu = rt.info.compute_units
+    assert attention.splits(rt, 1000, 1, 8) == cu
+    assert attention.splits(rt, 9, 1, 8) == min(cu, 2)
+    assert attention.splits(rt, 128, cu, 8) == 1
 
 
 def test_tiles_shrink_to_local_memory_or_refuse(rt):

@@ -15,17 +15,20 @@ L. Memory per layer is linear in T. Layouts (all row-major float32):
     lse, dsum  (B*H, T)    logsumexp of the scaled scores per query row; D = rowsum(dy * y)
 
 Two kernel variants, chosen by device type: "blocked" (CPU, kernels/attention_blocked.cl: a
-work-item per ROWS[vector width] rows with the score and output tiles in float8 or float16
-vector registers, no __local, docs/DESIGN.md; its scores read k, v, q and dy transposed, which
-attention_transpose writes into the runtime's scratch, linear in T) and "tiled" (GPU:
+work-item per head walking tiles of ROWS[vector width] rows with the score and output tiles in
+float8 or float16 vector registers, docs/DESIGN.md; it transposes what its scores read across
+lanes (k; backward q and dy) into its own buffer, __local memory in a work-group of one (no
+barriers) or its slice of the runtime's scratch, linear in T, and its backward is one kernel
+per (batch, key/value head): dq, dk and dv from one recomputation of the scores, 5 products per
+(query, key) pair) and "tiled" (GPU:
 kernels/attention_flash.cl, cooperative work-groups with register blocks over __local tiles,
 engine/model/attention_flash.py; its backward writes dS^T once, per chunk of heads, into the
 runtime's scratch (at most attention_flash.DS_BYTES) and runs dq = dS K on it, or recomputes dS
 in the dq kernel where one head's T x T does not fit; where a kernel's flash tiles do not fit
 the local memory, kernels/attention.cl's: a work-group per TILES["tiled"].bq rows, one row per
 work-item, K/V tiles in __local; both skip tiles above the diagonal). Each file is built once
-per head_dim and G (and vector width, or flash tiles) with -D options. The dk/dv kernels run
-per key/value head and sum over the G query heads of its group.
+per head_dim and G (and vector width, or flash tiles) with -D options. The dk/dv kernels (the
+blocked backward) run per key/value head and sum over the G query heads of its group.
 On GPUs a launch covers at most Runtime.max_launch_flops of work (display drivers kill kernels
 that run for seconds), so long ones are split over (batch, head).
 GPUs can run attention as batched GEMMs instead (engine/model/attention_gemm.py, same calls);
@@ -37,6 +40,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import pyopencl as cl
 
 from engine.config import ModelConfig
 from engine.errors import DeviceError
@@ -55,11 +59,13 @@ class AttentionTiles(NamedTuple):
 # tiled: 64 rows per work-group (two NVIDIA warps), 32-row __local tiles of k and v (16 KiB at
 # head_dim 64).
 TILES = {"tiled": AttentionTiles(bq=64, bk=32)}
-# blocked: rows per work-item by vector width (ATT_R), so the (rows x 2 vectors) score tile fits
-# the vector registers with room for two operands: 8 x 2 float16 in 32 zmm (AVX-512), 6 x 2
-# float8 in 16 ymm (AVX2), as matmul_vec.cl's GEMM tiles.
+# blocked: rows per tile by vector width (forward ATT_RF), so the (rows x 2 vectors) score tile
+# fits the vector registers with room for two operands: 8 x 2 float16 in 32 zmm (AVX-512), 6 x 2
+# float8 in 16 ymm (AVX2), as matmul_vec.cl's GEMM tiles. The backward (ATT_RB) keeps two score
+# tiles and their dS^T live: 4 rows ran M's and B's backward 15-20% faster than 8 (AVX-512) or 6
+# (float8), 2 slower (benchmarks/RESULTS.md, "CPU attention at GEMM speed").
 ROWS = {16: 8, 8: 6}
-BLOCKED_LOCAL = (4, 1)  # work-items per group: fixed (each local size is a PoCL compile)
+ROWS_BACKWARD = {16: 4, 8: 4}
 
 
 class Heads(NamedTuple):
@@ -125,21 +131,31 @@ def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | 
     return t._replace(bk=bk)
 
 
-def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1
-            ) -> tuple[Built, AttentionTiles]:
+def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1,
+            local: bool = False) -> tuple[Built, AttentionTiles]:
     """kernels/attention.cl (tiled) or attention_blocked.cl (blocked) built for head_dim and
     `group` query heads per key/value head, with the tiles it was built with (blocked: bq =
-    rows per work-item, bk = keys per block), cached by the runtime."""
+    forward rows per tile, bk = keys per block; local: its transposed rows in __local memory),
+    cached by the runtime."""
     kind = kind or variant(rt)
     if kind == "blocked":
         vw = rt.plan.vector_width
-        built = rt.build(("attention_blocked.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
-                                                     ("ATT_VW", vw), ("ATT_R", ROWS[vw])))
-        return built, AttentionTiles(bq=ROWS[vw], bk=2 * vw)
+        built = rt.build(("attention_blocked.cl",), (
+            ("ATT_HD", head_dim), ("ATT_G", group), ("ATT_VW", vw), ("ATT_RF", ROWS[vw]),
+            ("ATT_RB", ROWS_BACKWARD[vw]), ("ATT_PREFETCH", int(rt.is_cpu)),
+            ("ATT_LOCAL", int(local))))
+        return built, blocked_tiles(rt)
     t = tiles_for(rt, head_dim, kind)
     built = rt.build(("attention.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
                                          ("ATT_BK", t.bk), ("ATT_BQ", t.bq)))
     return built, t
+
+
+def blocked_tiles(rt: Runtime) -> AttentionTiles:
+    """The blocked variant's forward rows per tile (bq) and keys per block (bk) at rt's vector
+    width."""
+    vw = rt.plan.vector_width
+    return AttentionTiles(bq=ROWS[vw], bk=2 * vw)
 
 
 def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
@@ -153,24 +169,19 @@ def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
 
 
 def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool = False):
-    """Launch the blocked or tiled form of kernel `name` over every (row, z), in chunks of z:
+    """Launch the tiled (GPU) form of kernel `name` over every (row, z), in chunks of z:
     z over (batch, query head), or with per_kv over (batch, key/value head), each of which
     does the work of its G query heads. passes: q.k-sized products per (query, key) pair
     (forward 2, dq 3, dkv 4). The tiled variant runs attention_flash.cl's kernel where its
     tiles fit the device's local memory, else attention.cl's."""
-    kind = variant(rt)
-    flash = kind == "tiled" and attention_flash.program(rt, name, s.head_dim, s.group)
-    built, t = (None, None) if flash else program(rt, s.head_dim, kind, s.group)
+    flash = attention_flash.program(rt, name, s.head_dim, s.group)
+    built, t = (None, None) if flash else program(rt, s.head_dim, "tiled", s.group)
     nz = s.B * s.KVH if per_kv else s.nz
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     for z0, count in _chunks(rt, nz, work):  # work: 2 flops per multiply-add, half the pairs
         tail = (s.T, s.C, s.H, z0, z0 + count)
         if flash:
             attention_flash.launch(rt, name, flash, s.T, count, args, tail)
-        elif kind == "blocked":
-            local = BLOCKED_LOCAL
-            grid = (_up(-(-s.T // t.bq), local[0]), count)
-            rt.launch_local(name, grid, local, *args, *tail, built=built)
         else:
             rt.launch_local(name + "_tiled", (_up(s.T, t.bq), count), (t.bq, 1), *args, *tail,
                             built=built)
@@ -180,25 +191,45 @@ def _up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def _transposed(rt: Runtime, s: Heads, parts) -> object:
-    """The blocked kernels' xt: (nz, len(parts), head_dim, Tp) floats in the runtime's scratch,
-    part p of each (batch, query head) transposed from (src, row stride, column offset, head
-    divisor) = parts[p] (divisor G for k and v: a query head reads its key/value head's);
-    Tp = T rounded up to the key block, zero-padded (kernels/attention_blocked.cl)."""
-    built, t = program(rt, s.head_dim, "blocked", s.group)
-    tp = _up(s.T, t.bk)
-    xt = rt.scratch(s.nz * len(parts) * s.head_dim * tp)
-    local = BLOCKED_LOCAL
-    for p, (src, rs, off, hdiv) in enumerate(parts):
-        rt.launch_local("attention_transpose", (_up(tp // t.bk, local[0]), s.nz), local, xt, src,
-                        rs, off, hdiv, len(parts), p, s.T, s.C, s.H, 0, s.nz, built=built)
-    return xt
+def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
+             per_kv: bool = False):
+    """Launch blocked kernel `name` (kernels/attention_blocked.cl): a work-group of one
+    work-item per (z, split), z over (batch, query head), or with per_kv (the backward) over
+    (batch, key/value head), each doing the work of its G query heads; in chunks of z as
+    _launch. Each work-item keeps `rows` rows of Tp floats (its transposed rows; Tp = T rounded
+    up to the key block, plus one block): in __local memory where they fit the device's, else
+    in its slice of the runtime's scratch. Where fewer heads than compute units would leave
+    cores idle, a head's tiles are shared by a few work-items (splits); the backward's then
+    write shares of dq to the scratch (after the slices), summed by attention_dq_sum."""
+    t = blocked_tiles(rt)
+    nz = s.B * s.KVH if per_kv else s.nz
+    split = splits(rt, s.T, nz, t.bq)
+    floats = rows * (_up(s.T, t.bk) + t.bk)
+    local = 4 * floats <= rt.limits.local_mem_bytes
+    built = program(rt, s.head_dim, "blocked", s.group, local)[0]
+    work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
+    chunks = list(_chunks(rt, nz, work))
+    most = max(c for _, c in chunks)
+    xt_n = 0 if local else most * split * floats
+    dq_n = most * split * s.group * s.T * s.head_dim if per_kv and split > 1 else 0
+    buf = rt.scratch(xt_n + dq_n) if xt_n + dq_n else None
+    xt = cl.LocalMemory(4 * floats) if local else buf
+    dq = (buf if dq_n else args[0], np.int32(xt_n)) if per_kv else ()
+    for z0, count in chunks:
+        tail = (s.T, s.C, s.H, z0, z0 + count)
+        rt.launch_local(name, (split, count), (1, 1), *args, *dq, xt, *tail, built=built)
+        if dq_n:
+            rt.launch_local("attention_dq_sum", (_up(s.T, 16), count * s.group), (16, 1), args[0],
+                            *dq, np.int32(split), *tail, built=built)
 
 
-def _kv_parts(s: Heads, qkv) -> tuple[tuple, tuple]:
-    """_transposed's parts for k and v of qkv."""
-    kv = s.KVH * s.head_dim
-    return (qkv, s.width, s.C, s.group), (qkv, s.width, s.C + kv, s.group)
+def splits(rt: Runtime, T: int, nz: int, rows: int) -> int:
+    """Work-items sharing one of nz heads of a blocked kernel (each takes every n-th tile of
+    `rows` rows, after transposing the whole head itself): where fewer heads than compute
+    units would leave cores idle (a batch of 1 with one head), enough for one work-item per
+    compute unit, at most one per tile. More shares cost more than they gained: T 512, one
+    head, 2 cores: 1.4 ms unsplit, 1.7 in 2 shares, 2.2 in 8; T 2048: 28, 17, 19 ms."""
+    return max(1, min(-(-T // rows), -(-rt.info.compute_units // nz)))
 
 
 def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
@@ -208,8 +239,7 @@ def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
     1/sqrt(head_dim)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        kt = _transposed(rt, s, [_kv_parts(s, qkv)[0]])
-        _launch(rt, "attention_forward", s, 2, y, lse, qkv, kt)
+        _blocked(rt, "attention_forward", s, 2, s.head_dim, y, lse, qkv)
     else:
         _launch(rt, "attention_forward", s, 2, y, lse, qkv)
 
@@ -219,12 +249,13 @@ def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int,
     """dqkv (B*T, W), fully overwritten, from dy (B*T, C) and the forward's qkv, y, lse
     (W as attention_forward); dk and dv of a key/value head sum over its query heads.
     dsum (B*H, T) is scratch (D = rowsum(dy * y), written by the dq pass, read by dk/dv).
-    The blocked (CPU) variant also uses about 4 * B * T * C floats of the runtime's scratch."""
+    The blocked (CPU) variant also uses about 3 * B * T * C floats of the runtime's scratch
+    and runs it all in one kernel (5 products per (query, key) pair instead of 7)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        xt = _transposed(rt, s, [(qkv, s.width, 0, 1), *_kv_parts(s, qkv), (dy, C, 0, 1)])
-        _launch(rt, "attention_backward_dq", s, 3, dqkv, dsum, dy, y, qkv, lse, xt)
-        _launch(rt, "attention_backward_dkv", s, 4, dqkv, dy, qkv, lse, dsum, xt, per_kv=True)
+        # per query head: q^T, dy^T, dq^T, then L and D (kernels/attention_blocked.cl ATT_BROWS)
+        _blocked(rt, "attention_backward", s, 5, s.group * (3 * s.head_dim + 2), dqkv, dsum,
+                 dy, y, qkv, lse, per_kv=True)
         return
     if _backward_ds(rt, s, dqkv, dsum, dy, qkv, y, lse):
         return
