@@ -151,6 +151,11 @@ def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1,
     return built, t
 
 
+# __local bytes the blocked kernels leave unused: NVIDIA's driver reports 48 KiB but refused
+# (OUT_OF_RESOURCES, H200) a blocked kernel whose transposed rows took exactly 48 KiB
+LOCAL_RESERVE = 1024
+
+
 def blocked_tiles(rt: Runtime) -> AttentionTiles:
     """The blocked variant's forward rows per tile (bq) and keys per block (bk) at rt's vector
     width."""
@@ -205,7 +210,7 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
     nz = s.B * s.KVH if per_kv else s.nz
     split = splits(rt, s.T, nz, t.bq)
     floats = rows * (_up(s.T, t.bk) + t.bk)
-    local = 4 * floats <= rt.limits.local_mem_bytes
+    local = 4 * floats + LOCAL_RESERVE <= rt.limits.local_mem_bytes
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     chunks = list(_chunks(rt, nz, work))
