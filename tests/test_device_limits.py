@@ -54,3 +54,24 @@ def test_long_gemms_are_split_and_still_right(rt, gemm):
     close(down(rt, dx, (M, K)), rdx)
     close(down(rt, dw, (N, K)), rdw)
     assert rt.launches - n0 >= 3 + 2 * 3  # 3 chunks of 128 rows in each of three products
+
+
+def test_no_choice_by_local_memory_takes_all_a_device_reports(rt):
+    """A kernel using exactly the local memory NVIDIA reports failed at launch (OUT_OF_RESOURCES
+    on an H200): a device reporting exactly what a GEMM tile pair, a flash tile set or the tiled
+    attention's tiles need is given the next smaller choice, by every chooser."""
+    from engine.model import attention, attention_flash
+    from engine.opencl import gemm_tiles
+    exact = 2 * gemm_tiles.tiled_local_bytes(128)
+    assert 128 not in Runtime(rt.info, limits={"local_mem_bytes": exact}).limits.tile_edges()
+    assert 128 in Runtime(rt.info, limits={"local_mem_bytes": exact + 1024}).limits.tile_edges()
+    name, hd = "attention_forward", 64
+    first = attention_flash.CANDIDATES[name][0]
+    exact = 4 * attention_flash.local_floats(name, first, hd)
+    edge = Runtime(rt.info, limits={"local_mem_bytes": exact})
+    assert attention_flash.program(edge, name, hd, 1)[1] != first
+    hd = 64
+    bk = attention.TILES["tiled"].bk
+    exact = (2 * bk * hd + 2 * bk) * 4
+    edge = Runtime(rt.info, limits={"local_mem_bytes": exact})
+    assert attention.tiles_for(edge, hd).bk < bk

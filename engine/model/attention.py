@@ -119,7 +119,7 @@ def tiles_for(rt: Runtime, head_dim: int, kind: str = "tiled", local_mem: int | 
     local_mem bytes (default: the device's local memory). DeviceError when even 4-row tiles
     do not fit."""
     t = TILES[kind]
-    local_mem = rt.limits.local_mem_bytes if local_mem is None else local_mem
+    local_mem = rt.limits.usable_local_bytes if local_mem is None else local_mem
     bk = t.bk
     while bk >= 4 and (2 * bk * head_dim + 2 * bk) * 4 > local_mem:
         bk //= 2
@@ -149,11 +149,6 @@ def program(rt: Runtime, head_dim: int, kind: str | None = None, group: int = 1,
     built = rt.build(("attention.cl",), (("ATT_HD", head_dim), ("ATT_G", group),
                                          ("ATT_BK", t.bk), ("ATT_BQ", t.bq)))
     return built, t
-
-
-# __local bytes the blocked kernels leave unused: NVIDIA's driver reports 48 KiB but refused
-# (OUT_OF_RESOURCES, H200) a blocked kernel whose transposed rows took exactly 48 KiB
-LOCAL_RESERVE = 1024
 
 
 def blocked_tiles(rt: Runtime) -> AttentionTiles:
@@ -210,7 +205,7 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
     nz = s.B * s.KVH if per_kv else s.nz
     split = splits(rt, s.T, nz, t.bq)
     floats = rows * (_up(s.T, t.bk) + t.bk)
-    local = 4 * floats + LOCAL_RESERVE <= rt.limits.local_mem_bytes
+    local = 4 * floats <= rt.limits.usable_local_bytes
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
     work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
     chunks = list(_chunks(rt, nz, work))

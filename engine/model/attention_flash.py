@@ -117,7 +117,7 @@ def program(rt: Runtime, name: str, head_dim: int, group: int, ds: bool = False
     `group` query heads per key/value head, for the backward's dS path when ds (ATT_DS), with
     the tiles that fit rt's local memory (cached by the runtime), or None when none fits."""
     key = name + "_ds" if ds else name
-    t = tiles(key, head_dim, rt.limits.local_mem_bytes)
+    t = tiles(key, head_dim, rt.limits.usable_local_bytes)
     if t is None:
         return None
     if not t.valid(key):

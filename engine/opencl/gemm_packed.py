@@ -49,7 +49,7 @@ def packed_launch(rt: Runtime, width: int, M: int, N: int, K: int) -> tuple:
     rt's device limits: matmul_packed.cl's sizes (gemm_tiles.packed_defines; software
     prefetches on CPUs), the C block of one work-group (packed_blocks), the grid of
     one-work-item groups (columns, rows of blocks, K ranges) and the K rows per range."""
-    defines = gemm_tiles.packed_defines(width, rt.limits.local_mem_bytes, rt.is_cpu)
+    defines = gemm_tiles.packed_defines(width, rt.limits.usable_local_bytes, rt.is_cpu)
     sizes, cu = dict(defines), rt.limits.compute_units
     splits = packed_splits(M, N, K, sizes, cu)
     mb, nb = packed_blocks(M, N, sizes, cu, max(1, PACKED_GROUPS_PER_CU * cu // splits))

@@ -39,6 +39,10 @@ SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K
 # while below 2^22 the vector kernel won 1.2-1.3x (benchmarks/RESULTS.md, "tn products at nn's
 # speed")
 LARGE_PRODUCT = 1 << 23
+# __local bytes no kernel's tiles may take of what a device reports: NVIDIA's driver refused a
+# kernel using exactly its reported 48 KiB (OUT_OF_RESOURCES at launch on an H200,
+# benchmarks/RESULTS.md 2026-12-02), so every choice by local memory keeps this much spare
+LOCAL_RESERVE = 1024
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,16 @@ class DeviceLimits:
                               f"Override only {[f.name for f in fields(cls)]}.")
         return replace(limits, **(overrides or {}))
 
+    @property
+    def usable_local_bytes(self) -> int:
+        """local_mem_bytes less LOCAL_RESERVE: what the kernels' __local tiles may take."""
+        return max(0, self.local_mem_bytes - LOCAL_RESERVE)
+
     def tile_edges(self) -> tuple[int, ...]:
-        """The tiled GEMM edges whose two __local tiles fit the local memory (OpenCL
+        """The tiled GEMM edges whose two __local tiles fit the usable local memory (OpenCL
         guarantees 32 KiB; the 128 tiles take 33 KiB)."""
         return tuple(e for e in gemm_tiles.TILED_EDGES
-                     if 2 * gemm_tiles.tiled_local_bytes(e) <= self.local_mem_bytes)
+                     if 2 * gemm_tiles.tiled_local_bytes(e) <= self.usable_local_bytes)
 
 
 def pick_vector_width(reported: int, override: int | str | None = None) -> int:
