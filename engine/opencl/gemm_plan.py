@@ -40,9 +40,10 @@ SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K
 # speed")
 LARGE_PRODUCT = 1 << 23
 # __local bytes no kernel's tiles may take of what a device reports: NVIDIA's driver refused a
-# kernel using exactly its reported 48 KiB (OUT_OF_RESOURCES at launch on an H200,
-# benchmarks/RESULTS.md 2026-12-02), so every choice by local memory keeps this much spare
-LOCAL_RESERVE = 1024
+# kernel using exactly its reported 48 KiB (OUT_OF_RESOURCES at launch on an H200) and ran one
+# using 47.5 KiB (flash dq tiles 64 x 16 at head_dim 64; benchmarks/RESULTS.md 2026-12-02), so
+# every choice by local memory keeps this much spare
+LOCAL_RESERVE = 512
 
 
 @dataclass(frozen=True)
