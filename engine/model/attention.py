@@ -177,14 +177,20 @@ def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool =
     flash = attention_flash.program(rt, name, s.head_dim, s.group)
     built, t = (None, None) if flash else program(rt, s.head_dim, "tiled", s.group)
     nz = s.B * s.KVH if per_kv else s.nz
-    work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
-    for z0, count in _chunks(rt, nz, work):  # work: 2 flops per multiply-add, half the pairs
+    for z0, count in _chunks(rt, nz, _work(s, passes, per_kv)):
         tail = (s.T, s.C, s.H, z0, z0 + count)
         if flash:
             attention_flash.launch(rt, name, flash, s.T, count, args, tail)
         else:
             rt.launch_local(name + "_tiled", (_up(s.T, t.bq), count), (t.bq, 1), *args, *tail,
                             built=built)
+
+
+def _work(s: Heads, passes: int, per_kv: bool) -> float:
+    """FLOPs of one z of an attention kernel with `passes` q.k-sized products per causal
+    (query, key) pair (2 flops per multiply-add, half the pairs); per_kv: a key/value head's z,
+    which does the work of its G query heads."""
+    return passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
 
 
 def _up(n: int, m: int) -> int:
@@ -207,8 +213,7 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
     floats = rows * (_up(s.T, t.bk) + t.bk)
     local = 4 * floats <= rt.limits.usable_local_bytes
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
-    work = passes * s.T * (s.T + 1) * s.head_dim * (s.group if per_kv else 1)
-    chunks = list(_chunks(rt, nz, work))
+    chunks = list(_chunks(rt, nz, _work(s, passes, per_kv)))
     most = max(c for _, c in chunks)
     xt_n = 0 if local else most * split * floats
     dq_n = most * split * s.group * s.T * s.head_dim if per_kv and split > 1 else 0
@@ -267,17 +272,15 @@ def _backward_ds(rt: Runtime, s: Heads, dqkv, dsum, dy, qkv, y, lse) -> bool:
     """The GPU backward's dS path (kernels/attention_flash.cl, ATT_DS): per chunk of key/value
     heads, D, then dk/dv writing dS^T into the runtime's scratch, then dq = dS K; False (nothing
     enqueued) where its kernels' tiles or one head's G x T x T floats of dS^T do not fit."""
-    per_kv = s.group * s.T * s.T
-    most = attention_flash.ds_heads(rt, per_kv)
+    most = attention_flash.ds_heads(rt.info, s.group, s.T, s.B * s.KVH)
     dq = most and attention_flash.program(rt, "attention_backward_dq", s.head_dim, s.group, True)
     dkv = dq and attention_flash.program(rt, "attention_backward_dkv", s.head_dim, s.group,
                                          True)
     if not dkv:
         return False
     G = s.group
-    work = 4 * s.T * (s.T + 1) * s.head_dim * G  # as _launch's dk/dv
-    ds = rt.scratch(min(most, s.B * s.KVH) * per_kv)
-    for z0, count in _chunks(rt, s.B * s.KVH, work, most):
+    ds = rt.scratch(most * G * s.T * s.T)
+    for z0, count in _chunks(rt, s.B * s.KVH, _work(s, 4, True), most):
         tail = (s.T, s.C, s.H, z0, z0 + count)
         q_tail = (s.T, s.C, s.H, z0 * G, (z0 + count) * G)  # the chunk's query heads
         attention_flash.launch_dsum(rt, dkv, s.T, count * G, (dsum, dy, y, *q_tail))

@@ -129,11 +129,12 @@ def program(rt: Runtime, name: str, head_dim: int, group: int, ds: bool = False
     return built, t
 
 
-def ds_heads(rt: Runtime, floats_per_head: int) -> int:
-    """Key/value heads per chunk of the dS path: how many slices of floats_per_head (G x T x T)
-    fit the dS^T scratch (DS_BYTES, 1/DS_SHARE of the device memory, one allocation); 0 where
-    not even one does."""
-    return _ds_cap(rt.info) // (4 * floats_per_head)
+def ds_heads(info, group: int, T: int, kv_total: int) -> int:
+    """Key/value heads per chunk of the dS path on device info (DeviceInfo), of kv_total
+    (batch x key/value heads) with `group` query heads each: how many of their G x T x T
+    floats fit the dS^T scratch (DS_BYTES, 1/DS_SHARE of the device memory, one allocation), at
+    most kv_total; 0 where not even one does."""
+    return min(_ds_cap(info) // (4 * group * T * T), kv_total)
 
 
 def _ds_cap(info) -> int:
@@ -148,8 +149,8 @@ def ds_scratch_bytes(info, cfg, B: int, T: int) -> int:
     kernels) and where not one head fits (the recomputing backward runs)."""
     if info.is_cpu:
         return 0
-    per_kv = (cfg.n_head // cfg.kv_heads) * T * T
-    return 4 * per_kv * min(_ds_cap(info) // (4 * per_kv), B * cfg.kv_heads)
+    group = cfg.n_head // cfg.kv_heads
+    return 4 * group * T * T * ds_heads(info, group, T, B * cfg.kv_heads)
 
 
 def launch(rt: Runtime, name: str, flash: tuple[Built, FlashTiles], T: int, count: int,

@@ -36,7 +36,7 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
     generation) and a KVDecoder allocate on `device`; each activation set's attention path as
     engine.model.attention_gemm.choose picks it there (attention_path forces one; no device:
-    "fused", and a GPU's grad-norm scratch)."""
+    "fused")."""
     T = cfg.context_length
     # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
     # generation set is its own where a KVDecoder made it before training (counted so)
