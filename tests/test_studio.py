@@ -140,9 +140,30 @@ def assert_gui_never_blocked(meter):
     print(f"\nGUI thread: {len(meter.cpu)} busy stretches; most work: {meter.describe('cpu')}; "
           f"longest held: {meter.describe('held')}; largest 10 ms-timer gap "
           f"{max(meter.timer_gaps, default=0) * 1000:.0f} ms wall")
-    assert meter.worst("cpu") < GUI_WORK_LIMIT_S, f"the GUI thread worked: {meter.describe('cpu')}"
-    assert meter.worst("held") < GUI_WAIT_LIMIT_S, \
-        f"the GUI thread waited: {meter.describe('held')}"
+    # every limit crossed is named (a wait injected on a loaded machine is followed by a burst
+    # of catch-up work, which must not hide the wait from the report)
+    crossed = []
+    if meter.worst("cpu") >= GUI_WORK_LIMIT_S:
+        crossed.append(f"the GUI thread worked: {meter.describe('cpu')}")
+    if meter.worst("held") >= GUI_WAIT_LIMIT_S:
+        crossed.append(f"the GUI thread waited: {meter.describe('held')}")
+    assert not crossed, "; ".join(crossed)
+
+
+def test_the_block_check_names_every_limit_crossed():
+    """A wait followed by a burst of work (what a loaded machine made of the injected sleep
+    below) is reported as both, so the wait is never hidden behind the work."""
+    class Meter:
+        cpu, timer_gaps = [1.0], []
+
+        def worst(self, kind):
+            return 10.0
+
+        def describe(self, kind):
+            return kind
+
+    with pytest.raises(AssertionError, match="worked: cpu; the GUI thread waited: held"):
+        assert_gui_never_blocked(Meter())
 
 
 @pytest.mark.parametrize("checkpoint_every", [100, 5])
