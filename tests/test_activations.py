@@ -58,36 +58,104 @@ def test_every_declared_buffer_is_used_by_the_model():
     assert [n for n in names if f"a.{n}" not in source] == []
 
 
-# A Model's own buffers and a KVDecoder's come from the same declarations (model_buffers,
-# DECODE_BUFFERS): engine.model.memory's estimate is every byte they allocate. Grouped-query
-# attention, tied and untied output, odd widths and a context that is not a power of two.
+# A Model's own buffers, a KVDecoder's and the runtime's scratch come from the same declarations
+# and sizing functions (model_buffers, DECODE_BUFFERS, engine.model.scratch): engine.model.memory's
+# estimate is every byte a run allocates. Grouped-query attention, tied and untied output, odd
+# widths and a context that is not a power of two; "wide" has products whose K is split (the
+# packed GEMM's K ranges on CPUs, split-K on GPUs) and more rows than RMSNorm's dweight sums in
+# one slice; batch 1 with one key/value head shares a head among work-items (the CPU backward's
+# dq shares in the scratch).
 MODELS = [ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, n_kv_head=2,
                       context_length=17),
           ModelConfig(vocab_size=333, d_model=40, n_layer=1, n_head=4, n_kv_head=1,
                       context_length=32, tie_embeddings=False, ffn_dim=37),
           ModelConfig(vocab_size=259, d_model=16, n_layer=3, n_head=2, context_length=9,
-                      tie_embeddings=False)]
+                      tie_embeddings=False),
+          ModelConfig(vocab_size=512, d_model=64, n_layer=1, n_head=2, context_length=256)]
 
 
-@pytest.mark.parametrize("cfg", MODELS, ids=["gqa-tied", "mqa-untied", "mha-untied"])
-@pytest.mark.parametrize("batch", [1, 3])
-def test_memory_estimate_is_what_a_model_allocates(rt, monkeypatch, cfg, batch):
-    from engine.generation.decode import KVDecoder
-    from engine.model.memory import training_bytes
-    sizes, empty = [], rt.empty
+def _run_everything(m, batch: int):
+    """What a run allocates after its first samples: a training step, an evaluation on the
+    training batch and a generation window's logits."""
+    from engine.config import OptimConfig
+    cfg, T = m.cfg, m.cfg.context_length
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, T + 1)).astype(np.int32)
+    m.train_step(ids[:, :-1], ids[:, 1:], 1e-3, OptimConfig())
+    m.loss(ids[:, :-1], ids[:, 1:])   # evaluation shares the training set
+    m.logits(ids[:1, :-1])            # generation
+    m.rt.finish()
+
+
+def _allocations(rt, monkeypatch) -> list[int]:
+    """Byte sizes of the buffers rt allocates from now on, with each queue's scratch counted
+    once, at the size it grew to (a scratch that grows replaces its smaller buffer)."""
+    sizes, empty, scratch, growing = [], rt.empty, rt.scratch, [False]
 
     def counted(n, dtype=np.float32):
         buf = empty(n, dtype)
-        sizes.append(buf.size)
+        if not growing[0]:
+            sizes.append(buf.size)
         return buf
+
+    def counted_scratch(n):
+        growing[0] = True
+        try:
+            return scratch(n)
+        finally:
+            growing[0] = False
     monkeypatch.setattr(rt, "empty", counted)
+    monkeypatch.setattr(rt, "scratch", counted_scratch)
+    # a scratch of this run alone (the session's runtime grew its own in earlier tests)
+    monkeypatch.setattr(rt, "_scratch_slots", {"main": (None, 0), "side": (None, 0)})
+    return sizes
+
+
+def _scratch_sizes(rt) -> list[int]:
+    return [4 * n for _, n in rt._scratch_slots.values() if n]
+
+
+def _gpu_form(rt):
+    """rt as a GPU runs a model: tiled GEMMs (split over K where tiles are few), the flash
+    attention (the backward's dS^T in the scratch) and weight gradients on a side queue."""
+    gpu = rt.with_plan(rt.plan.replace(variant="tiled", attention_variant="tiled"))
+    gpu.side_queue = gpu.side_queue or cl.CommandQueue(gpu.ctx)
+    return gpu
+
+
+@pytest.mark.parametrize("cfg", MODELS, ids=["gqa-tied", "mqa-untied", "mha-untied", "wide"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("form", ["device", "gpu-form"])
+def test_memory_estimate_is_what_a_model_allocates(rt, monkeypatch, cfg, batch, form):
+    from engine.generation.decode import KVDecoder
+    from engine.model.memory import training_bytes
+    rt = _gpu_form(rt) if form == "gpu-form" else rt
+    sizes = _allocations(rt, monkeypatch)
     m = model.Model(rt, cfg)
     T = cfg.context_length
     KVDecoder(m)   # samples before training (its cache: the (1, T) forward-only set)
     train = m.activations(batch, T, True)
-    assert m.activations(batch, T, False) is train   # evaluation shares the training set
-    m.activations(1, T, False)   # generation
-    assert (sum(sizes), max(sizes)) == training_bytes(cfg, batch, rt.info, rt.plan.attention_path)
+    assert m.activations(batch, T, False) is train
+    _run_everything(m, batch)
+    sizes += _scratch_sizes(rt)
+    assert (sum(sizes), max(sizes)) == training_bytes(cfg, batch, rt.info,
+                                                      rt.plan.attention_path, rt)
+
+
+def test_the_estimate_counts_the_scratch(rt):
+    """The runs above grow the scratch of both queues (without that, they would not check
+    it): "wide" at batch 3 splits its weight gradients over K (side queue) and keeps dS^T
+    (main) in the GPU form, and RMSNorm's dweight partial sums everywhere. Without the runtime
+    the estimate leaves the K split partial products out."""
+    from engine.model import attention_flash, scratch
+    from engine.model.memory import training_bytes
+    cfg, batch, gpu = MODELS[3], 3, _gpu_form(rt)
+    main, side = scratch.step_scratch_bytes(gpu, cfg, batch, "fused", "fused")
+    assert main > 0 and side > 0
+    assert sum(scratch.step_scratch_bytes(rt, cfg, batch, "fused", "fused")) > 0
+    with_rt = training_bytes(cfg, batch, gpu.info, None, gpu)[0]
+    # without it: the dS^T alone, on a GPU (the device's type, not the plan, says so)
+    ds = attention_flash.ds_scratch_bytes(gpu.info, cfg, batch, cfg.context_length)
+    assert with_rt == training_bytes(cfg, batch, gpu.info)[0] - ds + main + side
 
 
 def test_evaluation_shares_the_training_set(rt):

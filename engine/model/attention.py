@@ -207,16 +207,8 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
     in its slice of the runtime's scratch. Where fewer heads than compute units would leave
     cores idle, a head's tiles are shared by a few work-items (splits); the backward's then
     write shares of dq to the scratch (after the slices), summed by attention_dq_sum."""
-    t = blocked_tiles(rt)
-    nz = s.B * s.KVH if per_kv else s.nz
-    split = splits(rt, s.T, nz, t.bq)
-    floats = rows * (_up(s.T, t.bk) + t.bk)
-    local = 4 * floats <= rt.limits.usable_local_bytes
+    split, floats, local, chunks, xt_n, dq_n = _blocked_layout(rt, s, passes, rows, per_kv)
     built = program(rt, s.head_dim, "blocked", s.group, local)[0]
-    chunks = list(_chunks(rt, nz, _work(s, passes, per_kv)))
-    most = max(c for _, c in chunks)
-    xt_n = 0 if local else most * split * floats
-    dq_n = most * split * s.group * s.T * s.head_dim if per_kv and split > 1 else 0
     buf = rt.scratch(xt_n + dq_n) if xt_n + dq_n else None
     xt = cl.LocalMemory(4 * floats) if local else buf
     dq = (buf if dq_n else args[0], np.int32(xt_n)) if per_kv else ()
@@ -226,6 +218,51 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
         if dq_n:
             rt.launch_local("attention_dq_sum", (_up(s.T, 16), count * s.group), (16, 1), args[0],
                             *dq, np.int32(split), *tail, built=built)
+
+
+def _blocked_layout(rt: Runtime, s: Heads, passes: int, rows: int, per_kv: bool) -> tuple:
+    """(split, floats, local, chunks, xt_n, dq_n) of a _blocked launch: work-items per head,
+    floats of one work-item's transposed rows, whether they go to __local memory, the z
+    chunks, and the scratch floats of the rows (xt_n, where not local) and of the dq shares
+    (dq_n, the split backward)."""
+    t = blocked_tiles(rt)
+    nz = s.B * s.KVH if per_kv else s.nz
+    split = splits(rt, s.T, nz, t.bq)
+    floats = rows * (_up(s.T, t.bk) + t.bk)
+    local = 4 * floats <= rt.limits.usable_local_bytes
+    chunks = list(_chunks(rt, nz, _work(s, passes, per_kv)))
+    most = max(c for _, c in chunks)
+    xt_n = 0 if local else most * split * floats
+    dq_n = most * split * s.group * s.T * s.head_dim if per_kv and split > 1 else 0
+    return split, floats, local, chunks, xt_n, dq_n
+
+
+# rows of a blocked work-item's transposed rows: the forward's k^T (head_dim rows), the
+# backward's per query head q^T, dy^T, dq^T, then L and D (kernels/attention_blocked.cl ATT_BROWS)
+def _forward_rows(s: Heads) -> int:
+    return s.head_dim
+
+
+def _backward_rows(s: Heads) -> int:
+    return s.group * (3 * s.head_dim + 2)
+
+
+def scratch_floats(rt: Runtime, B: int, T: int, C: int, H: int, kv_heads: int | None,
+                   backward: bool) -> int:
+    """Floats of rt.scratch that attention_forward (or, with backward, the larger of it and
+    attention_backward) takes for (B, T) on rt: the blocked kernels' rows where they do not
+    fit __local memory and the split backward's dq shares (CPUs), the dS^T chunk of the
+    fused backward (GPUs, attention_flash.ds_heads; 0 where the recomputing backward runs)."""
+    s = heads(B, T, C, H, kv_heads)
+    if variant(rt) == "blocked":
+        need = sum(_blocked_layout(rt, s, 2, _forward_rows(s), False)[4:])
+        if backward:
+            need = max(need, sum(_blocked_layout(rt, s, 5, _backward_rows(s), True)[4:]))
+        return need
+    if not backward:
+        return 0
+    most, _, dkv = _ds_programs(rt, s)
+    return most * s.group * s.T * s.T if dkv else 0
 
 
 def splits(rt: Runtime, T: int, nz: int, rows: int) -> int:
@@ -244,7 +281,7 @@ def attention_forward(rt: Runtime, y, lse, qkv, B: int, T: int, C: int, H: int,
     1/sqrt(head_dim)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        _blocked(rt, "attention_forward", s, 2, s.head_dim, y, lse, qkv)
+        _blocked(rt, "attention_forward", s, 2, _forward_rows(s), y, lse, qkv)
     else:
         _launch(rt, "attention_forward", s, 2, y, lse, qkv)
 
@@ -258,9 +295,8 @@ def attention_backward(rt: Runtime, dqkv, dsum, dy, qkv, y, lse, B: int, T: int,
     and runs it all in one kernel (5 products per (query, key) pair instead of 7)."""
     s = heads(B, T, C, H, kv_heads)
     if variant(rt) == "blocked":
-        # per query head: q^T, dy^T, dq^T, then L and D (kernels/attention_blocked.cl ATT_BROWS)
-        _blocked(rt, "attention_backward", s, 5, s.group * (3 * s.head_dim + 2), dqkv, dsum,
-                 dy, y, qkv, lse, per_kv=True)
+        _blocked(rt, "attention_backward", s, 5, _backward_rows(s), dqkv, dsum, dy, y, qkv, lse,
+                 per_kv=True)
         return
     if _backward_ds(rt, s, dqkv, dsum, dy, qkv, y, lse):
         return
@@ -272,10 +308,7 @@ def _backward_ds(rt: Runtime, s: Heads, dqkv, dsum, dy, qkv, y, lse) -> bool:
     """The GPU backward's dS path (kernels/attention_flash.cl, ATT_DS): per chunk of key/value
     heads, D, then dk/dv writing dS^T into the runtime's scratch, then dq = dS K; False (nothing
     enqueued) where its kernels' tiles or one head's G x T x T floats of dS^T do not fit."""
-    most = attention_flash.ds_heads(rt.info, s.group, s.T, s.B * s.KVH)
-    dq = most and attention_flash.program(rt, "attention_backward_dq", s.head_dim, s.group, True)
-    dkv = dq and attention_flash.program(rt, "attention_backward_dkv", s.head_dim, s.group,
-                                         True)
+    most, dq, dkv = _ds_programs(rt, s)
     if not dkv:
         return False
     G = s.group
@@ -289,6 +322,16 @@ def _backward_ds(rt: Runtime, s: Heads, dqkv, dsum, dy, qkv, y, lse) -> bool:
         attention_flash.launch(rt, "attention_backward_dq", dq, s.T, count * G,
                                (dqkv, dsum, dy, y, qkv, lse), q_tail, ds)
     return True
+
+
+def _ds_programs(rt: Runtime, s: Heads) -> tuple:
+    """(key/value heads per chunk, dq program, dk/dv program) of the dS path; a falsy program
+    where its tiles or one head's dS^T do not fit (then the recomputing backward runs)."""
+    most = attention_flash.ds_heads(rt.info, s.group, s.T, s.B * s.KVH)
+    dq = most and attention_flash.program(rt, "attention_backward_dq", s.head_dim, s.group, True)
+    dkv = dq and attention_flash.program(rt, "attention_backward_dkv", s.head_dim, s.group,
+                                         True)
+    return most, dq, dkv
 
 
 def attention_decode(rt: Runtime, y, scores, qkv_row, cache, pos: int, T_max: int, C: int,

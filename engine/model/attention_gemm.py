@@ -146,6 +146,14 @@ def _bmm_launch(rt, C, A, B, M, N, K, H, nz, a: Strided, b: Strided, c: Strided,
                         *rt.gemm_tiles(tl))
 
 
+def scratch_floats(rt: Runtime, B: int, T: int, C: int, H: int, kv_heads: int | None) -> int:
+    """Floats of rt.scratch that this path's attention_forward and attention_backward take:
+    one k or v of every key/value head transposed (_heads_transposed) for the CPU's
+    bmm_blocked, none on GPUs (bmm_tiled reads them in place)."""
+    s = heads(B, T, C, H, kv_heads)
+    return s.B * s.KVH * s.head_dim * s.T if rt.plan.bmm_variant == "blocked" else 0
+
+
 def _heads_transposed(rt: Runtime, qkv, s: Heads, off: int):
     """The transpose of k or v (at column off of qkv) of every key/value head,
     (B*KVH, head_dim, T), in rt.scratch, for bmm_blocked: returns it and its bmm stride tuple."""

@@ -39,9 +39,16 @@ def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: f
     if ranges == 1:
         rt.launch_local(name, grid, (1, 1, 1), C, A, B, M, N, K, beta, mb, nb, kz, built=built)
         return
-    parts = rt.scratch(ranges * M * N)
+    parts = rt.scratch(packed_scratch_floats(rt, width, M, N, K))
     rt.launch_local(name, grid, (1, 1, 1), parts, A, B, M, N, K, 0.0, mb, nb, kz, built=built)
     rt.launch_long("sum_slices", M * N, C, parts, ranges, M * N, beta)
+
+
+def packed_scratch_floats(rt: Runtime, width: int, M: int, N: int, K: int) -> int:
+    """Floats of rt.scratch that gemm_packed takes: the K ranges' partial products (ranges x
+    M x N), 0 in one range."""
+    ranges = packed_launch(rt, width, M, N, K)[3][2]
+    return ranges * M * N if ranges > 1 else 0
 
 
 def packed_launch(rt: Runtime, width: int, M: int, N: int, K: int) -> tuple:

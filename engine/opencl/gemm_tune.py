@@ -33,7 +33,7 @@ from engine.model.activations import logit_rows
 from engine.opencl import gemm_packed, ops, tune_cache
 from engine.errors import DeviceError
 from engine.opencl.gemm_plan import GemmChoice, GemmPlan, Shape
-from engine.model.params import qkv_width
+from engine.model.scratch import linear_layers
 from engine.training.progress import Cancelled, Monitor
 from engine.opencl.runtime import Runtime
 
@@ -63,10 +63,9 @@ def model_products(cfg, batch_size: int) -> list[tuple[str, Shape]]:
     forward (nn BT x n x k), the input gradient (nn BT x k x n), the weight gradient
     (tn n x k x BT). The output projection's rows are those of one chunk where the logits are
     projected in chunks of rows (engine.model.activations.logit_rows, engine.model.output_head)."""
-    BT, C, F = batch_size * cfg.context_length, cfg.d_model, cfg.hidden_dim
+    BT = batch_size * cfg.context_length
     out = []
-    for name, n, k in (("qkv", qkv_width(cfg), C), ("attn_out", C, C), ("gate_up", 2 * F, C),
-                       ("down", C, F), ("logits", cfg.vocab_size, C)):
+    for name, n, k in linear_layers(cfg):
         rows = logit_rows(n, BT) if name == "logits" else BT
         out += [(f"{name} fwd", ("nn", rows, n, k)), (f"{name} dX", ("nn", rows, k, n)),
                 (f"{name} dW", ("tn", n, k, rows))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.opencl import gemm_tiles
-from engine.opencl.gemm_packed import gemm_packed
+from engine.opencl.gemm_packed import gemm_packed, packed_scratch_floats
 from engine.opencl.runtime import Runtime
 from engine.model import activations
 
@@ -42,9 +42,43 @@ def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
     if slices == 1:
         rt.launch_local(g.kernel, g.grid, g.local, C, A, B, M, N, K, beta, g.kslice, *tiles)
         return
-    parts = rt.scratch(slices * M * N)
+    parts = rt.scratch(gemm_scratch_floats(rt, form, M, N, K))
     rt.launch_local(g.kernel, g.grid, g.local, parts, A, B, M, N, K, 0.0, g.kslice, *tiles)
     rt.launch_long("sum_slices", M * N, C, parts, slices, M * N, beta)
+
+
+def gemm_scratch_floats(rt: Runtime, form: str, M: int, N: int, K: int) -> int:
+    """Floats of rt.scratch that _gemm takes for these sizes: the partial products of a K split
+    (tiled: slices x M x N; packed: gemm_packed.packed_scratch_floats), 0 where K is not split
+    (engine.model.scratch counts them before a run allocates anything)."""
+    choice = rt.plan.choice_for(form, M, N, K)
+    if choice.variant == "packed":
+        return packed_scratch_floats(rt, choice.vector_width, M, N, K)
+    g = rt.plan.launch_for(form, M, N, K)
+    return g.grid[2] * M * N if g.edge is not None and g.grid[2] > 1 else 0
+
+
+def nn_scratch_floats(rt: Runtime, M: int, N: int, K: int) -> int:
+    """rt.scratch floats of matmul_nn (M, N, K): its largest row chunk's."""
+    return max(gemm_scratch_floats(rt, "nn", rows, N, K)
+               for _, rows in _row_chunks(rt, M, 2 * N * K))
+
+
+def tn_scratch_floats(rt: Runtime, M: int, N: int, K: int) -> int:
+    """rt.scratch floats of matmul_tn (M, N, K): its largest chunk of K's."""
+    return max(gemm_scratch_floats(rt, "tn", M, N, ks) for _, ks in _row_chunks(rt, K, 2 * M * N))
+
+
+def forward_scratch_floats(rt: Runtime, M: int, N: int, K: int) -> int:
+    """rt.scratch floats of matmul_forward (M, N, K): none for matvec_nt, the packed nt
+    product's per row chunk, else matmul_nn's."""
+    if M <= MATVEC_ROWS:
+        return 0
+    choice = rt.plan.choice_for("nn", M, N, K)
+    if choice.variant == "packed":
+        return max(packed_scratch_floats(rt, choice.vector_width, rows, N, K)
+                   for _, rows in _row_chunks(rt, M, 2 * N * K))
+    return nn_scratch_floats(rt, M, N, K)
 
 
 def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
@@ -157,14 +191,25 @@ def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
     _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)
     # dw walks columns of (R, C): in slices of >= 64 rows on every device (a GPU: 9% of a step
     # unsplit; a CPU: 4-6x faster at R 4096, RESULTS.md tuning timings), summed by sum_slices
-    slices = max(1, min(256, R // 64))
+    slices = rmsnorm_dweight_slices(R)
     if slices == 1:
         rt.launch("rmsnorm_backward_dweight", (C, 1), dw, dout, inp, rstd, R, C, max(R, 1), 1)
         return
     rows = -(-R // slices)
-    parts = rt.scratch(slices * C)
+    parts = rt.scratch(rmsnorm_scratch_floats(R, C))
     rt.launch("rmsnorm_backward_dweight", (C, slices), parts, dout, inp, rstd, R, C, rows, 0)
     rt.launch_long("sum_slices", C, dw, parts, slices, C, 1.0)
+
+
+def rmsnorm_dweight_slices(R: int) -> int:
+    """Slices of R rows that rmsnorm_backward sums dw over (at least 64 rows each, at most 256)."""
+    return max(1, min(256, R // 64))
+
+
+def rmsnorm_scratch_floats(R: int, C: int) -> int:
+    """rt.scratch floats of rmsnorm_backward over (R, C): the slices' partial dw, 0 unsplit."""
+    slices = rmsnorm_dweight_slices(R)
+    return slices * C if slices > 1 else 0
 
 
 def embedding_forward(rt: Runtime, out, ids, wte, BT: int, C: int):

@@ -99,7 +99,7 @@ class TrainingSession:
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
-        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path)
+        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
         self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
