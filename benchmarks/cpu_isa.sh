@@ -32,6 +32,9 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON=${PYTHON:-python3}
 export OCL_ICD_VENDORS=${POCL_ICD:-/etc/OpenCL/vendors/pocl.icd}
+# Debian's PoCL alone: on CPUs the pip PoCL needs patched for (AMD Zen 5), the patched copy
+# would replace every PoCL in OCL_ICD_VENDORS, this one included (engine/opencl/pocl_compat.py)
+export LLM_STUDIO_POCL_PATCH=0
 MODE=${1:-check}
 shift || true
 

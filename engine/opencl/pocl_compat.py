@@ -87,6 +87,19 @@ def _patched_bytes(lib: bytes, cpu: bytes) -> bytes | None:
     return bytes(out)
 
 
+def other_drivers(sources: list[str]) -> list[Path]:
+    """The .icd files of the drivers other than PoCL in `sources`, each a folder of .icd files
+    or one .icd file (OCL_ICD_VENDORS may be either, as ocl-icd reads it; a file was dropped
+    once, and with it Intel's CPU runtime named that way). PoCL's are left out: the patched
+    copy replaces the pip one, and two PoCL libraries in one process crashed at exit."""
+    found = []
+    for source in dict.fromkeys(s for s in sources if s):
+        path = Path(source)
+        files = sorted(path.glob("*.icd")) if path.is_dir() else [path] if path.is_file() else []
+        found += [f for f in files if "pocl" not in f.read_text(errors="replace").lower()]
+    return found
+
+
 def apply() -> str | None:
     """Install the patched PoCL copy for this process when needed. Returns its cpu name or None."""
     global _applied
@@ -132,12 +145,8 @@ def apply() -> str | None:
     icd_dir = Path(tempfile.mkdtemp(prefix="llm-studio-icd-"))
     atexit.register(shutil.rmtree, icd_dir, True)
     (icd_dir / "pocl.icd").write_text(str(patched) + "\n")
-    for src_dir in {os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"} - {""}:
-        src = Path(src_dir)
-        if src.is_dir():
-            for f in src.glob("*.icd"):
-                if "pocl" not in f.read_text():
-                    shutil.copy(f, icd_dir / f.name)
+    for f in other_drivers([os.environ.get("OCL_ICD_VENDORS", ""), "/etc/OpenCL/vendors"]):
+        shutil.copy(f, icd_dir / f.name)
     os.environ["OCL_ICD_VENDORS"] = str(icd_dir)
     global PATCHED_CPU
     PATCHED_CPU = cpu.decode()
