@@ -39,7 +39,7 @@ def gemm_packed(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: f
     if ranges == 1:
         rt.launch_local(name, grid, (1, 1, 1), C, A, B, M, N, K, beta, mb, nb, kz, built=built)
         return
-    parts = rt.scratch(packed_scratch_floats(rt, width, M, N, K))
+    parts = rt.scratch(ranges * M * N)   # packed_scratch_floats, from the launch in hand
     rt.launch_local(name, grid, (1, 1, 1), parts, A, B, M, N, K, 0.0, mb, nb, kz, built=built)
     rt.launch_long("sum_slices", M * N, C, parts, ranges, M * N, beta)
 
