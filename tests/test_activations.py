@@ -119,6 +119,7 @@ def _gpu_form(rt):
     attention (the backward's dS^T in the scratch) and weight gradients on a side queue."""
     gpu = rt.with_plan(rt.plan.replace(variant="tiled", attention_variant="tiled"))
     gpu.side_queue = gpu.side_queue or cl.CommandQueue(gpu.ctx)
+    gpu._pending = []   # its side work's events, not the session runtime's (with_plan shares them)
     return gpu
 
 
