@@ -207,6 +207,7 @@ def test_a_blocked_gui_thread_is_still_caught(qtbot, window, block, seconds, kin
 
 def test_close_during_training_stops_cleanly(qtbot, settings):
     win = MainWindow(device=TEST_DEVICE, settings=settings)
+    qtbot.addWidget(win)   # deleted at this test's end, not by a later test's garbage collection
     win.show()
     configure(win, dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=64,
               batchSizeSpin=16, pretrainStepsSpin=10_000, tuneStepsSpin=0)
@@ -217,6 +218,23 @@ def test_close_during_training_stops_cleanly(qtbot, settings):
     assert not win.controller.host.thread.isRunning()
     assert time.perf_counter() - t0 < 10
     assert win.plots.point_count() < 10_000
+
+
+def test_every_window_a_test_makes_is_deleted_by_that_test():
+    """A MainWindow a test makes but does not give to qtbot lives until Python's cycle
+    collector finds it, inside whichever later test allocates then: a full CI run crashed
+    (SIGSEGV) building the window of a test two after the one whose window was left so.
+    Windows made at a script's top level (run as a process of their own) are exempt."""
+    from pathlib import Path
+    loose = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            made = "MainWindow(" in line and "=" in line.split("MainWindow(")[0]
+            if made and line.startswith(" ") and not any(
+                    "qtbot.addWidget(" in nxt for nxt in lines[i + 1:i + 4]):
+                loose.append(f"{path.name}:{i + 1}")
+    assert loose == [], f"windows not given to qtbot.addWidget: {loose}"
 
 
 def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, monkeypatch):
