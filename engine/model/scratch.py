@@ -8,8 +8,9 @@ rows where they do not fit __local memory, the GPU backward's dS^T chunk, the CP
 transposed keys). Weight gradients run on the side queue where the runtime has one (GPUs), so
 their requests grow the side buffer. Evaluation runs the training set's forward; generation the
 (1, context_length) set's forward (decoding reads weights in place, no scratch).
-engine.model.memory adds these bytes to its estimate; each size comes from the function the
-launcher itself calls, so the two cannot drift apart.
+engine.model.memory adds these bytes to its estimate; each size comes from the launch plan
+the launcher itself follows (GemmPlan.launch_for, gemm_packed.packed_launch, the blocked
+attention's layout, the dS path's chunk), so the two cannot drift apart.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from engine.model.activations import logit_rows
 from engine.opencl import gemm_packed, ops, tune_cache
 from engine.errors import DeviceError
 from engine.opencl.gemm_plan import GemmChoice, GemmPlan, Shape
-from engine.model.scratch import linear_layers
+from engine.model.scratch import linear_layers, row_counts
 from engine.training.progress import Cancelled, Monitor
 from engine.opencl.runtime import Runtime
 
@@ -66,7 +66,7 @@ def model_products(cfg, batch_size: int) -> list[tuple[str, Shape]]:
     BT = batch_size * cfg.context_length
     out = []
     for name, n, k in linear_layers(cfg):
-        rows = logit_rows(n, BT) if name == "logits" else BT
+        rows = max(row_counts(name, n, BT))   # the first chunk's where logits are chunked
         out += [(f"{name} fwd", ("nn", rows, n, k)), (f"{name} dX", ("nn", rows, k, n)),
                 (f"{name} dW", ("tn", n, k, rows))]
     return out
