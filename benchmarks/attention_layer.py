@@ -19,8 +19,8 @@ SHAPES = [(384, 6, 256, 64), (384, 6, 512, 32), (384, 6, 1024, 16), (384, 6, 204
 def engine_ms(rt, path: str, C: int, H: int, T: int, B: int, reps: int = 5) -> float | None:
     """Median ms of one forward + backward of `path` ("fused" or "gemm") on rt; None where the
     gemm path's buffers cannot be allocated."""
-    from engine.errors import DeviceError
-    from engine.model import attention, attention_gemm
+    from opencl_llm_studio.engine.errors import DeviceError
+    from opencl_llm_studio.engine.model import attention, attention_gemm
     rng = np.random.default_rng(0)
     W = 3 * C
     qkv = rt.to_device(rng.standard_normal((B * T, W)).astype(np.float32))
@@ -71,7 +71,7 @@ def torch_ms(C: int, H: int, T: int, B: int, reps: int = 5) -> float | None:
 
 def layer_table(device, shapes=SHAPES) -> str:
     """The markdown table of fused, gemm and PyTorch ms per shape."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(device)
     rows = [f"Attention forward + backward, one layer, ms ({rt.info.name}; PyTorch fp32 SDPA)",
             "", "| d_model | H | T | B | fused | batched GEMM | PyTorch SDPA | fused / GEMM |",
@@ -91,8 +91,8 @@ def tile_sweep(device, C: int = 384, H: int = 6, T: int = 2048, B: int = 8
     """fused forward + backward ms with each kernel's tile candidates tried in turn (the others
     at their first fitting candidate), and the fastest tiles per kernel: which CANDIDATES order
     to keep."""
-    from engine.model import attention_flash as af
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.model import attention_flash as af
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(device)
     hd, rows = C // H, [f"Flash tile sweep, d{C} H{H} T{T} B{B} ({rt.info.name})", ""]
     base, best = dict(af.CANDIDATES), {}
@@ -115,7 +115,7 @@ def tile_sweep(device, C: int = 384, H: int = 6, T: int = 2048, B: int = 8
 
 def sweep_then_table(device) -> str:
     """tile_sweep, then layer_table with each kernel's fastest tiles tried first."""
-    from engine.model import attention_flash as af
+    from opencl_llm_studio.engine.model import attention_flash as af
     text, best = tile_sweep(device)
     for name, t in best.items():
         af.CANDIDATES[name] = (t,) + tuple(c for c in af.CANDIDATES[name] if c != t)

@@ -61,7 +61,7 @@ def fused_calls(rt, b: Buffers) -> dict:
     """name -> a call that launches that kernel alone over all heads (engine/model/attention.py's
     _launch; the dS path's kernels with a dS^T scratch for every head at once, and "dsum", its
     D kernel) or, under "fused", the whole forward + backward as the engine runs it."""
-    from engine.model import attention, attention_flash as af
+    from opencl_llm_studio.engine.model import attention, attention_flash as af
     B, T, C, H = b.shape
     s = attention.heads(B, T, C, H)
     fwd = (b.y, b.state, b.qkv)
@@ -97,7 +97,7 @@ COLUMNS = ("attention_forward", "attention_backward_dq", "attention_backward_dkv
 
 def split(rt, C: int, H: int, T: int, B: int) -> dict:
     """ms of each of COLUMNS alone and of the gemm path's forward and backward."""
-    from engine.model import attention_gemm as ag
+    from opencl_llm_studio.engine.model import attention_gemm as ag
     b = Buffers(rt, C, H, T, B)
     calls = fused_calls(rt, b)
     out = {k: timed(rt, calls[k]) for k in COLUMNS}
@@ -132,7 +132,7 @@ def configs(name: str, head_dim: int, local_mem: int):
     """The FlashTiles a sweep tries for kernel `name`: work-groups 16x16, 8x8, 8x16 and 16x8
     with the next tile prefetched (pf 1), 8x8 without, over three tile shapes per kernel; those
     the kernel can build and whose __local floats fit local_mem bytes."""
-    from engine.model import attention_flash as af
+    from opencl_llm_studio.engine.model import attention_flash as af
     shapes = {"attention_forward": ((64, 32), (32, 32), (32, 64)),
               "attention_backward_dq": ((32, 32), (64, 16), (16, 64)),
               "attention_backward_dkv": ((32, 32), (16, 32)),
@@ -152,7 +152,7 @@ def _registers(rt, name: str, head_dim: int) -> str:
 
     import pyopencl as cl
 
-    from engine.model import attention_flash as af
+    from opencl_llm_studio.engine.model import attention_flash as af
     if "-cl-nv-verbose" not in rt.build_options:
         return ""
     kernel, ds = name.removesuffix("_ds"), name.endswith("_ds")
@@ -166,7 +166,7 @@ def _registers(rt, name: str, head_dim: int) -> str:
 def sweep(rt, C: int, H: int, T: int, B: int, only=None) -> tuple[str, dict]:
     """Each kernel's configs (or `only`: name -> list of FlashTiles, for the names given) timed
     alone at (C, H, T, B); returns the lines and the fastest tiles per kernel."""
-    from engine.model import attention_flash as af
+    from opencl_llm_studio.engine.model import attention_flash as af
     b = Buffers(rt, C, H, T, B)
     base, best, rows = dict(af.CANDIDATES), {}, []
     for name in (only or KERNELS):

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from engine.model.attention_gemm import ATTENTION_ENV  # noqa: E402
+from opencl_llm_studio.engine.model.attention_gemm import ATTENTION_ENV  # noqa: E402
 
 EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, batch=8),
          "T2048": dict(d_model=384, n_layer=6, n_head=6, context_length=2048, batch=8)}
@@ -44,7 +44,7 @@ EXTRA = {"T1024": dict(d_model=128, n_layer=4, n_head=4, context_length=1024, ba
 
 def config(name: str, vocab: int = 512):
     from benchmarks.common import model_config
-    from engine.config import ModelConfig
+    from opencl_llm_studio.engine.config import ModelConfig
     if name in EXTRA:
         c = dict(EXTRA[name])
         batch = c.pop("batch")
@@ -53,9 +53,9 @@ def config(name: str, vocab: int = 512):
 
 
 def time_steps(name: str, device, steps: int) -> dict:
-    from engine.config import TrainConfig
-    from engine.model.transformer import Model
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(device)
     cfg, B = config(name)
     model = Model(rt, cfg, seed=0)
@@ -76,10 +76,10 @@ def time_steps(name: str, device, steps: int) -> dict:
 
 def one_step_memory(d_model: int, n_layer: int, T: int, B: int, device) -> dict:
     """Run in a child process: one training step, then the device memory in use."""
-    from engine.config import ModelConfig, TrainConfig
-    from engine.model.memory import activation_floats
-    from engine.model.transformer import Model
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+    from opencl_llm_studio.engine.model.memory import activation_floats
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(device)
     cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layer=n_layer, n_head=d_model // 64,
                       context_length=T).validate()
@@ -121,8 +121,8 @@ def split_or_sweep(what: str, device, kernels: str | None = None) -> str:
     attention_flash.CANDIDATES; default all) then `split` and `layer` with the fastest tiles
     tried first (benchmarks/attention_split.py)."""
     from benchmarks import attention_layer, attention_split
-    from engine.model import attention_flash as af
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.model import attention_flash as af
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     # NVIDIA's compiler log with registers and spills, per swept build
     rt = Runtime(device, build_options=("-cl-nv-verbose",) if device == "NVIDIA" else ())
     parts = []

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.opencl.runtime import Runtime  # noqa: E402
-from engine.generation.sampling import SamplingParams  # noqa: E402
-from engine.training.session import TrainingSession  # noqa: E402
-from engine.data.textio import bundled_corpus, read_text  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.opencl.runtime import Runtime  # noqa: E402
+from opencl_llm_studio.engine.generation.sampling import SamplingParams  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text  # noqa: E402
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from benchmarks.common import md_table, model_config  # noqa: E402
-from engine.model.params import qkv_width  # noqa: E402
+from opencl_llm_studio.engine.model.params import qkv_width  # noqa: E402
 
 
 def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
@@ -49,12 +49,12 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
 def gemm_shapes(cfg, B):
     """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them
     (engine.opencl.gemm_tune.model_products)."""
-    from engine.opencl.gemm_tune import model_products
+    from opencl_llm_studio.engine.opencl.gemm_tune import model_products
     return [(label, *shape) for label, shape in model_products(cfg, B)]
 
 
 def bench_gemms(rt, cfg, B, tdev, no_numpy=False, packed=False):
-    from engine.opencl import gemm_tiles, ops
+    from opencl_llm_studio.engine.opencl import gemm_tiles, ops
     rng = np.random.default_rng(0)
     rows = []
     for label, kind, M, N, K in gemm_shapes(cfg, B):
@@ -95,7 +95,7 @@ def bench_gemms(rt, cfg, B, tdev, no_numpy=False, packed=False):
 
 
 def bench_rowwise(rt, cfg, B):
-    from engine.opencl import ops
+    from opencl_llm_studio.engine.opencl import ops
     BT, C, F, V = B * cfg.context_length, cfg.d_model, cfg.hidden_dim, cfg.vocab_size
     rng = np.random.default_rng(1)
     dev = lambda n: rt.to_device(rng.standard_normal(n).astype(np.float32))  # noqa: E731
@@ -182,8 +182,8 @@ def main(argv=None):
     ap.add_argument("--build-options", default="",
                     help="extra OpenCL compiler options: --build-options='-DGEMM_UNROLL_K'")
     args = ap.parse_args(argv)
-    from engine.opencl import gemm_tiles
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl import gemm_tiles
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     # select_device: never a simulator by default
     rt = Runtime(args.device, build_options=tuple(shlex.split(args.build_options)))
     if args.groups_per_cu:

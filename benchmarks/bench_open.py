@@ -34,16 +34,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 
 SMOL = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
                    context_length=2048, ffn_dim=1536, tie_embeddings=True, rope_base=100000.0)
 
 
 def engine_side(args) -> dict:
-    from engine.model.memory import training_bytes
-    from engine.model.transformer import Model
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.model.memory import training_bytes
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(args.device)
     cfg = SMOL.replace(context_length=args.context)
     model = Model(rt, cfg, seed=0)
@@ -71,9 +71,9 @@ def engine_side(args) -> dict:
 def engine_decode(args) -> dict:
     """--decode N: ms per token of greedy KV-cache decoding (engine.generation.decode.KVDecoder)
     of N tokens after an 8-token prompt, the median of 3 runs, at context --context."""
-    from engine.generation.decode import KVDecoder
-    from engine.model.transformer import Model
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.generation.decode import KVDecoder
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(args.device)
     cfg = SMOL.replace(context_length=args.context)
     model, runs = Model(rt, cfg, seed=0), []

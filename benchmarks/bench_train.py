@@ -152,7 +152,7 @@ def log_result(res: dict) -> None:
 
 def build_pair(rt, cfg, tc, args):
     """The engine's model and the PyTorch one with the same weights; their set-up seconds."""
-    from engine.model.transformer import Model
+    from opencl_llm_studio.engine.model.transformer import Model
     from benchmarks.torch_model import TorchTrainer
     t0 = time.perf_counter()
     ours = Model(rt, cfg, seed=args.seed)
@@ -262,8 +262,8 @@ def report(results, header_lines, peak_note) -> str:
 def main(argv=None):
     args = parse_args(argv)
     import torch
-    from engine.config import TrainConfig
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
 
     if args.torch_device == "cpu":
         torch.set_num_threads(args.threads)

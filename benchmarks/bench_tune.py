@@ -37,7 +37,7 @@ def limits_arg(text: str) -> dict:
 
 def compare(rt, cfg, B, seconds: float) -> tuple[list, str]:
     """(markdown rows, summary line) of table vs tuned for one configuration."""
-    from engine.opencl.gemm_tune import ProductBench, model_products, side_by_side, timer, tune
+    from opencl_llm_studio.engine.opencl.gemm_tune import ProductBench, model_products, side_by_side, timer, tune
     result = tune(rt, cfg, B, seconds)
     tuned_rt = rt.with_plan(result.plan)
     rows, totals, done = [], [0.0, 0.0], {}
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
                          "max_work_group_size=8,local_mem_bytes=16384")
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
     args = ap.parse_args(argv)
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     rt = Runtime(args.device, limits=args.limits or None)
     lines = [f"Tuner vs hand table on {rt.info.name} ({rt.info.platform}, driver "
              f"{rt.device.driver_version})" + (f", limits {args.limits}" if args.limits else "")

@@ -26,9 +26,9 @@ import numpy as np
 CHILD = r"""
 import json, sys, time
 import numpy as np
-from engine.config import ModelConfig, TrainConfig
-from engine.model.transformer import Model
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 name, steps, spec = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 spec = dict(spec)
 B = spec.pop("batch")

@@ -15,9 +15,9 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.training.session import TrainingSession  # noqa: E402
-from engine.data.textio import bundled_corpus, read_text  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text  # noqa: E402
 
 t_import = time.perf_counter()
 s = TrainingSession.create(ModelConfig(), TrainConfig(sample_interval=0, evaluate_recall=False),

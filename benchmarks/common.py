@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import ModelConfig
-from engine.data.textio import bundled_corpus
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.data.textio import bundled_corpus
 
 
 # Issue 6: S = d128 L4 H4 T64 B12; M = d256 L4 H8 T128 B32; L = d384 L6 H6 T256 B64.
@@ -49,8 +49,8 @@ class Batches:
     def __init__(self, kind: str, vocab_size: int, B: int, T: int, seed: int, pool: int = 32):
         rng = np.random.default_rng(seed)
         if kind == "text":
-            from engine.data.corpus import PretrainData
-            from engine.data.tokenizer import Tokenizer
+            from opencl_llm_studio.engine.data.corpus import PretrainData
+            from opencl_llm_studio.engine.data.tokenizer import Tokenizer
             text = bundled_corpus("pretrain").read_text(encoding="utf-8")
             tok = Tokenizer.train([text], vocab_size)
             data = PretrainData(tok, text, T, val_fraction=0.0, seed=seed)
@@ -87,7 +87,7 @@ def numpy_sgemm_flops(n: int = 2048, reps: int = 5) -> float:
 def engine_gemm_flops(rt, n: int = 2048, reps: int = 5) -> float:
     """Best fp32 FLOP/s of the engine's own matmul_nn on n x n x n (on a CPU with 16-float
     SIMD it beats numpy's OpenBLAS, whose DYNAMIC_ARCH build runs 8-float kernels here)."""
-    from engine.opencl import ops
+    from opencl_llm_studio.engine.opencl import ops
     rng = np.random.default_rng(0)
     a, b = (rt.to_device(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(2))
     c = rt.empty(n * n)

@@ -50,10 +50,10 @@ check() {
     cache=$(mktemp -d)
     POCL_CACHE_DIR="$cache" "$PYTHON" - <<'EOF'
 import numpy as np
-from engine.opencl import ops
-from engine.config import ModelConfig, TrainConfig
-from engine.model.transformer import Model
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 rt = Runtime("haswell")
 print("device:", rt.info.name, "| vector width", rt.plan.vector_width, "| GEMM", rt.plan.default,
       "| large products", rt.plan.large)

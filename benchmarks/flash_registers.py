@@ -13,8 +13,8 @@ import re
 
 import pyopencl as cl
 
-from engine.model import attention, attention_flash
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.model import attention, attention_flash
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 
 
 def report(device: str) -> str:

@@ -33,7 +33,7 @@ export OCL_ICD_VENDORS=/tmp/icd
     date; nvidia-smi; echo "icd: $(cat /tmp/icd/*.icd)"; lscpu | head -15
     python3 -c 'import torch, numpy, pyopencl; print("torch", torch.__version__, "numpy",
 numpy.__version__, "pyopencl", pyopencl.VERSION_TEXT)'
-    python3 -c 'from engine.opencl.device import list_devices
+    python3 -c 'from opencl_llm_studio.engine.opencl.device import list_devices
 for d in list_devices(): print(d.label(), d.opencl_version, d.compute_units, "CUs")'
 } > "$OUT/gpu_env.txt" 2>&1
 cat "$OUT/gpu_env.txt"
@@ -56,7 +56,7 @@ if [ "$PART" = gemm ]; then
     # of L and XL beside torch.mm, and one profiled XL step against PyTorch eager.
     timeout 60 python3 - > "$OUT/gpu_gemm_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 rt = Runtime("NVIDIA", build_options=("-cl-nv-verbose",))  # the main program, verbose log
 print(rt.main.program.get_build_info(rt.device, cl.program_build_info.LOG))
 PY
@@ -88,8 +88,8 @@ if [ "$PART" != bench ]; then
 # Register use and spills per kernel (NVIDIA's compiler log with -cl-nv-verbose).
 timeout 60 python3 - > "$OUT/gpu_build_log.txt" 2>&1 <<'PY'
 import pyopencl as cl
-from engine.model import attention
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.model import attention
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 # the programs as the engine builds them (its -D options), with NVIDIA's verbose log
 rt = Runtime("NVIDIA", build_options=("-cl-nv-verbose",))
 info = cl.program_build_info.LOG

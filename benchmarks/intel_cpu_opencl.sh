@@ -8,11 +8,11 @@
 #          project's environment, and writes $INTEL_OCL_PREFIX/icd/intel-cpu.icd naming its
 #          libintelocl.so. `pip install --prefix`, not `--target`: the wheels put the libraries
 #          in the prefix's lib/ as data files, which --target drops.
-# devices  checks that `python -m studio.cli devices` lists Intel's device.
+# devices  checks that `python -m opencl_llm_studio.studio.cli devices` lists Intel's device.
 # tests    runs the kernel tests of benchmarks/device_tests.txt (kernels, attention, GEMM variants
 #          and tuner, output head, model, decode, device limits) on Intel's device
 #          (LLM_STUDIO_TEST_DEVICE, tests/conftest.py); pytest arguments after `tests` are passed on.
-# speed    trains config S (d128 L4 H4 T64 B12 V512) through `studio.cli train` on Intel's
+# speed    trains config S (d128 L4 H4 T64 B12 V512) through `llm-studio train` on Intel's
 #          runtime and on PoCL, alternately, ROUNDS times each, and prints the median of the
 #          per-step tokens_per_s of metrics.jsonl (the first WARMUP steps left out), per device.
 #
@@ -56,7 +56,7 @@ use_intel() {
 devices() {
     use_intel
     local listing
-    listing=$("$PYTHON" -m studio.cli devices)
+    listing=$("$PYTHON" -m opencl_llm_studio.studio.cli devices)
     echo "$listing"
     grep -q "$INTEL" <<<"$listing" \
         || { echo "Intel's CPU device is not listed: see $PREFIX/icd/intel-cpu.icd" >&2; exit 1; }
@@ -87,7 +87,7 @@ speed() {
     for round in $(seq "$ROUNDS"); do
         for dev in "$INTEL" "$POCL"; do
             rm -rf "$out/run"
-            "$PYTHON" -m studio.cli train --out "$out/run" --device "$dev" --no-tune \
+            "$PYTHON" -m opencl_llm_studio.studio.cli train --out "$out/run" --device "$dev" --no-tune \
                 --steps "$STEPS" --d-model 128 --n-layer 4 --n-head 4 --context-length 64 \
                 --batch-size 12 --vocab-size 512 --checkpoint-every 0 --quiet 2>/dev/null >/dev/null
             tps=$(median_tps "$out/run")

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import machine_line, md_table  # noqa: E402
 
 TEXT_COMMIT = "6ba1079"   # the texts taken from this repository, fixed so runs compare
-BUILT_IN = {"code": ("engine/", ".py"), "prose": ("docs/", ".md")}
+BUILT_IN = {"code": ("opencl_llm_studio/engine/", ".py"), "prose": ("docs/", ".md")}
 MODEL = ["--d-model", "128", "--n-layer", "4", "--n-head", "4", "--context-length", "64"]
 QUICK_CHARS = 40_000      # --quick: texts cut to this; the engine 2 s, the script 4 s
 
@@ -91,7 +91,7 @@ def run_script(path: Path, tokens: str, seconds: float, args) -> dict:
 
 def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict:
     """Train through the CLI, then score the whole held-out text of the saved run."""
-    cmd = [sys.executable, "-m", "studio.cli", "train", "--out", str(out), "--pretrain", str(path),
+    cmd = [sys.executable, "-m", "opencl_llm_studio.studio.cli", "train", "--out", str(out), "--pretrain", str(path),
            "--no-tune", "--tokenizer", tokens, "--vocab-size", "512", "--val-split", "tail:0.1",
            "--time-budget", str(seconds), "--seed", str(args.seed), "--quiet", *MODEL,
            *args.engine_args.split()]
@@ -109,8 +109,8 @@ def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict
 
 def score_run(folder: str) -> None:
     """Print the held-out score of a saved run as JSON (the engine's final validation)."""
-    from engine.training.evaluate import final_validation
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.evaluate import final_validation
+    from opencl_llm_studio.engine.training.session import TrainingSession
     s = TrainingSession.load(folder)
     v = final_validation(s)
     print(json.dumps({"val_loss": v.loss, "val_bpb": v.bpb, "tokens": v.tokens,

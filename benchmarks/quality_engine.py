@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 
-from engine.config import ModelConfig, TrainConfig
-from engine.model.transformer import Model
-from engine.training.presets import get_preset
-from engine.opencl.runtime import Runtime
-from engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.training.presets import get_preset
+from opencl_llm_studio.engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 
 
 def engine_ids(chars: list[str]) -> tuple[np.ndarray, int]:

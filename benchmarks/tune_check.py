@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 
 # (question, answer, the fact an answer must contain)
 FACTS = [
@@ -96,7 +96,7 @@ def train_tokenizer(text: str, vocab_size: int):
     """A byte-level BPE trained by `tokenizers` on `text` with SmolLM2's pre-tokenizer (digits
     one by one, then GPT-2's byte-level regex: llama.cpp's "smollm"), as an OpenTokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from engine.data.open_tokenizer import OpenTokenizer, detect_pre
+    from opencl_llm_studio.engine.data.open_tokenizer import OpenTokenizer, detect_pre
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
@@ -115,10 +115,10 @@ def train_tokenizer(text: str, vocab_size: int):
 
 def pretrain_base(general: str, folder: Path, seconds: float, device) -> Path:
     """The stand-in pretrained model (module docstring) as a transformers folder."""
-    from engine.files.hf.export import STUDIO_FILE, export_hf
-    from engine.files.open_run import MODEL_TEMPLATE
-    from engine.opencl.runtime import Runtime
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.files.hf.export import STUDIO_FILE, export_hf
+    from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.training.session import TrainingSession
     tok = train_tokenizer(general, BASE.vocab_size)
     cfg = BASE.replace(vocab_size=tok.vocab_size)
     tc = TrainConfig(pretrain_steps=100_000, tune_steps=0, batch_size=8, learning_rate=3e-3,
@@ -139,7 +139,7 @@ def pretrain_base(general: str, folder: Path, seconds: float, device) -> Path:
 
 
 def engine_answers(session) -> list[str]:
-    from engine.data.dialogue import Message
+    from opencl_llm_studio.engine.data.dialogue import Message
     return [str(session.chat([Message("user", q)], greedy=True,
                              max_new_tokens=MAX_ANSWER)).strip() for q, _, _ in FACTS]
 
@@ -162,14 +162,14 @@ def held(answers: list[str]) -> list[bool]:
 
 
 def cli(*argv) -> None:
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     code = main([str(a) for a in argv])
     if code != 0:
         raise SystemExit(f"llm-studio {' '.join(map(str, argv))} exited {code}")
 
 
 def run(args) -> dict:
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)

@@ -24,7 +24,7 @@ hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatabl
 @pytest.fixture(scope="session")
 def rt():
     """The test device: LLM_STUDIO_TEST_DEVICE, else the default device (PoCL CPU here)."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     from tests.helpers import TEST_DEVICE
     return Runtime(TEST_DEVICE)
 
@@ -33,7 +33,7 @@ def rt():
 def rt_lanes(rt):
     """A second runtime on the test device whose row kernels share each row among 64 lanes
     (the GPU layout, whatever the device), so CI on a CPU checks that path too."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     return Runtime(rt.info, row_lanes=(64, 4))
 
 
@@ -41,7 +41,7 @@ def rt_lanes(rt):
 def rt_one_lane(rt):
     """The test runtime with one work-item per row of the row kernels and unsplit reductions
     (the CPU layout, whatever the device): rt itself on a CPU."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     return rt if rt.row_lanes == 1 else Runtime(rt.info, row_lanes=(1, 16))
 
 
@@ -56,7 +56,7 @@ def texts():
 def tok(texts):
     """The SentencePiece BPE tokenizer (vocab 512) of the bundled texts; files that test
     another tokenizer define their own `tok`."""
-    from engine.data.tokenizer import Tokenizer
+    from opencl_llm_studio.engine.data.tokenizer import Tokenizer
     return Tokenizer.train(texts, 512, "bpe")
 
 
@@ -73,7 +73,7 @@ def settings(tmp_path):
 def window(qtbot, settings):
     """The main window on the test device, shown at its usual size; closed at teardown
     (closeEvent stops any run and joins the worker thread)."""
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
@@ -96,8 +96,8 @@ def open_folders(tmp_path_factory):
 @pytest.fixture(scope="session")
 def open_ggufs(open_folders, tmp_path_factory):
     """{family: F32 GGUF} exported from each folder's import (engine.files.gguf_export)."""
-    from engine.files.gguf_export import export_gguf
-    from engine.files.hf.load import import_hf
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
     root = tmp_path_factory.mktemp("open_ggufs")
     return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
             for f, p in open_folders.items()}

@@ -20,7 +20,7 @@ import pkgutil
 import re
 from pathlib import Path
 
-import engine
+from opencl_llm_studio import engine
 
 ROOT = Path(__file__).resolve().parents[1]
 # Names in the doc that are not the engine's: callbacks the caller passes in (their shape is
@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLBACKS = {"on_phase", "slide", "on_token", "loss_fn"}
 EXTERNAL = {"tokenizers", "LlamaModel", "np", "cl", "gguf", "transformers"}
 # How the doc refers to instances: `session.train()` is TrainingSession.train.
-ALIASES = {"session": "engine.training.session.TrainingSession", "rt": "engine.opencl.runtime.Runtime",
-           "monitor": "engine.training.progress.Monitor", "tok": "engine.data.tokenizer.Tokenizer"}
+ALIASES = {"session": "opencl_llm_studio.engine.training.session.TrainingSession", "rt": "opencl_llm_studio.engine.opencl.runtime.Runtime",
+           "monitor": "opencl_llm_studio.engine.training.progress.Monitor", "tok": "opencl_llm_studio.engine.data.tokenizer.Tokenizer"}
 # Python's own names and the typing names a signature shows
 PYTHON = set(dir(builtins)) | {"Path", "Iterator", "Optional", "Callable"}
-SCRIPTS = {"engine.files.hf.train_ddp"}  # a standalone torchrun script (imports torch), not engine API
+SCRIPTS = {"opencl_llm_studio.engine.files.hf.train_ddp"}  # a standalone torchrun script (imports torch), not engine API
 SKIP_CAPS = ("LLM_STUDIO_", "CL_")  # environment variables and OpenCL constants, not names
 
 _FENCE = re.compile(r"```.*?\n(.*?)```", re.S)
@@ -50,7 +50,7 @@ class Missing(Exception):
 def _index() -> tuple[dict, dict]:
     """(module short name -> module, defined name -> [objects]) over every engine module."""
     modules, names = {}, {}
-    for info in pkgutil.walk_packages(engine.__path__, "engine."):
+    for info in pkgutil.walk_packages(engine.__path__, "opencl_llm_studio.engine."):
         if info.name in SCRIPTS:
             continue
         mod = importlib.import_module(info.name)
@@ -210,8 +210,8 @@ class Checker:
                 raise Missing(f"{dotted}: no class named before it in the paragraph")
             return _walk(self.context, dotted[1:].split("."))
         head, *rest = dotted.split(".")
-        if head == "engine":
-            return _import_dotted(dotted)
+        if head == "engine":   # the doc names modules inside the one import package
+            return _import_dotted("opencl_llm_studio." + dotted)
         if head in ALIASES:
             return _walk(_import_dotted(ALIASES[head]), rest)
         if head in self.modules:
@@ -256,7 +256,7 @@ class Checker:
         for token in re.split(r"[\s,;:()\[\]{}=|<>+*'\"-]+", text.strip()):
             token = token.rstrip(".")
             if _PATH.match(token):
-                if not (ROOT / token).exists():
+                if not ((ROOT / token).exists() or (ROOT / "opencl_llm_studio" / token).exists()):
                     self.problems.append(f"{token}: no such file in the repository")
             elif "/" not in token:
                 self._check_name(token, calls, first and text.lstrip().startswith(token))

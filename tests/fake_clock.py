@@ -3,7 +3,7 @@ pause that must not count, Continue for N more seconds): deterministic and fast 
 however loaded. The engine reads training time from engine.training.progress.Clock, whose time_fn is
 injectable; engine.training.trainer.Trainer(session, clock) takes one."""
 
-from engine.training.progress import Clock
+from opencl_llm_studio.engine.training.progress import Clock
 
 
 class FakeTime:
@@ -26,12 +26,12 @@ def fake_training_time(monkeypatch, step_s: float = 0.05, eval_s: float = 0.0,
     Move it yourself (`fake.t += s`) for time that passes outside training, such as a pause."""
     import inspect
 
-    import engine.training.trainer
-    from engine.generation.generator import Generator
-    from engine.model.transformer import Model
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training import trainer as trainer_module
+    from opencl_llm_studio.engine.generation.generator import Generator
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.training.session import TrainingSession
     fake = FakeTime()
-    monkeypatch.setattr(engine.training.trainer, "Clock", lambda start_s=0.0: Clock(start_s, time_fn=fake))
+    monkeypatch.setattr(trainer_module, "Clock", lambda start_s=0.0: Clock(start_s, time_fn=fake))
     real_step, real_val = Model.train_step, TrainingSession.pretrain_val
     real_gen = Generator.generate_ids
 

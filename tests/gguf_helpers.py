@@ -7,8 +7,8 @@ import os
 import numpy as np
 
 import tests.reference as reference
-from engine.config import ModelConfig
-from engine.files.gguf_export import ModelBundle
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.files.gguf_export import ModelBundle
 
 META = {"learning_rate": 3e-3, "pretrain_steps": 600, "final_loss": 2.125, "seed": 1337,
         "tie_embeddings": True, "loss_curve": [4.5, 3.25, 2.125],

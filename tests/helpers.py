@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from engine.config import ModelConfig, TrainConfig
-from engine.data.textio import bundled_corpus, read_text
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 
 RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.data.textio)
 TEST_DEVICE = os.environ.get("LLM_STUDIO_TEST_DEVICE") or None  # None: the default device
@@ -43,7 +43,7 @@ def metrics_steps(run: Path) -> list[int]:
 
 def trained_session(rt, model_cfg: ModelConfig, train_cfg: TrainConfig):
     """A TrainingSession on the bundled texts, trained to its last step on runtime rt."""
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     s = TrainingSession.create(model_cfg, train_cfg, *bundled_texts(), runtime=rt)
     for _ in s.train():
         pass

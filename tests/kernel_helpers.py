@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.model import attention
+from opencl_llm_studio.engine.model import attention
 
 # grouped-query attention: n_head 9 / kv 3, 6 / 1 (multi-query), 4 / 2; odd T, T 1, batch 1
 GQA_SHAPES = [(1, 1, 9, 2, 3), (2, 5, 6, 4, 1), (1, 19, 9, 6, 3), (2, 33, 4, 10, 2),

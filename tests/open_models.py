@@ -52,7 +52,7 @@ _QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 def corpus() -> list[str]:
     """Training lines: the bundled texts plus code, digits, CJK and emoji, so merges of each
     kind exist."""
-    from engine.data.textio import bundled_corpus, read_text
+    from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
     lines = read_text(bundled_corpus("pretrain")).splitlines()[:3000]
     lines += read_text(bundled_corpus("tune")).splitlines()
     extra = ["def f(x):\n    return x ** 2", "for i in range(10):\n\tprint(i)", "你好世界 日本語",
@@ -80,7 +80,7 @@ def _sentencepiece_json(folder: Path):
     ships for it (legacy LlamaTokenizerFast: Prepend + Replace normalizer, byte fallback)."""
     import sentencepiece as spm
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-    from engine.files.hf.tokenizer_json import merges_from_scores
+    from opencl_llm_studio.engine.files.hf.tokenizer_json import merges_from_scores
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(corpus()), model_writer=writer, model_type="bpe",
@@ -201,7 +201,7 @@ def numpy_logits(bundle, ids) -> np.ndarray:
     """(T, vocab) float64 logits of the bundle's weights in the engine's layout: RoPE on
     adjacent pairs (2i, 2i+1) with llama3 divisors, query head h reading key/value head
     h // (n_head / kv_heads) (Ainslie et al. 2023; llama.cpp and transformers group so)."""
-    from engine.model.rope_scaling import llama3_factors
+    from opencl_llm_studio.engine.model.rope_scaling import llama3_factors
     from tests import reference as R
     c, w = bundle.config, {k: v.astype(np.float64) for k, v in bundle.weights.items()}
     T, hd, group = len(ids), c.head_dim, c.n_head // c.kv_heads

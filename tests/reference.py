@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from engine.model.params import ParamTable  # names and shapes only; the arithmetic here is independent
+from opencl_llm_studio.engine.model.params import ParamTable  # names and shapes only; the arithmetic here is independent
 
 # ----------------------------------------------------------------------------- layers
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.training import checkpoint
-from engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 
 
 def make_run(root, name, lr=3e-3, d_model=32, steps_done=40, total=40, saved_step=None,

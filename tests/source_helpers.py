@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("engine", "studio", "benchmarks")
+PRODUCT = ("opencl_llm_studio/engine", "opencl_llm_studio/studio", "benchmarks")
 
 
 def files_matching(pattern: str, dirs=PRODUCT + ("tests",), exclude: str | None = None) -> list[str]:
@@ -19,6 +19,6 @@ def files_matching(pattern: str, dirs=PRODUCT + ("tests",), exclude: str | None 
 
 def subcommand_actions(name: str) -> dict:
     """dest -> argparse action of `llm-studio NAME`."""
-    from studio.cli import build_parser
+    from opencl_llm_studio.studio.cli import build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     return {a.dest: a for a in sub.choices[name]._actions}

@@ -42,7 +42,7 @@ def assert_answered(win, answer):
     token bound, the last assistant message (stripped, as tune turns are written), and the text
     after the chat view's last "Model:" (or the note for an empty answer). A None (the chat
     failed or was cancelled) fails, and so does a bare str."""
-    from engine.generation.chat import ChatReply
+    from opencl_llm_studio.engine.generation.chat import ChatReply
     assert isinstance(answer, ChatReply), answer
     bound = win.chat_panel.knobs()["max_new_tokens"]
     assert answer.finish_reason in ("stop", "length", "context"), answer.finish_reason

@@ -8,11 +8,11 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from engine.model import transformer as model
-from engine.model.activations import BUFFERS, Dims, buffers
-from engine.config import ModelConfig
-from engine.model.memory import activation_floats
-from engine.model.transformer import Activations
+from opencl_llm_studio.engine.model import transformer as model
+from opencl_llm_studio.engine.model.activations import BUFFERS, Dims, buffers
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.model.memory import activation_floats
+from opencl_llm_studio.engine.model.transformer import Activations
 
 
 def allocated(a: Activations) -> list[int]:
@@ -77,7 +77,7 @@ MODELS = [ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, n_kv_head
 def _run_everything(m, batch: int):
     """What a run allocates after its first samples: a training step, an evaluation on the
     training batch and a generation window's logits."""
-    from engine.config import OptimConfig
+    from opencl_llm_studio.engine.config import OptimConfig
     cfg, T = m.cfg, m.cfg.context_length
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, T + 1)).astype(np.int32)
     m.train_step(ids[:, :-1], ids[:, 1:], 1e-3, OptimConfig())
@@ -127,8 +127,8 @@ def _gpu_form(rt):
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("form", ["device", "gpu-form"])
 def test_memory_estimate_is_what_a_model_allocates(rt, monkeypatch, cfg, batch, form):
-    from engine.generation.decode import KVDecoder
-    from engine.model.memory import training_bytes
+    from opencl_llm_studio.engine.generation.decode import KVDecoder
+    from opencl_llm_studio.engine.model.memory import training_bytes
     rt = _gpu_form(rt) if form == "gpu-form" else rt
     sizes = _allocations(rt, monkeypatch)
     m = model.Model(rt, cfg)
@@ -147,8 +147,8 @@ def test_the_estimate_counts_the_scratch(rt):
     it): "wide" at batch 3 splits its weight gradients over K (side queue) and keeps dS^T
     (main) in the GPU form, and RMSNorm's dweight partial sums everywhere. Without the runtime
     the estimate leaves the K split partial products out."""
-    from engine.model import attention_flash, scratch
-    from engine.model.memory import training_bytes
+    from opencl_llm_studio.engine.model import attention_flash, scratch
+    from opencl_llm_studio.engine.model.memory import training_bytes
     cfg, batch, gpu = MODELS[3], 3, _gpu_form(rt)
     main, side = scratch.step_scratch_bytes(gpu, cfg, batch, "fused", "fused")
     assert main > 0 and side > 0
@@ -178,8 +178,8 @@ def test_evaluation_shares_the_training_set(rt):
 
 
 def test_every_declared_model_buffer_is_the_models():
-    from engine.model.activations import DECODE_BUFFERS, model_buffers
-    from engine.generation.decode import KVDecoder
+    from opencl_llm_studio.engine.model.activations import DECODE_BUFFERS, model_buffers
+    from opencl_llm_studio.engine.generation.decode import KVDecoder
     names = [b.name for b in model_buffers(ModelConfig())]
     assert len(names) == len(set(names))
     source = inspect.getsource(model) + inspect.getsource(KVDecoder)

@@ -29,16 +29,16 @@ def test_import_contracts_are_kept():
 
 
 @pytest.mark.parametrize("module,line", [
-    ("engine/errors.py", "import PySide6"),
-    ("studio/run_folder.py", "from studio.ui import widgets"),
-    ("studio/runs.py", "import pyqtgraph"),
-    ("studio/cli/runs.py", "from PySide6 import QtGui"),
-    ("studio/cli/train.py", "import studio.ui.app"),
+    ("opencl_llm_studio/engine/errors.py", "import PySide6"),
+    ("opencl_llm_studio/studio/run_folder.py", "from opencl_llm_studio.studio.ui import widgets"),
+    ("opencl_llm_studio/studio/runs.py", "import pyqtgraph"),
+    ("opencl_llm_studio/studio/cli/runs.py", "from PySide6 import QtGui"),
+    ("opencl_llm_studio/studio/cli/train.py", "import opencl_llm_studio.studio.ui.app"),
 ])
 def test_a_qt_import_breaks_the_contracts(tmp_path, module, line):
     """The contracts can fail: a copy of the tree where the engine, the run folders, the run
     history or the command line imports Qt (or the window) is refused."""
-    for name in ("engine", "studio", "pyproject.toml"):
+    for name in ("opencl_llm_studio", "pyproject.toml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     bad = tmp_path / module
@@ -53,7 +53,7 @@ def test_a_qt_import_breaks_the_contracts(tmp_path, module, line):
 QT_PACKAGES = ("PySide6", "pyqtgraph", "shiboken6")
 NO_QT = """
 import json, sys
-from studio.cli import main
+from opencl_llm_studio.studio.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as e:   # --help, a bad argument
@@ -105,9 +105,9 @@ def test_train_continue_and_sample_never_load_qt(tmp_path):
 
 # ------------------------------------------------------------------ import circles
 def _project_modules(root: Path) -> dict[str, Path]:
-    """"engine.config" -> its file, for every module of the engine and the studio."""
+    """"opencl_llm_studio.engine.config" -> its file, for every module of the package."""
     mods = {}
-    for pkg in ("engine", "studio"):
+    for pkg in ("opencl_llm_studio",):
         for f in sorted((root / pkg).rglob("*.py")):
             parts = list(f.relative_to(root).with_suffix("").parts)
             mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
@@ -185,7 +185,7 @@ def test_no_import_circles():
     """No two project modules import each other, directly or around a ring, at module level or
     inside a function (a deferred import hides a circle from Python, not from a reader)."""
     graph = import_graph(ROOT)
-    assert {"engine.config", "studio.run_folder"} <= set(graph)
+    assert {"opencl_llm_studio.engine.config", "opencl_llm_studio.studio.run_folder"} <= set(graph)
     found = circles(graph)
     assert found == [], "\n".join(
         " <-> ".join(group) + ": " + "; ".join(f"{a} imports {sorted(graph[a] & set(group))}"
@@ -195,14 +195,15 @@ def test_no_import_circles():
 def test_the_circle_finder_sees_deferred_and_relative_imports(tmp_path):
     """The finder can fail: a function-level import back and a relative one are circles; an
     import under `if TYPE_CHECKING:` is not."""
+    top = tmp_path / "opencl_llm_studio"
     for pkg in ("engine", "studio"):
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / "engine" / "a.py").write_text("from engine.b import x\n")
-    (tmp_path / "engine" / "b.py").write_text("def x():\n    from engine import a\n")
-    (tmp_path / "engine" / "c.py").write_text("from .d import y\n")
-    (tmp_path / "engine" / "d.py").write_text("from . import c\n")
-    (tmp_path / "studio" / "e.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from studio import f\n")
-    (tmp_path / "studio" / "f.py").write_text("import studio.e\n")
-    assert circles(import_graph(tmp_path)) == [["engine.a", "engine.b"], ["engine.c", "engine.d"]]
+        (top / pkg).mkdir(parents=True)
+        (top / pkg / "__init__.py").write_text("")
+    (top / "engine" / "a.py").write_text("from opencl_llm_studio.engine.b import x\n")
+    (top / "engine" / "b.py").write_text("def x():\n    from opencl_llm_studio.engine import a\n")
+    (top / "engine" / "c.py").write_text("from .d import y\n")
+    (top / "engine" / "d.py").write_text("from . import c\n")
+    (top / "studio" / "e.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from opencl_llm_studio.studio import f\n")
+    (top / "studio" / "f.py").write_text("import opencl_llm_studio.studio.e\n")
+    assert circles(import_graph(tmp_path)) == [["opencl_llm_studio.engine.a", "opencl_llm_studio.engine.b"], ["opencl_llm_studio.engine.c", "opencl_llm_studio.engine.d"]]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.model import attention
-from engine.config import ModelConfig
-from engine.errors import ConfigError, DeviceError
-from engine.model.memory import activation_floats
+from opencl_llm_studio.engine.model import attention
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.errors import ConfigError, DeviceError
+from opencl_llm_studio.engine.model.memory import activation_floats
 from tests.kernel_helpers import GQA_SHAPES, close, down, run_attention, up
 
 
@@ -96,7 +96,7 @@ def test_blocked_rows_in_scratch_when_local_memory_is_small(rt, local_kib):
     do; 16 KiB: the forward's do, the backward's do not) the blocked kernels keep them in the
     runtime's scratch (the backward's shares of dq after them where it splits heads), with the
     same results, grouped-query and split heads too."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     small = Runtime(rt.info, limits={"local_mem_bytes": local_kib * 1024})
     for width in (8, 16):
         brt = small.with_plan(small.plan.replace(attention_variant="blocked", vector_width=width))
@@ -108,7 +108,7 @@ def test_blocked_rows_leave_a_reserve_of_local_memory(rt, monkeypatch):
     """A work-item's transposed rows that would take exactly the local memory a device reports
     go to the scratch instead (NVIDIA refused a blocked kernel at its full 48 KiB with
     OUT_OF_RESOURCES), with the reference's results."""
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     T, hd = 130, 64
     floats = hd * (-(-T // 32) * 32 + 32)   # the forward's k^T rows at vector width 16
     edge = Runtime(rt.info, limits={"local_mem_bytes": 4 * floats})

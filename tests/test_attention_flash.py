@@ -8,8 +8,8 @@ local-memory fit, and the fallback to attention.cl's kernels where their tiles d
 
 import pytest
 
-from engine.model import attention_flash
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.model import attention_flash
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 from tests.kernel_helpers import run_attention
 
 KERNELS = tuple(attention_flash.DEFINES)
@@ -101,7 +101,7 @@ def test_flash_tiles_fit_local_memory():
     """Every head_dim up to ANY_DEVICE_HEAD_DIM (96) fits OpenCL's guaranteed 32 KiB, up to 128
     an NVIDIA GPU's 48 KiB (larger ones run attention.cl's kernels), every kernel of both
     backward paths, with the reserve every choice by local memory keeps (LOCAL_RESERVE)."""
-    from engine.opencl.gemm_plan import LOCAL_RESERVE
+    from opencl_llm_studio.engine.opencl.gemm_plan import LOCAL_RESERVE
     for hd in (2, 16, 24, 48, 64, 72, 96, 128):
         for name in attention_flash.CANDIDATES:
             for reported in (32 * 1024, 48 * 1024):

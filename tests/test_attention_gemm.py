@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 import tests.reference as ref
-from engine.model import attention_flash, attention_gemm
-from engine.config import ModelConfig, TrainConfig
-from engine.model.memory import activation_floats, check_fits, training_bytes
-from engine.model.transformer import Model
-from engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
+from opencl_llm_studio.engine.model import attention_flash, attention_gemm
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.model.memory import activation_floats, check_fits, training_bytes
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
 from tests.helpers import tiny_config
 from tests.kernel_helpers import GQA_SHAPES, batch, rel_err, run_attention
 

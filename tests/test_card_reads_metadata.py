@@ -10,20 +10,20 @@ pytest.importorskip("transformers")
 
 import gguf  # noqa: E402
 
-from engine.model.params import ParamTable  # noqa: E402
+from opencl_llm_studio.engine.model.params import ParamTable  # noqa: E402
 from tests.open_models import FAMILIES  # noqa: E402
 
 
 def _card(path):
-    from studio.ui.open_model_dialog import read_card
+    from opencl_llm_studio.studio.ui.open_model_dialog import read_card
     return read_card(path, 4)
 
 
 def _full_card(path):
     """The card as it was made before: from the whole model, weights read."""
-    from engine.files.gguf_export import is_open
-    from engine.files.model_card import model_card
-    from studio.open_import import read_model
+    from opencl_llm_studio.engine.files.gguf_export import is_open
+    from opencl_llm_studio.engine.files.model_card import model_card
+    from opencl_llm_studio.studio.open_import import read_model
     bundle = read_model(path)
     assert bundle.weights
     return model_card(bundle), is_open(bundle)
@@ -45,9 +45,9 @@ def counted(monkeypatch):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_quantized_ggufs_card_dequantizes_nothing_and_opening_each_tensor_once(
         family, open_folders, tmp_path, monkeypatch, counted):
-    from engine.files.gguf_export import export_gguf
-    from engine.files.hf.load import import_hf
-    from studio.open_import import import_open_model, read_model
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
+    from opencl_llm_studio.studio.open_import import import_open_model, read_model
     bundle = import_hf(open_folders[family])[0]
     path = export_gguf(bundle, tmp_path / "q8.gguf", dtype="q8_0").path
     want, want_open = _full_card(path)
@@ -100,7 +100,7 @@ def test_a_broken_model_is_refused_by_the_card_as_by_the_open(open_folders, tmp_
     import json
     import shutil
 
-    from engine.errors import ModelImportError
+    from opencl_llm_studio.engine.errors import ModelImportError
     folder = tmp_path / "bad"
     shutil.copytree(open_folders["smollm2"], folder)
     hf = json.loads((folder / "config.json").read_text())
@@ -112,11 +112,11 @@ def test_a_broken_model_is_refused_by_the_card_as_by_the_open(open_folders, tmp_
 
 def test_cli_import_of_an_app_folder_reads_its_tensors_once(rt, tok, texts, tmp_path,
                                                             monkeypatch):
-    from engine.config import TrainConfig
-    from engine.files.hf import load
-    from engine.files.hf.export import export_session
-    from engine.training.session import TrainingSession
-    from studio.cli import main
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.files.hf import load
+    from opencl_llm_studio.engine.files.hf.export import export_session
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.studio.cli import main
     from tests.helpers import tiny_config
     s = TrainingSession(rt, tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2),
                         tok, texts[0], None)
@@ -132,9 +132,9 @@ def test_cli_import_of_an_app_folder_reads_its_tensors_once(rt, tok, texts, tmp_
 def test_tokenize_on_a_gguf_dequantizes_nothing(open_folders, tmp_path, monkeypatch, capsys):
     """`llm-studio tokenize MODEL.gguf TEXT` needs the tokenizer only (before: it dequantized
     every tensor of the model first)."""
-    from engine.files.gguf_export import export_gguf
-    from engine.files.hf.load import import_hf
-    from studio.cli import main
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
+    from opencl_llm_studio.studio.cli import main
     bundle = import_hf(open_folders["smollm2"])[0]
     path = export_gguf(bundle, tmp_path / "q8.gguf", dtype="q8_0").path
 
@@ -150,8 +150,8 @@ def test_a_type_gguf_py_cannot_dequantize_is_refused_at_open(open_ggufs, monkeyp
     """The card reads no tensor, so whether gguf-py dequantizes a tensor's type is told at
     open, by gguf-py's own dequantize: its NotImplementedError becomes the refusal with the
     reason and what to use instead, not a traceback."""
-    from engine.errors import ModelImportError
-    from studio.open_import import read_model
+    from opencl_llm_studio.engine.errors import ModelImportError
+    from opencl_llm_studio.studio.open_import import read_model
     path = open_ggufs["smollm2"]
     assert read_model(path, False).weights == {}   # the card: no refusal, nothing read
 

@@ -4,7 +4,7 @@ asked, and the same ids in llama.cpp after GGUF export (issue 12, item 2)."""
 import numpy as np
 import pytest
 
-from engine.data.tokenizer import MIN_VOCAB, Tokenizer
+from opencl_llm_studio.engine.data.tokenizer import MIN_VOCAB, Tokenizer
 
 # A passage in the style of tinyshakespeare holding all of its 65 characters ("\n", space,
 # punctuation, the digit 3, both alphabets).
@@ -50,7 +50,7 @@ def test_rare_characters_are_kept_with_a_small_vocabulary():
 
 def test_llama_cpp_gives_the_same_ids(tok, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
-    from engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
     from tests.gguf_helpers import load, make_bundle
     llm = load(llama_cpp, export_gguf(make_bundle(tok), tmp_path / "char.gguf").path)
     rng = np.random.default_rng(0)

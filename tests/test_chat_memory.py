@@ -5,12 +5,12 @@ answers with exactly the engine's characters (no leading space) and stops at </s
 import numpy as np
 import pytest
 
-from engine.training import checkpoint
-from engine.generation.chat import ChatReply, answer_reserve
-from engine.config import ModelConfig, TrainConfig
-from engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
-from engine.files.gguf_import import import_gguf
-from engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.generation.chat import ChatReply, answer_reserve
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import trained_session
 
 U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))
@@ -137,7 +137,7 @@ NEAR_TIE = 0.01   # logits closer than this: F32 runtimes (llama.cpp, the engine
 def _first_near_tie(s, msgs) -> str | None:
     """The greedy answer's text before its first step whose top two logits are within
     NEAR_TIE (where an argmax may go either way), or None when there is no such step."""
-    from engine.config import SamplingParams
+    from opencl_llm_studio.engine.config import SamplingParams
     prompt = encode_prompt(s.tokenizer, msgs, s.chat_format)
     ids = s.generate_ids(prompt, 40, SamplingParams(greedy=True))
     seq = (prompt + ids + [s.tokenizer.eos_id])[:s.model_config.context_length]
@@ -185,7 +185,7 @@ def test_chat_reply_is_a_string_with_notes():
 
 def asked(qtbot, question):
     """A chat panel with `question` sent (no worker: the test answers it)."""
-    from studio.ui.chat_panel import ChatPanel
+    from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
     panel = ChatPanel()
     qtbot.addWidget(panel)
     panel.set_available(True)
@@ -222,7 +222,7 @@ def test_chat_panel_shows_the_engines_characters(qtbot):
 
 
 def test_cli_chat_says_when_turns_are_left_out(trained, tmp_path, monkeypatch, capsys):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     s, _ = trained
     s.save(tmp_path)
     lines = iter(["What is the highest mountain?", "Where is it?",
@@ -237,7 +237,7 @@ def test_cli_chat_says_when_turns_are_left_out(trained, tmp_path, monkeypatch, c
 
 def test_cli_tokenize_space_on_a_corpus_without_spaces(rt, tmp_path, capsys):
     """Issue 11: `llm-studio tokenize RUN "12 34"` showed <0xE2> <0x96> <0x81> for the space."""
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     cfg = ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=4, context_length=16)
     s = TrainingSession.create(cfg, TrainConfig(pretrain_steps=0, tune_steps=0, val_fraction=0.0),
                                "0123456789\n31415926535\n" * 20, runtime=rt)

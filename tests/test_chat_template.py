@@ -8,10 +8,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
 
-from engine.data.chat_template import ChatFormat, render  # noqa: E402
-from engine.data.dialogue import Message, parse_dialogues  # noqa: E402
-from engine.errors import DataError  # noqa: E402
-from engine.data.open_folder_tokenizer import read_folder  # noqa: E402
+from opencl_llm_studio.engine.data.chat_template import ChatFormat, render  # noqa: E402
+from opencl_llm_studio.engine.data.dialogue import Message, parse_dialogues  # noqa: E402
+from opencl_llm_studio.engine.errors import DataError  # noqa: E402
+from opencl_llm_studio.engine.data.open_folder_tokenizer import read_folder  # noqa: E402
 from tests.open_models import FAMILIES, TEMPLATES  # noqa: E402
 
 CHATS = [

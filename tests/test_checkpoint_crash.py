@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.training import checkpoint
-from engine import fsutil
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine import fsutil
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 STEPS = ("fsync", "link", "replace", "unlink", "fsync_dir", "copyfile")
@@ -146,7 +146,7 @@ def _dies_half_way(self, text, *a, **k):
 
 
 def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
-    from studio.run_folder import MetricsLog, RunRecorder
+    from opencl_llm_studio.studio.run_folder import MetricsLog, RunRecorder
     lines = "".join(f'{{"step": {i}, "loss": 1.0}}\n' for i in range(1, 9))
     cli_file = tmp_path / "cli" / "metrics.jsonl"
     cli_file.parent.mkdir()
@@ -167,7 +167,7 @@ def test_rewriting_metrics_on_resume_never_loses_them(tmp_path, monkeypatch):
 
 
 def test_a_killed_exports_temp_file_is_removed_by_the_next_export(tmp_path):
-    from engine.files.gguf_export import atomic_write
+    from opencl_llm_studio.engine.files.gguf_export import atomic_write
     target = tmp_path / "m.gguf"
     dead = tmp_path / f".m.gguf.{2**22 + 7}.0badf00d.tmp"  # pid above pid_max: its writer is gone
     dead.write_bytes(b"half a model")

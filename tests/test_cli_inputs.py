@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.training.progress import Pace
-from studio.cli import main
-from studio.cli.progress import ProgressLine
+from opencl_llm_studio.engine.training.progress import Pace
+from opencl_llm_studio.studio.cli import main
+from opencl_llm_studio.studio.cli.progress import ProgressLine
 from tests.fake_clock import FakeTime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +160,7 @@ def test_sighup_saves_the_run(tmp_path):
     proc.stderr.close()  # the terminal is gone: writing to it fails
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=120) == 130
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     steps = len(mfile.read_text().splitlines())
     assert TrainingSession.load(out).step == steps >= 3
 
@@ -177,7 +177,7 @@ def test_a_bad_tune_file_is_named_in_the_cli_and_the_studio(tmp_path, capsys, qt
     rc, err = _exit_code(["train", "--out", str(tmp_path / "run"), "--tune", str(bad), *TINY,
                           "--steps", "1"], capsys)
     assert rc == 2 and named in err and says in err, err
-    from studio.ui.data_panel import DataPanel
+    from opencl_llm_studio.studio.ui.data_panel import DataPanel
     panel = DataPanel()
     qtbot.addWidget(panel)
     errors = []

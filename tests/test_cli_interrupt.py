@@ -8,7 +8,7 @@ import importlib.abc
 import subprocess
 import sys
 
-import studio.cli
+from opencl_llm_studio.studio import cli as studio_cli
 
 
 class _InterruptOnImport(importlib.abc.MetaPathFinder):
@@ -24,16 +24,16 @@ class _InterruptOnImport(importlib.abc.MetaPathFinder):
 
 
 def test_ctrl_c_while_the_commands_load_is_a_stop(monkeypatch):
-    monkeypatch.delitem(sys.modules, "studio.cli.parser", raising=False)
-    monkeypatch.setattr(sys, "meta_path", [_InterruptOnImport("studio.cli.parser"), *sys.meta_path])
-    assert studio.cli.main(["runs"]) == 130
+    monkeypatch.delitem(sys.modules, "opencl_llm_studio.studio.cli.parser", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_InterruptOnImport("opencl_llm_studio.studio.cli.parser"), *sys.meta_path])
+    assert studio_cli.main(["runs"]) == 130
 
 
 def test_the_entry_package_loads_nothing_heavy():
     """What runs before main() can catch an interrupt is the package's own import: it must not
     pull in numpy or the engine (the window for a traceback stays a few milliseconds)."""
-    code = ("import sys, studio.cli; "
-            "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('engine')))")
+    code = ("import sys, opencl_llm_studio.studio.cli; "
+            "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('opencl_llm_studio.engine')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

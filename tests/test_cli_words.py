@@ -43,7 +43,7 @@ def hints(path: Path):
 
 
 def test_every_cli_hint_is_in_the_command_lines_words():
-    files = sorted((ROOT / "engine").rglob("*.py")) + sorted((ROOT / "studio").glob("cli*.py"))
+    files = sorted((ROOT / "opencl_llm_studio" / "engine").rglob("*.py")) + sorted((ROOT / "opencl_llm_studio" / "studio").glob("cli*.py"))
     found = set()
     for path in files:
         for hint, cli in hints(path):

@@ -4,10 +4,10 @@
 import numpy as np
 import pytest
 
-from engine.data.corpus import PretrainData, split_documents, suggest_context_length
-from engine.errors import ConfigError, DataError
-from engine.data.textio import read_text
-from engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.data.corpus import PretrainData, split_documents, suggest_context_length
+from opencl_llm_studio.engine.errors import ConfigError, DataError
+from opencl_llm_studio.engine.data.textio import read_text
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 
 from tests.helpers import RESOURCES as RES  # noqa: E402
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig
-from engine.generation.decode import KVDecoder
-from engine.model.transformer import Model
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.generation.decode import KVDecoder
+from opencl_llm_studio.engine.model.transformer import Model
 
 
 @pytest.mark.parametrize("n_prompt,n_head,n_kv_head,scaling", [
@@ -31,8 +31,8 @@ def test_kv_cache_logits_equal_full_forward(rt, n_prompt, n_head, n_kv_head, sca
 
 @pytest.fixture(scope="module")
 def session(rt):
-    from engine.config import TrainConfig
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.training.session import TrainingSession
     text = "The cat sat on the mat. The dog sat on the log. A bird sang in the tree.\n" * 5
     cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, context_length=12,
                       ffn_dim=40)
@@ -45,7 +45,7 @@ def test_kv_and_full_window_paths_agree_past_the_window(session, n_prompt, greed
     """Both paths see the same windows when prompt + answer pass context_length (12): the
     newest T//2 + 1 tokens go on. (They disagreed before: the full path slid by one token, the
     KV cache by half a window.)"""
-    from engine.generation.sampling import SamplingParams
+    from opencl_llm_studio.engine.generation.sampling import SamplingParams
     sp = SamplingParams(temperature=1.5, greedy=greedy)
     prompt = list(np.random.default_rng(n_prompt).integers(3, 300, size=n_prompt))
     n = 40

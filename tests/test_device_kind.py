@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.opencl.device import DeviceInfo
-from engine.opencl.gemm_plan import gemm_variant
+from opencl_llm_studio.engine.opencl.device import DeviceInfo
+from opencl_llm_studio.engine.opencl.gemm_plan import gemm_variant
 
 
 def _info(platform: str, type_: str) -> DeviceInfo:
@@ -44,8 +44,8 @@ GRIND, POCL, CUDA = ("Oclgrind", "GPU"), ("Portable Computing Language", "CPU"),
 def test_default_device_is_a_real_gpu_then_a_cpu(monkeypatch, qapp, kinds, want):
     """The engine's default (select_device, the CLI's) and the studio's device picker agree: the
     first GPU, else CPU, and a simulator such as Oclgrind (which says it is a GPU) only alone."""
-    from engine.opencl import device
-    from studio.ui.device_panel import DevicePanel
+    from opencl_llm_studio.engine.opencl import device
+    from opencl_llm_studio.studio.ui.device_panel import DevicePanel
     devices = _devices(*kinds)
     monkeypatch.setattr(device, "list_devices", lambda: devices)
     monkeypatch.delenv(device.DEVICE_ENV, raising=False)
@@ -56,8 +56,8 @@ def test_default_device_is_a_real_gpu_then_a_cpu(monkeypatch, qapp, kinds, want)
 
 
 def test_select_device_by_index_name_or_type(monkeypatch):
-    from engine.opencl import device
-    from engine.errors import DeviceError
+    from opencl_llm_studio.engine.opencl import device
+    from opencl_llm_studio.engine.errors import DeviceError
     devices = _devices(GRIND, POCL, CUDA)
     monkeypatch.setattr(device, "list_devices", lambda: devices)
     assert [device.select_device(s).index for s in (1, " 2 ", "cpu", "nvidia", "GRIND")] == [1, 2, 1, 2, 0]

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.opencl import ops
-from engine.config import ModelConfig
-from engine.errors import ConfigError, DeviceError
-from engine.model.memory import check_fits
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.errors import ConfigError, DeviceError
+from opencl_llm_studio.engine.model.memory import check_fits
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 from tests.kernel_helpers import close, down, plan_rt, up
 
 
@@ -60,8 +60,8 @@ def test_no_choice_by_local_memory_takes_all_a_device_reports(rt):
     """A kernel using exactly the local memory NVIDIA reports failed at launch (OUT_OF_RESOURCES
     on an H200): a device reporting exactly what a GEMM tile pair, a flash tile set or the tiled
     attention's tiles need is given the next smaller choice, by every chooser."""
-    from engine.model import attention, attention_flash
-    from engine.opencl import gemm_tiles
+    from opencl_llm_studio.engine.model import attention, attention_flash
+    from opencl_llm_studio.engine.opencl import gemm_tiles
     exact = 2 * gemm_tiles.tiled_local_bytes(128)
     assert 128 not in Runtime(rt.info, limits={"local_mem_bytes": exact}).limits.tile_edges()
     assert 128 in Runtime(rt.info, limits={"local_mem_bytes": exact + 512}).limits.tile_edges()

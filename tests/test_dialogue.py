@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine.data.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMPLATES, Message,
+from opencl_llm_studio.engine.data.dialogue import (CHAT_FORMAT, CHAT_FORMATS, CHAT_TEMPLATE, CHAT_TEMPLATES, Message,
                              TuneData, answer_text, check_chat_format, encode_dialogue,
                              encode_prompt, parse_dialogues, render_prompt)
-from engine.errors import DataError
+from opencl_llm_studio.engine.errors import DataError
 
 U, A, S = (lambda c: Message("user", c)), (lambda c: Message("assistant", c)), \
     (lambda c: Message("system", c))

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from engine.data.dialogue import Message, encode_dialogue, parse_dialogues
-from engine.errors import DataError
+from opencl_llm_studio.engine.data.dialogue import Message, encode_dialogue, parse_dialogues
+from opencl_llm_studio.engine.errors import DataError
 
 TEXT = ("System: Be brief.\nUser: What is the capital of France?\nAssistant: Paris.\n\n"
         "User: And of Japan?\nAssistant: Tokyo.\nUser: Thanks!\nAssistant: You are welcome.\n")
@@ -84,13 +84,13 @@ def test_unknown_structures_are_named_with_the_supported_formats(text, says):
 
 
 def test_the_cli_trains_on_a_sharegpt_file(tmp_path, capsys):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     path = tmp_path / "chats.json"
     path.write_text(json.dumps(SHAREGPT * 4, indent=2), encoding="utf-8")
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--tune", str(path), "--d-model", "32",
                  "--n-layer", "1", "--n-head", "2", "--context-length", "48", "--vocab-size",
                  "400", "--batch-size", "2", "--steps", "2", "--tune-steps", "2", "--quiet"]) == 0
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     s = TrainingSession.load(out)
     assert s.tune.dialogues == parse_dialogues(TEXT) * 4

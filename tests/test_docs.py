@@ -32,5 +32,5 @@ def test_the_checker_catches_a_moved_argument_a_wrong_default_and_a_missing_name
 
 
 def test_an_example_call_is_not_held_to_the_whole_signature():
-    from engine.config import parse_val_split
+    from opencl_llm_studio.engine.config import parse_val_split
     assert check_signature("parse_val_split", parse_val_split, '"tail:0.1"') == []

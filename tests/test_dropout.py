@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.model import dropout
-from engine.opencl import ops
-from engine.config import TrainConfig
-from engine.errors import ConfigError
-from engine.model.transformer import Model
+from opencl_llm_studio.engine.model import dropout
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.config import TrainConfig
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.model.transformer import Model
 from tests.helpers import tiny_config
 from tests.kernel_helpers import assert_step_matches, batch
 

@@ -10,9 +10,9 @@ import pyopencl as cl
 import pytest
 
 import tests.reference as ref
-from engine.model import attention
-from engine.opencl import ops
-from engine.opencl.runtime import kernel_source
+from opencl_llm_studio.engine.model import attention
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.opencl.runtime import kernel_source
 from tests.kernel_helpers import close, down, up
 
 FILES = ("swiglu.cl", "rope.cl", "embedding.cl")

@@ -9,8 +9,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from engine.files.export_types import TRANSFORMERS_NOTE
-from engine.files.gguf_export import export_gguf
+from opencl_llm_studio.engine.files.export_types import TRANSFORMERS_NOTE
+from opencl_llm_studio.engine.files.gguf_export import export_gguf
 from tests.gguf_helpers import make_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ TEXTS = ["Paris is the capital", "User: hi\nAssistant:\n", " leading space", "æ—
 def exports(tok, tmp_path_factory):
     pytest.importorskip("transformers")
     pytest.importorskip("safetensors")
-    from engine.files.hf.export import export_hf
+    from opencl_llm_studio.engine.files.hf.export import export_hf
     b = make_bundle(tok, d_model=32, n_layer=1, n_head=2, context_length=32)
     d = tmp_path_factory.mktemp("consumers")
     export_gguf(b, d / "m.gguf", modelfile=None)
@@ -97,8 +97,8 @@ def _words(text: str) -> str:
 def test_the_note_is_where_people_choose(qtbot):
     assert _words(TRANSFORMERS_NOTE) in _words((ROOT / "README.md").read_text(encoding="utf-8"))
     pytest.importorskip("pytestqt")
-    from engine.config import ModelConfig
-    from studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.engine.config import ModelConfig
+    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
     dialog = ExportDialog(ModelConfig(), Path("model.gguf"))
     qtbot.addWidget(dialog)
     assert TRANSFORMERS_NOTE in dialog.note.text()
@@ -109,7 +109,7 @@ def test_model_card_table_reads_back_in_a_markdown_parser(tok, tmp_path):
     bytes stays one row of two cells each in a GFM table parser (markdown-it-py)."""
     pytest.importorskip("safetensors")
     markdown_it = pytest.importorskip("markdown_it")
-    from engine.files.hf.export import export_hf
+    from opencl_llm_studio.engine.files.hf.export import export_hf
     b = make_bundle(tok, d_model=32, n_layer=1, n_head=2, context_length=32)
     b.metadata = {"name": "my|model", "corpus": "a|b\\c\nnext line",
                   "file": "lone " + os.fsdecode(b"\xff")}

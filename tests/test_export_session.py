@@ -4,8 +4,8 @@ the GGUF's own template answers a tune question exactly as the studio's chat doe
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig, TrainConfig
-from engine.training.session import TrainingSession
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import trained_session
 
 
@@ -60,7 +60,7 @@ def test_llama_cpp_greedy_continuation_matches_engine(trained):
     s, path = trained
     prompt = [s.tokenizer.bos_id] + s.tokenizer.encode("The human heart")
     ours = s.generate_ids(prompt, max_new_tokens=24, sampling=__import__(
-        "engine.generation.sampling", fromlist=["SamplingParams"]).SamplingParams(greedy=True))
+        "opencl_llm_studio.engine.generation.sampling", fromlist=["SamplingParams"]).SamplingParams(greedy=True))
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, verbose=False)
     theirs = []
     for tok in llm.generate(prompt, top_k=1, temp=0.0, reset=True):

@@ -6,7 +6,7 @@ with the engine's own sizes through the `gemm` fixture)."""
 import numpy as np
 import pytest
 
-from engine.opencl import gemm_packed, gemm_tiles
+from opencl_llm_studio.engine.opencl import gemm_packed, gemm_tiles
 from tests.kernel_helpers import close, down, up
 
 # (M, N, K): odd sizes, one row, one column, K 1, K 0 (C = beta * C), more than one K slice
@@ -106,7 +106,7 @@ def test_the_table_packs_large_products_on_pocl_cpus():
     every product."""
     from dataclasses import replace
 
-    from engine.opencl.gemm_plan import LARGE_PRODUCT, DeviceLimits, GemmChoice, default_plan
+    from opencl_llm_studio.engine.opencl.gemm_plan import LARGE_PRODUCT, DeviceLimits, GemmChoice, default_plan
     pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 16)
     plan = default_plan(pocl)
     for shape in [("nn", 512, 960, 576), ("tn", 3072, 576, 512), ("nn", 256, 49152, 576),

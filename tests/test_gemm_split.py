@@ -4,7 +4,7 @@ empty are split until the groups fill whole waves (measured: benchmarks/RESULTS.
 
 import pytest
 
-from engine.opencl.gemm_plan import GROUPS_PER_CU, k_slices
+from opencl_llm_studio.engine.opencl.gemm_plan import GROUPS_PER_CU, k_slices
 
 WAVE = GROUPS_PER_CU * 132  # an H200's 132 compute units
 
@@ -33,7 +33,7 @@ def test_no_split_when_k_is_short():
 
 
 def _h200_plan():
-    from engine.opencl.gemm_plan import DeviceLimits, default_plan
+    from opencl_llm_studio.engine.opencl.gemm_plan import DeviceLimits, default_plan
     return default_plan(DeviceLimits(is_cpu=False, is_intel_cpu_runtime=False, compute_units=132,
                                      local_mem_bytes=48 * 1024, max_work_group_size=1024,
                                      native_float_width=1))

@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from engine.opencl import gemm_tune, ops, tune_cache
-from engine.errors import DeviceError
-from engine.opencl.gemm_plan import GemmChoice
-from engine.training.progress import Cancelled, Monitor
-from engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.opencl import gemm_tune, ops, tune_cache
+from opencl_llm_studio.engine.errors import DeviceError
+from opencl_llm_studio.engine.opencl.gemm_plan import GemmChoice
+from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.opencl.runtime import Runtime
 from tests.helpers import tiny_config
 from tests.kernel_helpers import close, down, up
 
@@ -135,7 +135,7 @@ def test_opted_in_training_start_tunes_once_and_caches(rt, cache, monkeypatch):
 
 
 def test_tune_kernels_command(rt, cache, capsys):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     code = main(["--device", str(rt.info.index), "tune-kernels", "--d-model", "24",
                  "--n-head", "2", "--context-length", "16", "--vocab-size", "260",
                  "--batch-size", "2", "--seconds", "60"])
@@ -150,8 +150,8 @@ def test_tune_kernels_command(rt, cache, capsys):
 def test_a_training_session_runs_on_the_cached_plan(rt, cache, tok, texts):
     """TrainingSession (engine/training/session.py) takes the cached winners for its device and shape:
     its model launches by them; the runtime it was given is left as it was."""
-    from engine.config import TrainConfig
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.training.session import TrainingSession
     cfg, tc = tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2)
     shape = gemm_tune.model_products(cfg, tc.batch_size)[0][1]
     choice = dataclasses.replace(rt.plan.default, k_slice=128, group=(8, 2))
@@ -197,7 +197,7 @@ def test_a_chunked_output_head_is_tuned_on_the_products_it_runs():
     """A large vocabulary projects its logits in chunks of rows (engine.model.output_head): the
     tuner times the chunk's products (SmolLM2's head at 16 x 256: 256 rows, not 4096), and a
     step counts them once per chunk."""
-    from engine.config import ModelConfig
+    from opencl_llm_studio.engine.config import ModelConfig
     cfg = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
                       context_length=256, ffn_dim=1536, tie_embeddings=True)
     products = dict(gemm_tune.model_products(cfg, 16))
@@ -235,8 +235,8 @@ def test_step_speedup_weighs_products_as_a_step_runs_them():
 def test_an_opened_session_switches_to_tuned_kernels(rt, cache, tok, texts, monkeypatch):
     """TrainingSession.use_tuned_kernels (the studio's Continue with its setting on): tunes
     (here: a cached entry appears), then the model and its generator launch by the plan."""
-    from engine.config import TrainConfig
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.training.session import TrainingSession
     cfg, tc = tiny_config(vocab_size=tok.vocab_size), TrainConfig(batch_size=2)
     s = TrainingSession(rt, cfg, tc, tok, texts[0], None)
     assert s.rt is rt
@@ -258,7 +258,7 @@ def test_an_opened_session_switches_to_tuned_kernels(rt, cache, tok, texts, monk
 def test_train_autotune_flag_tunes_first(rt, cache, tmp_path, monkeypatch):
     """`llm-studio train --autotune` is LLM_STUDIO_AUTOTUNE=1 as a flag: the new run (and a
     continued one, tuned once: the entry is cached by then) tunes before its first step."""
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     from tests.helpers import TINY
     calls = []
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 import reference
-from engine.data.dialogue import (CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt)
-from engine.errors import ExportError, ModelImportError
-from engine.files.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
-from engine.files.gguf_export import export_gguf, modelfile_text, tensor_shapes
-from engine.files.gguf_import import import_gguf
-from engine.data.textio import read_text
-from engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.data.dialogue import (CHAT_TEMPLATE, Message, encode_dialogue, encode_prompt, render_prompt)
+from opencl_llm_studio.engine.errors import ExportError, ModelImportError
+from opencl_llm_studio.engine.files.export_types import DTYPE_NAMES, estimated_bytes, q8_0_fits
+from opencl_llm_studio.engine.files.gguf_export import export_gguf, modelfile_text, tensor_shapes
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.data.textio import read_text
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 
 from tests.gguf_helpers import META, load, make_bundle
 from tests.helpers import RESOURCES as RES  # noqa: E402
@@ -215,7 +215,7 @@ def test_bad_dtype_and_missing_folder(bundle, tmp_path, monkeypatch):
     r = export_gguf(bundle, tmp_path / "new" / "sub" / "m.gguf")
     assert r.path.is_file() and r.modelfile_path.is_file()
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    import engine.files.gguf_export as ge
+    import opencl_llm_studio.engine.files.gguf_export as ge
 
     real = ge.atomic_write
 

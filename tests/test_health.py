@@ -10,11 +10,11 @@ import pytest
 
 import tests.reference as ref
 from tests.helpers import tiny_config
-from engine.config import TrainConfig
-from engine.training.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
+from opencl_llm_studio.engine.config import TrainConfig
+from opencl_llm_studio.engine.training.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
                            unigram_entropy)
-from engine.training.metrics import StepMetrics
-from engine.model.transformer import Model
+from opencl_llm_studio.engine.training.metrics import StepMetrics
+from opencl_llm_studio.engine.model.transformer import Model
 
 
 def ref_group_norms(grads: dict) -> dict:

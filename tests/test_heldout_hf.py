@@ -12,10 +12,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.training.evaluate import final_validation  # noqa: E402
-from engine.files.hf.export import export_session  # noqa: E402
-from engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.training.evaluate import final_validation  # noqa: E402
+from opencl_llm_studio.engine.files.hf.export import export_session  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
 
 TEXT = "".join(f"Acte {i}, scène {i % 7}:\n    « Où est le café ? » dit-elle.\n\n"
                f"def f{i}(x):\n    return x * {i}\n\n" for i in range(120))

@@ -19,15 +19,15 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.errors import ModelImportError  # noqa: E402
-from engine.files.hf.export import export_hf, export_session  # noqa: E402
-from engine.files.hf.load import import_hf, session_from_hf  # noqa: E402
-from engine.files.hf.names import from_hf_rows, to_hf_rows  # noqa: E402
-from engine.files.hf.scale_out import SCRIPT, scale_out  # noqa: E402
-from engine.data.textio import read_text  # noqa: E402
-from engine.data.textio import bundled_corpus  # noqa: E402
-from studio.cli import main  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.errors import ModelImportError  # noqa: E402
+from opencl_llm_studio.engine.files.hf.export import export_hf, export_session  # noqa: E402
+from opencl_llm_studio.engine.files.hf.load import import_hf, session_from_hf  # noqa: E402
+from opencl_llm_studio.engine.files.hf.names import from_hf_rows, to_hf_rows  # noqa: E402
+from opencl_llm_studio.engine.files.hf.scale_out import SCRIPT, scale_out  # noqa: E402
+from opencl_llm_studio.engine.data.textio import read_text  # noqa: E402
+from opencl_llm_studio.engine.data.textio import bundled_corpus  # noqa: E402
+from opencl_llm_studio.studio.cli import main  # noqa: E402
 from tests.helpers import trained_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,8 +78,8 @@ def test_hf_tokenizer_gives_the_engines_ids(trained, hf_model):
 
 @pytest.mark.parametrize("kind", ["bpe", "char"])
 def test_tokenizer_json_on_other_vocabularies(kind, tmp_path):
-    from engine.files.hf.tokenizer_json import build
-    from engine.data.tokenizer import Tokenizer
+    from opencl_llm_studio.engine.files.hf.tokenizer_json import build
+    from opencl_llm_studio.engine.data.tokenizer import Tokenizer
     text = read_text(bundled_corpus("pretrain")) + "\n日本語 🙂 café\n"
     tok = Tokenizer.train([text], 700, kind)
     hf = build(tok)
@@ -92,7 +92,7 @@ def test_greedy_generation_is_identical(trained, hf_model):
     s, _ = trained
     model, _ = hf_model
     prompt = [s.tokenizer.bos_id] + s.tokenizer.encode("The capital of")
-    from engine.generation.sampling import SamplingParams
+    from opencl_llm_studio.engine.generation.sampling import SamplingParams
     ours = s.generate_ids(prompt, 20, SamplingParams(greedy=True))
     out = model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False,
                          eos_token_id=s.tokenizer.eos_id, pad_token_id=s.tokenizer.eos_id)
@@ -103,7 +103,7 @@ def test_greedy_generation_is_identical(trained, hf_model):
 
 
 def test_chat_template_renders_like_the_engine(trained, hf_model):
-    from engine.data.dialogue import Message, encode_prompt
+    from opencl_llm_studio.engine.data.dialogue import Message, encode_prompt
     s, _ = trained
     _, tok = hf_model
     msgs = [Message("user", "What is the highest mountain?"),
@@ -182,7 +182,7 @@ def test_export_refuses_a_non_empty_folder_and_keeps_it(trained, tmp_path):
     target = tmp_path / "taken"
     target.mkdir()
     (target / "notes.txt").write_text("mine")
-    from engine.errors import ExportError
+    from opencl_llm_studio.engine.errors import ExportError
     with pytest.raises(ExportError, match="not an empty folder"):
         export_hf(s.bundle(), target)
     assert (target / "notes.txt").read_text() == "mine"
@@ -291,10 +291,10 @@ def test_ddp_scores_the_dialogues_the_studio_scores(tok, texts):
     when the set is larger than MAX_TUNE_EVAL_BATCHES batches (it scored every dialogue)."""
     import importlib.util
 
-    from engine.data.dialogue import TuneData
-    from engine.training.session import MAX_TUNE_EVAL_BATCHES
+    from opencl_llm_studio.engine.data.dialogue import TuneData
+    from opencl_llm_studio.engine.training.session import MAX_TUNE_EVAL_BATCHES
     spec = importlib.util.spec_from_file_location("train_ddp_script",
-                                                  ROOT / "engine" / "files" / "hf" / "train_ddp.py")
+                                                  ROOT / "opencl_llm_studio" / "engine" / "files" / "hf" / "train_ddp.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.MAX_TUNE_EVAL_BATCHES == MAX_TUNE_EVAL_BATCHES
@@ -318,7 +318,7 @@ def test_grouped_query_export_runs_in_transformers(tok, tmp_path, changes):
     """num_key_value_heads = kv_heads, k rows permuted per kv head, llama3 rope_parameters:
     transformers gives the float64 reference's logits."""
     import tests.reference as ref
-    from engine.files.gguf_export import ModelBundle
+    from opencl_llm_studio.engine.files.gguf_export import ModelBundle
     cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=64, n_layer=2, context_length=64,
                       **changes).validate()
     w = {k: v.astype(np.float32) for k, v in ref.init_weights(cfg, seed=2, std=0.08).items()}

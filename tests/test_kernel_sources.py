@@ -6,9 +6,9 @@ and the causal modes of kernels/common.h equal engine.model.attention_gemm.Causa
 import re
 from pathlib import Path
 
-from engine.model.attention_gemm import Causal
+from opencl_llm_studio.engine.model.attention_gemm import Causal
 
-KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "opencl_llm_studio" / "kernels"
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)", re.M)
 
 
@@ -44,7 +44,7 @@ def test_common_h_causal_modes_equal_the_python_enum():
 def test_gemm_tile_sizes_come_from_the_python_table():
     """The GEMM tile sizes are -D options from engine/opencl/gemm_tiles.py (which the launchers size
     their grids from), never a literal in a kernel file, not even as an #ifndef default."""
-    from engine.opencl import gemm_tiles
+    from opencl_llm_studio.engine.opencl import gemm_tiles
     tile_macros = {"MM_TM", "MM_TN", "VM_TM", "VM_TN", "BMM_TL", "TK"}
     for p in sorted(KERNELS.glob("*.cl")):
         defined = set(_DEFINE.findall(_code(p.read_text())))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.model.activations import GRAD_NORM_PARTIALS
-from engine.opencl import ops
-from engine.opencl.gemm_plan import k_slices
+from opencl_llm_studio.engine.model.activations import GRAD_NORM_PARTIALS
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.opencl.gemm_plan import k_slices
 from tests.kernel_helpers import GEMM_VARIANTS, close, down, plan_rt, up
 
 SEEDS = [0, 1, 2]
@@ -220,9 +220,9 @@ def test_vector_width_follows_the_device_unless_overridden(rt, monkeypatch):
     """PoCL reports a native float width of 16 on AVX-512 and 8 on AVX2: the CPU kernels take
     that width; LLM_STUDIO_VECTOR_WIDTH or the Runtime argument override it (tests run the
     AVX2 kernels on an AVX-512 machine); other widths are refused with a hint."""
-    from engine.errors import DeviceError
-    from engine.opencl.runtime import Runtime
-    from engine.opencl.gemm_plan import VECTOR_WIDTH_ENV, pick_vector_width
+    from opencl_llm_studio.engine.errors import DeviceError
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.gemm_plan import VECTOR_WIDTH_ENV, pick_vector_width
     assert pick_vector_width(16) == 16 and pick_vector_width(8) == 8
     assert pick_vector_width(4) == 8 and pick_vector_width(1) == 8
     assert pick_vector_width(16, "8") == 8 and pick_vector_width(8, 16) == 16

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from engine.config import (MAX_NEW_TOKENS, MODEL_LIMITED, TRAIN_LIMITED, ModelConfig,
+from opencl_llm_studio.engine.config import (MAX_NEW_TOKENS, MODEL_LIMITED, TRAIN_LIMITED, ModelConfig,
                            SamplingParams, TrainConfig)
-from engine.errors import ConfigError
-from engine.generation.generator import Generator
-from engine.limits import LIMITS, MIN_VOCAB
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.generation.generator import Generator
+from opencl_llm_studio.engine.limits import LIMITS, MIN_VOCAB
 from tests.source_helpers import PRODUCT, ROOT, files_matching, subcommand_actions
 
 # option dest -> engine field, per subcommand
@@ -115,7 +115,7 @@ def test_sampling_check_uses_the_table(field):
 
 
 def test_minimum_vocabulary_is_the_tokenizers():
-    from engine.data import tokenizer
+    from opencl_llm_studio.engine.data import tokenizer
     assert LIMITS["vocab_size"].lo == MIN_VOCAB == tokenizer.MIN_VOCAB == \
         tokenizer.N_SPECIAL + tokenizer.N_BYTES
 
@@ -127,7 +127,7 @@ def _spin_bounds(spin):
 
 
 def test_settings_spin_boxes_are_the_table(qapp):
-    from studio.ui.settings_panel import SPIN_INT_MAX, SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import SPIN_INT_MAX, SettingsPanel
     panel = SettingsPanel()
     fields = set()
     for name, spin in panel.spins.items():
@@ -145,8 +145,8 @@ def test_settings_spin_boxes_are_the_table(qapp):
 
 
 def test_chat_and_autosave_spin_boxes_are_the_table(qapp):
-    from studio.ui.autosave_box import AutosaveBox
-    from studio.ui.chat_panel import ChatPanel
+    from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
+    from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
     chat, autosave = ChatPanel(), AutosaveBox()
     for spin, field in ((chat.temperature, "temperature"), (chat.top_k, "top_k"),
                         (chat.top_p, "top_p"), (chat.max_tokens, "max_new_tokens"),
@@ -156,7 +156,7 @@ def test_chat_and_autosave_spin_boxes_are_the_table(qapp):
 
 
 def test_chat_request_defaults_are_the_engines():
-    from studio.protocol import ChatRequest
+    from opencl_llm_studio.studio.protocol import ChatRequest
     sp, req = SamplingParams(), ChatRequest(())
     assert (req.temperature, req.top_k, req.top_p, req.max_new_tokens) == \
         (sp.temperature, sp.top_k, sp.top_p, MAX_NEW_TOKENS)
@@ -173,7 +173,7 @@ def _shown(panel) -> set:
 
 def test_settings_error_goes_to_the_field_it_names_not_its_words(qapp):
     """The message mentions batch_size, the error is about the seed: the seed field shows it."""
-    from studio.ui.settings_panel import TRAIN_FIELDS, SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import TRAIN_FIELDS, SettingsPanel
     panel = SettingsPanel()
     err = ConfigError("seed out of range, whatever batch_size is.", "Use another seed.",
                       field="seed")
@@ -182,7 +182,7 @@ def test_settings_error_goes_to_the_field_it_names_not_its_words(qapp):
 
 
 def test_d_model_and_n_head_errors_mark_both(qapp):
-    from studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
     panel = SettingsPanel()
     panel.set_value("nHeadSpin", 4)
     panel.set_value("dModelSpin", 12)    # head_dim 3: odd
@@ -194,7 +194,7 @@ def test_d_model_and_n_head_errors_mark_both(qapp):
 
 def test_a_kept_preset_value_out_of_range_names_its_range(qapp):
     """A training value without a field (a preset's beta2) is refused in the table's words."""
-    from studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
     panel = SettingsPanel()
     panel._set_extra({"beta2": 1.5})
     panel._on_change()
@@ -204,12 +204,12 @@ def test_a_kept_preset_value_out_of_range_names_its_range(qapp):
 
 def test_other_default_copies_are_the_engines():
     """OptimConfig's defaults are TrainConfig's; ExportRequest's dtype is the engine's."""
-    from engine.config import OptimConfig
-    from engine.files.export_types import DEFAULT_DTYPE
-    from studio.protocol import ExportRequest
+    from opencl_llm_studio.engine.config import OptimConfig
+    from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
+    from opencl_llm_studio.studio.protocol import ExportRequest
     assert OptimConfig() == TrainConfig().optim()
     assert ExportRequest("x.gguf").dtype == DEFAULT_DTYPE
-    config = (ROOT / "engine" / "config.py").read_text(encoding="utf-8")
+    config = (ROOT / "opencl_llm_studio" / "engine" / "config.py").read_text(encoding="utf-8")
     for literal in ("beta1: float = 0.9", "adam_eps: float = 1e-8", "seed: int = 1337",
                     "weight_decay: float = 0.1", "grad_clip: float = 1.0"):
         assert config.count(literal) == 1, literal   # TrainConfig's, not a second copy

@@ -8,18 +8,18 @@ import signal
 
 import pytest
 
-import engine.generation.generator as generation_module
-import engine.training.trainer as trainer_module
-from engine.training import evaluate
-from engine.config import ModelConfig, TrainConfig
-from engine.data.corpus import PretrainData
-from engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
-from engine.training.progress import Cancelled, Monitor
-from engine.training.session import TrainingSession
-from engine.data.textio import read_text
-from engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
-from engine.data.textio import bundled_corpus
-from studio.cli import main
+import opencl_llm_studio.engine.generation.generator as generation_module
+import opencl_llm_studio.engine.training.trainer as trainer_module
+from opencl_llm_studio.engine.training import evaluate
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.data.corpus import PretrainData
+from opencl_llm_studio.engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
+from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.data.textio import read_text
+from opencl_llm_studio.engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
+from opencl_llm_studio.engine.data.textio import bundled_corpus
+from opencl_llm_studio.studio.cli import main
 
 MC = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=400)
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
@@ -211,8 +211,8 @@ def test_ctrl_c_that_breaks_a_kernel_build_is_a_stop(tmp_path, monkeypatch, caps
     """Ctrl-C reaches the whole process group, so the OpenCL compiler PoCL runs can die of it
     and the build fail: that is the user's stop (exit 130, nothing left in --out), not
     "The OpenCL kernels failed to compile ... Pick another device" (exit 2, as before)."""
-    import engine.opencl.runtime as runtime_module
-    from engine.errors import DeviceError
+    import opencl_llm_studio.engine.opencl.runtime as runtime_module
+    from opencl_llm_studio.engine.errors import DeviceError
 
     class BrokenByCtrlC:
         def __init__(self, *a, **k):

@@ -7,8 +7,8 @@ import pytest
 import tests.reference as ref
 from tests.helpers import tiny_config
 from tests.kernel_helpers import assert_step_matches, batch
-from engine.config import TrainConfig
-from engine.model.transformer import Model
+from opencl_llm_studio.engine.config import TrainConfig
+from opencl_llm_studio.engine.model.transformer import Model
 
 
 @pytest.mark.parametrize("cfg,B,T", [
@@ -92,7 +92,7 @@ def test_side_queue_training_is_identical(rt):
     forced on. The model is big enough that the queues really overlap on a multi-core PoCL."""
     import pyopencl as cl
 
-    from engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
     two = Runtime(rt.info)
     two.side_queue = two.side_queue or cl.CommandQueue(two.ctx)
     one = Runtime(rt.info)

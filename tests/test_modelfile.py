@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ollama_parser
-from engine.config import ModelConfig
-from engine.errors import ExportError
-from engine.files.gguf_export import export_gguf
-from engine.files.modelfile import OLLAMA_TEMPLATES, STOP_WORDS, modelfile_text, modelfile_value
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.errors import ExportError
+from opencl_llm_studio.engine.files.gguf_export import export_gguf
+from opencl_llm_studio.engine.files.modelfile import OLLAMA_TEMPLATES, STOP_WORDS, modelfile_text, modelfile_value
 from tests.gguf_helpers import make_bundle
 
 CONFIG = ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=2, context_length=48)

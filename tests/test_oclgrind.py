@@ -119,6 +119,6 @@ def test_kernels_under_oclgrind_have_no_reports(tmp_path, ids):
     assert proc.returncode == 0, out[-4000:]
     assert re.search(r"\d+ passed", out), out[-2000:]
     assert "Oclgrind" in subprocess.run(
-        [sys.executable, "-c", "from engine.opencl.runtime import Runtime; print(Runtime('Oclgrind').info.name)"],
+        [sys.executable, "-c", "from opencl_llm_studio.engine.opencl.runtime import Runtime; print(Runtime('Oclgrind').info.name)"],
         cwd=ROOT, env=env, capture_output=True, text=True).stdout
     assert not reports, "\n".join(reports[:40])

@@ -12,10 +12,10 @@ import pytest
 llama_cpp = pytest.importorskip("llama_cpp")
 pytest.importorskip("tokenizers")
 
-from engine.data.chat_template import ChatFormat  # noqa: E402
-from engine.data.dialogue import Message  # noqa: E402
-from engine.files.gguf_export import export_gguf  # noqa: E402
-from engine.files.gguf_import import import_gguf  # noqa: E402
+from opencl_llm_studio.engine.data.chat_template import ChatFormat  # noqa: E402
+from opencl_llm_studio.engine.data.dialogue import Message  # noqa: E402
+from opencl_llm_studio.engine.files.gguf_export import export_gguf  # noqa: E402
+from opencl_llm_studio.engine.files.gguf_import import import_gguf  # noqa: E402
 from tests.open_models import (FAMILIES, STRINGS, llama_model, llama_vocab, nmse,  # noqa: E402
                                numpy_logits)
 

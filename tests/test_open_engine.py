@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from engine.config import SamplingParams, TrainConfig  # noqa: E402
-from engine.files.hf.load import import_hf  # noqa: E402
-from engine.model.params import ParamTable  # noqa: E402
+from opencl_llm_studio.engine.config import SamplingParams, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.files.hf.load import import_hf  # noqa: E402
+from opencl_llm_studio.engine.model.params import ParamTable  # noqa: E402
 from tests.open_models import build, nmse  # noqa: E402
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
@@ -20,7 +20,7 @@ MHA = {"smollm2": {"num_key_value_heads": 6}, "tinyllama": {"num_key_value_heads
 
 @pytest.mark.parametrize("family", MHA)
 def test_engine_gives_transformers_logits_and_greedy_ids(family, rt, tmp_path):
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     folder = build(family, tmp_path / family, **MHA[family])
     bundle = import_hf(folder)[0]
     cfg = bundle.config.replace(context_length=64)

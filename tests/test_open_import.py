@@ -18,15 +18,15 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 import gguf  # noqa: E402
 
-from engine.config import ModelConfig  # noqa: E402
-from engine.errors import ModelImportError  # noqa: E402
-from engine.files.gguf_export import export_gguf
-from engine.files.gguf_import import import_gguf
-from engine.files.hf.export import export_hf
-from engine.files.hf.load import import_hf, model_config
-from engine.files.model_card import format_card, model_card
-from engine.files.open_gguf import open_config
-from engine.model.rope_scaling import llama3_factors, llama3_from_factors
+from opencl_llm_studio.engine.config import ModelConfig  # noqa: E402
+from opencl_llm_studio.engine.errors import ModelImportError  # noqa: E402
+from opencl_llm_studio.engine.files.gguf_export import export_gguf
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.files.hf.export import export_hf
+from opencl_llm_studio.engine.files.hf.load import import_hf, model_config
+from opencl_llm_studio.engine.files.model_card import format_card, model_card
+from opencl_llm_studio.engine.files.open_gguf import open_config
+from opencl_llm_studio.engine.model.rope_scaling import llama3_factors, llama3_from_factors
 from tests.open_models import FAMILIES, build, llama_model, nmse, numpy_logits
 
 PROMPT = "Hello world! 12345 你好 def f(x): return x"
@@ -236,11 +236,11 @@ def test_model_card_counts_what_transformers_counts(open_folders):
 
 
 def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, tmp_path, capsys):
-    from engine.training import checkpoint
-    from engine.files.open_run import tuning_config
-    from engine.data.open_tokenizer import tokenizer_from_bytes
-    from engine.model.params import ParamTable
-    from studio.cli import main
+    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files.open_run import tuning_config
+    from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
+    from opencl_llm_studio.engine.model.params import ParamTable
+    from opencl_llm_studio.studio.cli import main
     for src in (open_ggufs["llama32"], open_folders["tinyllama"]):
         out = tmp_path / src.stem
         assert main(["import", str(src), str(out)]) == 0
@@ -274,7 +274,7 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
     `train --continue --tune-steps N`; without dialogues: `train --continue --tune FILE
     --tune-steps N`, which gives the imported run its dialogues (was: the advice to import
     again with --tune, since a continued run ignored --tune)."""
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     dialogues = tmp_path / "d.txt"
     dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n")
     for tune in ([], ["--tune", str(dialogues)]):
@@ -295,7 +295,7 @@ def test_cli_export_of_an_open_model_says_why_there_is_no_modelfile(open_folders
     """An open model's GGUF is written without a Modelfile (Ollama reads its template from the
     GGUF): the export says so and gives the one line Ollama needs (was: "Wrote m.gguf" alone,
     where the README promises a Modelfile beside every export)."""
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     run = tmp_path / "run"
     assert main(["import", str(open_folders["smollm2"]), str(run)]) == 0
     capsys.readouterr()

@@ -15,14 +15,14 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("transformers")
 
-from engine.files.model_card import tokenizer_name  # noqa: E402
+from opencl_llm_studio.engine.files.model_card import tokenizer_name  # noqa: E402
 from tests.open_models import CONFIGS, FAMILIES  # noqa: E402
 
 PRE = {"smollm2": "smollm", "llama32": "llama-bpe"}   # llama.cpp's pre-tokenizer names
 
 
 def _dialog(qtbot, path, **kw):
-    from studio.ui.open_model_dialog import OpenModelDialog
+    from opencl_llm_studio.studio.ui.open_model_dialog import OpenModelDialog
     d = OpenModelDialog(**kw)
     qtbot.addWidget(d)
     with qtbot.waitSignal(d.cardRead, timeout=120_000):
@@ -65,8 +65,8 @@ def test_the_card_shows_the_models_own_config(qtbot, family, form, open_folders,
 
 
 def test_a_quantized_gguf_shows_its_file_type(qtbot, open_folders, tmp_path):
-    from engine.files.gguf_export import export_gguf
-    from engine.files.hf.load import import_hf
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
     bundle = import_hf(open_folders["smollm2"])[0]
     path = export_gguf(bundle, tmp_path / "q8.gguf", dtype="q8_0").path
     d = _dialog(qtbot, path)
@@ -96,9 +96,9 @@ def test_a_file_that_is_no_model_is_refused(qtbot, tmp_path):
 
 def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, open_ggufs,
                                                                 tmp_path):
-    from engine.training import checkpoint
-    from engine.data.dialogue import Message
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.data.dialogue import Message
+    from opencl_llm_studio.engine.training.session import TrainingSession
     from tests.studio_helpers import chat
     w = window
     runs_before = set(w.autosave_box.runs_root().glob("*"))
@@ -123,14 +123,14 @@ def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, op
     w.training.new_model()   # the field gives the person's own choice back
     assert w.settings_panel.tokenizer_kind() == "bpe"
     assert w.settings_panel.tokenizer_combo.currentText() == tokenizer_name("bpe")
-    from studio.runs import scan
+    from opencl_llm_studio.studio.runs import scan
     listed = next(r for r in scan([w.autosave_box.runs_root()]) if r.name == run.name)
     assert listed.tokenizer.startswith(name)   # the Runs list and `llm-studio runs` too
 
 
 def test_the_cli_import_card_and_runs_name_the_tokenizer_by_its_kind(open_folders, tmp_path,
                                                                       capsys):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     assert main(["import", str(open_folders["llama32"]), str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "tokenizer byte-level BPE, pre-tokenizer llama-bpe" in out   # old: "byte_bpe (...)"
@@ -142,7 +142,7 @@ def test_screenshot_of_the_dialog(qtbot, open_folders, tmp_path):
     """STUDIO_SCREENSHOTS=1 writes it to docs/screenshots/ (as test_studio_screenshots)."""
     from pathlib import Path
 
-    from studio.ui import theme
+    from opencl_llm_studio.studio.ui import theme
     d = _dialog(qtbot, open_folders["llama32"], batch_size=8)
     d.setStyleSheet(theme.STYLESHEET)
     d.resize(640, d.sizeHint().height())
@@ -156,8 +156,8 @@ def test_screenshot_of_the_dialog(qtbot, open_folders, tmp_path):
 
 
 def test_a_failed_import_says_so_and_gives_the_claimed_run_folder_back(qtbot, window, tmp_path):
-    from studio.protocol import LoadJob
-    from studio.run_folder import new_run_dir
+    from opencl_llm_studio.studio.protocol import LoadJob
+    from opencl_llm_studio.studio.run_folder import new_run_dir
     w = window
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
@@ -174,8 +174,8 @@ def test_the_dialog_grows_to_show_the_whole_card(qtbot, open_folders, tmp_path):
     the dialog grows so that no row is cut (was: the empty dialog's height stayed, and the
     chat template's two lines and the wrapped memory row were clipped; the documented
     screenshot resized the dialog after the read, which hid it). A refusal's text too."""
-    from studio.ui import theme
-    from studio.ui.open_model_dialog import OpenModelDialog
+    from opencl_llm_studio.studio.ui import theme
+    from opencl_llm_studio.studio.ui.open_model_dialog import OpenModelDialog
     from tests.studio_helpers import settle
     (tmp_path / "bad.gguf").write_bytes(b"\x00" * 64)
     for path in (open_folders["smollm2"], tmp_path / "bad.gguf"):

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from engine.config import SamplingParams  # noqa: E402
-from engine.data.dialogue import Message, encode_prompt  # noqa: E402
+from opencl_llm_studio.engine.config import SamplingParams  # noqa: E402
+from opencl_llm_studio.engine.data.dialogue import Message, encode_prompt  # noqa: E402
 from tests.open_models import build  # noqa: E402
 
 DIALOGUES = "".join(f"User: What is the code word {i}?\nAssistant: The code word {i} is "
@@ -21,7 +21,7 @@ DIALOGUES = "".join(f"User: What is the code word {i}?\nAssistant: The code word
 
 @pytest.fixture(scope="module")
 def smol_run(tmp_path_factory):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     root = tmp_path_factory.mktemp("smol")
     folder = build("smollm2", root / "folder")
     tune = root / "tune.txt"
@@ -32,7 +32,7 @@ def smol_run(tmp_path_factory):
 
 
 def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     folder, out = smol_run
     s = TrainingSession.load(out)
     messages = [Message("user", "Hello there, what is 2 + 2?")]
@@ -54,8 +54,8 @@ def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
 
 def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, capsys):
     import shutil
-    from engine.training import checkpoint
-    from studio.cli import main
+    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.studio.cli import main
     _, src = smol_run
     out = tmp_path / "run"
     shutil.copytree(src, out)
@@ -70,7 +70,7 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, c
     capsys.readouterr()
     assert main(["chat", str(out), "-m", "What is the code word 1?", "--greedy",
                  "--max-tokens", "8"]) == 0
-    from engine.training.session import TrainingSession   # the tuned run answers as its session does
+    from opencl_llm_studio.engine.training.session import TrainingSession   # the tuned run answers as its session does
     reply = TrainingSession.load(out).chat([Message("user", "What is the code word 1?")],
                                            greedy=True, max_new_tokens=8)
     assert capsys.readouterr().out.startswith(reply + "\n")
@@ -80,7 +80,7 @@ def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
     """File > Open Hugging Face folder on a pretrained model (engine.files.hf.load.session_from_hf):
     its own template and a training window, as an imported run (it opened in the app's
     User:/Assistant: format with the model's whole context)."""
-    from engine.files.hf.load import session_from_hf
+    from opencl_llm_studio.engine.files.hf.load import session_from_hf
     folder, _ = smol_run
     s = session_from_hf(folder, "A general text.\n" * 50, None, runtime=rt)
     assert s.chat_format == "model" and s.model_config.context_length <= 1024
@@ -95,10 +95,10 @@ def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
 
 def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
     """studio.json records the chat format, so a run tuned in format 1 opens in format 1."""
-    from engine.config import ModelConfig, TrainConfig
-    from engine.files.hf.export import export_session
-    from engine.files.hf.load import session_from_hf
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+    from opencl_llm_studio.engine.files.hf.export import export_session
+    from opencl_llm_studio.engine.files.hf.load import session_from_hf
+    from opencl_llm_studio.engine.training.session import TrainingSession
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
     s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
@@ -115,10 +115,10 @@ def test_a_failed_write_of_an_imported_folder_is_explained_and_leaves_nothing(rt
     """`llm-studio import` of a folder this app exported, on a full disk: the person reads
     what failed and the run folder is not left half written (the write's error path named
     StudioError without importing it: a NameError traceback)."""
-    from engine.config import ModelConfig, TrainConfig
-    from engine.files.hf.export import export_session
-    from engine.training.session import TrainingSession
-    from studio.cli import main
+    from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+    from opencl_llm_studio.engine.files.hf.export import export_session
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.studio.cli import main
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
     s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),

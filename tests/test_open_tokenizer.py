@@ -10,10 +10,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 pytest.importorskip("llama_cpp")
 
-from engine.errors import DataError, ModelImportError  # noqa: E402
-from engine.files.gguf_import import import_gguf
-from engine.data.open_folder_tokenizer import read_folder
-from engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes
+from opencl_llm_studio.engine.errors import DataError, ModelImportError  # noqa: E402
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.data.open_folder_tokenizer import read_folder
+from opencl_llm_studio.engine.data.open_tokenizer import OpenTokenizer, detect_pre, tokenizer_from_bytes
 from tests.open_models import STRINGS, TOKENIZER_FAMILIES, llama_vocab
 
 PRE = {"smollm2": "smollm", "llama32": "llama-bpe", "tinyllama": "default", "qwen2": "qwen2"}
@@ -138,9 +138,9 @@ def test_a_gpt2_pre_tokenizer_is_written_under_llama_cpps_name(tmp_path):
     import numpy as np
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    from engine.config import ModelConfig
-    from engine.files.gguf_export import ModelBundle, export_gguf
-    from engine.model.params import ParamTable
+    from opencl_llm_studio.engine.config import ModelConfig
+    from opencl_llm_studio.engine.files.gguf_export import ModelBundle, export_gguf
+    from opencl_llm_studio.engine.model.params import ParamTable
     from tests.open_models import corpus
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from engine.model import activations, output_head
-from engine.config import ModelConfig, TrainConfig
-from engine.errors import ConfigError
-from engine.model.memory import activation_floats, check_fits, fits, largest_fit
-from engine.model.transformer import Model
-from engine.opencl import ops
-from engine.opencl.gemm_plan import GemmChoice
+from opencl_llm_studio.engine.model import activations, output_head
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.model.memory import activation_floats, check_fits, fits, largest_fit
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.opencl.gemm_plan import GemmChoice
 from tests.helpers import tiny_config
 from tests.kernel_helpers import batch, rel_err
 

@@ -1,7 +1,7 @@
 """engine/opencl/pocl_compat.py: the patched PoCL's process-private ICD folder keeps every
 other installed driver, however OCL_ICD_VENDORS names it."""
 
-from engine.opencl.pocl_compat import other_drivers
+from opencl_llm_studio.engine.opencl.pocl_compat import other_drivers
 
 
 def test_other_drivers_from_folders_and_files(tmp_path):

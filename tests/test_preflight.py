@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from studio import preflight
-from studio.cli import main
+from opencl_llm_studio.studio import preflight
+from opencl_llm_studio.studio.cli import main
 
 LDD_THREE_MISSING = """\
 \tlinux-vdso.so.1 (0x00007efe50dd0000)
@@ -32,8 +32,8 @@ def x11_desktop(monkeypatch):
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     opened = []
-    import studio.ui.app
-    monkeypatch.setattr(studio.ui.app, "run_app", lambda **kw: opened.append(kw) or 0)
+    from opencl_llm_studio.studio.ui import app as ui_app
+    monkeypatch.setattr(ui_app, "run_app", lambda **kw: opened.append(kw) or 0)
     return opened
 
 

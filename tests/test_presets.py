@@ -5,12 +5,12 @@ import argparse
 
 import pytest
 
-from engine.config import ModelConfig, TrainConfig
-from engine.errors import ConfigError
-from engine.training.presets import PRESETS, get_preset
-from engine.training.session import TrainingSession
-from studio.cli import build_parser, main
-from studio.cli.options import configs
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.training.presets import PRESETS, get_preset
+from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.studio.cli import build_parser, main
+from opencl_llm_studio.studio.cli.options import configs
 from tests.helpers import TINY
 
 
@@ -73,7 +73,7 @@ def test_dropout_is_stored_in_the_checkpoint(tmp_path):
 def test_studio_preset_box_sets_the_fields_and_editing_shows_custom(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
     panel = SettingsPanel()
     qtbot.addWidget(panel)
     combo = panel.preset_combo

@@ -17,15 +17,15 @@ pytest.importorskip("pytestqt")
 from tests.helpers import TEST_DEVICE  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.errors import DeviceError  # noqa: E402
-from engine.data.textio import read_text  # noqa: E402
-from studio import protocol  # noqa: E402
-from engine.data.textio import bundled_corpus  # noqa: E402
-from studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.errors import DeviceError  # noqa: E402
+from opencl_llm_studio.engine.data.textio import read_text  # noqa: E402
+from opencl_llm_studio.studio import protocol  # noqa: E402
+from opencl_llm_studio.engine.data.textio import bundled_corpus  # noqa: E402
+from opencl_llm_studio.studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
-from studio.ui import worker as worker_mod  # noqa: E402
-from studio.ui.worker import TrainingWorker  # noqa: E402
+from opencl_llm_studio.studio.ui import worker as worker_mod  # noqa: E402
+from opencl_llm_studio.studio.ui.worker import TrainingWorker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {RunState.PREPARING, RunState.RUNNING, RunState.PAUSING, RunState.PAUSED}
@@ -162,7 +162,7 @@ def test_pause_resume_stop_fire_their_own_signals(qtbot, tmp_path, monkeypatch):
 
 
 def test_a_failing_job_fires_failed_only(qtbot, tmp_path, monkeypatch):
-    from engine.training import session as session_mod
+    from opencl_llm_studio.engine.training import session as session_mod
 
     def broken(*args, **kwargs):
         raise DeviceError("The device ran out of memory.", "Choose a smaller model.")
@@ -206,13 +206,13 @@ def test_the_window_has_no_string_states(window):  # noqa: F811
     words = "|".join(s.value for s in RunState) + "|export|save|load|done"
     literal = re.compile(rf"""["']({words})["']""")
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
+        source = (ROOT / "opencl_llm_studio" / "studio" / "ui" / name).read_text(encoding="utf-8")
         assert not literal.findall(source), (name, literal.findall(source))
 
 
 def test_no_getattr_hedges_around_the_session():
     for name in STUDIO_RUN_FILES:
-        source = (ROOT / "studio" / "ui" / name).read_text(encoding="utf-8")
+        source = (ROOT / "opencl_llm_studio" / "studio" / "ui" / name).read_text(encoding="utf-8")
         hedged = {"s", "session", "self.session", "rec", "result", "info", "dev", "m", "getattr"}
         targets = set(re.findall(r"getattr\(([\w.]+)", source))
         assert not targets & hedged, (name, targets & hedged)
@@ -220,7 +220,7 @@ def test_no_getattr_hedges_around_the_session():
 
 def test_update_actions_stays_simple():
     radon = pytest.importorskip("radon.complexity")
-    source = (ROOT / "studio" / "ui" / "window_controls.py").read_text(encoding="utf-8")
+    source = (ROOT / "opencl_llm_studio" / "studio" / "ui" / "window_controls.py").read_text(encoding="utf-8")
     blocks = {b.fullname: b.complexity for b in radon.cc_visit(source)}
     assert blocks["WindowControls.update"] <= 20  # rank C at most
 

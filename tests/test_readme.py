@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.cli import main
+from opencl_llm_studio.studio.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -74,9 +74,9 @@ def test_the_test_command_is_what_ci_runs():
 def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
     pytest.importorskip("safetensors")
     pytest.importorskip("tensorboardX")
-    import studio.cli.runs
+    from opencl_llm_studio.studio.cli import runs as cli_runs
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(studio.cli.runs, "default_root", lambda: tmp_path / "runs")
+    monkeypatch.setattr(cli_runs, "default_root", lambda: tmp_path / "runs")
     for line in command_lines():
         if line in ELSEWHERE:
             continue
@@ -97,7 +97,7 @@ def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
 def test_the_q8_0_example_runs(tok, tmp_path, monkeypatch):
     """The README's llama-cpp-python recipe for repacking off loads and runs a Q8_0 export."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
     from tests.gguf_helpers import make_bundle
     (code,) = blocks("python")
     export_gguf(make_bundle(tok), tmp_path / "model.gguf", "q8_0")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.cli import main
+from opencl_llm_studio.studio.cli import main
 
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
         "--vocab-size", "320", "--batch-size", "4", "--quiet"]
@@ -47,7 +47,7 @@ def place(tmp_path, run):
     """A folder holding a copy of the run (without its lock file: a run imported or copied from
     elsewhere), an empty folder and a user's file."""
     shutil.copytree(run, tmp_path / "run")
-    (tmp_path / "run" / ".training.lock").unlink()
+    (tmp_path / "run" / ".training.lock").unlink(missing_ok=True)   # a finished run has none
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("mine\n")
     return tmp_path
@@ -132,7 +132,7 @@ def test_a_busy_folder_is_left_to_its_trainer(tmp_path, capsys, monkeypatch):
     """A train refused because another process trains in --out removes nothing there, not even
     what that process made while this one started (here: a folder and a file made just before
     the refusal)."""
-    from engine.training import run_lock
+    from opencl_llm_studio.engine.training import run_lock
 
     def busy(self):   # the other trainer made the folder and its first file meanwhile
         (tmp_path / "new").mkdir()

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.training import checkpoint
-from engine.config import ModelConfig, TrainConfig
-from engine.errors import CheckpointError, ConfigError, TrainingDiverged
-from engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, TrainingDiverged
+from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import bundled_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,9 +217,9 @@ def test_checkpoint_round_trip_restores_identical_state(session, tmp_path_factor
        tied=st.booleans(), seed=st.integers(0, 1000))
 def test_export_then_import_gives_identical_logits(session, tmp_path_factory, d_head, n_head,
                                                    n_layer, tied, seed):
-    from engine.files.gguf_export import ModelBundle, export_gguf
-    from engine.model.transformer import Model
-    from engine.training.session import TrainingSession as S
+    from opencl_llm_studio.engine.files.gguf_export import ModelBundle, export_gguf
+    from opencl_llm_studio.engine.model.transformer import Model
+    from opencl_llm_studio.engine.training.session import TrainingSession as S
     cfg = session.model_config.replace(d_model=d_head * n_head, n_head=n_head, n_layer=n_layer,
                                        tie_embeddings=tied)
     model = Model(session.rt, cfg, seed=seed)
@@ -247,7 +247,7 @@ def test_sigterm_stops_after_a_whole_step_and_saves(tmp_path):
 
 def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp_path, monkeypatch):
     import pyopencl as cl
-    from engine.errors import DeviceError
+    from opencl_llm_studio.engine.errors import DeviceError
     path = session.save(tmp_path)
     before = path.read_bytes()
 
@@ -263,7 +263,7 @@ def test_a_failing_device_is_a_clear_error_and_the_checkpoint_stays(session, tmp
 
 
 def test_vocabulary_larger_than_the_text_supports_is_reported(tmp_path, capsys):
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     assert main(["train", "--out", str(tmp_path / "r"), "--steps", "2", "--tune-steps", "0",
                  *TINY[:-1], "--vocab-size", "5000"]) == 0
     assert "the text supports" in capsys.readouterr().err

@@ -10,11 +10,11 @@ import os
 import numpy as np
 import pytest
 
-from engine.training import checkpoint
-from engine.errors import CheckpointError, StudioError
-from studio.cli import main
-from studio.run_folder import ModelKind, path_kind, read_header
-from studio.runs import load_run, scan
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.errors import CheckpointError, StudioError
+from opencl_llm_studio.studio.cli import main
+from opencl_llm_studio.studio.run_folder import ModelKind, path_kind, read_header
+from opencl_llm_studio.studio.runs import load_run, scan
 from tests.runs_helpers import make_run
 
 

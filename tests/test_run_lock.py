@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.training import checkpoint, run_lock
-from engine.training.run_lock import RunFolderBusy, RunLock, ensure_free
-from studio.run_folder import RunRecorder
+from opencl_llm_studio.engine.training import checkpoint, run_lock
+from opencl_llm_studio.engine.training.run_lock import RunFolderBusy, RunLock, ensure_free
+from opencl_llm_studio.studio.run_folder import RunRecorder
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 TINY = ["--d-model", "32", "--n-layer", "1", "--n-head", "2", "--context-length", "32",
         "--vocab-size", "320", "--batch-size", "4", "--quiet"]
-HOLD = ("import sys, time; from engine.training.run_lock import RunLock; "
+HOLD = ("import sys, time; from opencl_llm_studio.engine.training.run_lock import RunLock; "
         "lock = RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 
@@ -32,14 +32,14 @@ def _holder(folder):
 
 
 def _train(out, *extra, **kw):
-    return subprocess.run([sys.executable, "-m", "studio.cli", "train", "--out", str(out),
+    return subprocess.run([sys.executable, "-m", "opencl_llm_studio.studio.cli", "train", "--out", str(out),
                            *TINY, *extra], env=ENV, cwd=ROOT, capture_output=True, text=True,
                           timeout=600, **kw)
 
 
 def test_a_second_train_into_a_folder_in_use_exits_2_naming_the_pid(tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "studio.cli", "train", "--out", str(out),
+    first = subprocess.Popen([sys.executable, "-m", "opencl_llm_studio.studio.cli", "train", "--out", str(out),
                               "--steps", "100000", "--tune-steps", "0",
                               "--checkpoint-every", "1", *TINY],
                              env=ENV, cwd=ROOT)
@@ -119,7 +119,7 @@ def test_two_studios_starting_in_the_same_second_get_two_folders(tmp_path):
     """new_run_dir claims the folder it names: two windows pressing Train in one second (same
     timestamp) get <stamp> and <stamp>-2, and both runs record (before, both got <stamp> and
     the second was refused as "in use")."""
-    from studio.run_folder import new_run_dir
+    from opencl_llm_studio.studio.run_folder import new_run_dir
     now = time.time()
     a, b = new_run_dir(tmp_path, now), new_run_dir(tmp_path, now)
     assert a != b and a.is_dir() and b.is_dir() and b.name == a.name + "-2"
@@ -128,7 +128,7 @@ def test_two_studios_starting_in_the_same_second_get_two_folders(tmp_path):
 
 
 def test_a_claimed_folder_no_run_wrote_into_is_given_back(tmp_path):
-    from studio.run_folder import new_run_dir, remove_if_empty
+    from opencl_llm_studio.studio.run_folder import new_run_dir, remove_if_empty
     claimed = new_run_dir(tmp_path)
     remove_if_empty(claimed)
     assert not claimed.exists()

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from engine.errors import StudioError
-from studio import runs as R
+from opencl_llm_studio.engine.errors import StudioError
+from opencl_llm_studio.studio import runs as R
 from tests.runs_helpers import make_run
 
 
@@ -63,7 +63,7 @@ def test_status_follows_the_run_lock_not_the_clock(tmp_path):
     """A run stopped a moment ago is "stopped" (its lock is free), not "running" for a minute
     with Open / Continue / Delete off; a run whose lock is held is "running" however old its
     files look (a continued run before its first new checkpoint looks finished)."""
-    from engine.training.run_lock import RunLock, in_use
+    from opencl_llm_studio.engine.training.run_lock import RunLock, in_use
     stopped = make_run(tmp_path, "stopped", steps_done=20, saved_step=20, stamp="20261101-1")
     RunLock(stopped).acquire().release()           # as the studio and `train` leave it
     os.utime(stopped / "metrics.jsonl")            # written just now

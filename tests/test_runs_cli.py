@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QColor, QImage
 
-from studio.cli import main
-from studio.runs import RUN_COLOURS
+from opencl_llm_studio.studio.cli import main
+from opencl_llm_studio.studio.runs import RUN_COLOURS
 from tests.runs_helpers import make_run
 
 

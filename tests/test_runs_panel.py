@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from studio.ui import runs_panel as rp
+from opencl_llm_studio.studio.ui import runs_panel as rp
 from tests.runs_helpers import make_run
 
 
@@ -118,8 +118,8 @@ def test_added_folder_is_listed(qtbot, tmp_path):
 def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from engine.training.metrics import StepMetrics
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.engine.training.metrics import StepMetrics
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.autosave_box.set_runs_root(runs_root)
@@ -164,8 +164,8 @@ def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, run
 
     from PySide6.QtCore import QSettings
 
-    from studio.ui.main_window import MainWindow
-    from studio.protocol import RunState
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.protocol import RunState
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -199,7 +199,7 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
 
     from PySide6.QtCore import QSettings
 
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -228,7 +228,7 @@ def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_p
 
     from PySide6.QtCore import QSettings
 
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)

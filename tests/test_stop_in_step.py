@@ -4,10 +4,10 @@ between two blocks of the model, the step is abandoned and the state is as befor
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig, TrainConfig
-from engine.model.transformer import Model
-from engine.training.progress import Cancelled
-from engine.training.session import TrainingSession
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.training.progress import Cancelled
+from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import bundled_texts
 
 

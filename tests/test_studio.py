@@ -13,8 +13,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
 from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
-from studio.protocol import Outcome, RunState  # noqa: E402
+from opencl_llm_studio.studio.ui.main_window import MainWindow  # noqa: E402
+from opencl_llm_studio.studio.protocol import Outcome, RunState  # noqa: E402
 from tests.helpers import TEST_DEVICE  # noqa: E402
 from tests.studio_helpers import (RUN_TIMEOUT_MS, assert_answered, chat, configure,  # noqa: E402
                                   curve_x, train)
@@ -52,7 +52,7 @@ def test_invalid_heads_disable_train_with_explanation(window):
 
 
 def test_live_estimates_follow_settings(window):
-    from engine.config import ModelConfig
+    from opencl_llm_studio.engine.config import ModelConfig
     configure(window)
     expected = ModelConfig(vocab_size=512, d_model=32, n_layer=1, n_head=2,
                            context_length=32).param_count()
@@ -81,7 +81,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     assert "You: What is the capital of France?" in view
 
     path = tmp_path / "tiny.gguf"
-    from studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
 
     def accept(dialog):  # the person picks a file and F32 in the (modal) export dialog
         dialog.path_edit.setText(str(path))
@@ -92,7 +92,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
         window.findChild(QObject, "exportButton").click()
     assert path.is_file() and blocker.args[0].size_bytes == path.stat().st_size
     assert path.with_suffix(".Modelfile").is_file()
-    gguf_import = pytest.importorskip("engine.files.gguf_import")
+    gguf_import = pytest.importorskip("opencl_llm_studio.engine.files.gguf_import")
     bundle = gguf_import.import_gguf(path)
     assert bundle.config == window.controller.model_config
     assert window.last_error is None
@@ -254,8 +254,8 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     assert window.data_panel.load("pretrain", one)   # was "1 lines · 1 documents"
     assert window.data_panel.pretrain.stats.text() == "5,000 characters · 1 line · 1 document"
 
-    from engine.training import session as session_mod
-    from engine.errors import DeviceError
+    from opencl_llm_studio.engine.training import session as session_mod
+    from opencl_llm_studio.engine.errors import DeviceError
 
     def broken(*args, **kwargs):
         raise DeviceError("The device ran out of memory.", "Choose a smaller model.")

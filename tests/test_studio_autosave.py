@@ -17,10 +17,10 @@ from tests.helpers import TEST_DEVICE, metrics_steps  # noqa: E402
 from tests.studio_helpers import (assert_answered, chat, configure, curve_x,  # noqa: E402
                                   open_model, run_folders, train)
 
-from engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
-from engine.training.session import TrainingSession  # noqa: E402
-from engine.training.trainer import Trainer  # noqa: E402
-from studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
+from opencl_llm_studio.engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.trainer import Trainer  # noqa: E402
+from opencl_llm_studio.studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
 
 
 def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
@@ -157,7 +157,7 @@ def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, m
 
 
 def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
     win.show()

@@ -9,10 +9,10 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from engine.training.metrics import StepMetrics  # noqa: E402
-from studio.protocol import Outcome, RunState  # noqa: E402
-from studio.ui.plots import LivePlots  # noqa: E402
-from studio.ui.run_bar import RunBar  # noqa: E402
+from opencl_llm_studio.engine.training.metrics import StepMetrics  # noqa: E402
+from opencl_llm_studio.studio.protocol import Outcome, RunState  # noqa: E402
+from opencl_llm_studio.studio.ui.plots import LivePlots  # noqa: E402
+from opencl_llm_studio.studio.ui.run_bar import RunBar  # noqa: E402
 from tests.fake_clock import fake_training_time  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
@@ -80,9 +80,9 @@ def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path, monkeypat
     """Continue with "Train for N minutes" set: N minutes more (the ContinueJob carries
     more_seconds; the old worker kept the step totals and the studio refused equal totals).
     Training time is fake: 0.05 s a step."""
-    from engine.config import ModelConfig, TrainConfig
-    from studio.protocol import ContinueJob, TrainJob
-    from studio.ui.worker import TrainingWorker
+    from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+    from opencl_llm_studio.studio.protocol import ContinueJob, TrainJob
+    from opencl_llm_studio.studio.ui.worker import TrainingWorker
     from tests.helpers import bundled_texts
     fake_training_time(monkeypatch, step_s=0.05)
     w = TrainingWorker()

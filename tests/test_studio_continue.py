@@ -15,10 +15,10 @@ pytest.importorskip("pytestqt")
 from tests.helpers import metrics, metrics_steps  # noqa: E402
 from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from engine.errors import ConfigError  # noqa: E402
-from engine.training.session import TrainingSession, check_continuation  # noqa: E402
-from studio.protocol import ContinuePoint, Outcome  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.errors import ConfigError  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession, check_continuation  # noqa: E402
+from opencl_llm_studio.studio.protocol import ContinuePoint, Outcome  # noqa: E402
 
 
 def allowed(*args, **kw) -> bool:
@@ -101,7 +101,7 @@ def set_steps(win, pretrain: int, tune: int) -> None:
 
 
 def _tiny_tokenizer():
-    from engine.data.tokenizer import Tokenizer
+    from opencl_llm_studio.engine.data.tokenizer import Tokenizer
     return Tokenizer.train(["Cats sleep a lot. Dogs bark at night. User: Assistant:"], 259,
                            "char")
 

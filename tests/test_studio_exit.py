@@ -16,7 +16,7 @@ import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 app = QApplication(sys.argv)
-from studio.ui.app import run_app
+from opencl_llm_studio.studio.ui.app import run_app
 QTimer.singleShot(500, lambda: [w.close() for w in QApplication.topLevelWidgets()])
 sys.exit(run_app())
 """

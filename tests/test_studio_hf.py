@@ -13,12 +13,12 @@ pytest.importorskip("tokenizers")
 from PySide6.QtCore import QObject  # noqa: E402
 
 from tests.studio_helpers import configure, train  # noqa: E402
-from studio.protocol import ModelSource, Outcome  # noqa: E402
+from opencl_llm_studio.studio.protocol import ModelSource, Outcome  # noqa: E402
 
 
 def test_export_dialog_checks_the_target_by_format(qtbot, tmp_path):
-    from engine.config import ModelConfig
-    from studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.engine.config import ModelConfig
+    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
     d = ExportDialog(ModelConfig(vocab_size=512, d_model=64, n_layer=1, n_head=2,
                                  context_length=32), tmp_path / "model.gguf")
     qtbot.addWidget(d)
@@ -37,7 +37,7 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     configure(window, pretrainStepsSpin=6, tuneStepsSpin=4)
     assert train(qtbot, window).outcome is Outcome.FINISHED
     folder = tmp_path / "hf-model"
-    from studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
 
     def accept(dialog):   # the person picks "Hugging Face folder" and a new folder
         dialog.format_combo.setCurrentIndex(dialog.format_combo.findData("hf"))
@@ -47,7 +47,7 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     with qtbot.waitSignal(window.exportFinished, timeout=60_000) as blocker:
         window.findChild(QObject, "exportButton").click()
     assert blocker.args[0].dtype == "hf" and (folder / "config.json").is_file()
-    from engine.files.hf.load import import_hf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
     assert import_hf(folder)[0].config == window.controller.model_config
     with qtbot.waitSignal(window.controller.host.worker.loaded, timeout=60_000) as loaded:
         window.files.open_hf(str(folder))

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
 from tests.studio_helpers import configure, settle, train  # noqa: E402
-from studio.protocol import Outcome  # noqa: E402
+from opencl_llm_studio.studio.protocol import Outcome  # noqa: E402
 
 MAX_MIN_WIDTH = 1200  # leaves room on a 1280 px screen for the window frame and other fonts
 

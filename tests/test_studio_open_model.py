@@ -11,13 +11,13 @@ import pytest  # noqa: E402
 pytest.importorskip("pytestqt")
 pytest.importorskip("transformers")
 
-from studio.protocol import LoadJob, ModelSource  # noqa: E402
+from opencl_llm_studio.studio.protocol import LoadJob, ModelSource  # noqa: E402
 from tests.open_models import build  # noqa: E402
 
 
 def test_an_opened_open_model_is_shown_as_it_is(qtbot, window, tmp_path):
-    from engine.files.gguf_export import export_gguf
-    from engine.files.hf.load import import_hf
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
     gguf = export_gguf(import_hf(build("smollm2", tmp_path / "smol"))[0],
                        tmp_path / "smol.gguf").path
     w = window

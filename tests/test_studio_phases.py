@@ -3,13 +3,13 @@ the progress bar names the phase, and the ETA ignores paused time and steps of e
 
 import random
 
-from engine.config import ModelConfig, TrainConfig
-from engine.training.progress import Pace
-from engine.data.textio import read_text
-from engine.data.textio import bundled_corpus
-from studio.protocol import Outcome, TrainJob
-from studio.ui.run_bar import RunBar
-from studio.ui.worker import TrainingWorker
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.training.progress import Pace
+from opencl_llm_studio.engine.data.textio import read_text
+from opencl_llm_studio.engine.data.textio import bundled_corpus
+from opencl_llm_studio.studio.protocol import Outcome, TrainJob
+from opencl_llm_studio.studio.ui.run_bar import RunBar
+from opencl_llm_studio.studio.ui.worker import TrainingWorker
 from tests.fake_clock import FakeTime
 
 

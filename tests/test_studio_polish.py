@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
 from tests.studio_helpers import configure, settle, train  # noqa: E402
 
-from engine.config import ModelConfig, TrainConfig  # noqa: E402
-from studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
 
 
 def menu_action(win, text):
@@ -27,8 +27,8 @@ def menu_action(win, text):
 
 
 def test_runs_folder_names_the_app_once(qapp):
-    from studio.ui.app import configure_application
-    from studio.app_settings import APP_NAME, default_runs_root
+    from opencl_llm_studio.studio.ui.app import configure_application
+    from opencl_llm_studio.studio.app_settings import APP_NAME, default_runs_root
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
         configure_application(qapp)
@@ -46,12 +46,12 @@ def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, mon
     command used to look in <data>/APP/APP/runs and another settings file, so it listed
     nothing the studio had written. A chosen folder with a comma, quotes and non-ASCII letters
     reads back as written."""
-    from studio import app_settings
-    from studio.ui.app import configure_application
-    from studio.cli.runs import default_root
-    from studio.ui.autosave_box import AutosaveBox
+    from opencl_llm_studio.studio import app_settings
+    from opencl_llm_studio.studio.ui.app import configure_application
+    from opencl_llm_studio.studio.cli.runs import default_root
+    from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
     monkeypatch.setattr(app_settings, "settings_path", lambda: tmp_path / "studio.conf")
-    from studio.ui.settings_store import open_settings
+    from opencl_llm_studio.studio.ui.settings_store import open_settings
     store = open_settings()
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
@@ -115,7 +115,7 @@ class _Drop:
 
 
 def test_export_dialog_needs_a_file_name(qtbot, tmp_path):
-    from studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
     dialog = ExportDialog(ModelConfig(), tmp_path / "model.gguf")
     qtbot.addWidget(dialog)
     assert dialog.export_button.isEnabled()
@@ -134,7 +134,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
     result = train(qtbot, window)
     folder = Path(result.run_dir)
     assert (folder / "checkpoint.prev.npz").exists()
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     gguf = tmp_path / "tiny.gguf"
     TrainingSession.load(folder, runtime=rt).export_gguf(gguf)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
@@ -153,7 +153,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])
 def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown
@@ -220,8 +220,8 @@ def test_train_is_off_with_the_reason_when_bpe_needs_a_larger_vocabulary(window)
     """Vocabulary 300 on the bundled texts (54 distinct characters: BPE needs 313) left Train
     on, and pressing it failed at once with "Could not start training". The hint gives the
     engine's own minimum (Tokenizer.train accepts exactly that, refuses one less)."""
-    from engine.errors import ConfigError
-    from engine.data.tokenizer import Tokenizer
+    from opencl_llm_studio.engine.errors import ConfigError
+    from opencl_llm_studio.engine.data.tokenizer import Tokenizer
     sp, rb, data = window.settings_panel, window.run_bar, window.data_panel
     texts = [data.pretrain_text, data.tune_text]
     sp.set_value("tuneStepsSpin", 10)

@@ -25,9 +25,9 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from tests.helpers import TEST_DEVICE  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
-from engine.training.session import TrainingSession  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
-from studio.protocol import RunState  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.studio.ui.main_window import MainWindow  # noqa: E402
+from opencl_llm_studio.studio.protocol import RunState  # noqa: E402
 
 REPETITIONS = int(os.environ.get("STUDIO_STRESS_REPETITIONS", "60"))
 SEED = int(os.environ.get("STUDIO_STRESS_SEED", "7"))

@@ -17,11 +17,11 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from tests.helpers import TINY, metrics, metrics_steps  # noqa: E402
 from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
-from studio.cli import main  # noqa: E402
-from studio.protocol import ChatRequest, Outcome  # noqa: E402
-from studio.run_folder import recall_text  # noqa: E402
-from studio.runs import read_header  # noqa: E402
-from studio.ui.settings_panel import SettingsPanel  # noqa: E402
+from opencl_llm_studio.studio.cli import main  # noqa: E402
+from opencl_llm_studio.studio.protocol import ChatRequest, Outcome  # noqa: E402
+from opencl_llm_studio.studio.run_folder import recall_text  # noqa: E402
+from opencl_llm_studio.studio.runs import read_header  # noqa: E402
+from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel  # noqa: E402
 
 
 def saved_step(folder) -> int:
@@ -32,7 +32,7 @@ def test_an_opened_gguf_shows_how_far_its_model_was_trained(qtbot, window, tmp_p
     """File > Open exported GGUF said "GGUF opened at step 0" and the plan showed whatever the
     fields held, for a model trained 30 steps (20 + 10): now its metadata's steps_done,
     pretrain_steps and tune_steps."""
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "model.gguf"
@@ -49,7 +49,7 @@ def test_an_opened_gguf_shows_how_far_its_model_was_trained(qtbot, window, tmp_p
 
 def test_a_model_change_clears_the_chat_and_says_so(qtbot, window):
     """The previous model's chat stayed and was sent to the next model as context."""
-    from studio.ui.chat_panel import CLEARED_NOTE
+    from opencl_llm_studio.studio.ui.chat_panel import CLEARED_NOTE
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=2, sampleIntervalSpin=0)
     first = train(qtbot, window)
     chat = window.chat_panel
@@ -144,7 +144,7 @@ def test_continue_in_place_and_as_a_new_run(qtbot, window):
 
 
 def test_a_gguf_continues_only_as_a_new_run(qtbot, window, tmp_path, rt):
-    from engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.session import TrainingSession
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=2, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "m.gguf"

@@ -5,11 +5,11 @@ tunes before training. The tuner's time bound is made short; the cache is the te
 
 import pytest
 
-from engine.opencl import gemm_tune, tune_cache
-from studio.protocol import FileTask
-from studio.ui import tune_actions
-from studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
-from studio.ui.window_controls import TASK_WHY
+from opencl_llm_studio.engine.opencl import gemm_tune, tune_cache
+from opencl_llm_studio.studio.protocol import FileTask
+from opencl_llm_studio.studio.ui import tune_actions
+from opencl_llm_studio.studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
+from opencl_llm_studio.studio.ui.window_controls import TASK_WHY
 from tests.studio_helpers import configure, train
 
 TUNE_TIMEOUT_MS = 300_000   # a bound for hangs on a loaded machine, not a speed test
@@ -73,7 +73,7 @@ def test_the_menu_action_tunes_shows_progress_and_stores_the_winners(qtbot, wind
 
 
 def test_the_report_says_what_tuning_found():
-    from studio.protocol import TuneReport
+    from opencl_llm_studio.studio.protocol import TuneReport
     faster = TuneReport("GPU X", 28.2, 1.07, 3, 13, True, False, "/c.json")
     assert tune_actions.report_text(faster) == (
         "Tuned on GPU X in 28 s: the step's products 1.07x faster than the built-in table (3 of "
@@ -131,7 +131,7 @@ def test_the_setting_tunes_before_training_and_is_kept(qtbot, window, cache, set
 
 
 def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, monkeypatch):
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     settings.setValue(tune_actions.AUTOTUNE_KEY, True)
     win = MainWindow(device=TEST_DEVICE, settings=settings)
@@ -147,7 +147,7 @@ def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, 
 
 
 def test_closing_the_window_while_tuning_ends_it_and_stores_nothing(qtbot, settings, cache):
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)

@@ -2,9 +2,9 @@
 trained on text with blank lines writes blank lines (the old stream, [BOS] + paragraph + [EOS]
 per paragraph, never showed it one: generation stopped at the paragraph's end)."""
 
-from engine.config import ModelConfig, TrainConfig
-from engine.generation.sampling import SamplingParams
-from engine.training.session import TrainingSession
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.generation.sampling import SamplingParams
+from opencl_llm_studio.engine.training.session import TrainingSession
 
 BLOCK = "def f():\n    pass\n\n"   # code-like: a blank line after every block
 

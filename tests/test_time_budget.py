@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from engine.training.budget import EvalPacer, PhaseCosts, TimePlan
-from engine.training.progress import Clock
-from engine.config import ModelConfig, TrainConfig
-from engine.training.schedule import Rewarm, StageSchedule, decay_factor
-from engine.training.session import TrainingSession
-from engine.data.textio import read_text
-from engine.training.trainer import Trainer
+from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan
+from opencl_llm_studio.engine.training.progress import Clock
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.training.schedule import Rewarm, StageSchedule, decay_factor
+from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.data.textio import read_text
+from opencl_llm_studio.engine.training.trainer import Trainer
 
 from tests.fake_clock import FakeTime, fake_training_time
 from tests.helpers import RESOURCES as RES, metrics
@@ -151,7 +151,7 @@ def test_evaluations_take_a_bounded_share_of_the_time():
 def test_one_line_text_prices_its_stage_end_by_the_caps():
     """The old plan priced recall by whole documents: a 1 MB one-line text reserved most of
     the budget and trained a fraction of it. Recall is now priced by its per-case caps."""
-    from engine.training.evaluate import MAX_FACTS, RECALL_MAX_NEW_TOKENS, recall_tokens
+    from opencl_llm_studio.engine.training.evaluate import MAX_FACTS, RECALL_MAX_NEW_TOKENS, recall_tokens
     rng = np.random.default_rng(0)
     words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far"]
     text = " ".join(rng.choice(words, 250_000))   # one line, ~1 MB
@@ -292,7 +292,7 @@ def test_cli_budget_with_dialogues_tunes(tmp_path, monkeypatch):
     """`llm-studio train --time-budget` with dialogues trains both stages (the old re-plan kept
     moving the pretraining total ahead, so tuning never ran: tune_steps 0). Training time is
     fake: each step takes 0.1 s of it, however long it really takes."""
-    from studio.cli import main
+    from opencl_llm_studio.studio.cli import main
     fake_training_time(monkeypatch, step_s=0.1, eval_s=0.1, token_s=0.001)
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--time-budget", "10", "--d-model", "32",
@@ -361,7 +361,7 @@ def test_pacer_runs_the_first_and_bounds_the_rest():
 
 
 def test_studio_train_for_minutes(qtbot):
-    from studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
     w = SettingsPanel()
     qtbot.addWidget(w)
     assert w.train_config().time_budget_s == 0

@@ -7,8 +7,8 @@ import pytest
 import sentencepiece as spm
 from hypothesis import given, settings, strategies as st
 
-from engine.errors import ConfigError, DataError
-from engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.errors import ConfigError, DataError
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

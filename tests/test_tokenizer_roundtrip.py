@@ -8,9 +8,9 @@ any corpus, either tokenizer kind, any vocabulary size, any string (the literal 
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from engine.errors import ConfigError
-from engine.files.gguf_export import export_gguf
-from engine.data.tokenizer import MIN_VOCAB, Tokenizer
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.files.gguf_export import export_gguf
+from opencl_llm_studio.engine.data.tokenizer import MIN_VOCAB, Tokenizer
 
 WS = "\u2581"
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("tokenizers")
 
 from benchmarks import tune_check as tc  # noqa: E402
-from engine.data.dialogue import parse_dialogues  # noqa: E402
+from opencl_llm_studio.engine.data.dialogue import parse_dialogues  # noqa: E402
 
 
 def test_the_dialogues_are_twenty_and_each_answer_holds_its_fact():
@@ -20,7 +20,7 @@ def test_the_dialogues_are_twenty_and_each_answer_holds_its_fact():
 
 
 def test_the_stand_in_tokenizer_is_smollm2s_kind():
-    from engine.data.textio import bundled_corpus, read_text
+    from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
     tok = tc.train_tokenizer(read_text(bundled_corpus("pretrain")) * 3, 600)
     assert (tok.kind, tok.pre) == ("byte_bpe", "smollm")
     ids = tok.encode("<|im_start|>user\nHello 123<|im_end|>")

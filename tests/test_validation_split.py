@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from engine.config import parse_val_split
-from engine.data.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
-from engine.errors import ConfigError
-from engine.training.metrics import bits_per_byte, score_validation
-from engine.data.tokenizer import Tokenizer
-from studio.cli import main
+from opencl_llm_studio.engine.config import parse_val_split
+from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.training.metrics import bits_per_byte, score_validation
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.studio.cli import main
 
 CATS = "Cats sleep a lot.\n\nDogs bark at night.\n"
 ONE_LINE = " ".join(f"word{i % 37} is followed by word{(i * 7) % 37}." for i in range(200))

@@ -16,7 +16,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import SIGNAL, QMetaMethod, QObject, QSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("studio", "engine")
+PROJECT = ("opencl_llm_studio/studio", "opencl_llm_studio/engine")
 
 
 def _multi_base_classes():
@@ -38,7 +38,7 @@ def _mixin_bases(cls) -> list[type]:
     class of library bases only such as (str, Enum), are not mixins)."""
     if len(cls.__bases__) < 2:
         return []
-    return [b for b in cls.__bases__ if b.__module__.split(".")[0] in PROJECT
+    return [b for b in cls.__bases__ if b.__module__.startswith("opencl_llm_studio.")
             and not issubclass(b, QObject)]
 
 
@@ -57,8 +57,8 @@ def test_the_mixin_rule_can_fail():
     from a plain project class; library bases alone are not one."""
     import enum
 
-    from engine.data.dialogue import Message   # any plain project classes
-    from studio.protocol import ChatRequest
+    from opencl_llm_studio.engine.data.dialogue import Message   # any plain project classes
+    from opencl_llm_studio.studio.protocol import ChatRequest
     Mixed = type("Mixed", (ChatRequest, QObject), {"__module__": "studio.fake"})
     assert _mixin_bases(Mixed) == [ChatRequest]
     Plain = type("Plain", (Message, ChatRequest), {"__module__": "engine.fake"})
@@ -70,13 +70,13 @@ def test_the_mixin_rule_can_fail():
     assert _mixin_bases(Kind) == []
 
 
-PARTS = {"studio/ui/training_actions.py": "TrainingActions",
-         "studio/ui/window_actions.py": "WindowActions",
-         "studio/ui/window_controls.py": "WindowControls",
-         "studio/ui/runs_actions.py": "RunsActions",
-         "studio/ui/worker_tasks.py": "ModelTasks",
-         "studio/ui/tune_actions.py": "TuneActions",
-         "studio/ui/worker_tune.py": "KernelTuning"}
+PARTS = {"opencl_llm_studio/studio/ui/training_actions.py": "TrainingActions",
+         "opencl_llm_studio/studio/ui/window_actions.py": "WindowActions",
+         "opencl_llm_studio/studio/ui/window_controls.py": "WindowControls",
+         "opencl_llm_studio/studio/ui/runs_actions.py": "RunsActions",
+         "opencl_llm_studio/studio/ui/worker_tasks.py": "ModelTasks",
+         "opencl_llm_studio/studio/ui/tune_actions.py": "TuneActions",
+         "opencl_llm_studio/studio/ui/worker_tune.py": "KernelTuning"}
 
 
 @pytest.mark.parametrize("path,name", sorted(PARTS.items()))
@@ -100,7 +100,7 @@ def test_each_part_declares_every_attribute_it_uses(path, name):
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    from studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     yield win
@@ -129,7 +129,7 @@ def test_the_controller_is_the_only_receiver_of_the_worker(window):
 
 
 def test_metrics_reach_the_plots_through_the_controller(qtbot, window):
-    from engine.training.metrics import StepMetrics
+    from opencl_llm_studio.engine.training.metrics import StepMetrics
     worker, c = window.controller.host.worker, window.controller
     before = window.plots.point_count()
     m = StepMetrics(1, 600, "pretrain", 4.4, 1.0, 0.003, 1.0, 1.0,
@@ -158,7 +158,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
-from studio.ui.main_window import MainWindow
+from opencl_llm_studio.studio.ui.main_window import MainWindow
 win = MainWindow(settings=QSettings(sys.argv[1], QSettings.IniFormat))
 thread, alive = win.controller.host.thread, weakref.ref(win)
 del win

@@ -11,7 +11,7 @@ from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import (QAbstractButton, QLabel, QProgressBar, QTabBar, QToolButton,
                                QWidget)
 
-from studio.ui.widgets import ElidedLabel, ElidedProgressBar
+from opencl_llm_studio.studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 
 

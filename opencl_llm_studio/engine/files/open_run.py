@@ -1,0 +1,53 @@
+"""A new run folder from an imported pretrained model: checkpoint.npz with its weights, fresh AdamW
+moments and step 0, so `train --continue --tune FILE`, `chat`, `sample`, `tokenize`, `export` and
+`runs` take it like a run trained here.
+
+The checkpoint's header is the one TrainingSession.save writes, plus `source` (the model card)
+and chat_format MODEL_TEMPLATE: the run chats and tunes in its tokenizer's own chat template
+(engine.data.chat_template.ChatFormat), not the app's User:/Assistant: formats. Its tokenizer bytes are
+an OpenTokenizer's (engine.data.open_tokenizer.tokenizer_from_bytes reads both kinds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+from opencl_llm_studio.engine.data.dialogue import MODEL_FORMAT as MODEL_TEMPLATE   # header chat_format: its own template
+from opencl_llm_studio.engine.model.params import ParamTable
+from opencl_llm_studio.engine.data.textio import sha256_text
+
+TUNE_CONTEXT = 1024   # the training window of an imported model: its own context (2k-128k)
+#                       would make every activation of a tuning step that many tokens long
+
+
+def tuning_config(cfg: ModelConfig) -> ModelConfig:
+    """An imported model's ModelConfig as a run trains and chats with it: context_length at
+    most TUNE_CONTEXT (RoPE positions are the same up to there; the export says that context)."""
+    return cfg.replace(context_length=min(cfg.context_length, TUNE_CONTEXT))
+
+
+def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None,
+                   train_config: TrainConfig | None = None) -> Path:
+    """Write `bundle` (engine.files.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns
+    the file. pretrain_text: the general text kept for replay and the held-out general loss;
+    tune_text: the dialogue text (or None). Raises CheckpointError (engine.training.checkpoint.save)."""
+    from opencl_llm_studio.engine.files.model_card import model_card
+    tc = train_config or TrainConfig(pretrain_steps=0)
+    flat = ParamTable(bundle.config).flatten(bundle.weights)
+    zeros = np.zeros_like(flat)
+    header = {
+        "model_config": tuning_config(bundle.config).__dict__, "train_config": tc.__dict__,
+        "step": 0, "adam_t": 0, "last_loss": None,
+        "rng_state": np.random.default_rng(tc.seed).bit_generator.state, "history": [],
+        "tokenizer_kind": bundle.tokenizer.kind, "chat_format": MODEL_TEMPLATE,
+        "data": {"pretrain_chars": len(pretrain_text),
+                 "pretrain_sha256": sha256_text(pretrain_text),
+                 "tune_chars": len(tune_text or ""), "tune_sha256": sha256_text(tune_text)},
+        "source": model_card(bundle), "device": "",
+    }
+    return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, zeros, zeros,
+                           bundle.tokenizer.to_bytes(), pretrain_text, tune_text)

@@ -1,0 +1,83 @@
+"""Token-by-token decoding with a KV cache on the device.
+
+The prompt is run once through the full forward pass (prefill) on a (1, context_length) window;
+its per-layer qkv rows (k and v already rotated) stay on the device as the cache. Each new token
+then costs one row through every layer: its q, k, v are appended at row `pos` and its query
+attends to rows 0..pos (kernel attention_decode). The cache holds one window of context_length
+rows: when it is full the caller chooses the next window and prefills it with `reset`
+(TrainingSession.generate_ids: the newest half of the tokens for plain text, whole older
+exchanges dropped for a chat). RoPE positions are absolute, so rows cannot simply shift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from opencl_llm_studio.engine.model import attention, activations
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.model.params import qkv_width
+
+
+class KVDecoder:
+    """decoder.reset(prompt_ids) -> logits (V,) of the last prompt token;
+    decoder.step(token) -> logits (V,) after appending token."""
+
+    def __init__(self, model: Model):
+        self.model, self.rt, cfg = model, model.rt, model.cfg
+        self.T = cfg.context_length
+        self.cache = model.activations(1, self.T, with_grad=False)  # qkv[l] rows = the cache
+        self.width = qkv_width(cfg)  # q, k, v of one row (grouped-query attention: k, v narrower)
+        # one row each (x, xn, rstd, qkv, y, proj, xmid, xn2, rstd2, gu, h, xnext, xf, rstdf,
+        # logits), the token and the scores (H, T): engine.model.activations.DECODE_BUFFERS
+        d = activations.Dims.of(cfg, 1, self.T, "fused")
+        for b in activations.DECODE_BUFFERS:
+            setattr(self, b.name, self.rt.empty(b.elems(d), b.dtype))
+        self.ids: list[int] = []
+
+    def reset(self, prompt_ids: list[int]) -> np.ndarray:
+        """Prefill with the prompt (its last context_length tokens)."""
+        ids = list(prompt_ids)[-self.T:]
+        window = np.zeros((1, self.T), np.int32)
+        window[0, :len(ids)] = ids
+        self.ids = ids
+        return self.model.last_logits(window, len(ids))
+
+    def step(self, token: int) -> np.ndarray:
+        """Append `token` at the next position; ValueError when the window is already full
+        (call reset with the next window instead)."""
+        if len(self.ids) >= self.T:
+            raise ValueError(f"the {self.T}-token window is full: reset() with the next window")
+        pos = len(self.ids)
+        self.ids.append(int(token))
+        rt, m, cfg, p = self.rt, self.model, self.model.cfg, self.model.p
+        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        KVH, W = cfg.kv_heads, self.width
+        rt.write(self.tok, np.array([token], np.int32))
+        ops.embedding_forward(rt, self.x, self.tok, p["token_embd"], 1, C)
+        x = self.x
+        ops.rmsnorm_forward(rt, self.xn, self.rstd, x, p["blk.0.attn_norm"], 1, C, cfg.rms_eps)
+        for l in range(cfg.n_layer):
+            b, cache = f"blk.{l}.", self.cache.qkv[l]
+            ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, W, C)
+            attention.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos, KVH)
+            cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=W * 4, dst_offset=pos * W * 4)
+            attention.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H,
+                                       KVH)
+            ops.matmul_forward(rt, self.proj, self.y, p[b + "attn_output"], m.w_t, 1, C, C)
+            ops.residual_rmsnorm_forward(rt, self.xmid, self.xn2, self.rstd2, x, self.proj,
+                                         p[b + "ffn_norm"], 1, C, cfg.rms_eps)
+            ops.matmul_forward(rt, self.gu, self.xn2, p[b + "ffn_gate_up"], m.w_t, 1, 2 * F, C)
+            ops.swiglu_forward(rt, self.h, self.gu, 1, F)
+            ops.matmul_forward(rt, self.proj, self.h, p[b + "ffn_down"], m.w_t, 1, C, F)
+            # the residual, then the next block's attn_norm (or the final norm) on it
+            last = l + 1 == cfg.n_layer
+            out, rstd = (self.xf, self.rstdf) if last else (self.xn, self.rstd)
+            w = p["output_norm"] if last else p[f"blk.{l + 1}.attn_norm"]
+            ops.residual_rmsnorm_forward(rt, self.xnext, out, rstd, self.xmid, self.proj, w, 1,
+                                         C, cfg.rms_eps)
+            x, self.xnext = self.xnext, x  # ping-pong the residual rows
+        self.x = x
+        ops.matmul_forward(rt, self.logits, self.xf, p[m.table.output_group], m.w_t, 1, V, C)
+        return rt.read(self.logits, V)

@@ -1,0 +1,123 @@
+"""How much device memory a model needs, checked before anything is allocated.
+
+Counts the bytes of what engine.model.transformer and engine.generation.decode allocate, from the lists they allocate
+from (engine.model.activations): the Model's own buffers (model_buffers: parameters, gradients, two
+AdamW moments, grad-norm scratch, the transposed-weight scratch, RoPE tables), the training
+activations for (batch_size, context_length) (evaluation runs on the same set), the
+generation window (1, context_length) and the KV decoder's rows that samples use
+(DECODE_BUFFERS), and on GPUs the runtime scratch of the fused backward's dS^T
+(attention_flash.ds_scratch_bytes), or with the runtime every scratch request of a run
+(engine.model.scratch); the activation sets from BUFFERS (grouped-query
+attention's narrower k, v and the logits of a large vocabulary held a chunk of rows at a time,
+logit_rows, included).
+Attention keeps
+a logsumexp (B, H, T) per layer on the fused path and the probabilities (B, H, T, T) on the
+GEMM path; each activation set counts the path engine.model.attention_gemm.choose gives it.
+"""
+
+from __future__ import annotations
+
+from opencl_llm_studio.engine.model import activations, attention_flash, attention_gemm, scratch
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.opencl.device import DeviceInfo
+from opencl_llm_studio.engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.errors import ConfigError
+
+
+def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
+                      path: str = "fused") -> tuple[int, int]:
+    """(total, largest single buffer) in 4-byte words of engine.model.transformer.Activations(B, T) with
+    attention on `path` ("fused" or "gemm"): the buffers engine.model.activations.BUFFERS declares."""
+    total, largest = activations.set_bytes(cfg, B, T, with_grad, path)
+    return total // 4, largest // 4
+
+
+def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
+                   attention_path: str | None = None, rt: Runtime | None = None
+                   ) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
+    engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
+    generation), a KVDecoder and the runtime's scratch allocate on `device`; each activation
+    set's attention path as engine.model.attention_gemm.choose picks it there (attention_path
+    forces one; no device: "fused"). With the runtime rt (device: rt.info) every scratch
+    request of a step, an evaluation and a generation is counted (engine.model.scratch);
+    without one only the largest, the GPU backward's dS^T (the K split partial products,
+    which follow the runtime's GEMM plan, are left out: a few MB to tens of MB)."""
+    T = cfg.context_length
+    device = rt.info if rt is not None else device
+    # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
+    # generation set is its own where a KVDecoder made it before training (counted so)
+    sets = ((batch_size, True), (1, False))
+    paths = [_path(cfg, B, T, grad, device, attention_path) for B, grad in sets]
+    parts = [activations.set_bytes(cfg, B, T, grad, path)
+             for (B, grad), path in zip(sets, paths)]
+    if rt is not None:   # one scratch buffer per queue
+        parts += [(n, n) for n in scratch.step_scratch_bytes(rt, cfg, batch_size, *paths) if n]
+    elif device is not None and paths[0] == "fused":   # the training set's backward's dS
+        ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)
+        parts.append((ds, ds))
+    parts.append(activations.model_bytes(cfg))
+    parts.append(activations.decode_bytes(cfg))
+    return sum(n for n, _ in parts), max(b for _, b in parts)
+
+
+def _path(cfg, B, T, grad, device, forced) -> str:
+    if device is None:
+        return forced or "fused"
+    return attention_gemm.choose(device, cfg, B, T, grad, forced)
+
+
+def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+         attention_path: str | None = None, rt: Runtime | None = None) -> bool:
+    """Whether training cfg at batch_size fits device: at most 90% of its memory, no buffer
+    above its largest single allocation (rt: as training_bytes)."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
+    return need <= 0.9 * device.global_mem_bytes and biggest <= device.max_alloc_bytes
+
+
+def _largest(ok, hi: int) -> int:
+    """The largest n in 1..hi with ok(n) (ok monotone: true up to some n), 0 when none."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
+    return lo
+
+
+def largest_fit(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+                attention_path: str | None = None, rt: Runtime | None = None
+                ) -> tuple[int, int]:
+    """(largest batch size at cfg's context_length, largest context_length at batch_size)
+    that fit device (0 where none does), by bisection on training_bytes."""
+    batch = _largest(lambda b: fits(cfg, b, device, attention_path, rt), batch_size)
+    context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
+                                      attention_path, rt), cfg.context_length)
+    return batch, context
+
+
+def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
+               attention_path: str | None = None, rt: Runtime | None = None) -> int:
+    """Raise ConfigError when training would not fit the device, naming the largest batch size
+    and context length that do; return the bytes needed. attention_path: as
+    engine.model.attention_gemm.choose's `forced` (default: its rule); rt: the runtime that
+    will train (its scratch counted, training_bytes)."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
+    have = device.global_mem_bytes
+    gib = 2 ** 30
+    if not fits(cfg, batch_size, device, attention_path, rt):
+        batch, context = largest_fit(cfg, batch_size, device, attention_path, rt)
+        if batch or context:
+            fix = ("Largest that fits: " + " or ".join(
+                part for part in (batch and f"batch size {batch} at context length "
+                                  f"{cfg.context_length}",
+                                  context and f"context length {context} at batch size "
+                                  f"{batch_size}") if part) + ".")
+        else:
+            fix = ("Even batch size 1 at context length 1 does not fit: the weights, "
+                   "gradients and AdamW moments alone are too large. Use a smaller d_model, "
+                   "n_layer or vocabulary, or a device with more memory.")
+        raise ConfigError(
+            f"This model needs about {need / gib:.2f} GiB on {device.name}, which has "
+            f"{have / gib:.2f} GiB (largest single buffer {biggest / gib:.2f} GiB, limit "
+            f"{device.max_alloc_bytes / gib:.2f} GiB).", fix)
+    return need

@@ -1,0 +1,303 @@
+"""The Llama-style model on the device: forward, backward and the AdamW step.
+
+forward() and backward() read as a flat list of layer calls (llm.c). Parameters, gradients and
+AdamW moments are flat device buffers laid out by engine.model.params.ParamTable; the kernels see
+sub-buffers of the groups. Activations are kept per (B, T) shape in an `Activations` set.
+Within a step nothing is read back to the host except the loss and grad-norm stats at the end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from opencl_llm_studio.engine.model import activations, attention, attention_gemm, output_head
+from opencl_llm_studio.engine.opencl import ops
+from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.model.dropout import StepDropout
+from opencl_llm_studio.engine.model.params import ParamTable, qkv_width
+from opencl_llm_studio.engine.opencl.runtime import Runtime
+
+
+class Activations:
+    """Device buffers for one (B, T): what backward needs from forward, plus gradient scratch.
+    The buffers, their shapes and which are per layer are declared in engine/model/activations.py
+    (BUFFERS), which engine.model.memory counts; this allocates them as attributes of those names."""
+
+    def __init__(self, rt: Runtime, cfg: ModelConfig, B: int, T: int, with_grad: bool):
+        self.B, self.T, self.with_grad = B, T, with_grad
+        # attention: fused kernels (logsumexp (B, H, T) per layer) or, where the device memory
+        # allows, batched GEMMs (probabilities (B, H, T, T)): engine/model/attention_gemm.choose
+        self.attention = attention_gemm.path_for(rt, cfg, B, T, with_grad)
+        self.attend = attention_gemm if self.attention == "gemm" else attention
+        d = activations.Dims.of(cfg, B, T, self.attention)
+        self.logit_rows = d.R  # logits held at once: B*T, or chunks of a large vocabulary
+        for b in activations.buffers(with_grad):
+            bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d))]
+            setattr(self, b.name, bufs[0] if b.copies == activations.ONE else bufs)
+
+
+class Model:
+    """Weights, gradients and AdamW state of one ModelConfig on one Runtime."""
+
+    def __init__(self, rt: Runtime, cfg: ModelConfig, flat_weights: np.ndarray | None = None,
+                 seed: int = 0):
+        self.rt, self.cfg = rt, cfg.validate()
+        self.table = ParamTable(cfg)
+        if flat_weights is None:
+            flat_weights = self.table.init_weights(np.random.default_rng(seed))
+        # params, grads, m, v, stats, partial, w_t (transposed weight scratch for
+        # matmul_forward), rope_cos, rope_sin: declared in engine.model.activations.model_buffers
+        for b in activations.model_buffers(cfg):
+            setattr(self, b.name, rt.zeros(b.elems))
+        cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
+                                        attention.rope_inv_freq(cfg))
+        for buf, host in ((self.params, flat_weights), (self.rope_cos, cos), (self.rope_sin, sin)):
+            if buf.size // 4 != np.size(host):   # the declaration and the data disagree: a bug
+                raise ValueError(f"{np.size(host)} floats for a buffer of {buf.size // 4}")
+            rt.write(buf, np.asarray(host, np.float32).reshape(-1), wait=True)
+        self.p = self._views(self.params)
+        self.g = self._views(self.grads)
+        self._acts: dict[tuple, Activations] = {}
+        self.adam_t = 0  # AdamW steps taken (bias correction)
+
+    def _views(self, buf) -> dict[str, cl.Buffer]:
+        return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
+                for name, g in self.table.groups.items()}
+
+    def activations(self, B: int, T: int, with_grad: bool) -> Activations:
+        """The activation set of batch B, context T: a training set (with_grad) also serves
+        forward-only work of the same (B, T) (evaluation holds a second full set otherwise: 5
+        of 12.6 GiB for a 135M model at 16 x 256), and replaces a forward-only set made before
+        it (dropped here; freed once no KVDecoder holds it as its cache)."""
+        if (B, T, True) in self._acts:
+            return self._acts[(B, T, True)]
+        key = (B, T, with_grad)
+        if key not in self._acts:
+            if with_grad:
+                self._acts.pop((B, T, False), None)
+            self._acts[key] = Activations(self.rt, self.cfg, B, T, with_grad)
+        return self._acts[key]
+
+    # -------------------------------------------------------------------------- forward
+    def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
+                check=None):
+        """Logits (B*T, V) into a.logits from a.ids (already on the device); drop: dropout of
+        this training step (engine/model/dropout.py), None at inference. A set that holds logits in
+        chunks (large vocabularies) stops at the final norm a.xf: cross_entropy and logits
+        project it a chunk at a time (engine/model/output_head.py). check: called between blocks
+        (Runtime.stop_point); raises to abandon the step."""
+        rt, cfg, p = self.rt, self.cfg, self.p
+        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        KVH, W = cfg.kv_heads, qkv_width(cfg)  # key/value heads; qkv row width (C + 2 kv_dim)
+        BT = B * T
+        ops.embedding_forward(rt, a.x[0], a.ids, p["token_embd"], BT, C)         # (B, T, C)
+        L = cfg.n_layer
+        ops.rmsnorm_forward(rt, a.xn[0], a.rstd1[0], a.x[0], p["blk.0.attn_norm"], BT, C,
+                            cfg.rms_eps)
+        for l in range(L):
+            if check is not None:
+                rt.stop_point(check)
+            b = f"blk.{l}."
+            ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, W, C)
+            attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
+                                   KVH)
+            a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H, KVH)  # (B,T,C)
+            ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
+            self._dropout_forward(a.proj, drop, l, "attn", BT * C)
+            # xmid = x + attention, and its ffn_norm, in one pass
+            ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
+                                         p[b + "ffn_norm"], BT, C, cfg.rms_eps)
+            ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
+            ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
+            ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
+            self._dropout_forward(a.proj, drop, l, "ffn", BT * C)
+            # x[l+1] = xmid + feed-forward, and the next norm (the next block's, or the final)
+            if l + 1 < L:
+                nxt = (a.xn[l + 1], a.rstd1[l + 1], p[f"blk.{l + 1}.attn_norm"])
+            else:
+                nxt = (a.xf, a.rstdf, p["output_norm"])
+            ops.residual_rmsnorm_forward(rt, a.x[l + 1], nxt[0], nxt[1], a.xmid[l], a.proj,
+                                         nxt[2], BT, C, cfg.rms_eps)
+        if not output_head.chunked(a):
+            ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V,
+                               C)
+
+    def cross_entropy(self, a: Activations, n_counted: int, want_grad: bool):
+        """a.losses (B*T,) from the forward's logits and a.targets; with want_grad the gradient
+        of the mean over n_counted rows: dlogits in a.logits (then backward() projects them),
+        or, for chunked logits, already projected to dxf in a.dtmp and the output weight's
+        gradient (engine/model/output_head.py)."""
+        if output_head.chunked(a):
+            output_head.cross_entropy(self, a, n_counted, want_grad)
+            return
+        ops.crossentropy_forward_backward(self.rt, a.logits, a.losses, a.targets, a.B * a.T,
+                                          self.cfg.vocab_size, n_counted, want_grad)
+
+    # -------------------------------------------------------------------------- backward
+    def backward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
+                 check=None):
+        """Gradients of the loss into self.grads, from dlogits already in a.logits (chunked
+        logits: from dxf already in a.dtmp, see cross_entropy); drop: the dropout that forward
+        applied; check: as in forward."""
+        rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
+        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        BT, L = B * T, cfg.n_layer
+        KVH, W = cfg.kv_heads, qkv_width(cfg)
+        out = self.table.output_group
+        # Weight gradients run on the side queue (GPUs): before_write holds the main queue
+        # until those reading a buffer are done with it (Runtime.side).
+        if not output_head.chunked(a):
+            ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf
+        rt.fill_zero(a.dres, BT * C)
+        ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
+                             a.rstdf, BT, C)
+        for l in reversed(range(L)):
+            if check is not None:
+                rt.stop_point(check)
+            b = f"blk.{l}."
+            dproj = self._dropout_backward(a, drop, l, "ffn", BT * C)
+            ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], dproj, a.h[l], p[b + "ffn_down"],
+                                BT, C, F)                                          # (B, T, F)
+            rt.before_write(a.dgu)
+            ops.swiglu_backward(rt, a.dgu, a.dh, a.gu[l], BT, F)                   # (B, T, 2F)
+            ops.matmul_backward(rt, a.dtmp, g[b + "ffn_gate_up"], a.dgu, a.xn2[l],
+                                p[b + "ffn_gate_up"], BT, 2 * F, C)                # (B, T, C)
+            rt.before_write(a.dres)
+            ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
+                                 p[b + "ffn_norm"], a.rstd2[l], BT, C)
+            dproj = self._dropout_backward(a, drop, l, "attn", BT * C)
+            ops.matmul_backward(rt, a.dy, g[b + "attn_output"], dproj, a.y[l],
+                                p[b + "attn_output"], BT, C, C)
+            rt.before_write(a.dqkv)
+            a.attend.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
+                                        B, T, C, H, KVH)                          # (B, T, W)
+            attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
+                                    KVH)
+            ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
+                                p[b + "attn_qkv"], BT, W, C)
+            rt.before_write(a.dres)
+            ops.rmsnorm_backward(rt, a.dres, g[b + "attn_norm"], a.dtmp, a.x[l],
+                                 p[b + "attn_norm"], a.rstd1[l], BT, C)
+        rt.join()  # every weight gradient done (token_embd may be tied to the output)
+        ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
+                               a.n_unique, C)
+
+    def _dropout_forward(self, buf, drop: StepDropout | None, layer: int, site: str, n: int):
+        """Dropout in place on a projection output (B*T, C) before its residual add."""
+        if drop is not None:
+            ops.dropout_forward(self.rt, buf, buf, drop.key(layer, site), drop.threshold,
+                                drop.scale, n)
+
+    def _dropout_backward(self, a: Activations, drop: StepDropout | None, layer: int, site: str,
+                          n: int):
+        """The gradient of a projection output under dropout: a.dres itself without dropout,
+        else the masked copy in a.ddrop (the residual keeps the unmasked one)."""
+        if drop is None:
+            return a.dres
+        self.rt.before_write(a.ddrop)  # the previous site's weight gradient may still read it
+        ops.dropout_backward(self.rt, a.ddrop, a.dres, drop.key(layer, site), drop.threshold,
+                             drop.scale, n)
+        return a.ddrop
+
+    # -------------------------------------------------------------------------- steps
+    def upload_batch(self, a: Activations, inputs: np.ndarray, targets: np.ndarray | None):
+        ids = np.ascontiguousarray(inputs, np.int32)
+        if ids.min(initial=0) < 0 or ids.max(initial=0) >= self.cfg.vocab_size:
+            raise ValueError("token id out of range for this model's vocabulary")
+        self.rt.write(a.ids, ids.reshape(-1))
+        if targets is not None:
+            self.rt.write(a.targets, np.ascontiguousarray(targets, np.int32).reshape(-1))
+
+    def upload_groups(self, a: Activations, inputs: np.ndarray):
+        """The CSR grouping of positions by token that embedding_backward reads (host sort).
+        train_step calls it after enqueueing the forward pass, so the device works meanwhile."""
+        if a.with_grad:
+            uniq, starts, order = ops.group_positions(np.ascontiguousarray(inputs, np.int32))
+            self.rt.write(a.uniq, uniq)
+            self.rt.write(a.starts, starts)
+            self.rt.write(a.order, order)
+            a.n_unique = len(uniq)
+
+    def loss(self, inputs: np.ndarray, targets: np.ndarray) -> float:
+        """Mean cross-entropy (nats) over targets >= 0, no gradient. inputs, targets (B, T)."""
+        B, T = inputs.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, inputs, targets)
+        self.forward(a, B, T)
+        n = int((targets >= 0).sum())
+        self.cross_entropy(a, n, want_grad=False)
+        return float(self.rt.read(a.losses, B * T).sum() / max(n, 1))
+
+    def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, opt,
+                   check=None) -> tuple:
+        """Forward, backward, clip, AdamW on one batch (B, T). Returns (loss, grad_norm, skipped)
+        where skipped is True when the gradient was NaN/Inf and no update was made.
+        opt: an engine.config.OptimConfig (betas, eps, weight decay, clip, dropout, seed; a
+        TrainConfig has the same fields). Dropout opt.dropout applies here only, its masks
+        keyed by (opt.seed, self.adam_t). check: called between blocks (Runtime.stop_point);
+        when it raises, the step is abandoned before AdamW: weights, moments and adam_t are
+        as they were."""
+        B, T = inputs.shape
+        rt, n = self.rt, self.table.size
+        a = self.activations(B, T, with_grad=True)
+        self.upload_batch(a, inputs, targets)
+        rt.fill_zero(self.grads, n)
+        drop = StepDropout(opt.dropout, opt.seed, self.adam_t) if opt.dropout > 0 else None
+        try:
+            self.forward(a, B, T, drop, check)
+            n_counted = int((targets >= 0).sum())
+            self.cross_entropy(a, n_counted, want_grad=True)
+            self.upload_groups(a, inputs)
+            self.backward(a, B, T, drop, check)
+        except BaseException:
+            rt.finish()   # nothing of the abandoned step may run after we return
+            raise
+        finally:
+            rt.end_stop_points()
+        ops.grad_norm(rt, self.stats, self.partial, self.grads, n, opt.grad_clip)
+        self.adam_t += 1
+        ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,
+                         self.table.n_decay, lr, opt.beta1, opt.beta2, opt.adam_eps,
+                         opt.weight_decay, self.adam_t)
+        losses = rt.read(a.losses, B * T)
+        stats = rt.read(self.stats, 3)
+        skipped = bool(stats[2] != 0)
+        if skipped:
+            self.adam_t -= 1  # no update happened; keep bias correction in step
+        return float(losses.sum() / max(n_counted, 1)), float(stats[0]), skipped
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Logits (B, T, V) float32 for ids (B, T), T <= context_length."""
+        B, T = ids.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, ids, None)
+        self.forward(a, B, T)
+        if output_head.chunked(a):
+            return output_head.logits(self, a).reshape(B, T, -1)
+        return self.rt.read(a.logits, B * T * self.cfg.vocab_size).reshape(B, T, -1)
+
+    def last_logits(self, window: np.ndarray, length: int) -> np.ndarray:
+        """Logits (V,) at position length-1 of window (1, T); positions >= length are ignored
+        by causality, so one fixed T serves every prompt length (one activation set)."""
+        B, T = window.shape
+        a = self.activations(B, T, with_grad=False)
+        self.upload_batch(a, window, None)
+        self.forward(a, B, T)
+        V = self.cfg.vocab_size
+        if output_head.chunked(a):
+            return output_head.logits(self, a, length - 1, length)[0]
+        return self.rt.read(a.logits, V, offset_elems=(length - 1) * V)
+
+    # -------------------------------------------------------------------------- host copies
+    def read_flat(self, which: str = "params") -> np.ndarray:
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        return self.rt.read(buf, self.table.size)
+
+    def write_flat(self, which: str, flat: np.ndarray):
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """{GGUF name: float32 array} copied from the device."""
+        return self.table.unflatten(self.read_flat("params"))

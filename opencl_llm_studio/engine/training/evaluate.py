@@ -1,0 +1,145 @@
+"""What the model knows: fact recall after pretraining, trained answers after tuning.
+
+Fact recall (issue 5): for each pretraining statement the model trained on, prompt with the
+first half of its words and check that the greedy continuation reproduces the rest. Answer
+accuracy: for each tune question, the greedy chat answer equals the trained answer. Text is
+compared with whitespace collapsed; the continuation may go on past the expected end.
+
+Both checks are bounded whatever the text (issue 11: a 20,000-word one-line document used to
+be "recalled" by generating 10,000 words): at most MAX_FACTS documents / MAX_QUESTIONS
+questions, a document is checked on its first RECALL_MAX_WORDS words (and RECALL_MAX_CHARS
+characters), and at most RECALL_MAX_NEW_TOKENS tokens of the expected continuation or answer
+are generated and compared. Each item ticks `session.monitor` (progress, cancellation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
+from opencl_llm_studio.engine.training.metrics import ValScore
+from opencl_llm_studio.engine.generation.sampling import SamplingParams
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass
+class Score:
+    correct: int
+    total: int
+    failures: list = field(default_factory=list)  # (prompt, expected, got), a few
+
+    @property
+    def rate(self) -> float:
+        return self.correct / max(self.total, 1)
+
+    def to_dict(self) -> dict:
+        return {"correct": self.correct, "total": self.total, "rate": round(self.rate, 4)}
+
+
+MAX_FACTS = 64      # stage-end checks stay a few seconds however large the corpus
+MAX_QUESTIONS = 64
+RECALL_MAX_WORDS = 64         # a longer document is checked on its first 64 words
+RECALL_MAX_CHARS = 2_048      # ... and its first 2,048 characters (text with few spaces)
+RECALL_MAX_NEW_TOKENS = 32    # tokens of the expected continuation / answer compared, at most
+
+
+def training_documents(session, limit: int | None = None) -> list[str]:
+    """The documents (paragraphs) of the pretraining text the model trained on, for the recall
+    check: engine.data.corpus.PretrainData.train_documents (held-out text excluded: a paragraph cut
+    by the split counts with its training part only), at most `limit` of them, evenly spaced
+    through the text. Training itself reads the text as written, not these documents."""
+    docs = session.pretrain.train_documents
+    if limit and len(docs) > limit:
+        docs = [docs[i * len(docs) // limit] for i in range(limit)]
+    return docs
+
+
+def _expected(tok, text: str) -> tuple[str, int, bool]:
+    """The first RECALL_MAX_NEW_TOKENS tokens of `text` as text (a split character
+    dropped), their count, and whether `text` was longer."""
+    ids = tok.encode(text)
+    kept = ids[:RECALL_MAX_NEW_TOKENS]
+    return tok.decode(kept).rstrip("\ufffd"), len(kept), len(kept) < len(ids)
+
+
+def recall_case(tok, doc: str) -> tuple[str, str, int] | None:
+    """(prompt, expected continuation, tokens to generate) for one document: the first half
+    of its first RECALL_MAX_WORDS words, and the rest capped at RECALL_MAX_NEW_TOKENS tokens.
+    None for a document of fewer than two words."""
+    words = doc[:RECALL_MAX_CHARS].split()[:RECALL_MAX_WORDS]
+    if len(words) < 2:
+        return None
+    half = len(words) // 2
+    expected, n, _ = _expected(tok, " " + " ".join(words[half:]))
+    return " ".join(words[:half]), expected, n + 2
+
+
+def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
+    """Recall over (at most max_facts, evenly spaced) training documents.
+    Raises engine.training.progress.Cancelled when a stop is asked for."""
+    tok = session.tokenizer
+    correct, failures, docs = 0, [], training_documents(session, max_facts)
+    for i, doc in enumerate(docs):
+        session.monitor.tick("checking recall", i, len(docs))
+        case = recall_case(tok, doc)
+        if case is None:
+            continue
+        prompt, rest, n = case
+        ids = session.generate_ids([tok.bos_id] + tok.encode(prompt), n,
+                                   SamplingParams(greedy=True))
+        got = tok.decode(ids)
+        if _norm(got).startswith(_norm(rest)):
+            correct += 1
+        elif len(failures) < 5:
+            failures.append((prompt, rest.strip(), got.strip()))
+    return Score(correct, len(docs), failures)
+
+
+def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score:
+    """Share of (at most max_questions, evenly spaced) tune questions answered as trained
+    (an answer longer than RECALL_MAX_NEW_TOKENS: its start). Raises Cancelled on a stop."""
+    if not session.tune:
+        return Score(0, 0)
+    qs = _questions(session, max_questions)
+    correct, failures = 0, []
+    for i, (messages, expected) in enumerate(qs):
+        session.monitor.tick("checking answers", i, len(qs))
+        want, n, cut = _expected(session.tokenizer, " " + expected)
+        got = session.chat(messages, max_new_tokens=n + 2, greedy=True)
+        if _norm(got).startswith(_norm(want)) if cut else _norm(got) == _norm(want):
+            correct += 1
+        elif len(failures) < 5:
+            failures.append((messages[-1].content, expected, got))
+    return Score(correct, len(qs), failures)
+
+
+def _questions(session, max_questions: int | None = MAX_QUESTIONS) -> list:
+    qs = session.tune.questions() if session.tune else []
+    if max_questions and len(qs) > max_questions:
+        qs = [qs[i * len(qs) // max_questions] for i in range(max_questions)]
+    return qs
+
+
+def recall_tokens(session, stage: str) -> int:
+    """Tokens the stage-end check of `stage` generates at most (a prompt's prefill counted as
+    one), under the caps fact_recall and answer_accuracy obey; the time budget prices the check
+    with it (engine.training.budget) before it has run once."""
+    tok = session.tokenizer
+    cases = (recall_case(tok, doc) for doc in training_documents(session, MAX_FACTS))
+    total = sum(case[2] + 1 for case in cases if case is not None)
+    if stage == "tune":
+        total += sum(_expected(tok, " " + expected)[1] + 3
+                     for _, expected in _questions(session))
+    return total
+
+
+def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
+    """The end-of-run validation (issue 20): the whole held-out pretraining text scored, up to
+    max_tokens targets (engine.data.corpus.FINAL_VAL_TOKENS), in batches of the run's batch_size:
+    ValScore(loss in nats per token, bits per UTF-8 byte of that text, tokens, bytes). The
+    periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
+    val_source says whether the text is held out. Raises engine.training.progress.Cancelled on a stop."""
+    return session.pretrain_val(max_tokens)

@@ -1,0 +1,473 @@
+"""A training session: tokenizer, data, model and optimizer state on one device, as state:
+create, load, save, continue, its data and its validation scores, the GGUF bundle.
+
+The loop lives in engine.training.trainer.Trainer; `session.train()` is `Trainer(session).run()`, the
+generator the CLI and the studio drive (docs/DESIGN.md). Long phases (encoding the text,
+validation, samples, recall) tick `session.monitor` (engine.training.progress): progress for the caller,
+and `Cancelled` within a fraction of a second of `monitor.cancel()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, ModelConfig, TrainConfig, run_steps
+from opencl_llm_studio.engine.data.corpus import PretrainData
+from opencl_llm_studio.engine.opencl.device import DeviceInfo
+from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_chat_format
+from opencl_llm_studio.engine.errors import CheckpointError, ConfigError
+from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
+from opencl_llm_studio.engine.generation.generator import Generator, delegate
+from opencl_llm_studio.engine.model.memory import check_fits
+from opencl_llm_studio.engine.training.metrics import ValScore
+from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.model.params import ParamTable
+from opencl_llm_studio.engine.training.progress import Monitor
+from opencl_llm_studio.engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.training.schedule import Rewarm
+from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.data.textio import sha256_text
+from opencl_llm_studio.engine.limits import MIN_VOCAB
+from opencl_llm_studio.engine.opencl.gemm_tune import runtime_for_model
+
+
+MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
+
+
+def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
+                       new_pretrain: int, new_tune: int, require_more: bool = False) -> None:
+    """Whether a run at optimizer step `step` (stage totals `pretrain_steps` and `tune_steps`,
+    with dialogues to tune on or not) can be continued to the new totals; the one rule for
+    TrainingSession.continue_training, `llm-studio train --continue` and the studio's Continue.
+
+    Steps done cannot be undone; pretraining cannot grow once tuning has begun (the stages run
+    in order), but tuning can, before or after; a run without dialogues has no tuning stage.
+    require_more: also refuse totals that leave nothing to train. Raises ConfigError."""
+    if new_pretrain < 0 or new_tune < 0:
+        raise ConfigError("Step counts cannot be negative.", "Give totals of 0 or more.")
+    if not has_tune and new_tune != tune_steps:
+        raise ConfigError("This run has no dialogues, so it has no tuning stage.",
+                          "Give it dialogues to tune on (`llm-studio train --continue --tune "
+                          "FILE`; in the studio, open a tune file), or change the pretraining "
+                          "steps only.")
+    if has_tune and step > pretrain_steps and new_pretrain != pretrain_steps:
+        raise ConfigError(
+            f"This run is already tuning (step {step}); its pretraining stage "
+            f"({pretrain_steps} steps) is over: keep pretraining steps at {pretrain_steps}.",
+            f"Raise the tuning steps instead (now {tune_steps}).")
+    total = run_steps(new_pretrain, new_tune, has_tune)
+    if new_pretrain < min(step, pretrain_steps) or total < step:
+        raise ConfigError(
+            f"This run has already done {step} steps; the new totals ({new_pretrain} "
+            f"pretraining + {new_tune if has_tune else 0} tuning) are fewer.",
+            "Step counts are totals per stage: give larger numbers.")
+    if require_more and total == step:
+        # the totals are per stage, and pretraining cannot grow once tuning has begun
+        what = [f"the pretraining steps above {pretrain_steps}"] * (
+            not has_tune or step <= pretrain_steps)
+        what += [f"the tuning steps above {tune_steps}"] * has_tune
+        raise ConfigError(f"This run has done all of its {step} steps.",
+                          f"Raise {' or '.join(what)} to train further.")
+
+
+class TrainingSession:
+    """Everything one training run needs. Build with `create` or `load`."""
+
+    def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                 tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
+                 flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
+                 monitor: Monitor | None = None, autotune: bool | None = None):
+        """autotune: tune the kernels for this device and shape first when none are cached
+        (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says)."""
+        self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
+        self.monitor = monitor or Monitor()
+        # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
+        rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor, autotune)
+        self.rt, self.tokenizer = rt, tokenizer
+        self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
+        self.pretrain_text, self.tune_text = pretrain_text, tune_text
+        T = model_cfg.context_length
+        self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
+                                     train_cfg.seed, train_cfg.val_split, monitor=self.monitor)
+        self.monitor.tick("encoding the dialogues", 0, 1)
+        self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
+                             chat_format) if tune_text else None
+        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
+        self.monitor.tick("building the model", 0, 1)
+        self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
+        self.rng = np.random.default_rng(train_cfg.seed + 1)
+        self.step = 0
+        self.last_loss: float | None = None
+        self.history: list[dict] = []  # compact per-step records (for plots after a reload)
+        self.generator = Generator(self.model, tokenizer, self.chat_format, self.monitor)
+        self.rewarm: Rewarm | None = None  # a continued run's lr ramp (engine.training.schedule)
+        self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
+
+    # generation (engine.generation.generator.Generator, composed)
+    generate = delegate("generate")
+    generate_ids = delegate("generate_ids")
+    chat = delegate("chat")
+    fit_messages = delegate("fit_messages")
+
+    @property
+    def last_finish(self) -> str:
+        """Why the last generation ended: "stop", "length" or "context"."""
+        return self.generator.last_finish
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
+               tune_text: str | None = None, device=None, tokenizer_kind: str = DEFAULT_TOKENIZER,
+               runtime: Runtime | None = None, monitor: Monitor | None = None,
+               autotune: bool | None = None) -> "TrainingSession":
+        """Train the tokenizer on both texts, size the vocabulary from it, build the model
+        (autotune: as for the constructor). Raises ConfigError / DataError / DeviceError with a
+        message for the person, and engine.training.progress.Cancelled when `monitor` is
+        cancelled (also while tuning)."""
+        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
+        train_cfg.validate()
+        monitor = monitor or Monitor()
+        texts = [pretrain_text] + ([tune_text] if tune_text else [])
+        monitor.tick("training the tokenizer", 0, 1)  # bounded input, not interruptible
+        tokenizer = Tokenizer.train(texts, model_cfg.vocab_size, tokenizer_kind)
+        cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
+        monitor.tick("opening the device", 0, 1)
+        rt = runtime or Runtime(device)
+        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text, monitor=monitor,
+                   autotune=autotune)
+
+    @classmethod
+    def load(cls, path, device=None, runtime: Runtime | None = None,
+             monitor: Monitor | None = None, autotune: bool | None = None
+             ) -> "TrainingSession":
+        """Open a run folder's checkpoint (weights, AdamW state, step, RNG) to continue,
+        chat with or export it (autotune: as for the constructor)."""
+        ck = checkpoint.load(path)
+        h = ck["header"]
+        known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
+        try:
+            mc = ModelConfig(**h["model_config"])
+            tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
+        except TypeError as e:
+            raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
+        tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
+        rt = runtime or Runtime(device)
+        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
+                chat_format=h.get("chat_format", 1), monitor=monitor,      # key: format 1
+                autotune=autotune)
+        if ck["params"].size != s.model.table.size:
+            raise CheckpointError("The checkpoint's weights do not match its configuration.")
+        s.model.write_flat("params", ck["params"])
+        s.model.write_flat("m", ck["adam_m"])
+        s.model.write_flat("v", ck["adam_v"])
+        s.model.adam_t = int(h["adam_t"])
+        s.step = int(h["step"])
+        s.last_loss = h.get("last_loss")
+        s.rng.bit_generator.state = h["rng_state"]
+        s.history = h.get("history", [])
+        s.rewarm = Rewarm.from_list(h.get("rewarm"))
+        s.loaded_from_previous = ck["from_previous"]
+        return s
+
+    @classmethod
+    def from_gguf(cls, path, pretrain_text: str, tune_text: str | None = None,
+                  train_cfg: TrainConfig | None = None, device=None,
+                  runtime: Runtime | None = None, monitor: Monitor | None = None
+                  ) -> "TrainingSession":
+        """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
+        or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
+        for a file that is not such a GGUF."""
+        from opencl_llm_studio.engine.files.gguf_import import import_gguf
+        return cls.from_bundle(import_gguf(path), pretrain_text, tune_text, train_cfg, device,
+                               runtime, monitor)
+
+    @classmethod
+    def from_bundle(cls, b, pretrain_text: str, tune_text: str | None = None,
+                    train_cfg: TrainConfig | None = None, device=None,
+                    runtime: Runtime | None = None, monitor: Monitor | None = None
+                    ) -> "TrainingSession":
+        """from_gguf of a GGUF already read (engine.files.gguf_import.import_gguf's ModelBundle
+        `b`, weights included), so a caller that read it once need not read it again."""
+        from opencl_llm_studio.engine.files.gguf_export import is_open
+        from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
+        rt = runtime or Runtime(device)
+        cfg, fmt = b.config, b.metadata.get("chat_format", 1)   # exported before the key: 1
+        if is_open(b):   # a pretrained open model: its own template, a training window
+            cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+        s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
+                flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
+                monitor=monitor)
+        s.last_loss = b.metadata.get("final_loss")
+        if "steps_done" in b.metadata:   # exported by this app: where its training stood
+            s.adopt_progress(b.metadata["steps_done"], b.metadata.get("pretrain_steps"),
+                             b.metadata.get("tune_steps"))
+        return s
+
+    def adopt_progress(self, step: int, pretrain_steps: int | None = None,
+                       tune_steps: int | None = None) -> None:
+        """Start at `step` with the stage totals the model was trained to (an exported GGUF's
+        metadata, a transformers folder's studio.json), not at step 0 with the settings'
+        totals; a model trained past its recorded totals gets totals that cover its steps
+        (the pretraining total without dialogues, else the tuning one)."""
+        tc = self.train_config
+        tc = tc.replace(pretrain_steps=tc.pretrain_steps if pretrain_steps is None
+                        else int(pretrain_steps),
+                        tune_steps=tc.tune_steps if tune_steps is None else int(tune_steps))
+        self.train_config, self.step = tc, int(step)
+        if self.step > self.total_steps:
+            self.train_config = tc.replace(
+                pretrain_steps=tc.pretrain_steps if self.has_tune
+                else max(tc.pretrain_steps, self.step),
+                tune_steps=max(tc.tune_steps, self.step - tc.pretrain_steps))
+
+    def save(self, path) -> Path:
+        """Write the checkpoint atomically into folder `path` (made if missing) as
+        checkpoint.npz, whatever the folder's name looks like; returns the file. Raises
+        CheckpointError when `path` is a file (never overwritten) or cannot be written."""
+        folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise CheckpointError(
+                f"{folder} is a file, not a folder: a checkpoint is saved into a folder, as "
+                f"{checkpoint.FILENAME}.",
+                "Choose a new folder name or a run folder to save into; the file is unchanged.",
+                cli_hint="Give a new folder or a run folder to save into; the file is unchanged.")
+        header = {
+            "model_config": self.model_config.__dict__, "train_config": self.train_config.__dict__,
+            "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
+            "rng_state": self.rng.bit_generator.state, "history": self.history,
+            "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
+            "chat_format": self.chat_format,
+            "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
+            "rewarm": self.rewarm.to_list() if self.rewarm else None,
+        }
+        m = self.model
+        return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
+                               m.read_flat("m"), m.read_flat("v"), self.tokenizer.to_bytes(),
+                               self.pretrain_text, self.tune_text)
+
+    def use_tuned_kernels(self, autotune: bool = True) -> bool:
+        """Launch by the tuned kernels for this device and shape from now on: the cached ones,
+        else (autotune) tuned now (engine.opencl.gemm_tune.runtime_for_model: progress and
+        Cancelled through self.monitor). For an opened model before it trains on (the studio's
+        Continue). Returns whether a tuned plan is in use."""
+        rt = runtime_for_model(self.rt, self.model_config, self.train_config.batch_size,
+                               self.monitor, autotune)
+        if rt is self.rt:
+            return False
+        self.rt = self.model.rt = rt   # the same context and buffers, another plan
+        self.generator.reset_decoder()
+        return True
+
+    def set_dialogues(self, tune_text: str) -> None:
+        """Tune on `tune_text` from now on (User:/Assistant: turns or JSON/JSONL, rendered as the
+        run's chat format, engine.data.dialogue): a run without dialogues (a pretrained model
+        imported without --tune, a run trained on text alone) gains a tuning stage after its
+        pretraining; a run with dialogues tunes on these instead. The checkpoint keeps them.
+        Give the tuning steps with continue_training afterwards. Raises DataError when the text
+        holds no dialogue."""
+        self.tune = TuneData(self.tokenizer, tune_text, self.model_config.context_length,
+                             self.train_config.seed, self.chat_format)
+        self.tune_text = tune_text
+
+    def continue_training(self, pretrain_steps: int | None = None,
+                          tune_steps: int | None = None,
+                          more_seconds: float | None = None) -> str | None:
+        """Continue a saved run: set new step totals per stage (or, with more_seconds, a time
+        budget that many seconds past the training it had), then train() goes on to them.
+
+        "Continue" is this (more steps of a run, in this or a later process; the CLI's
+        `train --continue`, the studio's Continue); "resume" is only the studio's going on
+        after Pause. Step counts are totals, not additions; the rule is `check_continuation`.
+        The schedule carries on where the run stood: when its learning rate had decayed below
+        what the new plan gives, it re-warms from there over warmup_steps (engine.training.schedule.
+        Rewarm) instead of jumping. Returns a note for the person about that re-warm (None when
+        there is none). Raises ConfigError."""
+        tc = self.train_config
+        pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
+        tune = tc.tune_steps if tune_steps is None else tune_steps
+        if more_seconds is None:
+            check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.has_tune,
+                               pre, tune)
+            given = pretrain_steps is not None or tune_steps is not None
+            budget = 0.0 if given else tc.time_budget_s  # step totals replace a time budget
+        else:
+            if not (more_seconds > 0 and math.isfinite(more_seconds)):
+                raise ConfigError(f"A time budget must be a positive number of seconds, got "
+                                  f"{more_seconds}.", "Give e.g. 60 for one more minute.")
+            budget = self.elapsed_s() + more_seconds
+        self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
+                                       time_budget_s=budget).validate()
+        last = self._last_lr()
+        same = (more_seconds is None and last is not None and self.step > 0
+                and abs(self._plan_lr(self.step - 1) - last) <= 1e-6 * last)
+        if last is None or self.step == 0 or same:   # nothing done, or the schedule goes on
+            self.rewarm = None
+            return None
+        self.rewarm = Rewarm(self.step, last, max(self.train_config.warmup_steps, 1))
+        peak = tc.learning_rate if self.stage_at(self.step) == "pretrain" else tc.tune_peak
+        if last >= 0.999 * peak:
+            return None
+        return (f"The learning rate was {last:.2e} at step {self.step}; it re-warms from there "
+                f"over {self.rewarm.steps} steps, then follows the schedule "
+                f"(peak {peak:.2e}).")
+
+    def _last_lr(self) -> float | None:
+        for record in reversed(self.history):
+            lr = record.get("lr")
+            if isinstance(lr, (int, float)) and math.isfinite(lr):
+                return float(lr)
+        return None
+
+    def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None) -> None:
+        """Deprecated name of continue_training (kept so older scripts run)."""
+        warnings.warn("TrainingSession.extend is now continue_training", DeprecationWarning,
+                      stacklevel=2)
+        self.continue_training(pretrain_steps, tune_steps)
+
+    def data_summary(self) -> dict:
+        """What the run trains on and scores (the checkpoint header, the GGUF metadata): the
+        texts' sizes and hashes, PretrainData.summary() and the validation split."""
+        return {"pretrain_chars": len(self.pretrain_text),
+                "pretrain_sha256": sha256_text(self.pretrain_text),
+                "tune_chars": len(self.tune_text or ""), "tune_sha256": sha256_text(self.tune_text),
+                "tune_dialogues": len(self.tune.dialogues) if self.has_tune else 0,
+                "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
+                **self.pretrain.summary()}
+
+    def last_validation(self) -> dict:
+        """The newest pretraining-text validation numbers: {"val_loss" (nats per token),
+        "val_bpb", "val_source"} from history ({} before the first evaluation)."""
+        for r in reversed(self.history):
+            loss = r.get("val_loss") if r.get("stage") == "pretrain" else r.get("pretrain_val_loss")
+            if loss is not None and "val_bpb" in r:
+                return {"val_loss": loss, "val_bpb": r["val_bpb"], "val_source": r["val_source"]}
+        return {}
+
+    @property
+    def device_info(self) -> DeviceInfo:
+        """The OpenCL device this session runs on (name, memory limits)."""
+        return self.rt.info
+
+    @property
+    def has_tune(self) -> bool:
+        """The session has tune dialogues, so a tuning stage follows pretraining."""
+        return self.tune is not None
+
+    @property
+    def tune_tokens(self) -> int:
+        """Tokens in the encoded tune dialogues (0 without them)."""
+        return sum(len(ids) for ids, _ in self.tune.encoded) if self.has_tune else 0
+
+    # ------------------------------------------------------------------ training
+    def stage_at(self, step: int) -> str:
+        pretraining = step < self.train_config.pretrain_steps or not self.has_tune
+        return "pretrain" if pretraining else "tune"
+
+    @property
+    def total_steps(self) -> int:
+        tc = self.train_config
+        return run_steps(tc.pretrain_steps, tc.tune_steps, self.has_tune)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of global `step` under the step plan (engine.config.TrainConfig.
+        lr_at per stage), held to a continued run's re-warm ramp (rewarm_cap)."""
+        return self.rewarm_cap(step, self._plan_lr(step))
+
+    def _plan_lr(self, step: int) -> float:
+        tc = self.train_config
+        if self.stage_at(step) == "pretrain":
+            return tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
+        return tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+
+    def rewarm_cap(self, step: int, lr: float) -> float:
+        """lr held to the re-warm ramp of a continued run (engine.training.schedule.Rewarm), within the
+        stage it was continued in (the next stage warms up on its own)."""
+        r = self.rewarm
+        if r is None or self.stage_at(step) != self.stage_at(r.step):
+            return lr
+        return r.cap(step, lr)
+
+    def tune_time_share(self) -> float:
+        """With a time budget, the tuning stage's share of it: the step split's,
+        tune_steps of the run's total (both stages); 0 without dialogues (engine.training.budget)."""
+        tc = self.train_config
+        if not self.has_tune:
+            return 0.0
+        return tc.tune_steps / max(tc.total_steps, 1)
+
+    def pretrain_eval_tokens(self, max_tokens: int | None = None) -> int:
+        """Targets a pretraining validation pass scores (pretrain_val's windows)."""
+        tc = self.train_config
+        tokens = tc.eval_tokens if max_tokens is None else max_tokens
+        return sum(int((y >= 0).sum())
+                   for _, y in self.pretrain.val_batches(tc.batch_size, tokens))
+
+    def tune_eval_tokens(self) -> int:
+        """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without)."""
+        if not self.has_tune:
+            return 0
+        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
+        return sum(int((y >= 0).sum()) for _, y in batches)
+
+    def pretrain_val(self, max_tokens: int | None = None) -> ValScore:
+        """The pretraining validation text scored: loss (nats per token), bits per byte and
+        how much text (PretrainData.score): at most max_tokens targets (None: train_config.
+        eval_tokens, the periodic evaluation; engine.data.corpus.FINAL_VAL_TOKENS: the whole
+        held-out text at a run's end), the same windows every call. The text is held out
+        unless pretrain.val_source says "training text"."""
+        tc = self.train_config
+        tokens = tc.eval_tokens if max_tokens is None else max_tokens
+        phase = "validation" if max_tokens is None else "final validation"
+        return self.pretrain.score(self.model.loss, tc.batch_size, tokens, self.monitor, phase)
+
+    def pretrain_val_loss(self) -> float:
+        """pretrain_val().loss: mean cross-entropy in nats per token."""
+        return self.pretrain_val().loss
+
+    def tune_val_loss(self) -> float:
+        """Mean loss over the tune dialogues (assistant tokens only), in batches of batch_size:
+        all of them, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through a large set."""
+        total = count = 0.0
+        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
+        for i, (x, y) in enumerate(batches):
+            n = int((y >= 0).sum())
+            self.monitor.tick("dialogue loss", i, len(batches))
+            total += self.model.loss(x, y) * n
+            count += n
+        return total / max(count, 1)
+
+    def train(self, clock=None):
+        """The training generator: engine.training.trainer.Trainer(self, clock).run() (see there)."""
+        from opencl_llm_studio.engine.training.trainer import Trainer
+        return Trainer(self, clock).run()
+
+    def elapsed_s(self) -> float:
+        """Wall seconds of training this run has had (the last record's elapsed_s; 0 new)."""
+        for record in reversed(self.history):
+            value = record.get("elapsed_s")
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                return float(value)
+        return 0.0
+
+    def bundle(self):
+        """The model as an engine.files.gguf_export.ModelBundle (weights copied from the device)."""
+        from opencl_llm_studio.engine.files.gguf_export import ModelBundle
+        tc = self.train_config
+        meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
+                "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
+                "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
+                "chat_format": self.chat_format, **self.last_validation()}
+        meta = {k: v for k, v in meta.items() if v is not None}
+        return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
+
+    def export_gguf(self, path, dtype: str = DEFAULT_DTYPE, force: bool = False):
+        """Write the GGUF (and an Ollama Modelfile beside it). Returns ExportResult."""
+        from opencl_llm_studio.engine.files.gguf_export import export_gguf
+        return export_gguf(self.bundle(), path, dtype=dtype, force=force)

@@ -1,0 +1,5 @@
+import sys
+
+from opencl_llm_studio.studio.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""What `llm-studio train` options mean for a new run: the option -> ModelConfig / TrainConfig
+field table, the defaults (the engine's own, never a copy) and the configs built from the
+options, a --preset and the defaults. Qt-free."""
+
+from __future__ import annotations
+
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+
+
+# Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
+MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
+                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
+                 "preset")
+# option -> (ModelConfig or TrainConfig, field)
+_FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
+               n_head=("model", "n_head"), n_kv_head=("model", "n_kv_head"),
+               context_length=("model", "context_length"),
+               vocab_size=("model", "vocab_size"), lr=("train", "learning_rate"),
+               steps=("train", "pretrain_steps"), tune_steps=("train", "tune_steps"),
+               batch_size=("train", "batch_size"), seed=("train", "seed"),
+               replay=("train", "replay_fraction"), dropout=("train", "dropout"),
+               time_budget=("train", "time_budget_s"))
+
+
+def _train_defaults() -> dict:
+    """option -> default: the engine's ModelConfig and TrainConfig defaults, never a copy."""
+    parts = {"model": ModelConfig(), "train": TrainConfig()}
+    out = {option: getattr(parts[part], field) for option, (part, field) in _FIELDS.items()}
+    out["val_split"] = f"{parts['train'].val_split}:{parts['train'].val_fraction:g}"
+    return out
+
+
+TRAIN_DEFAULTS = _train_defaults()
+
+
+def _opt(args, name):
+    value = getattr(args, name)
+    return TRAIN_DEFAULTS[name] if value is None else value
+
+
+def configs(args) -> tuple[ModelConfig, TrainConfig]:
+    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets),
+    else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
+    from opencl_llm_studio.engine.config import parse_val_split
+    from opencl_llm_studio.engine.training.presets import get_preset
+    preset = get_preset(args.preset) if args.preset else None
+    parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
+        {"model": {}, "train": {}}
+    for option, (part, field) in _FIELDS.items():
+        value = getattr(args, option)
+        if value is not None:
+            parts[part][field] = value
+        else:
+            parts[part].setdefault(field, TRAIN_DEFAULTS[option])
+    if args.val_split is not None or "val_split" not in parts["train"]:
+        split, fraction = parse_val_split(_opt(args, "val_split"))
+        parts["train"].update(val_split=split, val_fraction=fraction)
+    return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"]).validate()

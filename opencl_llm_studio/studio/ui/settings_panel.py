@@ -1,0 +1,535 @@
+"""Model and training settings with live parameter count, memory and export-size estimates.
+
+Validation is the engine's own (ModelConfig.validate / TrainConfig.validate): the message appears
+under the field the ConfigError names (its .fields), the field is outlined, and
+`validityChanged(False)` lets the window disable Train until the person fixes it. The fields'
+ranges are the engine's (engine.limits.LIMITS).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
+                               QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
+                               QVBoxLayout, QWidget)
+
+from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
+from opencl_llm_studio.engine.files.model_card import tokenizer_name
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.files.export_types import estimated_bytes
+from opencl_llm_studio.engine.model.memory import training_bytes
+from opencl_llm_studio.engine.training.presets import PRESETS
+from opencl_llm_studio.engine.limits import LIMITS
+from opencl_llm_studio.studio.ui.widgets import enable_with_reason
+
+# (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
+MODEL_FIELDS = [
+    ("dModelSpin", "d_model", "Embedding size (d_model)", 16,
+     "Width of every token vector. Must be divisible by the number of heads."),
+    ("nLayerSpin", "n_layer", "Blocks (n_layer)", 1,
+     "Transformer blocks: attention + SwiGLU feed-forward each."),
+    ("nHeadSpin", "n_head", "Attention heads (n_head)", 1,
+     "Each head looks at d_model / n_head channels (head_dim, must be even for RoPE)."),
+    ("contextLengthSpin", "context_length", "Context length", 16,
+     "Tokens the model sees at once; also the longest prompt + answer in chat."),
+    ("vocabSizeSpin", "vocab_size", "Vocabulary size", 64,
+     "Requested tokenizer size; a small text may give fewer pieces."),
+]
+TRAIN_FIELDS = [
+    ("pretrainStepsSpin", "pretrain_steps", "Pretraining steps", 50,
+     "Optimizer updates on the pretraining text."),
+    ("tuneStepsSpin", "tune_steps", "Tuning steps", 50,
+     "Optimizer updates on the User/Assistant dialogues after pretraining."),
+    ("batchSizeSpin", "batch_size", "Batch size", 1, "Windows per optimizer step."),
+    ("warmupSpin", "warmup_steps", "Warmup steps", 10,
+     "Linear warmup of the learning rate at the start of each stage (at most a fifth of "
+     "the stage's steps)."),
+    ("seedSpin", "seed", "Seed", 1, "Same seed, same weights, batches and samples."),
+    ("sampleIntervalSpin", "sample_interval", "Samples every", 10,
+     "Generate sample texts every N steps (0 = never)."),
+    ("evalIntervalSpin", "eval_interval", "Validate every", 10,
+     "Compute the validation loss every N steps."),
+]
+# (objectName, field, label, step, decimals, tooltip); the range: engine.limits.LIMITS[field]
+FLOAT_FIELDS = [
+    ("learningRateSpin", "learning_rate", "Learning rate", 5e-4, 6,
+     "Peak AdamW learning rate (warmup, then cosine decay). 3e-3 suits small models."),
+    ("gradClipSpin", "grad_clip", "Gradient clipping", 0.1, 2,
+     "Clip the global gradient norm to this value (0 = off)."),
+    ("weightDecaySpin", "weight_decay", "Weight decay", 0.01, 3,
+     "AdamW decoupled weight decay on matrices."),
+    ("dropoutSpin", "dropout", "Dropout", 0.05, 2,
+     "Share of the attention and feed-forward outputs zeroed at random while training (never "
+     "when generating, validating or exporting). 0 = off; 0.1-0.2 helps when the validation "
+     "loss rises while the training loss falls."),
+]
+
+# Shown under "More training settings" (folded by default, so the column fits a laptop screen)
+ADVANCED = ("seedSpin", "sampleIntervalSpin", "evalIntervalSpin", "gradClipSpin",
+            "weightDecaySpin")
+
+SPIN_INT_MAX = 2**31 - 1  # QSpinBox holds an int: the seed field stops here (engine: 2**32 - 1)
+FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
+INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def human_count(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f} M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f} K"
+    return str(n)
+
+
+class SettingsPanel(QWidget):
+    changed = Signal()
+    validityChanged = Signal(bool)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.spins: dict[str, QAbstractSpinBox] = {}
+        self._errors: dict[str, QLabel] = {}
+        defaults_m, defaults_t = ModelConfig(), TrainConfig()
+
+        model_box = QGroupBox("Model")
+        mform = self._form(model_box)
+        self._add_preset_combo(mform)
+        for name, field, label, step, tip in MODEL_FIELDS:
+            self._add(mform, QSpinBox(), name, field, label, step, tip,
+                      getattr(defaults_m, field))
+        self.tokenizer_combo = QComboBox()
+        self.tokenizer_combo.setObjectName("tokenizerCombo")
+        for kind in TOKENIZER_KINDS:
+            self.tokenizer_combo.addItem(tokenizer_name(kind), kind)
+        self.tokenizer_combo.setCurrentIndex(TOKENIZER_KINDS.index(DEFAULT_TOKENIZER))
+        self.tokenizer_combo.setToolTip(
+            f"{tokenizer_name('bpe')} learns sub-word pieces from your text (byte fallback: "
+            f"any text encodes). {tokenizer_name('char')}: one token per character.")
+        self.tokenizer_combo.currentIndexChanged.connect(self._on_change)
+        # Wide enough for its longest item where there is room, but it may be cut short: the
+        # settings column can be made narrow on small screens.
+        self.tokenizer_combo.setMinimumWidth(FIELD_MIN_WIDTH)
+        mform.addRow("Tokenizer", self.tokenizer_combo)
+        self.tie_check = QCheckBox("Tie output to embedding")
+        self.tie_check.setObjectName("tieEmbeddingsCheck")
+        self.tie_check.setChecked(defaults_m.tie_embeddings)
+        self.tie_check.setToolTip("Use the embedding matrix as the output layer too (fewer "
+                                  "parameters)")
+        self.tie_check.toggled.connect(self._on_change)
+        mform.addRow(self.tie_check)
+        self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
+        self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
+        self.opened_label = QLabel()
+        self.opened_label.setObjectName("openedModelLabel")
+        self.opened_label.setProperty("role", "muted")
+        self.opened_label.setWordWrap(True)
+        self.opened_label.setVisible(False)
+        mform.addRow(self.opened_label)
+        self.estimate_label = QLabel()
+        self.estimate_label.setObjectName("estimateLabel")
+        self.estimate_label.setWordWrap(True)
+        self.estimate_label.setProperty("role", "estimate")
+        mform.addRow(self.estimate_label)
+
+        train_box = QGroupBox("Training")
+        tform = self._form(train_box)
+        self.advanced = QGroupBox()   # folded: seed, intervals, clipping, decay
+        self.advanced.setObjectName("advancedTraining")
+        self.advanced.setFlat(True)
+        aform = self._form(self.advanced)
+        aform.setContentsMargins(0, 0, 0, 0)
+        form_of = lambda name: aform if name in ADVANCED else tform  # noqa: E731
+        for name, field, label, step, dec, tip in FLOAT_FIELDS[:1]:
+            self._add_float(tform, name, field, label, step, dec, tip, defaults_t)
+        for name, field, label, step, tip in TRAIN_FIELDS:
+            self._add(form_of(name), QSpinBox(), name, field, label, step, tip,
+                      getattr(defaults_t, field))
+        for name, field, label, step, dec, tip in FLOAT_FIELDS[1:]:
+            self._add_float(form_of(name), name, field, label, step, dec, tip, defaults_t)
+        # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
+        self.warmup_note = QLabel()
+        self.warmup_note.setObjectName("warmupNote")
+        self.warmup_note.setProperty("role", "muted")
+        self.warmup_note.setWordWrap(True)
+        row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
+        tform.insertRow(row + 1, self.warmup_note)
+        self.warmup_note.setVisible(False)
+        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for",
+                  1, "Minutes of training (evaluations included); the step counts and the "
+                  "learning-rate schedule are fitted to end on time. Off: use the step counts.",
+                  round(defaults_t.time_budget_s / 60), unit_s=60)
+        self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
+        self.spins["trainMinutesSpin"].setSuffix(" min")
+        self.spins["sampleIntervalSpin"].setSuffix(" steps")
+        self.spins["evalIntervalSpin"].setSuffix(" steps")
+        self.more = QToolButton()
+        self.more.setObjectName("moreTrainingButton")
+        self.more.setText("More training settings (seed, intervals, clipping, decay)")
+        self.more.setCheckable(True)
+        self.more.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.more.setArrowType(Qt.RightArrow)
+        self.more.setAutoRaise(True)
+        self.more.toggled.connect(self._show_advanced)
+        tform.addRow(self.more)
+        tform.addRow(self.advanced)
+        self.advanced.setVisible(False)
+        # A preset's values that have no field here (beta2, min_lr_ratio): shown, kept after
+        # an edit turns the box to "Custom", and saved with the fields (save / restore).
+        self.extra_label = QLabel()
+        self.extra_label.setObjectName("presetExtraLabel")
+        self.extra_label.setProperty("role", "muted")
+        self.extra_label.setWordWrap(True)
+        tform.addRow(self.extra_label)
+        self.extra_label.setVisible(False)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(6)
+        lay.addWidget(model_box)
+        lay.addWidget(train_box)
+        lay.addStretch(1)
+        self._valid = True
+        self._on_change()
+
+    def _show_advanced(self, on: bool) -> None:
+        self.more.setArrowType(Qt.DownArrow if on else Qt.RightArrow)
+        self.advanced.setVisible(on)
+
+    # -- construction --------------------------------------------------------------------
+    def _form(self, box: QGroupBox) -> QFormLayout:
+        form = QFormLayout(box)
+        form.setLabelAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setContentsMargins(6, 6, 6, 6)
+        form.setHorizontalSpacing(10)
+        form.setVerticalSpacing(3)  # 6 made the column scroll at 1280 x 800 and 1366 x 768
+        return form
+
+    def _add(self, form, spin, name, field, label, step, tip, value, unit_s=1):
+        """A spin box for config `field`, its range engine.limits.LIMITS[field] (unit_s: the
+        field's seconds per shown unit, 60 for minutes)."""
+        spin.setObjectName(name)
+        decimals = spin.decimals() if isinstance(spin, QDoubleSpinBox) else 0
+        lo, hi = LIMITS[field].bounds(10.0 ** -decimals)
+        hi = hi if decimals else min(hi, SPIN_INT_MAX)
+        if decimals:
+            spin.setRange(lo / unit_s, hi / unit_s)
+        else:   # whole units inside the range
+            spin.setRange(math.ceil(lo / unit_s), math.floor(hi / unit_s))
+        spin.setSingleStep(step)
+        spin.setValue(value)
+        spin.setToolTip(tip)
+        spin.setProperty("field", field)
+        spin.setKeyboardTracking(True)
+        # Not the width of the range's longest value (2147483647 for the seed): the column may
+        # be narrowed on a small screen; the fields share the column's width anyway.
+        spin.setMinimumWidth(FIELD_MIN_WIDTH)
+        spin.valueChanged.connect(self._on_change)
+        form.addRow(label, spin)
+        err = QLabel()
+        err.setObjectName(name.replace("Spin", "Error"))
+        err.setProperty("role", "error")
+        err.setWordWrap(True)
+        form.addRow(err)
+        # Not QFormLayout.setRowVisible: in PySide6 6.12 it corrupts reference counts.
+        err.setVisible(False)
+        self.spins[name] = spin
+        self._errors[field] = err
+
+    def _add_preset_combo(self, form) -> None:
+        """The presets of engine/training/presets.py; choosing one sets its fields (and keeps its values
+        that have no field here, e.g. beta2, in `_preset_extra`); editing a field afterwards
+        shows "Custom"."""
+        self.preset_combo = QComboBox()
+        self.preset_combo.setObjectName("presetCombo")
+        self.preset_combo.addItem("Custom", "")
+        for p in PRESETS.values():
+            self.preset_combo.addItem(p.title, p.name)
+            self.preset_combo.setItemData(self.preset_combo.count() - 1, p.description,
+                                          Qt.ToolTipRole)
+        self.preset_combo.setToolTip("Settings measured for small texts on each kind of device; "
+                                     "hover an item for the loss and time it reaches.")
+        self.preset_combo.setMinimumWidth(FIELD_MIN_WIDTH)
+        self.preset_combo.activated.connect(lambda i: self.apply_preset(
+            self.preset_combo.itemData(i)))
+        self._preset_extra: dict = {}
+        form.addRow("Preset", self.preset_combo)
+
+    def apply_preset(self, name: str) -> None:
+        """Set every field the preset names ("" = Custom: change nothing)."""
+        if not name:
+            return
+        p = PRESETS[name]
+        by_field = {s.property("field"): s for s in self.spins.values()}
+        values = {**p.model, **p.train}
+        self._set_extra(self._extras(name))
+        for field, value in values.items():
+            if field in by_field:
+                by_field[field].blockSignals(True)
+                by_field[field].setValue(value)
+                by_field[field].blockSignals(False)
+        self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
+        self._on_change()
+
+    def _preset_matches(self) -> bool:
+        name = self.preset_combo.currentData()
+        if not name:
+            return True
+        p = PRESETS[name]
+        values = {**self._values(MODEL_FIELDS), **self._values(TRAIN_FIELDS),
+                  **self._values(FLOAT_FIELDS)}
+        return all(values.get(k, v) == v for k, v in {**p.model, **p.train}.items())
+
+    def _add_float(self, form, name, field, label, step, dec, tip, defaults):
+        spin = QDoubleSpinBox()
+        spin.setDecimals(dec)
+        self._add(form, spin, name, field, label, step, tip, getattr(defaults, field))
+
+    # -- values ----------------------------------------------------------------------------
+    def _values(self, fields) -> dict:
+        return {f[1]: self.spins[f[0]].value() for f in fields}
+
+    def model_config(self) -> ModelConfig:
+        """The fields' model, or an opened model's own (its fields are locked; it may have
+        settings without a field here, or values past a field's range: a pretrained model)."""
+        if self._opened is not None:
+            return self._opened
+        return ModelConfig(**self._values(MODEL_FIELDS), tie_embeddings=self.tie_check.isChecked())
+
+    def forget_opened(self) -> None:
+        """New model: the fields describe the model again."""
+        self._opened = None
+        self.opened_label.setVisible(False)
+        self._show_tokenizer("")
+        self._on_change()
+
+    def _show_tokenizer(self, name: str) -> None:
+        """The tokenizer field shows an opened model's tokenizer (its name in words, engine.
+        model_card.tokenizer_name), as an item of its own when it is not one a new model can
+        train; "" gives the person's own choice back."""
+        combo = self.tokenizer_combo
+        while combo.count() > len(TOKENIZER_KINDS):   # the last opened model's item
+            combo.removeItem(combo.count() - 1)
+        if not name:
+            combo.setCurrentIndex(max(combo.findData(self._chosen_tokenizer), 0))
+            return
+        i = combo.findText(name)
+        if i < 0:
+            combo.addItem(name, None)
+            i = combo.count() - 1
+        combo.setCurrentIndex(i)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**{**self._preset_extra,
+                              "time_budget_s": 60.0 * self.spins["trainMinutesSpin"].value()},
+                           **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
+
+    def tokenizer_kind(self) -> str:
+        """The kind a new model trains (engine.config.TOKENIZER_KINDS): the field's, or while a
+        model is opened, the choice the field had before."""
+        return self.tokenizer_combo.currentData() if self._opened is None \
+            else self._chosen_tokenizer
+
+    def _extras(self, name: str) -> dict:
+        """The preset's training values that have no field here (e.g. beta2)."""
+        fields = {s.property("field") for s in self.spins.values()}
+        return {k: v for k, v in PRESETS[name].train.items() if k not in fields}
+
+    def _set_extra(self, extra: dict) -> None:
+        """Keep (and show) the training values without a field, e.g. a preset's beta2."""
+        self._preset_extra = dict(extra)
+        self.extra_label.setText(
+            "Also in use: " + ", ".join(f"{k} {v:g}" if isinstance(v, float)
+                                                         else f"{k} {v}"
+                                                         for k, v in sorted(extra.items())))
+        self.extra_label.setToolTip("Training values the preset sets that have no field here; "
+                                    "they stay in use after you edit a field, until another "
+                                    "preset is chosen or a model is opened.")
+        self.extra_label.setVisible(bool(extra))
+
+    def set_value(self, name: str, value) -> None:
+        self.spins[name].setValue(value)
+
+    def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None,
+                         tokenizer: str = "") -> None:
+        """Show a loaded checkpoint's settings; tokenizer: its tokenizer in words (studio.
+        protocol.SessionInfo.tokenizer; "" leaves the field)."""
+        self.preset_combo.setCurrentIndex(0)
+        if self._opened is None:
+            self._chosen_tokenizer = self.tokenizer_combo.currentData()
+        self._opened = model_cfg
+        if tokenizer:
+            self._show_tokenizer(tokenizer)
+        for name, field, *_ in MODEL_FIELDS:
+            self.spins[name].setValue(getattr(model_cfg, field))
+        self.tie_check.setChecked(model_cfg.tie_embeddings)
+        note = opened_model_note(model_cfg, {f: self.spins[n].value()
+                                             for n, f, *_ in MODEL_FIELDS})
+        self.opened_label.setText(note)
+        self.opened_label.setVisible(bool(note))
+        if train_cfg is not None:
+            for name, field, *_ in TRAIN_FIELDS + FLOAT_FIELDS:
+                self.spins[name].setValue(getattr(train_cfg, field))
+            # the model's own values without a field, where they differ from the defaults
+            default = TrainConfig()
+            keys = {k for name in PRESETS for k in self._extras(name)}
+            self._set_extra({k: getattr(train_cfg, k) for k in sorted(keys)
+                             if getattr(train_cfg, k) != getattr(default, k)})
+            self.spins["trainMinutesSpin"].setValue(round(train_cfg.time_budget_s / 60))
+
+    def is_valid(self) -> bool:
+        return self._valid
+
+    def error_text(self) -> str:
+        return "\n".join(e.text() for e in self._errors.values() if e.text())
+
+    # -- validation and estimates --------------------------------------------------------
+    device_info = None   # the chosen device (DeviceInfo), set by the window: set_device
+
+    def set_device(self, info) -> None:
+        """The device the estimate is for (its attention path and memory: engine.model.memory)."""
+        self.device_info = info
+        self._on_change()
+
+    def training_bytes(self, cfg: ModelConfig, batch_size: int) -> int:
+        """The engine's own number (engine.model.memory.training_bytes, what check_fits enforces)."""
+        return training_bytes(cfg, batch_size, self.device_info)[0]
+
+    def _on_change(self, *_):
+        if not self._preset_matches():
+            self.preset_combo.setCurrentIndex(0)  # a field edited away from the preset
+        for field, err in self._errors.items():
+            err.setText("")
+            err.setVisible(False)
+        for spin in self.spins.values():
+            spin.setProperty("invalid", False)
+            spin.setStyleSheet("")
+        problems = []
+        try:
+            cfg = self.model_config().validate()
+        except ConfigError as e:
+            cfg = None
+            problems.append((e, [f[1] for f in MODEL_FIELDS]))
+        try:
+            tcfg = self.train_config().validate()
+        except ConfigError as e:
+            tcfg = None
+            problems.append((e, [f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS]))
+        for err, fields in problems:
+            self._show_error(err, fields)
+        if cfg is not None:
+            batch = self.spins["batchSizeSpin"].value()
+            self.estimate_label.setText(
+                f"<b>{human_count(cfg.param_count())}</b> parameters · "
+                f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
+                f"GGUF ≈ {human_bytes(estimated_bytes(cfg, 'f32'))} (f32), "
+                f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")
+        else:
+            self.estimate_label.setText("Fix the setting marked in red to see the model size.")
+        # A preset's warmup is part of its measured schedule (capped in a short stage as any
+        # warmup is): said only once the person sets the fields themselves.
+        from_preset = bool(self.preset_combo.currentData())
+        note = tcfg.warmup_note() if tcfg is not None and not from_preset else None
+        self.warmup_note.setText(note or "")
+        self.warmup_note.setVisible(bool(note))
+        valid = cfg is not None and tcfg is not None
+        if valid != self._valid:
+            self._valid = valid
+            self.validityChanged.emit(valid)
+        self.changed.emit()
+
+    def _show_error(self, err: ConfigError, candidates: list[str]) -> None:
+        """Mark the fields the error names (err.fields) and put its message under the first of
+        them; an error about a setting without a field here goes under the last candidate."""
+        named = [f for f in err.fields if f in candidates] or candidates[-1:]
+        for field in named:
+            spin = next(s for s in self.spins.values() if s.property("field") == field)
+            spin.setProperty("invalid", True)
+            spin.setStyleSheet(INVALID_STYLE)
+        label = self._errors[named[0]]
+        label.setText(err.describe())
+        label.setVisible(True)
+        if any(self.spins[n].property("field") in named for n in ADVANCED):
+            self.more.setChecked(True)   # never hide the field at fault
+
+    # -- state -----------------------------------------------------------------------------
+    def set_editable(self, on: bool, only: tuple[str, ...] | None = None,
+                     why: dict[str, str] | None = None) -> None:
+        """only: the spins that stay editable (continuing an opened model: the step counts);
+        why: the reason a control is off, by spin name ("" for any other), in its tooltip."""
+        why = why or {}
+        for name, w in list(self.spins.items()) + [("", self.tokenizer_combo),
+                                                   ("", self.tie_check), ("", self.preset_combo)]:
+            enable_with_reason(w, on and (only is None or name in only),
+                               why.get(name, why.get("", "")))
+
+    def save(self, s: QSettings) -> None:
+        for name, spin in self.spins.items():
+            s.setValue(f"settings/{name}", spin.value())
+        s.setValue("settings/tokenizer", self.tokenizer_kind())
+        s.setValue("settings/tie", self.tie_check.isChecked())
+        s.setValue("settings/preset", self.preset_combo.currentData())
+        s.setValue("settings/extra", json.dumps(self._preset_extra))
+
+    def restore(self, s: QSettings) -> None:
+        for name, spin in self.spins.items():
+            v = s.value(f"settings/{name}")
+            if v is None:
+                continue
+            try:
+                spin.setValue(float(v) if isinstance(spin, QDoubleSpinBox) else int(float(v)))
+            except (TypeError, ValueError):
+                pass  # a corrupt value keeps the default
+        i = self.tokenizer_combo.findData(s.value("settings/tokenizer", DEFAULT_TOKENIZER))
+        self.tokenizer_combo.setCurrentIndex(max(i, 0))
+        tie = s.value("settings/tie", ModelConfig().tie_embeddings)
+        self.tie_check.setChecked(str(tie).lower() in ("true", "1"))
+        self._set_extra(self._restored_extra(s.value("settings/extra", "")))
+        name = s.value("settings/preset", "")
+        if name in PRESETS:
+            self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
+        self._on_change()
+
+    @staticmethod
+    def _restored_extra(text) -> dict:
+        """The saved values without a field (JSON); those TrainConfig does not know, or a
+        corrupt entry, are dropped (the defaults apply)."""
+        try:
+            saved = json.loads(text) if text else {}
+        except (TypeError, ValueError):
+            return {}
+        fields = TrainConfig.__dataclass_fields__
+        return {k: v for k, v in saved.items() if k in fields
+                and isinstance(v, (int, float)) and not isinstance(v, bool)} \
+            if isinstance(saved, dict) else {}
+
+
+def opened_model_note(cfg: ModelConfig, shown: dict) -> str:
+    """What an opened model has that the fields do not show: grouped-query attention, its own
+    feed-forward width, RoPE base and scaling, and values past a field's range (shown: field
+    -> the value the field holds). "" when the fields say it all."""
+    default = ModelConfig()
+    parts = [f"{field.replace('_', ' ')} {getattr(cfg, field):,}" for field, value in shown.items()
+             if value != getattr(cfg, field)]
+    if cfg.kv_heads != cfg.n_head:
+        parts.append(f"{cfg.kv_heads} key-value heads (grouped-query attention)")
+    if cfg.ffn_dim:   # set explicitly (the app's own models take the SwiGLU default width)
+        parts.append(f"feed-forward {cfg.ffn_dim}")
+    if cfg.rope_base != default.rope_base:
+        parts.append(f"RoPE base {cfg.rope_base:g}")
+    if cfg.rope_scaling:
+        parts.append(f"RoPE scaling {cfg.rope_scaling} (factor {cfg.rope_scaling_factor:g})")
+    return ("This model also has: " + ", ".join(parts) + ".") if parts else ""
