@@ -150,7 +150,7 @@ def test_sighup_saves_the_run(tmp_path):
     checkpoint); the CLI stops after the step and saves, as for Ctrl-C."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "studio", "train", "--out", str(out), "--steps", "300",
+    cmd = [sys.executable, "-m", "opencl_llm_studio", "train", "--out", str(out), "--steps", "300",
            "--tune-steps", "20", "--checkpoint-every", "0", *TINY]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE)
     mfile = out / "metrics.jsonl"

@@ -3,6 +3,7 @@ blocks runs here in order, in a temporary folder, with small model settings adde
 `train` runs; the lines that need what a test machine lacks (network, 8 GPUs, a display) are
 each run by a named test; the Python example runs too. A README line that is neither fails."""
 
+import os
 import re
 import shlex
 import shutil
@@ -23,18 +24,18 @@ ELSEWHERE = {
     'python3 -m venv .venv && . .venv/bin/activate && pip install -e . && llm-studio':
         "tests/test_preflight.py::test_a_working_display_starts_the_window",
     TEST_COMMAND: ".ci/run",
-    "cd big-run && torchrun --standalone --nproc_per_node=8 train_ddp.py --out continued "
+    "cd ~/big-run && torchrun --standalone --nproc_per_node=8 train_ddp.py --out continued "
     "--tune-steps 2000": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
-    "llm-studio import big-run/continued runs/back":
+    "llm-studio import ~/big-run/continued back":
         "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     # no real SmolLM2 file here (no network): small models of its shape and tokenizer kind
-    "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf runs/smol --tune my-dialogues.txt":
+    "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf smol --tune my-dialogues.txt":
         "tests/test_open_session.py::smol_run",
-    'llm-studio chat runs/smol -m "Hello!"':
+    'llm-studio chat smol -m "Hello!"':
         "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
-    "llm-studio train --out runs/smol --continue --tune-steps 200":
+    "llm-studio train --out smol --continue --tune-steps 200":
         "tests/test_open_session.py::test_imported_model_tunes_on_dialogues_through_the_cli",
-    "llm-studio train --out runs/smol --continue --tune other.jsonl --tune-steps 400":
+    "llm-studio train --out smol --continue --tune other.jsonl --tune-steps 400":
         "tests/test_cli.py::test_continue_with_new_dialogues_tunes_on_them",
 }
 
@@ -72,26 +73,39 @@ def test_the_test_command_is_what_ci_runs():
 
 
 def test_the_headless_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    """Run from a fresh folder (the clone), with a home of their own: every command works, the
+    runs land in the runs folder that `llm-studio runs` lists, and the folder the person stands
+    in stays empty (the README's commands once left model.gguf, hf-model/ and big-run/ there)."""
     pytest.importorskip("safetensors")
     pytest.importorskip("tensorboardX")
-    from opencl_llm_studio.studio.cli import runs as cli_runs
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli_runs, "default_root", lambda: tmp_path / "runs")
+    home, clone = tmp_path / "home", tmp_path / "clone"
+    clone.mkdir()
+    for var, sub in (("HOME", ""), ("XDG_DATA_HOME", ".local/share"), ("XDG_CONFIG_HOME", ".config")):
+        monkeypatch.setenv(var, str(home / sub))
+    from opencl_llm_studio.studio.app_settings import runs_root
+    runs = runs_root()
+    assert runs.is_relative_to(home)
+    monkeypatch.chdir(clone)
     for line in command_lines():
         if line in ELSEWHERE:
             continue
-        argv = shlex.split(line)[1:]
+        argv = [os.path.expanduser(a) for a in shlex.split(line)[1:]]   # as the shell does
         if argv[0] == "train" and not {"--continue", "--continue-from"} & set(argv):
             argv += SMALL
-        if argv[0] == "plot":     # the README's runs/a and runs/b: two runs to compare
+        if argv[0] == "plot":     # the README's runs a and b: two runs to compare
             for name in ("a", "b"):
-                if not (tmp_path / "runs" / name).exists():
-                    shutil.copytree(tmp_path / "runs" / "first", tmp_path / "runs" / name)
+                if not (runs / name).exists():
+                    shutil.copytree(runs / "first", runs / name)
+        capsys.readouterr()
         assert main(argv) == 0, (line, capsys.readouterr().err)
-    for made in ("runs/first/checkpoint.npz", "model.gguf", "model.Modelfile",
-                 "hf-model/config.json", "big-run/train_ddp.py", "curves.png",
-                 "runs/c/tensorboard"):
-        assert (tmp_path / made).exists(), made
+        if argv == ["runs"]:
+            assert "first" in capsys.readouterr().out
+    for made in (runs / "first/checkpoint.npz", runs / "first/export/first-f32.gguf",
+                 runs / "first/export/first-f32.Modelfile", runs / "first/export/hf/config.json",
+                 home / "big-run/train_ddp.py", home / "curves.png", runs / "c/tensorboard"):
+        assert made.exists(), made
+    assert not (runs / "first" / ".training.lock").exists()   # a finished run leaves no lock
+    assert list(clone.iterdir()) == []
 
 
 def test_the_q8_0_example_runs(tok, tmp_path, monkeypatch):
@@ -124,6 +138,7 @@ INLINE = {
     "llm-studio devices": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio train": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio export": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "llm-studio runs": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio import": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     "llm-studio tune-kernels [--device D] [--preset NAME | --d-model --n-head --n-kv-head "
     "--context-length --vocab-size --batch-size] [--seconds 30] [--no-save]":

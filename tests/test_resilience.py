@@ -29,7 +29,7 @@ def _losses(run):
 
 
 def _train_cmd(out, *extra):
-    return [sys.executable, "-m", "studio", "train", "--out", str(out), "--steps", "300",
+    return [sys.executable, "-m", "opencl_llm_studio", "train", "--out", str(out), "--steps", "300",
             "--tune-steps", "20", "--checkpoint-every", "5", *TINY, *extra]
 
 

@@ -78,7 +78,7 @@ def test_ctrl_c_inside_the_first_long_step_abandons_it(tmp_path):
     import time
     from pathlib import Path
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "studio", "train", "--out", str(out), "--no-tune",
+    cmd = [sys.executable, "-m", "opencl_llm_studio", "train", "--out", str(out), "--no-tune",
            "--d-model", "384", "--n-layer", "6", "--n-head", "6", "--context-length", "256",
            "--batch-size", "8", "--steps", "50"]
     proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent,

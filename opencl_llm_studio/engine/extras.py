@@ -44,3 +44,12 @@ def missing_extra(exc: BaseException) -> MissingExtra | None:
     return MissingExtra(
         f"This needs the Python package {top!r} ({purpose}), which is not installed.",
         f"Install the [{extra}] extra into the same environment: {install_command(extra)}")
+
+
+def require(module: str) -> None:
+    """Raise MissingExtra now when `module` (a key of EXTRAS) cannot be imported: a command
+    checks before it starts work that would end in that import (train --tensorboard)."""
+    try:
+        __import__(module)
+    except ModuleNotFoundError as e:
+        raise (missing_extra(e) or e) from None

@@ -85,7 +85,26 @@ def cmd_tokenize(args) -> int:
     return 0
 
 
+EXPORT_FOLDER = "export"   # inside a run folder: where `export RUN` writes without an OUTPUT
+
+
+def default_export_path(model: str, fmt: str, dtype: str) -> Path:
+    """Where `export MODEL` writes without an OUTPUT: the run's own folder, RUN/export/
+    NAME-DTYPE.gguf (or RUN/export/hf), so an export never lands in the current folder by
+    surprise. StudioError for a model that is not a run (a GGUF, a transformers folder)."""
+    path = Path(model)
+    kind = path_kind(path, RUN_OR_GGUF_HINT)
+    if kind not in (ModelKind.RUN_FOLDER, ModelKind.CHECKPOINT):
+        raise StudioError(f"{model} is a {kind.value}, not a run: name the file to write.",
+                          f"Give the output: `llm-studio export {model} OUT.gguf`.")
+    run = path if kind is ModelKind.RUN_FOLDER else path.parent
+    folder = run.resolve() / EXPORT_FOLDER
+    return folder / "hf" if fmt == "hf" else folder / f"{run.resolve().name}-{dtype}.gguf"
+
+
 def cmd_export(args) -> int:
+    if args.output is None:
+        args.output = str(default_export_path(args.dir, args.format, args.dtype))
     s = load_model(args)
     if args.format == "hf":
         return _export_hf(s, args)

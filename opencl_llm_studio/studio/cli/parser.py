@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write a GGUF (and an Ollama Modelfile beside it), or a "
                        "Hugging Face transformers folder (--format hf)")
     e.add_argument("dir", help="run folder or checkpoint file")
-    e.add_argument("output", help="the .gguf file to write (a folder with --format hf)")
+    e.add_argument("output", nargs="?", help="the .gguf file to write (a folder with --format "
+                   "hf); default: in the run folder, RUN/export/NAME-DTYPE.gguf (RUN/export/hf)")
     e.add_argument("--format", choices=["gguf", "hf"], default="gguf",
                    help="gguf (llama.cpp, Ollama, LM Studio) or hf (transformers) (gguf)")
     e.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE,

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from opencl_llm_studio.engine.errors import StudioError
+from opencl_llm_studio.engine.extras import missing_extra
 from opencl_llm_studio.studio.cli.inputs import limited
 from opencl_llm_studio.studio.cli.plot import PLOT_SIZE
 
-TB_HINT = "Install it with `pip install 'opencl-llm-studio[tensorboard]'` (or tensorboardX)."
 
 
 def default_root() -> Path:
@@ -45,13 +45,14 @@ def run_table(runs) -> str:
 
 def cmd_runs(args) -> int:
     from opencl_llm_studio.studio.runs import scan
-    root = Path(args.root) if args.root else default_root()
-    if not root.is_dir():
+    root = Path(args.root).expanduser() if args.root else default_root()
+    if args.root and not root.is_dir():   # a folder the user named: a typo is worth saying
         raise StudioError(f"{root} is not a folder.",
                           "Give the folder that holds run folders (`llm-studio runs ROOT`).")
-    runs = scan([root])
+    runs = scan([root]) if root.is_dir() else []   # the runs folder is made by the first run
     if not runs:
-        print(f"No runs in {root}.")
+        print(f"No runs yet in {root}. `llm-studio train --out NAME` trains one there "
+              "(the studio's runs go there too).")
         return 0
     print(run_table(runs))
     return 0
@@ -66,9 +67,8 @@ class TrainWatch:
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter
-            except ImportError:
-                raise StudioError("--tensorboard needs the tensorboardX package, which is not "
-                                  "installed.", TB_HINT) from None
+            except ModuleNotFoundError as e:   # the [tensorboard] extra's install command
+                raise (missing_extra(e) or e) from None
             self.writer = SummaryWriter(str(Path(out) / "tensorboard"))
 
     def __call__(self, m) -> None:
@@ -104,7 +104,8 @@ def register(sub, S) -> None:
     r = sub.add_parser("runs", help="list training runs (a table)",
                        description="List the run folders under ROOT (default: the studio's "
                        "runs folder) with status, losses and wall time.")
-    r.add_argument("root", nargs="?", help="folder of run folders")
+    r.add_argument("root", nargs="?", help="folder of run folders (default: the runs folder, "
+                   "where `train --out NAME` and the studio put runs)")
     r.set_defaults(func=cmd_runs)
     p = sub.add_parser("plot", help="write the curves of runs side by side to a PNG",
                        description="Loss, held-out loss, grad norm, lr and training health of "

@@ -44,6 +44,9 @@ def cmd_train(args) -> int:
     from opencl_llm_studio.engine.fsutil import FolderSnapshot
     from opencl_llm_studio.engine.training.run_lock import RunFolderBusy, RunLock
     out = Path(args.out)
+    if args.tensorboard:   # before any work: a missing extra is said first, the folder untouched
+        from opencl_llm_studio.engine.extras import require
+        require("tensorboardX")
     if args.resume:  # the old spelling of --continue ("resume" is going on after a pause)
         print("note: --resume is now --continue; the old spelling still works.", file=sys.stderr)
         args.continue_run = True
