@@ -86,7 +86,7 @@ def test_runs_plot_and_devices_never_load_qt(tmp_path):
     from tests.runs_helpers import make_run
     run = make_run(tmp_path / "runs", "a")
     assert _without_qt(["runs", str(tmp_path / "runs")], tmp_path) == 0
-    assert _without_qt(["runs"], tmp_path) == 2   # the default runs folder: none made yet
+    assert _without_qt(["runs"], tmp_path) == 0   # the default runs folder, none made yet: empty
     assert _without_qt(["plot", str(run), "-o", str(tmp_path / "c.png")], tmp_path) == 0
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert _without_qt(["devices"], tmp_path) in (0, 1)   # 1: no OpenCL device

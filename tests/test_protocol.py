@@ -231,7 +231,7 @@ def test_the_protocol_loads_without_qt():
     import json
     import subprocess
     import sys
-    code = ("import sys, json, studio.protocol\n"
+    code = ("import sys, json, opencl_llm_studio.studio.protocol\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('PySide6', 'pyqtgraph', 'shiboken6'))))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

@@ -53,9 +53,12 @@ def test_status(tmp_path, saved, done, expect):
     assert R.load_run(folder).status == expect
 
 
-def test_status_running_while_metrics_are_written(tmp_path):
+def test_status_running_while_metrics_are_written_and_the_lock_cannot_be_read(tmp_path):
+    """Only where the lock file is unreadable does the clock guess: metrics written just now."""
     folder = make_run(tmp_path, "r", steps_done=20, saved_step=10)
     os.utime(folder / "metrics.jsonl")  # just now
+    assert R.load_run(folder).status == "crashed"   # no lock file: nothing trains there
+    (folder / ".training.lock").mkdir()             # opening it fails (not FileNotFoundError)
     assert R.load_run(folder).status == "running"
 
 
@@ -77,7 +80,7 @@ def test_status_follows_the_run_lock_not_the_clock(tmp_path):
     finally:
         lock.release()
     assert R.load_run(busy).status == "finished"
-    assert in_use(tmp_path) is None                # no lock file: the clock decides
+    assert in_use(tmp_path) is False               # no lock file: no run trains there
 
 
 def test_damaged_checkpoint_and_torn_metrics_line(tmp_path):

@@ -7,8 +7,9 @@ Reading a run never loads its weights: the checkpoint's JSON header is one small
 Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
-  running   a process holds the folder's training lock (engine.training.run_lock); a folder without a
-            lock file (older runs): metrics.jsonl was written in the last RUNNING_S seconds and
+  running   a process holds the folder's training lock (engine.training.run_lock; a run removes
+            the file when it ends, so a folder without one is not training); where the lock
+            file cannot be read: metrics.jsonl was written in the last RUNNING_S seconds and
             the run is not finished;
   finished  the checkpoint's step reached the run's total (pretraining + tuning steps);
   stopped   a checkpoint exists and metrics.jsonl has no step after it (Stop, Pause then quit,

@@ -133,13 +133,15 @@ def ensure_free(folder: str | os.PathLike) -> None:
 
 
 def in_use(folder: str | os.PathLike) -> bool | None:
-    """Whether a process (this one included) trains in `folder` now: True when its lock is held,
-    False when the lock file is there and free (the run ended: finished, stopped or killed),
-    None when there is no lock file (a folder written before run locks, or by another tool).
-    Probes without writing: the file and its "<pid> <host>" stay as they are."""
+    """Whether a process (this one included) trains in `folder` now: True when its lock is held;
+    False when the lock file is free (a killed run's) or gone (every run holds it while training
+    and removes it when it ends); None when the file is there but cannot be read. Probes
+    without writing: the file and its "<pid> <host>" stay as they are."""
     path = Path(folder) / LOCK_NAME
     try:
         f = open(path, "rb")
+    except FileNotFoundError:
+        return False
     except OSError:
         return None
     with f:

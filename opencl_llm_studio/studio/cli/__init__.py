@@ -8,6 +8,7 @@ and `train` never load Qt):
   hf.py       `export --format hf`, `import`, `scale-out`
   runs.py     `runs`, `plot`, and train's health warnings / TensorBoard
   inputs.py   argument types (ranges); progress.py: the progress line
+  run_names.py  a plain run name is a run in the runs folder (the window's Runs table)
 
 Run folders and what a model path holds: studio.run_folder.
 """

@@ -29,7 +29,8 @@ def cmd_studio(args) -> int:
     from opencl_llm_studio.studio.preflight import check_display
     check_display()  # missing xcb libraries or a wrong DISPLAY: a message and exit 2, not abort
     from opencl_llm_studio.studio.ui.app import run_app
-    return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device)
+    return run_app(pretrain_path=args.pretrain, tune_path=args.tune, device=args.device,
+                   screenshot=args.screenshot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrain", help="pretraining text file (default: the bundled corpus)")
     p.add_argument("--tune", help="dialogue file, 'User: ... Assistant: ...' or JSONL")
     p.add_argument("--device", help="OpenCL device index or name part (see `llm-studio devices`)")
+    p.add_argument("--screenshot", metavar="PNG", help="open the window, save a picture of it "
+                   "to PNG once shown, and close (with QT_QPA_PLATFORM=offscreen: no display)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("devices", help="list the OpenCL devices").set_defaults(func=models.cmd_devices)
 

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from opencl_llm_studio.studio.app_settings import APP_NAME
@@ -20,10 +23,36 @@ def configure_application(app: QApplication) -> None:
     app.setStyle("Fusion")
 
 
-def run_app(pretrain_path=None, tune_path=None, device=None) -> int:
-    """Open the main window (the `llm-studio` command without a subcommand)."""
+
+
+def app_icon() -> QIcon:
+    """The application's icon (package data: resources/icon.svg, icon.png for the desktop)."""
+    from importlib import resources
+    return QIcon(str(resources.files("opencl_llm_studio.resources") / "icon.png"))
+
+
+def run_app(pretrain_path=None, tune_path=None, device=None, screenshot=None) -> int:
+    """Open the main window (the `llm-studio` command without a subcommand). screenshot: a
+    .png path: the window saves a picture of itself there once shown (atomically) and closes,
+    so a person or a test can see it without a display (QT_QPA_PLATFORM=offscreen). The
+    picture is taken when the event loop is first idle with the window shown: the moment a
+    person could use it (benchmarks/startup.sh times launch to that moment)."""
     app = QApplication.instance() or QApplication(sys.argv)
     configure_application(app)
+    app.setWindowIcon(app_icon())
     window = MainWindow(pretrain_path=pretrain_path, tune_path=tune_path, device=device)
     window.show()
+    if screenshot:
+        QTimer.singleShot(0, lambda: _save_and_close(window, Path(screenshot)))
     return app.exec()
+
+
+def _save_and_close(window, path: Path) -> None:
+    from opencl_llm_studio.engine.fsutil import atomic_write
+    image = window.grab()
+    atomic_write(path, lambda tmp: image.save(str(tmp), "PNG") or _failed(tmp))
+    window.close()
+
+
+def _failed(path: Path) -> None:
+    raise OSError(f"could not write a PNG to {path}")
