@@ -11,7 +11,7 @@ trap 'rm -f "$shot"' EXIT
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; }
 once() { local t0 t1; t0=$(date +%s.%N); "$@" --screenshot "$shot" >/dev/null 2>&1; t1=$(date +%s.%N)
-         echo "$t1 - $t0" | bc; }
+         printf "%.2f" "$(echo "$t1 - $t0" | bc)"; }
 
 measure() {
     local name=$1; shift

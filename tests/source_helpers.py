@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("opencl_llm_studio/engine", "opencl_llm_studio/studio", "benchmarks")
+PRODUCT = ("opencl_llm_studio/engine", "opencl_llm_studio/studio", "opencl_llm_studio/resources",
+           "benchmarks")
 
 
 def files_matching(pattern: str, dirs=PRODUCT + ("tests",), exclude: str | None = None) -> list[str]:

@@ -148,3 +148,17 @@ def test_the_studio_says_when_your_text_would_be_tuned_on_the_sample_dialogues(q
     own_tune.write_text("User: hi\nAssistant: hello\n")
     assert panel.load("tune", own_tune)
     assert BUNDLED_TUNE_NOTE not in panel.tune.stats.text()
+
+
+def test_every_command_says_what_it_does_in_its_own_help(capsys):
+    """`llm-studio devices --help` (and sample, export, tune-kernels) printed a usage line and
+    options but no line saying what the command does: every command's help has one."""
+    from opencl_llm_studio.studio.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        text = capsys.readouterr().out
+        lines = [line for line in text.split("\n\n")[1:2]]   # the paragraph after the usage
+        assert lines and lines[0].strip() and not lines[0].startswith(("positional", "options")), \
+            (name, text[:300])

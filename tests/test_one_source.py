@@ -23,7 +23,9 @@ RULES = [
     ("export size per type", r"34 / 32", []),
     ("model and training defaults", r"steps=600|tune_steps=200|seed=1337", []),
     ("the metrics.jsonl writer", r"json\.dumps\(m\.to_dict\(\)\)", ["opencl_llm_studio/studio/run_folder.py"]),
-    ("bundled corpus path", r'opencl_llm_studio\.resources"', ["opencl_llm_studio/engine/data/textio.py"]),
+    ("bundled file path", r'files\(__name__\)|opencl_llm_studio\.resources"',
+     ["opencl_llm_studio/resources/__init__.py"]),
+    ("bundled corpus names", r'"pretrain\.txt"', ["opencl_llm_studio/engine/data/textio.py"]),
     ("tokenizer kinds", r'\["bpe", "char"\]|\("bpe", "char"\)', ["opencl_llm_studio/engine/config.py"]),
     # issue 23: limits and defaults in one table (engine/limits.py), not beside it
     ("minimum vocabulary", r"(?<![\w.])259(?![\w.])(?!.*STILL_ACTIVE)", ["opencl_llm_studio/engine/limits.py"]),

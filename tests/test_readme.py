@@ -24,6 +24,9 @@ ELSEWHERE = {
     'python3 -m venv .venv && . .venv/bin/activate && pip install -e . && llm-studio':
         "tests/test_preflight.py::test_a_working_display_starts_the_window",
     TEST_COMMAND: ".ci/run",
+    # .ci/run builds the bundle the same way and the test starts it from an empty environment
+    "bash packaging/build_linux.sh ~/opencl-llm-studio":
+        "tests/test_bundle.py::test_the_bundle_runs_from_an_empty_environment",
     "cd ~/big-run && torchrun --standalone --nproc_per_node=8 train_ddp.py --out continued "
     "--tune-steps 2000": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     "llm-studio import ~/big-run/continued back":
@@ -139,6 +142,10 @@ INLINE = {
     "llm-studio train": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio export": "tests/test_readme.py::test_the_headless_commands_run_as_written",
     "llm-studio runs": "tests/test_readme.py::test_the_headless_commands_run_as_written",
+    "python -m opencl_llm_studio":
+        "tests/test_install.py::test_packages_named_kernels_engine_studio_resources_do_not_shadow_ours",
+    "bash benchmarks/startup.sh BUNDLE": NOT_HERE + "a benchmark; its figures are in the README "
+                                         "with their date and machine",
     "llm-studio import": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     "llm-studio tune-kernels [--device D] [--preset NAME | --d-model --n-head --n-kv-head "
     "--context-length --vocab-size --batch-size] [--seconds 30] [--no-save]":

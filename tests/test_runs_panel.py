@@ -37,11 +37,11 @@ def test_lists_runs_with_status_and_sorts(panel):
     statuses = {panel.table.item(r, rp.NAME_COL).text(): panel.table.item(r, rp.STATUS_COL).text()
                 for r in range(panel.table.rowCount())}
     assert statuses == {"lr 1e-2": "finished", "lr 1e-3": "finished", "stopped early": "stopped"}
-    loss_col = rp.COLUMNS.index("Train loss")
+    loss_col = rp.COLUMNS.index("Loss")
     panel.table.sortItems(loss_col, Qt.AscendingOrder)
     losses = [float(panel.table.item(r, loss_col).text()) for r in range(3)]
     assert losses == sorted(losses)
-    panel.table.sortItems(rp.COLUMNS.index("Parameters"), Qt.DescendingOrder)
+    panel.table.sortItems(rp.COLUMNS.index("Params"), Qt.DescendingOrder)
     assert names(panel)[0] == "lr 1e-3"  # d_model 64: the most parameters, numeric sort
 
 

@@ -66,6 +66,7 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     assert "Text recall after pretraining" in window.samples_panel.recall_label.text()
     assert not window.run_bar.train_button.isEnabled()       # 20 of 20 steps done
     assert "raise the pretraining steps" in window.run_bar.hint.text().lower()
+    assert window.run_bar.hint.property("role") == "muted"   # the next step, not an error (red)
     assert not window.settings_panel.spins["dModelSpin"].isEnabled()  # the model is fixed
     window.settings_panel.set_value("pretrainStepsSpin", 32)
     window.run_bar.as_new_run_check.setChecked(True)   # Continue as a new run (not in place)

@@ -40,6 +40,11 @@ class ConfigError(StudioError):
         return self.fields[0] if self.fields else None
 
 
+class NothingToTrain(ConfigError):
+    """A run already at its step totals: not a fault in what was given; the way on is to raise
+    the totals (the studio shows it as a note, not as an error)."""
+
+
 class DataError(StudioError):
     """A corpus or dialogue file that cannot be used (empty, binary, not text, malformed)."""
 

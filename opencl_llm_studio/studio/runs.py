@@ -116,6 +116,31 @@ def run_colour(i: int) -> str:
     return RUN_COLOURS[i % len(RUN_COLOURS)]
 
 
+_DEVICE_NOISE = re.compile(r"^(pthread|cpu|basic)-|\((R|TM|r|tm)\)|\bProcessor\b|\bCPU\b|"
+                           r"@\s*[\d.]+\s*GHz|\b\d+-Core\b")
+_TOKENIZER_SHORT = {"SentencePiece BPE": "BPE", "SentencePiece characters": "chars",
+                    "SentencePiece unigram": "unigram", "SentencePiece words": "words",
+                    "SentencePiece BPE (Llama-2 layout)": "Llama-2 BPE"}
+
+
+def short_device(name: str) -> str:
+    """A device name for a narrow column: PoCL's "pthread-" prefix, (R), (TM), "Processor",
+    "CPU", clock speed and core count dropped ("pthread-AMD EPYC 7763 64-Core Processor" ->
+    "AMD EPYC 7763"); the whole name when nothing is left."""
+    short = " ".join(_DEVICE_NOISE.sub(" ", name).split())
+    return short or name
+
+
+def short_tokenizer(text: str) -> str:
+    """RunInfo.tokenizer for a narrow column: "SentencePiece BPE · 512" -> "BPE 512",
+    "byte-level BPE, pre-tokenizer smollm · 49152" -> "byte-level BPE 49152"."""
+    name, _, size = text.rpartition(" · ")
+    if not name:
+        return text
+    name = name.split(", pre-tokenizer")[0]
+    return f"{_TOKENIZER_SHORT.get(name, name)} {size}"
+
+
 def fmt_duration(s: float) -> str:
     """Seconds as m:ss, or h:mm:ss from an hour (the Runs table's and `llm-studio runs`' wall)."""
     s = int(round(s))

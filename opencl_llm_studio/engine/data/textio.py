@@ -83,8 +83,8 @@ def bundled_corpus(which: str) -> Path:
     """Path of a bundled default text: which "pretrain" (short facts) or "tune" (dialogues),
     package data of `opencl_llm_studio.resources`, found through importlib.resources wherever the
     package is installed. KeyError for another name."""
-    from importlib import resources
-    return Path(str(resources.files("opencl_llm_studio.resources"))) / BUNDLED[which]
+    from opencl_llm_studio import resources
+    return resources.path(BUNDLED[which])
 
 
 def _fmt_size(n: int) -> str:

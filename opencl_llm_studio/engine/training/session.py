@@ -21,7 +21,7 @@ from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, ModelConfig, Trai
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.opencl.device import DeviceInfo
 from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_chat_format
-from opencl_llm_studio.engine.errors import CheckpointError, ConfigError
+from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, NothingToTrain
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.generation.generator import Generator, delegate
 from opencl_llm_studio.engine.model.memory import check_fits
@@ -73,7 +73,7 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
         what = [f"the pretraining steps above {pretrain_steps}"] * (
             not has_tune or step <= pretrain_steps)
         what += [f"the tuning steps above {tune_steps}"] * has_tune
-        raise ConfigError(f"This run has done all of its {step} steps.",
+        raise NothingToTrain(f"This run has done all of its {step} steps.",
                           f"Raise {' or '.join(what)} to train further.")
 
 

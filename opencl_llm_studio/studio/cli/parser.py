@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.register(sub, S)
     hf.register(sub, S)
     tune.register_tune(sub, S)
+    for choice in sub._choices_actions:   # `llm-studio CMD --help` says what CMD does, too
+        command = sub.choices[choice.dest]
+        command.description = command.description or f"{choice.help[:1].upper()}{choice.help[1:]}."
     return p
 
 

@@ -27,8 +27,8 @@ def configure_application(app: QApplication) -> None:
 
 def app_icon() -> QIcon:
     """The application's icon (package data: resources/icon.svg, icon.png for the desktop)."""
-    from importlib import resources
-    return QIcon(str(resources.files("opencl_llm_studio.resources") / "icon.png"))
+    from opencl_llm_studio import resources
+    return QIcon(str(resources.path("icon.png")))
 
 
 def run_app(pretrain_path=None, tune_path=None, device=None, screenshot=None) -> int:

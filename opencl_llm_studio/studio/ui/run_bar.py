@@ -168,9 +168,15 @@ class RunBar(QWidget):
         if self.run_dir is not None:
             QGuiApplication.clipboard().setText(str(self.run_dir))
 
-    def set_hint(self, text: str | None) -> None:
+    def set_hint(self, text: str | None, error: bool = True) -> None:
+        """Why Train waits, under the bar: red for a fault, muted for a next step."""
         self.hint.setText(text or "")
         self.hint.setVisible(bool(text))
+        role = "error" if error else "muted"
+        if self.hint.property("role") != role:
+            self.hint.setProperty("role", role)
+            self.hint.style().unpolish(self.hint)
+            self.hint.style().polish(self.hint)
 
     def reset_pace(self) -> None:
         """Forget the pace: a new run or a continued one (only this run's steps count)."""

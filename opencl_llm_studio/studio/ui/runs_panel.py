@@ -15,13 +15,26 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
                                QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
 from opencl_llm_studio.engine.errors import StudioError
-from opencl_llm_studio.studio.runs import RunInfo, config_diff, fmt_duration, rename, scan
+from opencl_llm_studio.studio.runs import (RunInfo, config_diff, fmt_duration, rename, scan,
+                                          short_device, short_tokenizer)
 from opencl_llm_studio.studio.ui.compare_plot import ComparePlots
 from opencl_llm_studio.studio.ui.widgets import ElidedLabel
 
-COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Parameters", "Tokenizer", "Steps",
-           "Train loss", "Held-out loss", "Bits/byte", "Wall time", "Clip / skip")
-NAME_COL, STATUS_COL, DEVICE_COL = 1, 3, 4
+# Short headers (a 1200 px window shows every column with the name and device whole); each has
+# its meaning in words as the header's tooltip (HEADER_TIPS)
+COLUMNS = ("Compare", "Name", "Date", "Status", "Device", "Params", "Tokenizer", "Steps",
+           "Loss", "Held-out", "Bits/byte", "Time", "Clip/skip")
+HEADER_TIPS = {"Params": "Parameters", "Loss": "Last training loss (nats per token)",
+               "Held-out": "Last held-out loss (nats per token) on text never trained on",
+               "Bits/byte": "Held-out bits per UTF-8 byte (comparable across tokenizers)",
+               "Time": "Wall time of training", "Clip/skip": "Steps clipped / skipped"}
+NAME_COL, STATUS_COL, DEVICE_COL, TOKENIZER_COL = 1, 3, 4, 6
+NAME_MAX_PX = 150   # a timestamp name ("20261205-115959") fits whole; a longer one is elided
+
+
+def h_hint(table, col: int) -> int:
+    """The header label's own width in `col`."""
+    return table.horizontalHeader().sectionSizeFromContents(col).width()
 STATUS_TIPS = {
     "finished": "Trained all its steps.",
     "stopped": "Stopped before the end; its checkpoint holds every step done. Continue it.",
@@ -61,8 +74,9 @@ def _cells(r: RunInfo) -> list[_Item]:
         return _Item("" if v is None or not math.isfinite(v) else fmt.format(v), v)
     date = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.date)) if r.date else ""
     return [_Item("", None), _Item(r.name, r.name.lower()), _Item(date, r.date),
-            _Item(r.status, r.status), _Item(r.device, r.device),
-            _Item(f"{r.params:,}" if r.params else "", r.params), _Item(r.tokenizer, r.tokenizer),
+            _Item(r.status, r.status), _Item(short_device(r.device), r.device),
+            _Item(f"{r.params:,}" if r.params else "", r.params),
+            _Item(short_tokenizer(r.tokenizer), r.tokenizer),
             _Item(f"{r.step}/{r.total_steps}", r.step), num(r.loss, "{:.3f}"),
             num(r.val_loss, "{:.3f}"), num(r.val_bpb, "{:.3f}"),
             _Item(fmt_duration(r.wall_s), r.wall_s), _Item(f"{r.clipped} / {r.skipped}",
@@ -89,18 +103,21 @@ class RunsPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("runsTable")
         self.table.setHorizontalHeaderLabels(COLUMNS)
+        for col, name in enumerate(COLUMNS):
+            self.table.horizontalHeaderItem(col).setToolTip(HEADER_TIPS.get(name, name))
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
-        # Every column as wide as its content (header included) but the name and the device,
-        # which share the rest of the width and are elided (their tooltips have them whole): the last columns are
-        # never behind a horizontal scroll bar.
+        # Every column as wide as its content (header included; the device and tokenizer in
+        # short forms, whole in their tooltips) but the device, which takes the rest of the
+        # width and is elided when that is short: the name is never cut ("20...59" at 1200 px
+        # once) and the last columns are never behind a horizontal scroll bar.
         h = self.table.horizontalHeader()
         h.setSectionResizeMode(QHeaderView.ResizeToContents)
-        for col in (NAME_COL, DEVICE_COL):
-            h.setSectionResizeMode(col, QHeaderView.Stretch)
+        h.setSectionResizeMode(DEVICE_COL, QHeaderView.Stretch)
+        h.setSectionResizeMode(NAME_COL, QHeaderView.Interactive)   # sized in _fill, capped
         h.setStretchLastSection(False)
         h.setMinimumSectionSize(40)
         self.table.setTextElideMode(Qt.ElideMiddle)
@@ -199,7 +216,12 @@ class RunsPanel(QWidget):
                             ("\n\n" + "\n".join(r.warnings) if r.warnings else ""))
             self.table.item(row, STATUS_COL).setToolTip(STATUS_TIPS.get(r.status, ""))
             self.table.item(row, DEVICE_COL).setToolTip(r.device)
+            self.table.item(row, TOKENIZER_COL).setToolTip(r.tokenizer)
         self.table.setSortingEnabled(True)
+        # the name as wide as the longest (a timestamp name whole), at most NAME_MAX_PX: a long
+        # name is elided in the middle rather than pushing the columns off the window
+        self.table.setColumnWidth(NAME_COL, min(max(self.table.sizeHintForColumn(NAME_COL),
+                                                    h_hint(self.table, NAME_COL)), NAME_MAX_PX))
         self._filling = False
         if selected:
             self.select(selected)

@@ -27,6 +27,9 @@ from opencl_llm_studio.studio.ui.run_controller import RunController
 from opencl_llm_studio.studio.ui.window_face import WindowFace
 from opencl_llm_studio.studio.ui.window_layout import Panels
 
+NO_HISTORY = ("No training curves in this model's file (a GGUF or a pretrained model keeps "
+              "the weights only): the plots fill as you train it further.")
+
 
 class TrainingActions:
     def __init__(self, window: WindowFace, panels: Panels, controller: RunController,
@@ -157,6 +160,8 @@ class TrainingActions:
         records = info.history or ()  # StepMetrics
         if records:
             self.panels.plots.add_metrics(records)
+        else:   # a GGUF or a pretrained model: weights without curves; say so, not blank plots
+            self.panels.plots.summary.setText(NO_HISTORY)
         if recall:
             for m in records:
                 if m.recall:

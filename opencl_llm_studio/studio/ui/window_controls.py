@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.errors import ConfigError, NothingToTrain
 from opencl_llm_studio.engine.training.session import check_continuation
 from opencl_llm_studio.studio.protocol import FileTask
 from opencl_llm_studio.studio.ui.run_controller import RunController
@@ -32,6 +32,11 @@ OPENED_DATA_WHY = ("The opened model keeps its texts. A model without dialogues 
                    "file: its tuning stage then tunes on it.")
 
 
+class Guidance(str):
+    """A reason Train waits that is the next step, not a fault (a run at its totals: raise
+    them): the run bar shows it as a note rather than in red."""
+
+
 class WindowControls:
     def __init__(self, panels: Panels, controller: RunController, menu: FileMenu,
                  tuning: TuneActions):
@@ -47,7 +52,7 @@ class WindowControls:
         ctl, free = c.controls, c.task is FileTask.NONE
         why = self.train_problem()
         rb.train_button.setEnabled(ctl.train and free and why is None)
-        rb.set_hint(why if ctl.hint else None)
+        rb.set_hint(why if ctl.hint else None, error=not isinstance(why, Guidance))
         rb.pause_button.setEnabled(ctl.pause)
         rb.pause_button.setText("Resume" if ctl.resume else "Pause")
         tuning = c.task is FileTask.TUNE   # Stop cancels it
@@ -95,6 +100,8 @@ class WindowControls:
         try:
             check_continuation(r.step, r.pretrain_steps, r.tune_steps, has_tune,
                                tc.pretrain_steps, tc.tune_steps, require_more=True)
+        except NothingToTrain as e:   # guidance, shown as a note
+            return Guidance(e.describe().replace("\n", " "))
         except ConfigError as e:
             return e.describe().replace("\n", " ")
         return None
