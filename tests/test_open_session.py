@@ -131,3 +131,46 @@ def test_a_failed_write_of_an_imported_folder_is_explained_and_leaves_nothing(rt
     assert main(["import", str(tmp_path / "hf"), str(tmp_path / "run")]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_exports_of_an_imported_model_keep_its_own_context_length(tmp_path):
+    """The run trains and chats in a window of at most 1,024 tokens, but the model is the
+    source's: the GGUF and the HF config say the source's context (they said 1,024), and a
+    save after tuning keeps the model card that says it."""
+    import gguf
+    from opencl_llm_studio.engine.files.hf.export import export_session
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.studio.cli import main
+    folder = build("llama32", tmp_path / "folder")   # 16,384 positions
+    assert main(["import", str(folder), str(tmp_path / "run")]) == 0
+    own = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    s = TrainingSession.load(tmp_path / "run")
+    assert s.model_config.context_length < own
+    s.export_gguf(tmp_path / "m.gguf")
+    reader = gguf.GGUFReader(tmp_path / "m.gguf")
+    field = reader.fields["llama.context_length"]
+    assert int(field.parts[field.data[0]][0]) == own
+    export_session(s, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["max_position_embeddings"] == own
+    s.save(tmp_path / "again")
+    assert TrainingSession.load(tmp_path / "again").export_config().context_length == own
+
+
+def test_an_imported_instruct_model_is_not_called_untuned(tmp_path, monkeypatch, capsys):
+    """`llm-studio chat` said of an imported Instruct model (its own chat template, tuned by
+    its makers) that it "was not tuned on dialogues"; a model of this app's without tuning
+    still gets the note."""
+    import io
+    from opencl_llm_studio.studio.cli import main
+    from tests.helpers import TINY
+    folder = build("smollm2", tmp_path / "folder")
+    assert main(["import", str(folder), str(tmp_path / "run")]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    capsys.readouterr()
+    assert main(["chat", str(tmp_path / "run")]) == 0
+    assert "not tuned" not in capsys.readouterr().out
+    assert main(["train", "--out", str(tmp_path / "mine"), "--steps", "2", "--no-tune", *TINY]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    capsys.readouterr()
+    assert main(["chat", str(tmp_path / "mine")]) == 0
+    assert "not tuned" in capsys.readouterr().out

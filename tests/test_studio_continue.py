@@ -164,7 +164,7 @@ def test_opened_model_shows_its_own_run_folder_not_the_last_run(qtbot, window, t
     assert rb.run_dir is None
     assert not rb.folder_label.isVisible() and not rb.open_folder_button.isVisible()
     # a GGUF has weights, no curves: the plots say so instead of standing empty
-    assert "No training curves" in window.plots.summary.text()
+    assert "no training curves" in window.plots.summary.full_text()
     open_model(qtbot, window, first.run_dir)
     assert rb.run_dir == Path(first.run_dir) != Path(second.run_dir)
     assert rb.folder_label.isVisible()

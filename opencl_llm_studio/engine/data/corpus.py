@@ -44,7 +44,16 @@ PHASE = "encoding the pretraining text"
 
 def _windows(stream: np.ndarray, starts: np.ndarray, context_length: int
              ) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs and targets (B, T) int32 for windows of T+1 tokens at `starts` (B,)."""
+    """Inputs and targets (B, T) int32 for windows of T+1 tokens at `starts` (B,). A stream
+    shorter than T+1 tokens (a short general text beside an open model's long window) gives
+    the whole stream in every window, padded: inputs after its end 0, targets -1 (not scored;
+    causal attention keeps the padding from changing the scored positions)."""
+    if stream.size < context_length + 1:
+        n = stream.size - 1
+        x = np.zeros((len(starts), context_length), np.int32)
+        y = np.full((len(starts), context_length), -1, np.int32)
+        x[:, :n], y[:, :n] = stream[:-1], stream[1:]
+        return x, y
     idx = starts[:, None] + np.arange(context_length + 1)[None, :]   # (B, T+1)
     win = stream[idx]
     return win[:, :-1].copy(), win[:, 1:].copy()
@@ -95,15 +104,19 @@ class PretrainData:
     paragraph), train_documents (list[str]: the paragraphs trained on; one cut by the split
     contributes its training part), n_val_documents (int: paragraphs wholly held out).
     n_tokens (int: the text's size in tokens, its BOS and the tokens of its parts), token_bytes
-    (int64 (V,), token_bytes()). Raises DataError for a whitespace-only text or one shorter
-    than T+1 tokens (the message says how many tokens there are and suggests a context length);
-    ConfigError for a context_length or val_fraction outside engine.limits.LIMITS or an unknown
+    (int64 (V,), token_bytes()). short_ok: a text shorter than T+1 tokens is used as it is
+    (the general text beside a model made elsewhere, whose window the person did not choose):
+    every window is the whole text, padded (targets past its end -1, not scored), and val_note
+    says so. Raises DataError for a whitespace-only text, and without short_ok for one shorter
+    than T+1 tokens (the message says how many tokens there are and suggests a context
+    length); ConfigError for a context_length or val_fraction outside engine.limits.LIMITS or an unknown
     val_split.
     """
 
     def __init__(self, tokenizer: Tokenizer, text: str, context_length: int,
                  val_fraction: float = 0.1, seed: int = 0, val_split: str = "docs",
-                 monitor: Monitor | None = None):
+                 monitor: Monitor | None = None, short_ok: bool = False):
+        self.short_ok = short_ok
         LIMITS["context_length"].check(context_length)
         if not LIMITS["val_fraction"].contains(val_fraction) or val_split not in VAL_SPLITS:
             raise ConfigError(f"val_split {val_split!r} with val_fraction {val_fraction} is not "
@@ -198,12 +211,6 @@ class PretrainData:
         self.train_text = self.val_text = self.text
         self.train_stream = self.val_stream = self._encode(self.text)
         self.n_tokens = int(self.train_stream.size)
-        if self.n_tokens < need:
-            raise DataError(
-                f"The pretraining text is {self.n_tokens} tokens long, shorter than one training "
-                f"window of context_length + 1 = {need} tokens.",
-                f"Use a context length of at most {suggest_context_length(self.n_tokens)}, or a "
-                f"longer text.")
         self.val_source, self.n_val_documents = TRAINING_TEXT, 0
         self.train_documents = list(self.documents)
         why = ("the validation share is 0" if self.val_fraction == 0 else
@@ -211,6 +218,16 @@ class PretrainData:
                f"tokens to train on and one to hold out need {2 * need}")
         self.val_note = (f"nothing held out ({why}): the validation loss is measured on the "
                          "training text")
+        if self.n_tokens < need and not self.short_ok:
+            raise DataError(
+                f"The pretraining text is {self.n_tokens} tokens long, shorter than one training "
+                f"window of context_length + 1 = {need} tokens.",
+                f"Use a context length of at most {suggest_context_length(self.n_tokens)}, or a "
+                f"longer text.")
+        if self.n_tokens < need:   # short_ok: used as it is (an open model's window is
+            self.val_note += (     # longer than most general texts a person has at hand)
+                f"; the text is shorter than one window of context + 1 = {need} tokens, so "
+                f"every window is the whole text ({self.n_tokens:,} tokens), padded")
 
     @property
     def val_bytes(self) -> int:
@@ -228,7 +245,7 @@ class PretrainData:
         rng: the generator to draw window starts from (None: this object's, seeded by `seed`)."""
         rng = self.rng if rng is None else rng
         high = self.train_stream.size - self.context_length   # starts 0..high-1
-        starts = rng.integers(0, high, size=batch_size)
+        starts = rng.integers(0, max(high, 1), size=batch_size)   # a short text: 0, padded
         return _windows(self.train_stream, starts, self.context_length)
 
     def val_batches(self, batch_size: int, max_tokens: int
@@ -244,6 +261,12 @@ class PretrainData:
         covered. The last batch is padded with windows of targets -1 (ignored by the loss).
         score() scores them."""
         T, val = self.context_length, self.val_stream
+        if val.size - 1 < T:   # shorter than one window: itself, padded (_windows)
+            x, y = _windows(val, np.zeros(1, np.int64), T)
+            pad = batch_size - 1
+            x = np.concatenate([x, np.repeat(x, pad, axis=0)])
+            y = np.concatenate([y, np.full((pad, T), -1, np.int32)])
+            return [(x, y)]
         n_win = (val.size - 1) // T
         starts = np.arange(n_win, dtype=np.int64) * T
         tail = (val.size - 1) - n_win * T   # targets after the last whole window

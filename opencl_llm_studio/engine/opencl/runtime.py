@@ -15,12 +15,14 @@ so tests can check it), no launch with more work-items per group than the kernel
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 import re
+import warnings
 from contextlib import contextmanager
-from importlib import resources
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,7 @@ from opencl_llm_studio.engine.errors import DeviceError
 # The .cl sources are package data of opencl_llm_studio.kernels, found wherever the package is
 # installed (a wheel, an editable checkout, the desktop bundle), never relative to a checkout.
 KERNEL_DIR = Path(str(resources.files("opencl_llm_studio.kernels")))
+log = logging.getLogger("opencl_llm_studio")
 _SIG = re.compile(r"__kernel\s+(?:__attribute__\(\(.*?\)\)\s*)?void\s+(\w+)\s*\(([^)]*)\)", re.S)
 _SCALAR = {"int": np.int32, "uint": np.uint32, "float": np.float32, "long": np.int64}
 
@@ -96,13 +99,29 @@ def launch_flops_cap(is_cpu: bool, compute_units: int, clock_mhz: int,
     return max(GPU_LAUNCH_FLOPS, LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 16)
 
 
+def _log_build(program: "cl.Program", device, name: str) -> None:
+    """The compiler's output of a successful build, at DEBUG level when there is any."""
+    try:
+        text = program.get_build_info(device, cl.program_build_info.LOG).strip()
+    except cl.Error:
+        return
+    if text:
+        log.debug("OpenCL compiler output on %s:\n%s", name, text)
+
+
 class Built:
     """One built program: kernels fetched once, with declared scalar dtypes and the largest
     work-group each may run on the device (launches above it raise DeviceError)."""
 
     def __init__(self, rt: "Runtime", src: str, opts: list[str]):
         try:
-            self.program = cl.Program(rt.ctx, src).build(options=opts)
+            # pyopencl warns (CompilerWarning, with a line of its own source) whenever the
+            # compiler says anything, warnings included: a person saw it on every command. The
+            # log goes to the `opencl_llm_studio` logger; a failed build shows it in the error.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                self.program = cl.Program(rt.ctx, src).build(options=opts)
+            _log_build(self.program, rt.device, rt.info.name)
         except cl.Error as e:
             raise DeviceError(f"The OpenCL kernels failed to compile on {rt.info.name}.",
                               f"Pick another device. Compiler said:\n{e}",

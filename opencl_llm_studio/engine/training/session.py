@@ -83,9 +83,13 @@ class TrainingSession:
     def __init__(self, rt: Runtime, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
-                 monitor: Monitor | None = None, autotune: bool | None = None):
+                 monitor: Monitor | None = None, autotune: bool | None = None,
+                 short_text_ok: bool = False):
         """autotune: tune the kernels for this device and shape first when none are cached
-        (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says)."""
+        (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
+        short_text_ok: a pretraining text shorter than one window is used as it is, padded
+        (engine.data.corpus.PretrainData short_ok): for a model whose window the text did not
+        choose (opened, imported); a new run refuses it with a context length that fits."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
         # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
@@ -95,7 +99,8 @@ class TrainingSession:
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
-                                     train_cfg.seed, train_cfg.val_split, monitor=self.monitor)
+                                     train_cfg.seed, train_cfg.val_split, monitor=self.monitor,
+                                     short_ok=short_text_ok)
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
@@ -109,6 +114,9 @@ class TrainingSession:
         self.generator = Generator(self.model, tokenizer, self.chat_format, self.monitor)
         self.rewarm: Rewarm | None = None  # a continued run's lr ramp (engine.training.schedule)
         self.loaded_from_previous = False  # load() fell back to checkpoint.prev.npz
+        # an imported model's card (engine.files.model_card): kept across saves, and its own
+        # context_length is what an export says (the run trains in a shorter window)
+        self.source: dict | None = None
 
     # generation (engine.generation.generator.Generator, composed)
     generate = delegate("generate")
@@ -161,7 +169,7 @@ class TrainingSession:
         rt = runtime or Runtime(device)
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
                 chat_format=h.get("chat_format", 1), monitor=monitor,      # key: format 1
-                autotune=autotune)
+                autotune=autotune, short_text_ok=True)
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -174,6 +182,7 @@ class TrainingSession:
         s.history = h.get("history", [])
         s.rewarm = Rewarm.from_list(h.get("rewarm"))
         s.loaded_from_previous = ck["from_previous"]
+        s.source = h.get("source")
         return s
 
     @classmethod
@@ -203,8 +212,11 @@ class TrainingSession:
             cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
         s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
                 flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
-                monitor=monitor)
+                monitor=monitor, short_text_ok=True)
         s.last_loss = b.metadata.get("final_loss")
+        if is_open(b):
+            from opencl_llm_studio.engine.files.model_card import model_card
+            s.source = model_card(b)
         if "steps_done" in b.metadata:   # exported by this app: where its training stood
             s.adopt_progress(b.metadata["steps_done"], b.metadata.get("pretrain_steps"),
                              b.metadata.get("tune_steps"))
@@ -247,6 +259,8 @@ class TrainingSession:
             "device": self.rt.info.name,  # shown by the Runs panel (studio.runs)
             "rewarm": self.rewarm.to_list() if self.rewarm else None,
         }
+        if self.source is not None:
+            header["source"] = self.source
         m = self.model
         return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
                                m.read_flat("m"), m.read_flat("v"), self.tokenizer.to_bytes(),
@@ -465,7 +479,15 @@ class TrainingSession:
                 "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
                 "chat_format": self.chat_format, **self.last_validation()}
         meta = {k: v for k, v in meta.items() if v is not None}
-        return ModelBundle(self.model_config, self.tokenizer, self.model.weights(), meta)
+        return ModelBundle(self.export_config(), self.tokenizer, self.model.weights(), meta)
+
+    def export_config(self) -> ModelConfig:
+        """The ModelConfig an export writes: the model's own context_length for an imported
+        model (8,192 for SmolLM2), not the shorter window the run trains and chats in
+        (engine.files.open_run.tuning_config); RoPE positions are the same up to there."""
+        native = (self.source or {}).get("context_length") or 0
+        c = self.model_config
+        return c.replace(context_length=native) if native > c.context_length else c
 
     def export_gguf(self, path, dtype: str = DEFAULT_DTYPE, force: bool = False):
         """Write the GGUF (and an Ollama Modelfile beside it). Returns ExportResult."""

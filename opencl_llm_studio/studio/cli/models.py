@@ -129,7 +129,8 @@ def cmd_chat(args) -> int:
             print(f"({note})")
         return 0
     history: list = []
-    if s.tune is None:
+    from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE
+    if s.tune is None and s.chat_format != MODEL_TEMPLATE:   # an open model in its own
         print("note: this model was not tuned on dialogues; answers may just continue text.")
     print("Chat with the model. /reset starts over, /help lists commands; an empty line or "
           "Ctrl-D ends.")

@@ -27,8 +27,7 @@ from opencl_llm_studio.studio.ui.run_controller import RunController
 from opencl_llm_studio.studio.ui.window_face import WindowFace
 from opencl_llm_studio.studio.ui.window_layout import Panels
 
-NO_HISTORY = ("No training curves in this model's file (a GGUF or a pretrained model keeps "
-              "the weights only): the plots fill as you train it further.")
+NO_HISTORY = "no training curves in this file (weights only): they fill as you train it further"
 
 
 class TrainingActions:
@@ -161,7 +160,8 @@ class TrainingActions:
         if records:
             self.panels.plots.add_metrics(records)
         else:   # a GGUF or a pretrained model: weights without curves; say so, not blank plots
-            self.panels.plots.summary.setText(NO_HISTORY)
+            summary = self.panels.plots.summary
+            summary.setText(f"{summary.full_text()} · {NO_HISTORY}")
         if recall:
             for m in records:
                 if m.recall:

@@ -263,7 +263,11 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     if is_open(bundle):   # a pretrained open model: its own template, a training window
         cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
     s = TrainingSession(rt, cfg, tc, bundle.tokenizer, pretrain_text, tune_text,
-                        flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt)
+                        flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt,
+                        short_text_ok=True)   # a model made elsewhere: its window, not the text's
+    if is_open(bundle):
+        from opencl_llm_studio.engine.files.model_card import model_card
+        s.source = model_card(bundle)
     s.adopt_progress(studio.get("step", bundle.metadata.get("steps_done", 0)))
     s.history = list(studio.get("history", []))
     s.last_loss = bundle.metadata.get("final_loss")
