@@ -75,3 +75,31 @@ def test_no_choice_by_local_memory_takes_all_a_device_reports(rt):
     exact = (2 * bk * hd + 2 * bk) * 4
     edge = Runtime(rt.info, limits={"local_mem_bytes": exact})
     assert attention.tiles_for(edge, hd).bk < bk
+
+
+def test_a_cpu_device_counts_the_hosts_available_memory(rt, monkeypatch):
+    """PoCL reports most of the machine's RAM as a CPU device's memory whatever else runs: the
+    refusal now counts what the host has available (a 135M model's tuning was allowed and met
+    the OOM killer at 18.9 GB). A GPU's own memory is not the host's."""
+    from dataclasses import replace
+
+    from opencl_llm_studio.engine.model import memory
+    cfg = ModelConfig(vocab_size=512, d_model=64, n_layer=2, n_head=4, context_length=64)
+    cpu = replace(rt.info, type="CPU", global_mem_bytes=64 * 2**30, max_alloc_bytes=16 * 2**30)
+    need, _ = memory.training_bytes(cfg, 16, cpu)
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need // 2)
+    with pytest.raises(ConfigError) as e:
+        check_fits(cfg, 16, cpu)
+    assert "available in this machine's memory" in str(e.value)
+    assert "Largest that fits: batch size" in e.value.hint
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: 100 * need)
+    assert check_fits(cfg, 16, cpu) == need
+    gpu = replace(cpu, type="GPU")
+    monkeypatch.setattr(memory, "available_host_bytes", lambda: need // 2)
+    assert check_fits(cfg, 16, gpu) == memory.training_bytes(cfg, 16, gpu)[0]
+
+
+def test_the_hosts_available_memory_is_read():
+    from opencl_llm_studio.engine.model.memory import available_host_bytes
+    n = available_host_bytes()
+    assert n is None or 2**20 < n < 2**50

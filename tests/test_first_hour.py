@@ -162,3 +162,25 @@ def test_every_command_says_what_it_does_in_its_own_help(capsys):
         lines = [line for line in text.split("\n\n")[1:2]]   # the paragraph after the usage
         assert lines and lines[0].strip() and not lines[0].startswith(("positional", "options")), \
             (name, text[:300])
+
+
+def test_a_continued_run_takes_how_to_train_from_here(tmp_path, capsys):
+    """`train --continue --batch-size 4` kept batch 16 ("a continued run keeps its model, data
+    and settings"): a continued run takes the batch size, learning rate, replay and dropout,
+    and still keeps its model and data."""
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), *RUN]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--continue", "--tune-steps", "4",
+                 "--batch-size", "2", "--lr", "0.001", "--d-model", "64"]) == 0
+    err = capsys.readouterr().err
+    assert "batch size 2" in err and "--d-model ignored" in err, err
+    s = TrainingSession.load(out)
+    assert (s.train_config.batch_size, s.train_config.learning_rate) == (2, 0.001)
+    assert s.model_config.d_model == 32
+    with pytest.raises(SystemExit) as e:   # range-checked at the edge, the run untouched
+        main(["train", "--out", str(out), "--continue", "--tune-steps", "5",
+              "--batch-size", "100000"])
+    assert e.value.code == 2
+    assert TrainingSession.load(out).step == s.step

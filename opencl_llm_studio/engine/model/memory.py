@@ -17,6 +17,8 @@ GEMM path; each activation set counts the path engine.model.attention_gemm.choos
 
 from __future__ import annotations
 
+import os
+
 from opencl_llm_studio.engine.model import activations, attention_flash, attention_gemm, scratch
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.opencl.device import DeviceInfo
@@ -67,12 +69,42 @@ def _path(cfg, B, T, grad, device, forced) -> str:
     return attention_gemm.choose(device, cfg, B, T, grad, forced)
 
 
+def available_host_bytes() -> int | None:
+    """The host memory the system can give a process now, in bytes (Linux /proc/meminfo
+    MemAvailable: free memory plus what the page cache would give back), or None where it
+    cannot be read (then the device's own figure stands)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def usable_bytes(device: DeviceInfo) -> int:
+    """What training may really take on `device`: its global memory, and on a CPU device (whose
+    buffers are host RAM) no more than the host has available now. PoCL reports a CPU device's
+    global memory as most of the machine's RAM whatever else runs: a 135M model's tuning took
+    18.9 GB there and met the kernel's OOM killer instead of a refusal."""
+    have = device.global_mem_bytes
+    if device.is_cpu:
+        host = available_host_bytes()
+        if host is not None:
+            have = min(have, host)
+    return have
+
+
 def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
          attention_path: str | None = None, rt: Runtime | None = None) -> bool:
-    """Whether training cfg at batch_size fits device: at most 90% of its memory, no buffer
-    above its largest single allocation (rt: as training_bytes)."""
+    """Whether training cfg at batch_size fits device: at most 90% of usable_bytes(device), no
+    buffer above its largest single allocation (rt: as training_bytes)."""
     need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
-    return need <= 0.9 * device.global_mem_bytes and biggest <= device.max_alloc_bytes
+    return need <= 0.9 * usable_bytes(device) and biggest <= device.max_alloc_bytes
 
 
 def _largest(ok, hi: int) -> int:
@@ -102,7 +134,7 @@ def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
     engine.model.attention_gemm.choose's `forced` (default: its rule); rt: the runtime that
     will train (its scratch counted, training_bytes)."""
     need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
-    have = device.global_mem_bytes
+    have = usable_bytes(device)
     gib = 2 ** 30
     if not fits(cfg, batch_size, device, attention_path, rt):
         batch, context = largest_fit(cfg, batch_size, device, attention_path, rt)
@@ -116,8 +148,10 @@ def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
             fix = ("Even batch size 1 at context length 1 does not fit: the weights, "
                    "gradients and AdamW moments alone are too large. Use a smaller d_model, "
                    "n_layer or vocabulary, or a device with more memory.")
+        where = ("available in this machine's memory now" if have < device.global_mem_bytes
+                 else "")
         raise ConfigError(
             f"This model needs about {need / gib:.2f} GiB on {device.name}, which has "
-            f"{have / gib:.2f} GiB (largest single buffer {biggest / gib:.2f} GiB, limit "
-            f"{device.max_alloc_bytes / gib:.2f} GiB).", fix)
+            f"{have / gib:.2f} GiB{' ' + where if where else ''} (largest single buffer "
+            f"{biggest / gib:.2f} GiB, limit {device.max_alloc_bytes / gib:.2f} GiB).", fix)
     return need

@@ -332,6 +332,25 @@ class TrainingSession:
                 f"over {self.rewarm.steps} steps, then follows the schedule "
                 f"(peak {peak:.2e}).")
 
+    # TrainConfig fields a continued run may change: how it trains from here, not what the
+    # model or its data are (those stay the run's own)
+    CONTINUE_FIELDS = ("batch_size", "learning_rate", "replay_fraction", "dropout",
+                       "eval_interval", "eval_tokens")
+
+    def retrain_with(self, **fields) -> None:
+        """Train on from here with other CONTINUE_FIELDS (e.g. batch_size=4 for an imported
+        model whose run kept batch 16): checked against engine.limits and against the device's
+        memory (engine.model.memory.check_fits) before anything is allocated. Raises
+        ConfigError; the settings are then as they were."""
+        unknown = set(fields) - set(self.CONTINUE_FIELDS)
+        if unknown:
+            raise ConfigError(f"A continued run keeps its {', '.join(sorted(unknown))}.",
+                              "Start a new run to change it.")
+        tc = self.train_config.replace(**fields).validate()
+        check_fits(self.model_config, tc.batch_size, self.rt.info, self.rt.plan.attention_path,
+                   self.rt)
+        self.train_config = tc
+
     def _last_lr(self) -> float | None:
         for record in reversed(self.history):
             lr = record.get("lr")

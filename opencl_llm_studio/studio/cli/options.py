@@ -11,6 +11,10 @@ from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
                  "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
                  "preset")
+# options a continued run takes (engine.training.session.TrainingSession.retrain_with): option
+# -> TrainConfig field; the others define the model and its data, which a run keeps
+CONTINUE_OPTIONS = {"batch_size": "batch_size", "lr": "learning_rate",
+                    "replay": "replay_fraction", "dropout": "dropout"}
 # option -> (ModelConfig or TrainConfig, field)
 _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                n_head=("model", "n_head"), n_kv_head=("model", "n_kv_head"),

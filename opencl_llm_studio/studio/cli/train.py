@@ -13,7 +13,7 @@ from opencl_llm_studio.engine.config import run_steps
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.cli.models import note_fallback
-from opencl_llm_studio.studio.cli.options import MODEL_OPTIONS, configs
+from opencl_llm_studio.studio.cli.options import CONTINUE_OPTIONS, MODEL_OPTIONS, configs
 from opencl_llm_studio.studio.cli.progress import ProgressLine
 from opencl_llm_studio.studio.cli.runs import TrainWatch
 from opencl_llm_studio.studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
@@ -126,11 +126,17 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
             session.set_dialogues(text)
             line.say(f"Tuning on {args.tune}" + (" (instead of the run's dialogues)" if had
                                                  else " (the run had no dialogues)"))
+        taken = {field: getattr(args, option) for option, field in CONTINUE_OPTIONS.items()
+                 if getattr(args, option) is not None}
+        if taken:   # how the run trains from here: batch size, learning rate, ...
+            session.retrain_with(**taken)
+            line.say("Continuing with " + ", ".join(f"{k.replace('_', ' ')} {v}"
+                                                    for k, v in taken.items()))
         ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
-                   if k != "tune" and getattr(args, k) is not None]
+                   if k != "tune" and k not in CONTINUE_OPTIONS and getattr(args, k) is not None]
         if ignored:
-            line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model, data "
-                     "and settings")
+            line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model and "
+                     "data")
         if args.steps is not None or args.tune_steps is not None or args.time_budget:
             note = session.continue_training(args.steps, args.tune_steps, args.time_budget)
             if note:
