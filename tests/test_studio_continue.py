@@ -199,3 +199,24 @@ def test_a_run_without_dialogues_is_continued_into_tuning_on_the_open_tune_file(
     assert bytes(ck["tune_text"]).decode() == dialogues.read_text()
     stages = [r["stage"] for r in metrics(Path(second.run_dir))]
     assert stages == ["pretrain"] * 6 + ["tune"] * 4
+
+
+def test_continue_takes_the_batch_size_and_learning_rate_on_screen(qtbot, window):
+    """The batch size field was greyed out for an opened run ("a continued run keeps its
+    settings"), so an imported model tuned at batch 16: Continue now takes the batch size and
+    learning rate in the fields, and keeps the model's shape."""
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    configure(window, pretrainStepsSpin=6, tuneStepsSpin=0, sampleIntervalSpin=0,
+              batchSizeSpin=4)
+    first = train(qtbot, window)
+    open_model(qtbot, window, first.run_dir)
+    sp = window.settings_panel
+    assert sp.spins["batchSizeSpin"].isEnabled() and not sp.spins["dModelSpin"].isEnabled()
+    sp.set_value("pretrainStepsSpin", 8)
+    sp.set_value("batchSizeSpin", 2)
+    sp.set_value("learningRateSpin", 0.001)
+    window.run_bar.as_new_run_check.setChecked(False)
+    result = train(qtbot, window)
+    assert result.step == 8
+    s = TrainingSession.load(first.run_dir)
+    assert (s.train_config.batch_size, s.train_config.learning_rate) == (2, 0.001)

@@ -73,6 +73,9 @@ class ContinueJob:
     autotune: bool = False             # as TrainJob.autotune, before the session trains on
     tune_text: str | None = None       # the open dialogue file: becomes the dialogues of a
     #                                    session that has none (TrainingSession.set_dialogues)
+    retrain: tuple = ()                # (TrainConfig field, value) pairs of how the run trains
+    #                                    from here: batch size, learning rate
+    #                                    (TrainingSession.retrain_with)
 
 
 @dataclass(frozen=True)

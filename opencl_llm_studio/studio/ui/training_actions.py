@@ -28,6 +28,8 @@ from opencl_llm_studio.studio.ui.window_face import WindowFace
 from opencl_llm_studio.studio.ui.window_layout import Panels
 
 NO_HISTORY = "no training curves in this file (weights only): they fill as you train it further"
+# what the Continue of an opened run takes from the fields (the rest is the run's own)
+RETRAIN = ("batch_size", "learning_rate")
 
 
 class TrainingActions:
@@ -89,7 +91,8 @@ class TrainingActions:
             c.continue_run(ContinueJob(tcfg.pretrain_steps, tcfg.tune_steps, str(run_dir),
                                        every, more_seconds=tcfg.time_budget_s,
                                        autotune=self.autotune(),
-                                       tune_text=p.data_panel.tune_text or None))
+                                       tune_text=p.data_panel.tune_text or None,
+                                       retrain=tuple((k, getattr(tcfg, k)) for k in RETRAIN)))
             return
         p.samples_panel.clear()
         if p.chat_panel.start_over():

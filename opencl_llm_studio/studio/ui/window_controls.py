@@ -26,8 +26,9 @@ TASK_WHY = "Wait for the export, save, opening or kernel tuning in progress."
 NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 # Why an input of a run is off (its tooltip):
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
-OPENED_WHY = ("The opened model fixes this: only its step counts can change. New model (beside "
-              "Continue) trains one from scratch with other settings.")
+OPENED_WHY = ("The opened model fixes this: its step counts, batch size and learning rate can "
+              "change. New model (beside Continue) trains one from scratch with other "
+              "settings.")
 OPENED_DATA_WHY = ("The opened model keeps its texts. A model without dialogues can take a tune "
                    "file: its tuning stage then tunes on it.")
 
@@ -111,7 +112,7 @@ class WindowControls:
         p, opened = self.panels, self.controller.continue_from
         only, why = None, {"": BUSY_WHY}
         if opened is not None:
-            only = ("pretrainStepsSpin", "tuneStepsSpin")
+            only = ("pretrainStepsSpin", "tuneStepsSpin", "batchSizeSpin", "learningRateSpin")
             if edit:
                 why = {"": OPENED_WHY}
         p.settings_panel.set_editable(edit, only, why)

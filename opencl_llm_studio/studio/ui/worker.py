@@ -205,6 +205,9 @@ class TrainingWorker(QObject):
             if job.tune_text and not s.has_tune and job.tune_steps > 0:
                 s.set_dialogues(job.tune_text)   # a run without dialogues gains a tuning stage
                 self.preparing.emit("Tuning on the open dialogue file (the model had none)")
+            changed = {k: v for k, v in job.retrain if getattr(s.train_config, k) != v}
+            if changed:   # batch size, learning rate chosen for the rest of the run
+                s.retrain_with(**changed)
             if job.more_seconds > 0:
                 note = s.continue_training(more_seconds=job.more_seconds)
             else:
