@@ -174,3 +174,29 @@ def test_an_imported_instruct_model_is_not_called_untuned(tmp_path, monkeypatch,
     capsys.readouterr()
     assert main(["chat", str(tmp_path / "mine")]) == 0
     assert "not tuned" in capsys.readouterr().out
+
+
+def test_an_imported_run_stores_no_empty_optimizer_state(tmp_path):
+    """An imported run's checkpoint held its weights and two AdamW moments of zeros (1.6 GB
+    for SmolLM2-135M): the moments are stored empty until the first step, read back as zeros,
+    and a run trained on stores them."""
+    import zipfile
+    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.studio.cli import main
+    folder = build("smollm2", tmp_path / "folder")
+    tune = tmp_path / "tune.txt"
+    tune.write_text(DIALOGUES)
+    run = tmp_path / "run"
+    assert main(["import", str(folder), str(run), "--tune", str(tune)]) == 0
+    ck = checkpoint.load(run)
+    assert not ck["adam_m"].any() and ck["adam_m"].shape == ck["params"].shape
+    with zipfile.ZipFile(run / checkpoint.FILENAME) as z:
+        sizes = {i.filename: i.file_size for i in z.infolist()}
+    assert sizes["adam_m.npy"] < 1024 and sizes["adam_v.npy"] < 1024
+    assert sizes["params.npy"] > 4 * ck["params"].size
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "2",
+                 "--batch-size", "2"]) == 0
+    trained = checkpoint.load(run)
+    assert trained["adam_v"].any()
+    assert TrainingSession.load(run).step == 2

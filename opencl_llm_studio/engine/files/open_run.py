@@ -38,7 +38,6 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
     from opencl_llm_studio.engine.files.model_card import model_card
     tc = train_config or TrainConfig(pretrain_steps=0)
     flat = ParamTable(bundle.config).flatten(bundle.weights)
-    zeros = np.zeros_like(flat)
     header = {
         "model_config": tuning_config(bundle.config).__dict__, "train_config": tc.__dict__,
         "step": 0, "adam_t": 0, "last_loss": None,
@@ -49,5 +48,5 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
                  "tune_chars": len(tune_text or ""), "tune_sha256": sha256_text(tune_text)},
         "source": model_card(bundle), "device": "",
     }
-    return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, zeros, zeros,
+    return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, None, None,
                            bundle.tokenizer.to_bytes(), pretrain_text, tune_text)

@@ -262,8 +262,10 @@ class TrainingSession:
         if self.source is not None:
             header["source"] = self.source
         m = self.model
+        trained = m.adam_t > 0   # before the first step the moments are zeros: not stored
         return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
-                               m.read_flat("m"), m.read_flat("v"), self.tokenizer.to_bytes(),
+                               m.read_flat("m") if trained else None,
+                               m.read_flat("v") if trained else None, self.tokenizer.to_bytes(),
                                self.pretrain_text, self.tune_text)
 
     def use_tuned_kernels(self, autotune: bool = True) -> bool:
