@@ -103,3 +103,34 @@ def test_the_hosts_available_memory_is_read():
     from opencl_llm_studio.engine.model.memory import available_host_bytes
     n = available_host_bytes()
     assert n is None or 2**20 < n < 2**50
+
+
+def test_an_opened_model_is_checked_for_itself_and_its_training_for_its_batch(tmp_path,
+                                                                              monkeypatch):
+    """Opening a run to chat needs no training batch: with memory for the model but not for its
+    stored batch of 16, the run opens (it was refused, and `train --continue --batch-size 4`
+    could never lower the batch); training at 16 is refused before a step, at a batch that fits
+    it goes on."""
+    from opencl_llm_studio.engine.model import memory
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.trainer import Trainer
+    from opencl_llm_studio.studio.cli import main
+    from tests.helpers import TINY
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--steps", "2", "--no-tune", *TINY,
+                 "--batch-size", "16"]) == 0
+    s = TrainingSession.load(run)
+    info = s.rt.info
+    cfg = s.model_config
+    one, _ = memory.training_bytes(cfg, 1, info, s.rt.plan.attention_path, s.rt)
+    sixteen, _ = memory.training_bytes(cfg, 16, info, s.rt.plan.attention_path, s.rt)
+    monkeypatch.setattr(memory, "usable_bytes", lambda d: int((one + sixteen) / 2 / 0.9))
+    s = TrainingSession.load(run)                     # opens: the model itself fits
+    with pytest.raises(ConfigError) as e:
+        Trainer(s)
+    assert "Largest that fits: batch size" in e.value.hint
+    with pytest.raises(ConfigError):
+        s.retrain_with(batch_size=16)
+    s.retrain_with(batch_size=1)
+    s.continue_training(3)
+    assert next(iter(Trainer(s).run())).step == 3

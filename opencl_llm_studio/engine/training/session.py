@@ -84,12 +84,15 @@ class TrainingSession:
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
                  monitor: Monitor | None = None, autotune: bool | None = None,
-                 short_text_ok: bool = False):
+                 short_text_ok: bool = False, fit_batch: int | None = None):
         """autotune: tune the kernels for this device and shape first when none are cached
         (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
         short_text_ok: a pretraining text shorter than one window is used as it is, padded
         (engine.data.corpus.PretrainData short_ok): for a model whose window the text did not
-        choose (opened, imported); a new run refuses it with a context length that fits."""
+        choose (opened, imported); a new run refuses it with a context length that fits.
+        fit_batch: the batch size the memory check counts before anything is allocated (None:
+        the run's own; an opened model passes 1, since opening it to chat or export needs no
+        training batch, and its training checks its batch when it starts: check_training_fits)."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
         # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
@@ -104,7 +107,8 @@ class TrainingSession:
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
-        check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
+        check_fits(model_cfg, fit_batch or train_cfg.batch_size, rt.info,
+                   rt.plan.attention_path, rt)
         self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
@@ -169,7 +173,7 @@ class TrainingSession:
         rt = runtime or Runtime(device)
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
                 chat_format=h.get("chat_format", 1), monitor=monitor,      # key: format 1
-                autotune=autotune, short_text_ok=True)
+                autotune=autotune, short_text_ok=True, fit_batch=1)
         if ck["params"].size != s.model.table.size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         s.model.write_flat("params", ck["params"])
@@ -212,7 +216,7 @@ class TrainingSession:
             cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
         s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
                 flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
-                monitor=monitor, short_text_ok=True)
+                monitor=monitor, short_text_ok=True, fit_batch=1)
         s.last_loss = b.metadata.get("final_loss")
         if is_open(b):
             from opencl_llm_studio.engine.files.model_card import model_card
@@ -349,9 +353,18 @@ class TrainingSession:
             raise ConfigError(f"A continued run keeps its {', '.join(sorted(unknown))}.",
                               "Start a new run to change it.")
         tc = self.train_config.replace(**fields).validate()
-        check_fits(self.model_config, tc.batch_size, self.rt.info, self.rt.plan.attention_path,
-                   self.rt)
-        self.train_config = tc
+        old, self.train_config = self.train_config, tc
+        try:
+            self.check_training_fits()
+        except ConfigError:
+            self.train_config = old
+            raise
+
+    def check_training_fits(self) -> None:
+        """Raise ConfigError (naming the largest batch size and context that fit) when training
+        at this run's batch size would not fit the device; the Trainer asks before a step."""
+        check_fits(self.model_config, self.train_config.batch_size, self.rt.info,
+                   self.rt.plan.attention_path, self.rt)
 
     def _last_lr(self) -> float | None:
         for record in reversed(self.history):

@@ -43,6 +43,9 @@ class Trainer:
     starting from what the run already had (tests inject one with their own time function)."""
 
     def __init__(self, session, clock: Clock | None = None):
+        """Raises ConfigError when training at the session's batch size would not fit the
+        device (an opened model was checked for itself only)."""
+        session.check_training_fits()
         self.session = session
         self.clock = clock or Clock(session.elapsed_s())
         tc = session.train_config

@@ -264,7 +264,9 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
         cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
     s = TrainingSession(rt, cfg, tc, bundle.tokenizer, pretrain_text, tune_text,
                         flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt,
-                        short_text_ok=True)   # a model made elsewhere: its window, not the text's
+                        short_text_ok=True, fit_batch=1)   # made elsewhere: its window, not
+    #                                                            the text's; training checks
+    #                                                            its batch when it starts
     if is_open(bundle):
         from opencl_llm_studio.engine.files.model_card import model_card
         s.source = model_card(bundle)
