@@ -11,6 +11,8 @@ printable, so never reach the buffer). Returns the commands as (name, args) pair
 
 from __future__ import annotations
 
+import re
+
 NIL, NAME, VALUE, PARAMETER, MESSAGE, COMMENT = range(6)
 COMMANDS = {"from", "license", "template", "system", "adapter", "draft", "renderer", "parser",
             "parameter", "message", "requires"}
@@ -118,3 +120,17 @@ def parse(text: str) -> list[tuple[str, str]]:
     if not any(n == "model" for n, _ in commands):
         raise ParseError("no FROM line")
     return commands
+
+
+def render_go(template: str, messages: list[dict]) -> str:
+    """The text Ollama's Go template engine makes of `template` for `messages` (role, content),
+    for the templates of engine.files.ollama_template.FAMILIES only: one `range .Messages` loop over `.Role` and `.Content`,
+    `{{-` trimming the whitespace before it. A check of the Modelfile (tests), not a general
+    Go template engine."""
+    text = re.sub(r"\s*\{\{-", "{{", template)
+    head, rest = text.split("{{ range .Messages }}", 1)
+    body, tail = rest.split("{{ end }}", 1)
+    out = head
+    for m in messages:
+        out += body.replace("{{ .Role }}", m["role"]).replace("{{ .Content }}", m["content"])
+    return out + tail

@@ -290,12 +290,52 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
         assert bytes(ck["tune_text"]).decode() == dialogues.read_text()
 
 
-def test_cli_export_of_an_open_model_says_why_there_is_no_modelfile(open_folders, tmp_path,
-                                                                   capsys):
-    """An open model's GGUF is written without a Modelfile (Ollama reads its template from the
-    GGUF): the export says so and gives the one line Ollama needs (was: "Wrote m.gguf" alone,
-    where the README promises a Modelfile beside every export)."""
+CONVERSATIONS = ([{"role": "user", "content": "Hi there"}],
+                 [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                  {"role": "user", "content": "Bye"}])
+
+
+@pytest.mark.parametrize("family", ["smollm2", "llama32", "tinyllama", "qwen2"])
+def test_an_open_models_export_carries_its_own_template_for_ollama(open_folders, tmp_path,
+                                                                    capsys, family):
+    """An open model's GGUF was written without a Modelfile, so Ollama matched the nearest
+    template it knew and dropped the model's default system prompt (SmolLM2's): the Modelfile
+    now carries the model's template in Ollama's Go terms, its default SYSTEM and its stop
+    tokens, read back by the port of Ollama's parser; Ollama's rendering of it (with the
+    default system message it adds) is the prompt the studio builds from the Jinja template."""
+    from opencl_llm_studio.engine.data.chat_template import render, special_tokens
+    from opencl_llm_studio.engine.training.session import TrainingSession
     from opencl_llm_studio.studio.cli import main
+    from tests.ollama_parser import parse, render_go
+    run = tmp_path / "run"
+    assert main(["import", str(open_folders[family]), str(run)]) == 0
+    assert main(["export", str(run), str(tmp_path / "m.gguf")]) == 0
+    commands = parse((tmp_path / "m.Modelfile").read_text())
+    values = {}
+    for name, value in commands:   # (model | template | system | a parameter's name, value)
+        values.setdefault(name, []).append(value)
+    assert values["model"] == ["./m.gguf"]
+    tok = TrainingSession.load(run).tokenizer
+    assert values["stop"] == list(dict.fromkeys(tok.id_to_piece(i) for i in tok.stop_ids))
+    system = values.get("system", [""])[0]
+    if family == "smollm2":
+        assert system.startswith("You are a helpful AI assistant named SmolLM")
+    bos = tok.id_to_piece(tok.bos_id) if tok.add_bos and tok.bos_id is not None else ""
+    for conv in CONVERSATIONS:
+        jinja = render(tok.chat_template, conv, add_generation_prompt=True,
+                       **special_tokens(tok)).removeprefix(bos)   # Ollama adds the BOS itself
+        said = [{"role": "system", "content": system}] if system else []
+        assert render_go(values["template"][0], said + conv) == jinja
+
+
+def test_an_open_model_of_no_known_template_family_says_why_there_is_no_modelfile(
+        open_folders, tmp_path, capsys, monkeypatch):
+    """A template of no family the writer knows: no Modelfile, and the export says so and gives
+    the one line Ollama needs."""
+    from opencl_llm_studio.engine.files import ollama_template
+    from opencl_llm_studio.studio.cli import main
+    assert ollama_template.family_of("{{ messages[0]['content'] }}") is None
+    monkeypatch.setattr(ollama_template, "ollama_chat", lambda tokenizer: None)
     run = tmp_path / "run"
     assert main(["import", str(open_folders["smollm2"]), str(run)]) == 0
     capsys.readouterr()

@@ -18,8 +18,9 @@ vocabulary, pre-tokenizer, merges or scores, special ids and chat template (engi
 head_count_kv and, for llama3 RoPE scaling, the rope_freqs.weight tensor llama.cpp reads.
 
 Beside the GGUF an Ollama Modelfile is written (`write_modelfile`; its text in the words of
-Ollama's parser: engine.files.modelfile; not for a pretrained model, whose template and stops Ollama
-reads from the GGUF). Both writes are
+Ollama's parser: engine.files.modelfile). A pretrained model's carries its own template in
+Ollama's terms with its default system prompt and stops (engine.files.ollama_template); none is
+written for a template of no known family (Ollama reads that one from the GGUF). Both writes are
 atomic: a temporary file in the target folder, fsync, os.replace; an existing file is replaced
 only with force=True. Reading a GGUF back is `engine.files.gguf_import.import_gguf`.
 """
@@ -89,14 +90,14 @@ class ExportResult:
         return self.modelfile_path
 
     def no_modelfile_note(self) -> str | None:
-        """Why no Modelfile was written beside the GGUF (an open model's: Ollama reads its chat
-        template and stop tokens from the GGUF) and the one line Ollama needs; None when one
-        was written."""
+        """Why no Modelfile was written beside the GGUF (an open model whose chat template is
+        of no family engine.files.ollama_template knows: Ollama reads it from the GGUF) and the
+        one line Ollama needs; None when one was written."""
         if self.modelfile_path is not None:
             return None
-        return (f"No Modelfile: Ollama reads this model's chat template and stop tokens from the "
-                f"GGUF; for `ollama create NAME -f FILE`, a FILE of one line: "
-                f"FROM ./{self.path.name}")
+        return (f"No Modelfile: this model's chat template is of no family the Modelfile writer "
+                f"knows, so Ollama reads it and the stop tokens from the GGUF; for `ollama "
+                f"create NAME -f FILE`, a FILE of one line: FROM ./{self.path.name}")
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -125,13 +126,18 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
     path = Path(path)
     if modelfile == "":
         modelfile = Path(path).stem + ".Modelfile"
-    if is_open(bundle):   # Ollama takes an open model's template and stops from the GGUF
-        modelfile = None
+    chat = None
+    if is_open(bundle):   # its own template in Ollama's terms, with its default system prompt
+        from opencl_llm_studio.engine.files.ollama_template import ollama_chat
+        chat = ollama_chat(bundle.tokenizer)
+        if chat is None:   # no family known: Ollama matches the GGUF's template itself
+            modelfile = None
     targets = [path] + ([path.parent / modelfile] if modelfile else [])
     for target in targets:
         _check_target(target, force)
-    if modelfile:
-        modelfile_text(path.name, bundle.config, bundle_chat_format(bundle))  # Ollama can name it
+    if modelfile:   # Ollama can read every value back
+        fmt = 2 if chat is not None else bundle_chat_format(bundle)   # the model's own: chat
+        modelfile_text(path.name, bundle.config, fmt, chat)
     tensors = _encode_tensors(bundle, qtype)          # all checks before anything is written
 
     def write(tmp: Path) -> None:
@@ -154,7 +160,7 @@ def export_gguf(bundle: ModelBundle, path: str | os.PathLike, dtype: str = DEFAU
         _make_folder(path.parent)   # missing folders are made, as other tools do
         if modelfile:   # first: a failed GGUF write then takes a new Modelfile away again
             modelfile_path = write_modelfile(path, bundle.config, path.parent / modelfile,
-                                             force=True, chat_format=bundle_chat_format(bundle))
+                                             force=True, chat_format=fmt, chat=chat)
         atomic_write(path, write)
     except BaseException:
         before.undo()   # refused means nothing changed: no new folder, no new Modelfile
@@ -392,15 +398,16 @@ def atomic_write(target: Path, write: Callable[[Path], None]) -> None:
 
 def write_modelfile(gguf_path: str | os.PathLike, config: ModelConfig,
                     path: str | os.PathLike | None = None, force: bool = False,
-                    chat_format: int = 2) -> Path:
-    """Write the Modelfile for `gguf_path` (default: "Modelfile" in its folder), atomically.
+                    chat_format: int = 2, chat=None) -> Path:
+    """Write the Modelfile for `gguf_path` (default: "Modelfile" in its folder), atomically;
+    chat: an imported model's template (modelfile_text).
 
     Raises ExportError when the file exists and force is False, or the folder is not writable.
     """
     gguf_path = Path(gguf_path)
     path = Path(path) if path is not None else gguf_path.parent / "Modelfile"
     _check_target(path, force)
-    text = modelfile_text(gguf_path.name, config, chat_format)   # ExportError before writing
+    text = modelfile_text(gguf_path.name, config, chat_format, chat)   # ExportError first
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))
     return path
 

@@ -100,13 +100,21 @@ def from_value(gguf_name: str) -> str:
     return modelfile_value(f"./{gguf_name}", f"The file name {gguf_name!r}", bare=True)
 
 
-def modelfile_text(gguf_name: str, config: ModelConfig, chat_format: int = 2) -> str:
-    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE (of `chat_format`), stop
-    words, num_ctx (config.context_length). Raises ExportError (see modelfile_value)."""
-    stops = "".join(f"PARAMETER stop {modelfile_value(w, 'A stop word')}\n" for w in STOP_WORDS)
-    template = modelfile_value(OLLAMA_TEMPLATES[chat_format], "The chat template")
+def modelfile_text(gguf_name: str, config: ModelConfig, chat_format: int = 2,
+                   chat=None) -> str:
+    """Ollama Modelfile for a GGUF in the same folder: FROM, TEMPLATE (of `chat_format`, or an
+    imported model's own: `chat`, an engine.files.ollama_template.OllamaChat, with its default
+    SYSTEM prompt and its stop words), stop words, num_ctx (config.context_length). Raises
+    ExportError (see modelfile_value)."""
+    words = chat.stops if chat is not None else STOP_WORDS
+    stops = "".join(f"PARAMETER stop {modelfile_value(w, 'A stop word')}\n" for w in words)
+    go = chat.template if chat is not None else OLLAMA_TEMPLATES[chat_format]
+    template = modelfile_value(go, "The chat template")
+    system = (f"SYSTEM {modelfile_value(chat.system, 'The default system prompt')}\n"
+              if chat is not None and chat.system else "")
     return (f"# Ollama: ollama create <name> -f <this file>; then ollama run <name>\n"
             f"FROM {from_value(gguf_name)}\n"
             f"TEMPLATE {template}\n"
+            f"{system}"
             f"{stops}"
             f"PARAMETER num_ctx {config.context_length}\n")
