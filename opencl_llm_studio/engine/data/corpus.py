@@ -238,19 +238,23 @@ class PretrainData:
     def val_is_train(self) -> bool:
         return self.val_source == TRAINING_TEXT
 
-    def train_batch(self, rng: np.random.Generator | None, batch_size: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+    def train_batch(self, rng: np.random.Generator | None, batch_size: int,
+                    window: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """B random windows of the training stream: (inputs, targets), both int32 (B, T), with
         targets[b, t] = inputs[b, t + 1] inside the same window (next-token prediction).
-        rng: the generator to draw window starts from (None: this object's, seeded by `seed`)."""
+        rng: the generator to draw window starts from (None: this object's, seeded by `seed`).
+        window: T for these windows (None: context_length; the tune stage's replay passes its
+        dialogues' window so that one batch has one width)."""
         rng = self.rng if rng is None else rng
-        high = self.train_stream.size - self.context_length   # starts 0..high-1
+        T = window or self.context_length
+        high = self.train_stream.size - T   # starts 0..high-1
         starts = rng.integers(0, max(high, 1), size=batch_size)   # a short text: 0, padded
-        return _windows(self.train_stream, starts, self.context_length)
+        return _windows(self.train_stream, starts, T)
 
-    def val_batches(self, batch_size: int, max_tokens: int
+    def val_batches(self, batch_size: int, max_tokens: int, window: int | None = None
                     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The validation windows as batches (inputs, targets) int32 (B, T), always the same.
+        """The validation windows as batches (inputs, targets) int32 (B, T), always the same
+        for the same window (T = window, None: context_length).
 
         The val stream ([BOS] + the held-out text's ids, so its targets are exactly the text's
         tokens) is cut into consecutive windows of T scored targets (stride T, so every target
@@ -260,7 +264,7 @@ class PretrainData:
         stream's end whose already-scored targets are masked (-1), so the whole stream is
         covered. The last batch is padded with windows of targets -1 (ignored by the loss).
         score() scores them."""
-        T, val = self.context_length, self.val_stream
+        T, val = window or self.context_length, self.val_stream
         if val.size - 1 < T:   # shorter than one window: itself, padded (_windows)
             x, y = _windows(val, np.zeros(1, np.int64), T)
             pad = batch_size - 1
@@ -285,14 +289,16 @@ class PretrainData:
         return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(x), batch_size)]
 
     def score(self, loss_fn, batch_size: int, max_tokens: int = FINAL_VAL_TOKENS,
-              monitor: Monitor | None = None, phase: str = "validation") -> ValScore:
+              monitor: Monitor | None = None, phase: str = "validation",
+              window: int | None = None) -> ValScore:
         """The validation text scored with loss_fn(inputs, targets) -> mean nats over the
         targets >= 0 (e.g. engine.model.transformer.Model.loss): ValScore(loss in nats per token, bits per
         byte, tokens scored, their UTF-8 bytes) over val_batches(batch_size, max_tokens). With
         max_tokens = FINAL_VAL_TOKENS (the end of a run) the whole held-out text is scored when
         it is at most that long, and then n_bytes == val_bytes. monitor.tick(phase, i, n) runs
-        before each batch (progress; raises engine.training.progress.Cancelled on a stop)."""
-        batches = self.val_batches(batch_size, max_tokens)
+        before each batch (progress; raises engine.training.progress.Cancelled on a stop).
+        window: as for val_batches."""
+        batches = self.val_batches(batch_size, max_tokens, window)
 
         def ticking():
             for i, batch in enumerate(batches):

@@ -280,17 +280,32 @@ def _model_format(tokenizer):
 
 # ---------------------------------------------------------------- training batches
 
+WINDOW_STEP = 64   # tuning windows are multiples of this (GEMM tiles; few distinct shapes)
+
+
+def tune_window(lengths, context_length: int) -> int:
+    """The tuning window W for dialogues of `lengths` tokens each (BOS and EOS included): the
+    longest one's inputs (length - 1) rounded up to a multiple of WINDOW_STEP, at most
+    context_length. Every row is then cut to W + 1 tokens rather than padded to the model's
+    window: ten 60-token dialogues beside a 1,024-token model train 64 positions a row, not
+    1,024 (a 135M model's step in 1/16 of the activations)."""
+    longest = max(max(lengths) - 1, 1)
+    return min(context_length, -(-longest // WINDOW_STEP) * WINDOW_STEP)
+
+
 class TuneData:
-    """Encoded dialogues and tune-stage batches, one dialogue per row.
+    """Encoded dialogues and tune-stage batches, one dialogue per row, in a window of their own.
 
     tokenizer: trained Tokenizer. text_or_dialogues: dialogue text (parsed with
-    parse_dialogues) or already parsed list[list[Message]]. context_length: T. seed: seeds the
-    generator `train_batch` uses when given no rng. chat_format: the rendering (CHAT_FORMAT for
-    a new run; a continued run keeps the one it was tuned with).
-    Attributes: dialogues, encoded (list of (ids, loss_mask)), n_truncated (dialogues longer
-    than T+1 tokens, cut at T+1). Raises DataError (via parse_dialogues) for malformed text, or
-    when truncation leaves no assistant token to learn in any dialogue; ConfigError for
-    a context_length outside engine.limits.LIMITS.
+    parse_dialogues) or already parsed list[list[Message]]. context_length: T, the longest
+    window a row may have (the model's). seed: seeds the generator `train_batch` uses when given
+    no rng. chat_format: the rendering (CHAT_FORMAT for a new run; a continued run keeps the one
+    it was tuned with).
+    Attributes: dialogues, encoded (list of (ids, loss_mask)), window (W = tune_window(...) <=
+    T: the width of every batch), n_truncated (dialogues longer than T+1 tokens, cut at T+1).
+    Raises DataError (via parse_dialogues) for malformed text, or when truncation leaves no
+    assistant token to learn in any dialogue; ConfigError for a context_length outside
+    engine.limits.LIMITS.
     """
 
     def __init__(self, tokenizer: Tokenizer, text_or_dialogues: str | list[list[Message]],
@@ -315,7 +330,9 @@ class TuneData:
                 f"With context_length {context_length}, every tune dialogue is cut before its "
                 f"first answer (the shortest question takes {min(first_answer)} tokens).",
                 f"Use a context length of at least {max(first_answer)}, or shorter questions.")
-        # Rows (N, T+1) padded with EOS; loss mask 0 on padding.
+        self.window = tune_window([len(ids) for ids, _ in self.encoded], context_length)
+        n = self.window + 1
+        # Rows (N, W+1) padded with EOS up to the longest dialogue; loss mask 0 on padding.
         self._ids = np.full((len(self.encoded), n), tokenizer.eos_id, dtype=np.int32)
         self._mask = np.zeros((len(self.encoded), n), dtype=bool)
         for r, (ids, mask) in enumerate(self.encoded):
@@ -325,7 +342,7 @@ class TuneData:
 
     @property
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids int32 (N, T+1), loss mask bool (N, T+1)): one dialogue per row, padded with EOS,
+        """(ids int32 (N, W+1), loss mask bool (N, W+1)): one dialogue per row, padded with EOS,
         mask 1 on assistant content and its EOS (what train_batch draws from; read-only views)."""
         ids, mask = self._ids.view(), self._mask.view()
         ids.flags.writeable = mask.flags.writeable = False
@@ -333,8 +350,8 @@ class TuneData:
 
     def train_batch(self, rng: np.random.Generator | None, batch_size: int
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """B dialogues drawn at random (with replacement): (inputs, targets) int32 (B, T).
-        inputs = the dialogue's first T ids, padded with EOS; targets[b, t] = the next id, or
+        """B dialogues drawn at random (with replacement): (inputs, targets) int32 (B, W).
+        inputs = the dialogue's first W ids, padded with EOS; targets[b, t] = the next id, or
         -1 where that id is not assistant content / its EOS (prompt, padding): no loss there."""
         rng = self.rng if rng is None else rng
         rows = rng.integers(0, len(self.encoded), size=batch_size)
@@ -344,7 +361,7 @@ class TuneData:
 
     def eval_batches(self, batch_size: int, max_batches: int | None = None
                      ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every dialogue once, in order: (inputs, targets) int32 (B, T) as in train_batch; the
+        """Every dialogue once, in order: (inputs, targets) int32 (B, W) as in train_batch; the
         last batch is filled up with EOS rows whose targets are all -1 (one shape throughout).
         max_batches: of a set of k > max_batches batches only batches i * k // max_batches
         (i < max_batches), evenly spaced, are built (engine/files/hf/train_ddp.py picks the same)."""
@@ -366,5 +383,6 @@ class TuneData:
                 for i, m in enumerate(d) if m.role == "assistant"]
 
     def __repr__(self) -> str:
-        return (f"TuneData({len(self.dialogues)} dialogues, T={self.context_length}, "
+        return (f"TuneData({len(self.dialogues)} dialogues, W={self.window} of "
+                f"T={self.context_length}, "
                 f"{self.n_truncated} truncated)")

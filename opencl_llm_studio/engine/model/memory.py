@@ -35,8 +35,8 @@ def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
 
 
 def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
-                   attention_path: str | None = None, rt: Runtime | None = None
-                   ) -> tuple[int, int]:
+                   attention_path: str | None = None, rt: Runtime | None = None,
+                   window: int | None = None) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
     engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
     generation), a KVDecoder and the runtime's scratch allocate on `device`; each activation
@@ -44,17 +44,20 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     forces one; no device: "fused"). With the runtime rt (device: rt.info) every scratch
     request of a step, an evaluation and a generation is counted (engine.model.scratch);
     without one only the largest, the GPU backward's dS^T (the K split partial products,
-    which follow the runtime's GEMM plan, are left out: a few MB to tens of MB)."""
-    T = cfg.context_length
+    which follow the runtime's GEMM plan, are left out: a few MB to tens of MB).
+    window: the training set's T (None: cfg.context_length; a tuning stage trains in its
+    dialogues' window, engine.data.dialogue.tune_window); generation keeps cfg's."""
+    T = window or cfg.context_length
     device = rt.info if rt is not None else device
     # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
     # generation set is its own where a KVDecoder made it before training (counted so)
-    sets = ((batch_size, True), (1, False))
-    paths = [_path(cfg, B, T, grad, device, attention_path) for B, grad in sets]
-    parts = [activations.set_bytes(cfg, B, T, grad, path)
-             for (B, grad), path in zip(sets, paths)]
+    sets = ((batch_size, T, True), (1, cfg.context_length, False))
+    paths = [_path(cfg, B, t, grad, device, attention_path) for B, t, grad in sets]
+    parts = [activations.set_bytes(cfg, B, t, grad, path)
+             for (B, t, grad), path in zip(sets, paths)]
     if rt is not None:   # one scratch buffer per queue
-        parts += [(n, n) for n in scratch.step_scratch_bytes(rt, cfg, batch_size, *paths) if n]
+        parts += [(n, n) for n in scratch.step_scratch_bytes(rt, cfg, batch_size, *paths, T)
+                  if n]
     elif device is not None and paths[0] == "fused":   # the training set's backward's dS
         ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)
         parts.append((ds, ds))
@@ -100,10 +103,11 @@ def usable_bytes(device: DeviceInfo) -> int:
 
 
 def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
-         attention_path: str | None = None, rt: Runtime | None = None) -> bool:
+         attention_path: str | None = None, rt: Runtime | None = None,
+         window: int | None = None) -> bool:
     """Whether training cfg at batch_size fits device: at most 90% of usable_bytes(device), no
-    buffer above its largest single allocation (rt: as training_bytes)."""
-    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
+    buffer above its largest single allocation (rt, window: as training_bytes)."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window)
     return need <= 0.9 * usable_bytes(device) and biggest <= device.max_alloc_bytes
 
 
@@ -117,33 +121,42 @@ def _largest(ok, hi: int) -> int:
 
 
 def largest_fit(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
-                attention_path: str | None = None, rt: Runtime | None = None
-                ) -> tuple[int, int]:
-    """(largest batch size at cfg's context_length, largest context_length at batch_size)
-    that fit device (0 where none does), by bisection on training_bytes."""
-    batch = _largest(lambda b: fits(cfg, b, device, attention_path, rt), batch_size)
-    context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
-                                      attention_path, rt), cfg.context_length)
+                attention_path: str | None = None, rt: Runtime | None = None,
+                window: int | None = None) -> tuple[int, int]:
+    """(largest batch size at the training window, largest training window at batch_size)
+    that fit device (0 where none does), by bisection on training_bytes. window: as there;
+    without one the window is cfg's context_length and the search changes the model's."""
+    batch = _largest(lambda b: fits(cfg, b, device, attention_path, rt, window), batch_size)
+    if window is None:
+        context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
+                                          attention_path, rt), cfg.context_length)
+    else:
+        context = _largest(lambda t: fits(cfg, batch_size, device, attention_path, rt, t),
+                           window)
     return batch, context
 
 
 def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
-               attention_path: str | None = None, rt: Runtime | None = None) -> int:
+               attention_path: str | None = None, rt: Runtime | None = None,
+               window: int | None = None) -> int:
     """Raise ConfigError when training would not fit the device, naming the largest batch size
-    and context length that do; return the bytes needed. attention_path: as
-    engine.model.attention_gemm.choose's `forced` (default: its rule); rt: the runtime that
-    will train (its scratch counted, training_bytes)."""
-    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt)
+    and context length (or training window) that do; return the bytes needed. attention_path:
+    as engine.model.attention_gemm.choose's `forced` (default: its rule); rt: the runtime that
+    will train (its scratch counted, training_bytes); window: the training set's T, as there."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window)
     have = usable_bytes(device)
     gib = 2 ** 30
-    if not fits(cfg, batch_size, device, attention_path, rt):
-        batch, context = largest_fit(cfg, batch_size, device, attention_path, rt)
+    if not fits(cfg, batch_size, device, attention_path, rt, window):
+        batch, context = largest_fit(cfg, batch_size, device, attention_path, rt, window)
+        at = (f"context length {cfg.context_length}" if window is None else
+              f"a training window of {window} tokens")
+        size = (f"context length {context}" if window is None else
+                f"a training window of {context} tokens")
         if batch or context:
             fix = ("Largest that fits: " + " or ".join(
-                part for part in (batch and f"batch size {batch} at context length "
-                                  f"{cfg.context_length}",
-                                  context and f"context length {context} at batch size "
-                                  f"{batch_size}") if part) + ".")
+                part for part in (batch and f"batch size {batch} at {at}",
+                                  context and f"{size} at batch size {batch_size}")
+                if part) + ".")
         else:
             fix = ("Even batch size 1 at context length 1 does not fit: the weights, "
                    "gradients and AdamW moments alone are too large. Use a smaller d_model, "

@@ -59,14 +59,15 @@ def attention_floats(rt: Runtime, cfg, B: int, T: int, path: str, backward: bool
 
 
 def step_scratch_bytes(rt: Runtime, cfg, batch_size: int, train_path: str,
-                       generate_path: str) -> tuple[int, int]:
+                       generate_path: str, window: int | None = None) -> tuple[int, int]:
     """(main, side) bytes of scratch that a run of cfg on rt grows to: a training step at
-    (batch_size, context_length) with attention on train_path (and an evaluation on the same
-    set), and a generation window (1, context_length) on generate_path. side is 0 on a runtime
-    without a side queue (its weight gradients grow the main scratch)."""
-    T, BT = cfg.context_length, batch_size * cfg.context_length
+    (batch_size, window) (None: context_length) with attention on train_path (and an evaluation
+    on the same set), and a generation window (1, context_length) on generate_path. side is 0
+    on a runtime without a side queue (its weight gradients grow the main scratch)."""
+    T = window or cfg.context_length
+    BT = batch_size * T
     main = [_forward_floats(rt, cfg, batch_size, T, train_path),
-            _forward_floats(rt, cfg, 1, T, generate_path),
+            _forward_floats(rt, cfg, 1, cfg.context_length, generate_path),
             attention_floats(rt, cfg, batch_size, T, train_path, backward=True),
             ops.rmsnorm_scratch_floats(BT, cfg.d_model)]
     weight_grads = [0]

@@ -170,15 +170,18 @@ class TrainingSession:
         except TypeError as e:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
         tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
-        rt = runtime or Runtime(device)
-        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
-                chat_format=h.get("chat_format", 1), monitor=monitor,      # key: format 1
-                autotune=autotune, short_text_ok=True, fit_batch=1)
-        if ck["params"].size != s.model.table.size:
+        if ck["params"].size != ParamTable(mc.validate()).size:
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
-        s.model.write_flat("params", ck["params"])
-        s.model.write_flat("m", ck["adam_m"])
-        s.model.write_flat("v", ck["adam_v"])
+        rt = runtime or Runtime(device)
+        # the model is built from the saved weights: a random init first would cost a second
+        # copy of them on the host while loading (1 GiB more for a 135M model)
+        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
+                flat_weights=ck["params"],                                  # key: format 1
+                chat_format=h.get("chat_format", 1), monitor=monitor,
+                autotune=autotune, short_text_ok=True, fit_batch=1)
+        if int(h["adam_t"]):   # before the first step the moments are the model's zeros
+            s.model.write_flat("m", ck["adam_m"])
+            s.model.write_flat("v", ck["adam_v"])
         s.model.adam_t = int(h["adam_t"])
         s.step = int(h["step"])
         s.last_loss = h.get("last_loss")
@@ -268,8 +271,9 @@ class TrainingSession:
         m = self.model
         trained = m.adam_t > 0   # before the first step the moments are zeros: not stored
         return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
-                               m.read_flat("m") if trained else None,
-                               m.read_flat("v") if trained else None, self.tokenizer.to_bytes(),
+                               (lambda: m.read_flat("m")) if trained else None,
+                               (lambda: m.read_flat("v")) if trained else None,
+                               self.tokenizer.to_bytes(),
                                self.pretrain_text, self.tune_text)
 
     def use_tuned_kernels(self, autotune: bool = True) -> bool:
@@ -361,10 +365,38 @@ class TrainingSession:
             raise
 
     def check_training_fits(self) -> None:
-        """Raise ConfigError (naming the largest batch size and context that fit) when training
-        at this run's batch size would not fit the device; the Trainer asks before a step."""
+        """Raise ConfigError (naming the largest batch size and window that fit) when training
+        on from this run's step at its batch size would not fit the device; the Trainer asks
+        before a step. The window counted is the largest the run will still use
+        (training_window)."""
         check_fits(self.model_config, self.train_config.batch_size, self.rt.info,
-                   self.rt.plan.attention_path, self.rt)
+                   self.rt.plan.attention_path, self.rt, window=self.training_window())
+
+    def training_window(self) -> int:
+        """The largest T of the batches training from session.step on will run: the model's
+        context_length while pretraining is ahead, else the tuning stage's windows (the
+        dialogues', tune_window, and the general text's, general_window)."""
+        if self.stage_at(self.step) == "pretrain" and self.train_config.pretrain_steps:
+            return self.model_config.context_length
+        return max(self.window("tune"), self.general_window("tune"))
+
+    def window(self, stage: str) -> int:
+        """T of a training batch in `stage`: the model's context_length while pretraining; the
+        dialogues' own window while tuning (engine.data.dialogue.tune_window: the longest
+        dialogue rounded up, never a fixed pad), which the replayed general text follows."""
+        if stage == "tune" and self.has_tune:
+            return self.tune.window
+        return self.model_config.context_length
+
+    def general_window(self, stage: str) -> int:
+        """T at which the general (pretraining) text is scored in `stage`: the model's
+        context_length for a run that pretrains on it (its validation curve keeps one
+        window); a run with no pretraining stage of its own (an opened or imported model, whose
+        general text only shows what tuning keeps) scores it in the tuning window, so that a
+        tuning step and its evaluations share one activation set."""
+        if stage == "tune" and self.has_tune and not self.train_config.pretrain_steps:
+            return self.tune.window
+        return self.model_config.context_length
 
     def _last_lr(self) -> float | None:
         for record in reversed(self.history):
@@ -450,12 +482,13 @@ class TrainingSession:
             return 0.0
         return tc.tune_steps / max(tc.total_steps, 1)
 
-    def pretrain_eval_tokens(self, max_tokens: int | None = None) -> int:
-        """Targets a pretraining validation pass scores (pretrain_val's windows)."""
+    def pretrain_eval_tokens(self, max_tokens: int | None = None,
+                             stage: str = "pretrain") -> int:
+        """Targets a pretraining validation pass in `stage` scores (pretrain_val's windows)."""
         tc = self.train_config
         tokens = tc.eval_tokens if max_tokens is None else max_tokens
-        return sum(int((y >= 0).sum())
-                   for _, y in self.pretrain.val_batches(tc.batch_size, tokens))
+        return sum(int((y >= 0).sum()) for _, y in self.pretrain.val_batches(
+            tc.batch_size, tokens, self.general_window(stage)))
 
     def tune_eval_tokens(self) -> int:
         """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without)."""
@@ -464,16 +497,19 @@ class TrainingSession:
         batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
         return sum(int((y >= 0).sum()) for _, y in batches)
 
-    def pretrain_val(self, max_tokens: int | None = None) -> ValScore:
+    def pretrain_val(self, max_tokens: int | None = None, stage: str | None = None) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and
         how much text (PretrainData.score): at most max_tokens targets (None: train_config.
         eval_tokens, the periodic evaluation; engine.data.corpus.FINAL_VAL_TOKENS: the whole
         held-out text at a run's end), the same windows every call. The text is held out
-        unless pretrain.val_source says "training text"."""
+        unless pretrain.val_source says "training text". stage: scored in its window
+        (general_window; None: the stage at session.step)."""
         tc = self.train_config
         tokens = tc.eval_tokens if max_tokens is None else max_tokens
         phase = "validation" if max_tokens is None else "final validation"
-        return self.pretrain.score(self.model.loss, tc.batch_size, tokens, self.monitor, phase)
+        window = self.general_window(stage or self.stage_at(self.step))
+        return self.pretrain.score(self.model.loss, tc.batch_size, tokens, self.monitor, phase,
+                                   window)
 
     def pretrain_val_loss(self) -> float:
         """pretrain_val().loss: mean cross-entropy in nats per token."""

@@ -31,6 +31,7 @@ from opencl_llm_studio.engine.training.health import HealthMonitor
 from opencl_llm_studio.engine.training.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
 from opencl_llm_studio.engine.training.schedule import StageSchedule
+from opencl_llm_studio.engine.training.snapshot import Snapshot
 
 MAX_BAD_STEPS = 3          # consecutive NaN/Inf steps before the run is stopped and restored
 SAMPLE_PROMPT_CHARS = 200  # sample prompts come from the start of a document / question
@@ -51,7 +52,7 @@ class Trainer:
         tc = session.train_config
         self.plan: TimePlan | None = None
         self.pacer = EvalPacer(tc.eval_share if tc.time_budget_s > 0 else 0.0)
-        self._good = None           # last finite state, for the NaN guard
+        self._good: Snapshot | None = None   # last finite state, for the NaN guard
         self._step_s: float | None = None
         self._stage_lr: tuple[str, float] | None = None  # (stage, last lr) for monotone decay
         self._warmup: dict[str, int] = {}
@@ -159,8 +160,8 @@ class Trainer:
             return s.pretrain.train_batch(s.rng, B)
         n_replay = int(round(B * s.train_config.replay_fraction))
         x, y = s.tune.train_batch(s.rng, B - n_replay)
-        if n_replay:
-            rx, ry = s.pretrain.train_batch(s.rng, n_replay)
+        if n_replay:   # general text in the dialogues' window: one (B, W) batch
+            rx, ry = s.pretrain.train_batch(s.rng, n_replay, s.window("tune"))
             x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
         return x, y
 
@@ -220,7 +221,8 @@ class Trainer:
         prompts = len(sample_prompts(s, "pretrain"))
         samples = prompts * (tc.sample_tokens + 1) if tc.sample_interval else 0
         eval_tokens = s.pretrain_eval_tokens()
-        final = s.pretrain_eval_tokens(FINAL_VAL_TOKENS)   # the run's end scores all of it
+        final = s.pretrain_eval_tokens(FINAL_VAL_TOKENS,   # the run's end scores all of it
+                                       "tune" if self._tunes else "pretrain")
         costs = {"pretrain": PhaseCosts(eval_tokens if self._tunes else final, samples,
                                         recall_tokens(s, "pretrain") if tc.evaluate_recall else 0)}
         if self._tunes:
@@ -234,7 +236,7 @@ class Trainer:
                            on_token=lambda _: stamps.append(self.clock.now()))  # the plan's time
             per_token = float(np.median(np.diff(stamps[4:]))) if len(stamps) > 5 else 0.0
         plan = TimePlan(tc.time_budget_s, share,
-                        tc.batch_size * s.model_config.context_length, costs, per_token)
+                        tc.batch_size * s.window(s.stage_at(s.step)), costs, per_token)
         if s.has_tune and s.stage_at(s.step) == "tune":   # a continued run, already tuning
             plan.end_pretrain(self._stage_start_s("tune"))
         return plan
@@ -309,7 +311,7 @@ class Trainer:
         pretrain_val_loss while tuning; val_bpb, val_source and val_tokens with it) and, while
         tuning, val_loss on the tune dialogues. final: the whole held-out text."""
         s = self.session
-        score = s.pretrain_val(FINAL_VAL_TOKENS if final else None)
+        score = s.pretrain_val(FINAL_VAL_TOKENS if final else None, stage)
         m.val_bpb, m.val_source, m.val_tokens = score.bpb, s.pretrain.val_source, score.tokens
         self._eval_tokens = score.tokens
         if stage == "pretrain":
@@ -321,24 +323,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ NaN guard
     def _snapshot(self) -> None:
-        """Host copy of the last good state (weights, AdamW, step, RNG) for the NaN guard;
-        kept only when the weights are finite."""
+        """Copy of the last good state (weights, AdamW, step, RNG) for the NaN guard; taken
+        only when the weights are finite (engine.training.snapshot: in memory, or for a large
+        model in a temporary file)."""
         s = self.session
-        m = s.model
-        params = m.read_flat("params")
-        if np.all(np.isfinite(params)):
-            self._good = (params, m.read_flat("m"), m.read_flat("v"), m.adam_t, s.step,
-                          s.rng.bit_generator.state, len(s.history), s.train_config)
+        if self._good is None:
+            self._good = Snapshot(s.model)
+        self._good.take(s.model, (s.step, s.rng.bit_generator.state, len(s.history),
+                                  s.train_config))
 
     def _restore(self) -> None:
-        if self._good is None:
-            return
         s = self.session
-        p, mm, v, t, step, rng, n_hist, tc = self._good
-        s.model.write_flat("params", p)
-        s.model.write_flat("m", mm)
-        s.model.write_flat("v", v)
-        s.model.adam_t, s.step = t, step
+        if self._good is None or not self._good.restore(s.model):
+            return
+        step, rng, n_hist, tc = self._good.extra
+        s.step = step
         s.rng.bit_generator.state = rng
         s.train_config = tc
         del s.history[n_hist:]

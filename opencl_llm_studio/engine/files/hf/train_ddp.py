@@ -91,13 +91,16 @@ class Data:
         self.tune_ids = np.load(tune, allow_pickle=False) if tune.exists() else None
         self.tune_mask = np.load(d / "tune_mask.npy", allow_pickle=False) if tune.exists() else None
 
-    def windows(self, stream: np.ndarray, starts: np.ndarray):
-        idx = starts[:, None] + np.arange(self.T + 1)[None, :]
+    def windows(self, stream: np.ndarray, starts: np.ndarray, T: int):
+        idx = starts[:, None] + np.arange(T + 1)[None, :]
         w = stream[idx].astype(np.int64)
         return w[:, :-1], w[:, 1:]
 
-    def pretrain(self, rng, n: int):
-        return self.windows(self.train, rng.integers(0, self.train.size - self.T, size=n))
+    def pretrain(self, rng, n: int, T: int | None = None):
+        """n windows of T tokens (None: the model's; the tuning stage replays in the dialogue
+        rows' own width, engine.data.dialogue.tune_window)."""
+        T = T or self.T
+        return self.windows(self.train, rng.integers(0, self.train.size - T, size=n), T)
 
     def tune(self, rng, n: int):
         rows = rng.integers(0, len(self.tune_ids), size=n)
@@ -110,7 +113,7 @@ class Data:
         n_replay = int(round(n * replay))
         x, y = self.tune(rng, n - n_replay)
         if n_replay:
-            rx, ry = self.pretrain(rng, n_replay)
+            rx, ry = self.pretrain(rng, n_replay, x.shape[1])
             x, y = np.concatenate([x, rx]), np.concatenate([y, ry])
         return x, y
 
