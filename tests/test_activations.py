@@ -16,13 +16,14 @@ from opencl_llm_studio.engine.model.transformer import Activations
 
 
 def allocated(a: Activations) -> list[int]:
-    """Byte sizes of every device buffer an Activations set holds."""
-    sizes = []
+    """Byte sizes of every device buffer an Activations set holds, each once (a forward-only
+    set's layers share buffers: Buffer.count)."""
+    seen = {}
     for value in vars(a).values():
         for buf in value if isinstance(value, list) else [value]:
             if isinstance(buf, cl.MemoryObjectHolder):
-                sizes.append(buf.size)
-    return sizes
+                seen[id(buf)] = buf.size
+    return list(seen.values())
 
 
 def random_case(rng):
@@ -46,8 +47,33 @@ def test_memory_counts_what_is_allocated(rt, seed, path, with_grad):
     assert sum(sizes) == 4 * total, (cfg, B, T)
     assert max(sizes) == 4 * largest
     d = Dims.of(cfg, B, T, path)
-    n_buffers = sum(b.count(d) for b in buffers(with_grad))
+    n_buffers = sum(b.count(d, with_grad) for b in buffers(with_grad))
     assert len(sizes) == n_buffers  # no buffer outside the declaration
+    for b in buffers(with_grad):   # every layer has its list entry
+        if b.copies != "one":
+            assert len(getattr(a, b.name)) == b.count(d)
+
+
+def test_a_forward_only_set_shares_its_layers_buffers_and_computes_the_same(rt):
+    """Evaluation and generation sets hold one copy of each per-layer buffer (the residual
+    stream two, the KV cache's qkv all): the logits equal a training set's, the cache rows are
+    per layer, and a 30-block window of 1,024 tokens counts a fraction of the full set."""
+    from opencl_llm_studio.engine.model.transformer import Model
+    cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=3, n_head=3, context_length=16,
+                      ffn_dim=40)
+    m = Model(rt, cfg, seed=3)
+    ids = np.random.default_rng(0).integers(0, 300, (2, 16)).astype(np.int32)
+    fwd = m.logits(ids)
+    a = m.activations(2, 16, with_grad=False)
+    assert len({id(b) for b in a.x}) == 2 and len({id(b) for b in a.gu}) == 1
+    assert len({id(b) for b in a.qkv}) == 3
+    m._acts.clear()
+    m.activations(2, 16, with_grad=True)          # a training set serves the same forward
+    np.testing.assert_allclose(m.logits(ids), fwd, rtol=1e-5, atol=1e-6)
+    smol = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
+                       context_length=1024, ffn_dim=1536)
+    assert activation_floats(smol, 1, 1024, False)[0] < 0.25 * activation_floats(
+        smol, 1, 1024, True)[0]
 
 
 def test_every_declared_buffer_is_used_by_the_model():

@@ -108,8 +108,9 @@ def test_memory_counts_the_chosen_path(rt, monkeypatch):
     gemm, biggest = training_bytes(cfg, B, gpu(2, rt=rt), "gemm")
     probs = B * H * T * T
     # training (which evaluation shares): L + 1 buffers replace L + 1 logsumexps; generation
-    # (B=1) L; the fused backward's dS^T scratch is gone
-    want = 4 * ((L + 1) * (probs - B * H * T) + L * (H * T * T - H * T))
+    # (B=1, forward only: the layers share one, activations.Buffer.count) 1; the fused
+    # backward's dS^T scratch is gone
+    want = 4 * ((L + 1) * (probs - B * H * T) + (H * T * T - H * T))
     assert gemm - fused == want - attention_flash.ds_scratch_bytes(gpu(2, rt=rt), cfg, B, T)
     assert biggest >= 4 * probs
     assert training_bytes(cfg, B, gpu(2, rt=rt)) == (gemm, biggest)  # the rule picks gemm

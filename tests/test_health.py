@@ -143,3 +143,33 @@ def test_lr_warning_from_the_norm_update_ratio():
     # one high measurement alone is not enough; two in a row are
     assert [s is not None for s in said] == [False, False, False, False, True, True]
     assert "far too high" in said[4]
+
+
+def test_health_holds_ranges_and_reads_in_chunks(monkeypatch):
+    """The groups are ranges of the flat buffer, not element indices (1 GiB of int64 held for a
+    whole run of a 135M model), and a norm summed a chunk at a time equals the whole one."""
+    import sys
+    from opencl_llm_studio.engine.config import ModelConfig
+    from opencl_llm_studio.engine.model.params import ParamTable
+    from opencl_llm_studio.engine.training import health
+    smol = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
+                       context_length=1024, ffn_dim=1536)
+    index = health.group_index(ParamTable(smol))
+    held = sum(sys.getsizeof(r) + 64 * len(r) for r in index.values())
+    assert held < 2 ** 20
+    table = ParamTable(ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=3,
+                                   context_length=16, ffn_dim=40))
+    rng = np.random.default_rng(0)
+    before = rng.standard_normal(table.size).astype(np.float32)
+    after = before + 0.01 * rng.standard_normal(table.size).astype(np.float32)
+    idx = health.group_index(table)
+    whole = health.update_ratios(idx, before, after)
+    monkeypatch.setattr(health, "CHUNK", 7)
+    reads = []
+    chunked = health.update_ratios(idx, before,
+                                   lambda o, n: reads.append(n) or after[o:o + n])
+    assert max(reads) == 7 and chunked == pytest.approx(whole, rel=1e-12)
+    for g, ranges in idx.items():   # each group's norm is its tensors' elements'
+        want = np.sqrt(sum(np.sum(np.square(before[o:o + n], dtype=np.float64))
+                           for o, n in ranges))
+        assert health.group_norms(idx, before)[g] == pytest.approx(want, rel=1e-12)

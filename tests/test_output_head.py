@@ -126,7 +126,7 @@ def test_memory_counts_narrower_kv_rows():
 def test_refusal_names_the_largest_batch_and_context_that_fit(rt):
     """A device too small for batch 16: the message names the largest batch and context that
     fit, and they do (one more does not)."""
-    info = replace(rt.info, global_mem_bytes=7 * 2**30, max_alloc_bytes=2**30)  # 135M: 10 GiB
+    info = replace(rt.info, global_mem_bytes=5 * 2**30, max_alloc_bytes=2**30)  # 135M: 6.3 GiB
     assert not fits(SMOL, 16, info)
     with pytest.raises(ConfigError, match="GiB") as e:
         check_fits(SMOL, 16, info)

@@ -132,7 +132,7 @@ def test_full_disk_keeps_the_previous_checkpoint(session, tmp_path, monkeypatch)
 
     def no_space(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(np, "savez", no_space)
+    monkeypatch.setattr(checkpoint, "_write_npz", no_space)
     with pytest.raises(CheckpointError, match="No space left"):
         session.save(tmp_path)
     assert checkpoint.checkpoint_path(tmp_path).read_bytes() == before

@@ -82,10 +82,24 @@ class Buffer:
     dtype: type = np.float32
     copies: str = ONE              # ONE: a buffer; PER_LAYER(_PLUS_ONE): a list of n_layer (+1)
     grad: bool = False             # only in a training set (backward scratch)
+    kept: bool = False             # per layer in a forward-only set too (the KV cache's qkv)
 
-    def count(self, d: Dims) -> int:
-        """Copies in a set of dims d."""
-        return {ONE: 1, PER_LAYER: d.L, PER_LAYER_PLUS_ONE: d.L + 1}[self.copies]
+    def count(self, d: Dims, with_grad: bool = True) -> int:
+        """Copies allocated in a set of dims d. A training set keeps every layer's (backward
+        reads them); a forward-only set (evaluation, generation) needs a layer's buffers only
+        until the next layer has read them, so its per-layer lists share one buffer (the
+        residual stream x two, alternating: a layer reads x[l] while it writes x[l + 1]),
+        except `kept` ones: a 1,024-token window of a 30-block model is 0.2 GiB, not 1 GiB."""
+        full = {ONE: 1, PER_LAYER: d.L, PER_LAYER_PLUS_ONE: d.L + 1}[self.copies]
+        if with_grad or self.kept or self.copies == ONE:
+            return full
+        return min(full, 2 if self.copies == PER_LAYER_PLUS_ONE else 1)
+
+    def layer_list(self, allocated: list, d: Dims) -> list:
+        """The per-layer list (count(d) entries) over the `allocated` copies: layer l uses copy
+        l mod len(allocated)."""
+        full = self.count(d)
+        return [allocated[i % len(allocated)] for i in range(full)]
 
 
 _i = np.int32
@@ -95,7 +109,7 @@ BUFFERS: tuple[Buffer, ...] = (
     Buffer("x", lambda d: d.BT * d.C, copies=PER_LAYER_PLUS_ONE),  # residual entering layer l
     Buffer("xn", lambda d: d.BT * d.C, copies=PER_LAYER),          # attn RMSNorm output
     Buffer("rstd1", lambda d: d.BT, copies=PER_LAYER),
-    Buffer("qkv", lambda d: d.BT * d.W, copies=PER_LAYER),         # after RoPE on q, k
+    Buffer("qkv", lambda d: d.BT * d.W, copies=PER_LAYER, kept=True),  # after RoPE; KV cache
     Buffer("lse", lambda d: d.att, copies=PER_LAYER),              # logsumexp, or probabilities
     Buffer("y", lambda d: d.BT * d.C, copies=PER_LAYER),           # attention before attn_output
     Buffer("xmid", lambda d: d.BT * d.C, copies=PER_LAYER),        # residual after attention
@@ -167,10 +181,12 @@ def model_buffers(cfg: ModelConfig) -> tuple[ModelBuffer, ...]:
             ModelBuffer("rope_cos", rope), ModelBuffer("rope_sin", rope))
 
 
-def buffer_bytes(buffers, d: Dims) -> tuple[int, int]:
+def buffer_bytes(buffers, d: Dims, with_grad: bool = True) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) of Buffers at dims d (each at least one
-    element: OpenCL forbids size 0, engine.opencl.runtime.Runtime.empty)."""
-    sizes = [(b.count(d), max(b.elems(d), 1) * np.dtype(b.dtype).itemsize) for b in buffers]
+    element: OpenCL forbids size 0, engine.opencl.runtime.Runtime.empty); with_grad: a
+    training set's copies or a forward-only one's (Buffer.count)."""
+    sizes = [(b.count(d, with_grad), max(b.elems(d), 1) * np.dtype(b.dtype).itemsize)
+             for b in buffers]
     return sum(n * s for n, s in sizes), max(s for _, s in sizes)
 
 
@@ -178,7 +194,7 @@ def set_bytes(cfg: ModelConfig, B: int, T: int, with_grad: bool,
               attention: str = "fused") -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) of one activation set (B, T) of cfg with
     attention on `attention` ("fused" or "gemm"); what engine.model.transformer.Activations allocates."""
-    return buffer_bytes(buffers(with_grad), Dims.of(cfg, B, T, attention))
+    return buffer_bytes(buffers(with_grad), Dims.of(cfg, B, T, attention), with_grad)
 
 
 def decode_bytes(cfg: ModelConfig) -> tuple[int, int]:

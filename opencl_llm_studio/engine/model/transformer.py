@@ -33,8 +33,9 @@ class Activations:
         d = activations.Dims.of(cfg, B, T, self.attention)
         self.logit_rows = d.R  # logits held at once: B*T, or chunks of a large vocabulary
         for b in activations.buffers(with_grad):
-            bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d))]
-            setattr(self, b.name, bufs[0] if b.copies == activations.ONE else bufs)
+            bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d, with_grad))]
+            setattr(self, b.name, bufs[0] if b.copies == activations.ONE
+                    else b.layer_list(bufs, d))
 
 
 class Model:

@@ -49,7 +49,9 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.nda
     """Write the checkpoint so that a complete one is on disk at every instant. m, v: the AdamW
     moments, or None before the first step (an imported model): stored empty, so a 135M
     model's run folder holds its weights alone (0.5 GB, not 1.6 GB of zeros); load() gives
-    zeros back.
+    zeros back. m and v may also be callables that return the array when it is written, so
+    that only one of the three large arrays is on the host at a time (a 135M model's save
+    held 1.5 GiB beside the model).
 
     Order (engine.fsutil): the new file is written under a temp name and fsynced; the current
     file is hard-linked to a second temp name that replaces checkpoint.prev.npz; then the new
@@ -76,7 +78,7 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.nda
         tmp = fsutil.temp_path(target)
         try:
             with open(tmp, "xb") as f:  # umask permissions, unlike mkstemp's 0600
-                np.savez(f, **arrays)
+                _write_npz(f, arrays)
                 f.flush()
                 os.fsync(f.fileno())
             if target.exists():
@@ -92,6 +94,17 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.nda
                               "previous checkpoint, if any, is unchanged.") from e
     _remove_leftovers(target)
     return target
+
+
+def _write_npz(f, arrays: dict) -> None:
+    """np.savez's archive (uncompressed members NAME.npy), each array made and written in turn:
+    a callable value is called just before its member is written."""
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            arr = np.asanyarray(value() if callable(value) else value)
+            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, arr, allow_pickle=False)
+            del arr
 
 
 def _keep_as_previous(target: Path) -> None:
@@ -180,8 +193,8 @@ def _load_file(target: Path) -> dict:
         for k in ("params", "adam_m", "adam_v"):
             out[k] = np.asarray(z[k], np.float32)
         for k in ("adam_m", "adam_v"):   # saved before the first step: zeros
-            if out[k].size == 0:
-                out[k] = np.zeros_like(out["params"])
+            if out[k].size == 0:   # np.zeros: untouched pages, no memory until written
+                out[k] = np.zeros(out["params"].size, np.float32)
         return out
     return _read_archive(target, read)
 

@@ -55,25 +55,49 @@ def group_of(name: str) -> str:
     return "embedding"  # token_embd.weight, output.weight
 
 
-def group_index(table: ParamTable) -> dict[str, np.ndarray]:
-    """{group: int64 indices into the flat buffer of its elements} (padding excluded)."""
-    parts: dict[str, list[np.ndarray]] = {g: [] for g in GROUPS}
+Ranges = dict[str, list[tuple[int, int]]]
+CHUNK = 1 << 22   # elements summed at a time (32 MiB in float64)
+
+
+def group_index(table: ParamTable) -> Ranges:
+    """{group: [(offset, size), ...] of its tensors in the flat buffer} (padding excluded).
+    Ranges, not element indices: an index array of a 135M model was 1 GiB held all run."""
+    parts: Ranges = {g: [] for g in GROUPS}
     for name, e in table.entries.items():
-        parts[group_of(name)].append(np.arange(e.offset, e.offset + e.size))
-    return {g: np.concatenate(p) if p else np.zeros(0, np.int64) for g, p in parts.items()}
+        parts[group_of(name)].append((e.offset, e.size))
+    return parts
 
 
-def group_norms(index: dict[str, np.ndarray], flat: np.ndarray) -> dict[str, float]:
-    """{group: L2 norm of flat[index[group]]}, summed in float64. flat: the (table.size,) buffer
-    of weights, gradients or a weight difference."""
-    return {g: float(np.sqrt(np.sum(np.square(flat[i], dtype=np.float64)))) if i.size else 0.0
-            for g, i in index.items()}
+def _sum_squares(get, ranges) -> float:
+    """Sum of squares in float64 over `ranges`, get(offset, size) giving float32 chunks."""
+    total = 0.0
+    for offset, size in ranges:
+        for start in range(offset, offset + size, CHUNK):
+            x = np.asarray(get(start, min(CHUNK, offset + size - start)), np.float64)
+            total += float(np.dot(x, x))
+    return total
 
 
-def update_ratios(index: dict[str, np.ndarray], before: np.ndarray,
-                  after: np.ndarray) -> dict[str, float]:
-    """{group: ||after - before|| / ||before||} (0 for a group of zero weights)."""
-    dw = group_norms(index, after - before)
+def _getter(flat):
+    """get(offset, size) of a (table.size,) array, or `flat` itself when it is already one."""
+    if callable(flat):
+        return flat
+    return lambda offset, size: flat[offset:offset + size]
+
+
+def group_norms(index: Ranges, flat) -> dict[str, float]:
+    """{group: L2 norm of its elements}, summed in float64. flat: the (table.size,) buffer of
+    weights, gradients or a weight difference, or get(offset, size) reading it a chunk at a
+    time (a device buffer: engine.training.health.HealthMonitor reads no whole copy)."""
+    get = _getter(flat)
+    return {g: math.sqrt(_sum_squares(get, r)) if r else 0.0 for g, r in index.items()}
+
+
+def update_ratios(index: Ranges, before: np.ndarray, after) -> dict[str, float]:
+    """{group: ||after - before|| / ||before||} (0 for a group of zero weights); after: an
+    array or a chunk getter, as group_norms."""
+    get = _getter(after)
+    dw = group_norms(index, lambda o, n: get(o, n) - before[o:o + n])
     w = group_norms(index, before)
     return {g: dw[g] / w[g] if w[g] > 0 else 0.0 for g in index}
 
@@ -135,8 +159,9 @@ class HealthMonitor:
 
     def measure(self, m) -> dict:
         """The health record of this step (see the README's metrics.jsonl table)."""
-        grads = self.model.read_flat("grads")
-        after = self.model.read_flat("params")
+        m = self.model   # read from the device a chunk at a time: no whole host copy
+        grads = lambda o, n: m.rt.read(m.grads, n, offset_elems=o)   # noqa: E731
+        after = lambda o, n: m.rt.read(m.params, n, offset_elems=o)  # noqa: E731
         rec = {"grad_norm": _json_safe(group_norms(self.index, grads)),
                "weight_rms": _json_safe(self.weight_rms(after)),
                "update_ratio": _json_safe(update_ratios(self.index, self._before, after)),
@@ -145,10 +170,11 @@ class HealthMonitor:
         self._clipped = self._skipped = 0
         return rec
 
-    def weight_rms(self, flat: np.ndarray) -> dict[str, float]:
+    def weight_rms(self, flat) -> dict[str, float]:
         """{group: root mean square of its weights} (matrices start near 0.02, norms at 1)."""
         norms = group_norms(self.index, flat)
-        return {g: norms[g] / math.sqrt(max(self.index[g].size, 1)) for g in norms}
+        return {g: norms[g] / math.sqrt(max(sum(n for _, n in self.index[g]), 1))
+                for g in norms}
 
     # -- warnings ---------------------------------------------------------------------------
     def _check(self, m) -> list[str]:

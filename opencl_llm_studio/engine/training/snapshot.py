@@ -1,0 +1,107 @@
+"""The NaN guard's copy of the last good state: weights and both AdamW moments.
+
+engine.training.trainer.Trainer takes one after each clean validation and restores it when the
+loss or the gradient stays NaN/Inf (MAX_BAD_STEPS). For a small model the copy lives in host
+memory. For a large one it would cost three times the weights in RAM on top of the model
+itself (1.5 GiB for SmolLM2-135M, whose whole tuning should fit in 3 GB): above
+RAM_LIMIT_BYTES it goes to an unnamed temporary file in the user cache folder instead, written
+and read in CHUNK_FLOATS pieces, so at most one chunk is in memory (a file's pages sit in the
+page cache, which the system gives back; a memory map would count them as resident).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+RAM_LIMIT_BYTES = 256 * 2 ** 20   # copies up to this size stay in memory
+CHUNK_FLOATS = 16 * 2 ** 20       # 64 MiB per read or write
+WHICH = ("params", "m", "v")
+SNAPSHOT_ENV = "LLM_STUDIO_CACHE_DIR"   # the folder (engine.opencl.tune_cache uses the same)
+
+
+def snapshot_dir() -> Path:
+    """Where a file snapshot goes: LLM_STUDIO_CACHE_DIR, else the user cache folder (not /tmp,
+    which is memory on many systems)."""
+    folder = os.environ.get(SNAPSHOT_ENV)
+    if not folder:
+        import platformdirs
+        folder = platformdirs.user_cache_dir("llm-studio", appauthor=False)
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Snapshot:
+    """A copy of a Model's params, m and v (each table.size float32), with its adam_t and
+    whatever the caller keeps beside it (`extra`). take() returns False, keeping the previous
+    copy, when the weights are not all finite; restore() writes the copy back (nothing when
+    none was taken). in_memory: where it lives (RAM_LIMIT_BYTES)."""
+
+    def __init__(self, model, ram_limit: int = RAM_LIMIT_BYTES):
+        self.n = model.table.size
+        self.in_memory = 3 * 4 * self.n <= ram_limit
+        self._ram: np.ndarray | None = None
+        self._file = None
+        self.adam_t = 0
+        self.extra = None
+        self.taken = False
+
+    def _finite(self, model) -> bool:
+        """Whether every weight is finite, read a chunk at a time."""
+        for start in range(0, self.n, CHUNK_FLOATS):
+            k = min(CHUNK_FLOATS, self.n - start)
+            if not np.all(np.isfinite(model.rt.read(model.params, k, offset_elems=start))):
+                return False
+        return True
+
+    def take(self, model, extra=None) -> bool:
+        """Copy the model's state (and keep `extra`); False, with the last copy kept, when the
+        weights hold a NaN or Inf. Raises OSError when a file copy cannot be written."""
+        if not self._finite(model):
+            return False
+        bufs = [getattr(model, w) for w in WHICH]
+        if self.in_memory:
+            if self._ram is None:
+                self._ram = np.empty((3, self.n), np.float32)
+            for i, buf in enumerate(bufs):
+                self._ram[i] = model.rt.read(buf, self.n)
+        else:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="guard-", dir=snapshot_dir())
+            self._file.seek(0)
+            for buf in bufs:
+                for start in range(0, self.n, CHUNK_FLOATS):
+                    k = min(CHUNK_FLOATS, self.n - start)
+                    self._file.write(model.rt.read(buf, k, offset_elems=start).tobytes())
+            self._file.flush()
+        self.adam_t, self.extra, self.taken = model.adam_t, extra, True
+        return True
+
+    def restore(self, model) -> bool:
+        """Write the copy back into the model (params, m, v, adam_t); False when none exists."""
+        if not self.taken:
+            return False
+        bufs = [getattr(model, w) for w in WHICH]
+        if self.in_memory:
+            for i, buf in enumerate(bufs):
+                model.rt.write(buf, self._ram[i], wait=True)
+        else:
+            self._file.seek(0)
+            for buf in bufs:
+                for start in range(0, self.n, CHUNK_FLOATS):
+                    k = min(CHUNK_FLOATS, self.n - start)
+                    chunk = np.frombuffer(self._file.read(4 * k), np.float32)
+                    model.rt.write(buf, chunk, offset_elems=start, wait=True)
+        model.adam_t = self.adam_t
+        return True
+
+    def close(self) -> None:
+        """Drop the copy (the file is deleted on close: it never had a name)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._ram, self.taken = None, False
