@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from opencl_llm_studio.engine.model.transformer import Model
+from opencl_llm_studio.engine.opencl import tune_cache
 from opencl_llm_studio.engine.training import snapshot
 from opencl_llm_studio.engine.training.snapshot import Snapshot
 from tests.helpers import tiny_config
@@ -18,7 +19,7 @@ def _state(m):
 @pytest.mark.parametrize("ram_limit", [0, 2 ** 30])
 def test_a_snapshot_restores_exactly_and_refuses_non_finite_weights(rt, tmp_path, monkeypatch,
                                                                      ram_limit):
-    monkeypatch.setenv(snapshot.SNAPSHOT_ENV, str(tmp_path))
+    monkeypatch.setenv(tune_cache.CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(snapshot, "CHUNK_FLOATS", 997)   # odd chunks, the last one short
     m = Model(rt, tiny_config(), seed=1)
     rng = np.random.default_rng(0)

@@ -21,13 +21,19 @@ FILE_NAME = "kernel_tuning.json"
 VERSION = 1
 
 
-def cache_path() -> Path:
-    """The cache file: in LLM_STUDIO_CACHE_DIR when set, else the user cache folder."""
+def cache_dir() -> Path:
+    """The app's cache folder: LLM_STUDIO_CACHE_DIR when set, else the user cache folder (also
+    where engine.training.snapshot keeps a large model's NaN-guard copy)."""
     folder = os.environ.get(CACHE_ENV)
     if not folder:
         import platformdirs
         folder = platformdirs.user_cache_dir("llm-studio", appauthor=False)
-    return Path(folder) / FILE_NAME
+    return Path(folder)
+
+
+def cache_path() -> Path:
+    """The cache file, in cache_dir()."""
+    return cache_dir() / FILE_NAME
 
 
 def device_key(rt) -> str:

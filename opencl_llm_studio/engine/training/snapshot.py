@@ -11,26 +11,22 @@ page cache, which the system gives back; a memory map would count them as reside
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from opencl_llm_studio.engine.opencl.tune_cache import cache_dir
+
 RAM_LIMIT_BYTES = 256 * 2 ** 20   # copies up to this size stay in memory
 CHUNK_FLOATS = 16 * 2 ** 20       # 64 MiB per read or write
 WHICH = ("params", "m", "v")
-SNAPSHOT_ENV = "LLM_STUDIO_CACHE_DIR"   # the folder (engine.opencl.tune_cache uses the same)
 
 
 def snapshot_dir() -> Path:
-    """Where a file snapshot goes: LLM_STUDIO_CACHE_DIR, else the user cache folder (not /tmp,
-    which is memory on many systems)."""
-    folder = os.environ.get(SNAPSHOT_ENV)
-    if not folder:
-        import platformdirs
-        folder = platformdirs.user_cache_dir("llm-studio", appauthor=False)
-    path = Path(folder)
+    """Where a file snapshot goes: the app's cache folder (engine.opencl.tune_cache.cache_dir;
+    not /tmp, which is memory on many systems), made if missing."""
+    path = cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -50,13 +46,15 @@ class Snapshot:
         self.extra = None
         self.taken = False
 
+    def _chunks(self):
+        """(start, length) of each CHUNK_FLOATS piece of a (n,) buffer."""
+        for start in range(0, self.n, CHUNK_FLOATS):
+            yield start, min(CHUNK_FLOATS, self.n - start)
+
     def _finite(self, model) -> bool:
         """Whether every weight is finite, read a chunk at a time."""
-        for start in range(0, self.n, CHUNK_FLOATS):
-            k = min(CHUNK_FLOATS, self.n - start)
-            if not np.all(np.isfinite(model.rt.read(model.params, k, offset_elems=start))):
-                return False
-        return True
+        return all(np.all(np.isfinite(model.rt.read(model.params, k, offset_elems=start)))
+                   for start, k in self._chunks())
 
     def take(self, model, extra=None) -> bool:
         """Copy the model's state (and keep `extra`); False, with the last copy kept, when the
@@ -74,8 +72,7 @@ class Snapshot:
                 self._file = tempfile.TemporaryFile(prefix="guard-", dir=snapshot_dir())
             self._file.seek(0)
             for buf in bufs:
-                for start in range(0, self.n, CHUNK_FLOATS):
-                    k = min(CHUNK_FLOATS, self.n - start)
+                for start, k in self._chunks():
                     self._file.write(model.rt.read(buf, k, offset_elems=start).tobytes())
             self._file.flush()
         self.adam_t, self.extra, self.taken = model.adam_t, extra, True
@@ -92,8 +89,7 @@ class Snapshot:
         else:
             self._file.seek(0)
             for buf in bufs:
-                for start in range(0, self.n, CHUNK_FLOATS):
-                    k = min(CHUNK_FLOATS, self.n - start)
+                for start, k in self._chunks():
                     chunk = np.frombuffer(self._file.read(4 * k), np.float32)
                     model.rt.write(buf, chunk, offset_elems=start, wait=True)
         model.adam_t = self.adam_t
