@@ -53,7 +53,11 @@ class Model:
             setattr(self, b.name, rt.zeros(b.elems))
         cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
                                         attention.rope_inv_freq(cfg))
-        for buf, host in ((self.params, flat_weights), (self.rope_cos, cos), (self.rope_sin, sin)):
+        if isinstance(flat_weights, np.ndarray):
+            self.write_flat("params", flat_weights.reshape(-1))
+        else:   # (offset, piece) pairs, e.g. a checkpoint read piece by piece
+            self.write_pieces("params", flat_weights)
+        for buf, host in ((self.rope_cos, cos), (self.rope_sin, sin)):
             if buf.size // 4 != np.size(host):   # the declaration and the data disagree: a bug
                 raise ValueError(f"{np.size(host)} floats for a buffer of {buf.size // 4}")
             rt.write(buf, np.asarray(host, np.float32).reshape(-1), wait=True)
@@ -79,6 +83,17 @@ class Model:
                 self._acts.pop((B, T, False), None)
             self._acts[key] = Activations(self.rt, self.cfg, B, T, with_grad)
         return self._acts[key]
+
+    def release_training_sets(self) -> int:
+        """Drop the training activation sets (freed once nothing else holds them): after a
+        run's last step its evaluation, samples and chat need forward-only sets, which share
+        their layers' buffers (SmolLM2-135M's final checks ran 0.3 GB above its steps with the
+        batch-8 training set kept). A later training step makes its set again. Returns how
+        many sets were dropped."""
+        keys = [k for k in self._acts if k[2]]
+        for k in keys:
+            del self._acts[k]
+        return len(keys)
 
     # -------------------------------------------------------------------------- forward
     def forward(self, a: Activations, B: int, T: int, drop: StepDropout | None = None,
@@ -296,8 +311,32 @@ class Model:
         return self.rt.read(buf, self.table.size)
 
     def write_flat(self, which: str, flat: np.ndarray):
+        """Set params, grads, m or v to `flat` (self.table.size floats). Raises ValueError
+        for another size."""
+        if np.size(flat) != self.table.size:   # the caller's data and the layout disagree
+            raise ValueError(f"{np.size(flat)} floats for a {which} buffer of {self.table.size}")
         buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
         self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
+
+    def write_pieces(self, which: str, pieces) -> None:
+        """Set params, grads, m or v from (offset, float32 piece) pairs that cover it in order
+        (engine.training.checkpoint.Members.chunks), so the whole vector is never on the host.
+        Raises ValueError when the pieces do not cover exactly self.table.size floats."""
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        end = 0
+        for offset, piece in pieces:
+            if offset != end or end + piece.size > self.table.size:
+                raise ValueError(f"a piece at {offset} of {piece.size} floats after {end} "
+                                 f"of a {which} buffer of {self.table.size}")
+            self.rt.write(buf, np.ascontiguousarray(piece, np.float32), offset, wait=True)
+            end += piece.size
+        if end != self.table.size:
+            raise ValueError(f"{end} floats for a {which} buffer of {self.table.size}")
+
+    def read_piece(self, which: str, offset: int, n: int) -> np.ndarray:
+        """Elements [offset, offset + n) of params, grads, m or v (a checkpoint Stream's read)."""
+        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        return self.rt.read(buf, n, offset_elems=offset)
 
     def weights(self) -> dict[str, np.ndarray]:
         """{GGUF name: float32 array} copied from the device."""

@@ -13,7 +13,9 @@ import json
 import os
 import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -40,18 +42,35 @@ def previous_path(target: Path) -> Path:
     return target.with_name(f"{target.stem}.prev{target.suffix}")
 
 
+CHUNK = 1 << 22   # float32 elements per piece of a streamed member (16 MiB)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A float32 vector of `size` elements written to a checkpoint piece by piece:
+    read(offset, n) returns elements [offset, offset + n) (a model's weights or moments read
+    from the device CHUNK elements at a time), so the whole vector is never on the host: a
+    135M model's save held 0.5 GiB of weights beside the model."""
+    size: int
+    read: Callable[[int, int], np.ndarray]
+
+    def pieces(self) -> Iterator[np.ndarray]:
+        for lo in range(0, self.size, CHUNK):
+            yield np.asarray(self.read(lo, min(CHUNK, self.size - lo)), np.float32)
+
+
 _NO_MOMENTS = np.zeros(0, np.float32)   # AdamW moments of a model not yet trained (save)
 PREVIOUS = previous_path(Path(FILENAME)).name   # "checkpoint.prev.npz" in a run folder
 
 
-def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.ndarray | None,
+def save(path, header: dict, params, m, v,
          tokenizer_model: bytes, pretrain_text: str, tune_text: str | None) -> Path:
     """Write the checkpoint so that a complete one is on disk at every instant. m, v: the AdamW
     moments, or None before the first step (an imported model): stored empty, so a 135M
     model's run folder holds its weights alone (0.5 GB, not 1.6 GB of zeros); load() gives
-    zeros back. m and v may also be callables that return the array when it is written, so
-    that only one of the three large arrays is on the host at a time (a 135M model's save
-    held 1.5 GiB beside the model).
+    zeros back. params, m and v may be float32 arrays, Streams (written piece by piece, so no
+    whole array is on the host: a 135M model's save held 1.5 GiB beside the model before
+    2026-12), or for m and v callables that return the array when it is written.
 
     Order (engine.fsutil): the new file is written under a temp name and fsynced; the current
     file is hard-linked to a second temp name that replaces checkpoint.prev.npz; then the new
@@ -61,9 +80,8 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.nda
     Raises CheckpointError when the folder cannot be written, the disk is full, or the weights
     are not finite (the previous checkpoint is then left as it was)."""
     target = checkpoint_path(path)
-    if not np.all(np.isfinite(params)):
-        raise CheckpointError("The weights contain NaN or Inf; the checkpoint was not written.",
-                              "Lower the learning rate and continue from the last checkpoint.")
+    if not isinstance(params, Stream) and not np.all(np.isfinite(params)):
+        raise _not_finite()   # a Stream is checked piece by piece while it is written
     header = dict(header, format=FORMAT)
     arrays = {
         "params": params, "adam_m": _NO_MOMENTS if m is None else m,
@@ -96,15 +114,36 @@ def save(path, header: dict, params: np.ndarray, m: np.ndarray | None, v: np.nda
     return target
 
 
+def _not_finite() -> CheckpointError:
+    return CheckpointError("The weights contain NaN or Inf; the checkpoint was not written.",
+                           "Lower the learning rate and continue from the last checkpoint.")
+
+
 def _write_npz(f, arrays: dict) -> None:
     """np.savez's archive (uncompressed members NAME.npy), each array made and written in turn:
-    a callable value is called just before its member is written."""
+    a callable value is called just before its member is written, a Stream is written piece by
+    piece (its "params" checked finite on the way: raises CheckpointError)."""
     with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, value in arrays.items():
-            arr = np.asanyarray(value() if callable(value) else value)
             with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                if isinstance(value, Stream):
+                    _write_stream(out, value, check_finite=name == "params")
+                    continue
+                arr = np.asanyarray(value() if callable(value) else value)
                 np.lib.format.write_array(out, arr, allow_pickle=False)
-            del arr
+                del arr
+
+
+def _write_stream(out, stream: Stream, check_finite: bool) -> None:
+    """The .npy format (version 1.0 header, then the raw little-endian float32 data) written
+    from the stream's pieces; numpy.lib.format reads it as any np.save file."""
+    np.lib.format.write_array_header_1_0(
+        out, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+              "shape": (stream.size,)})
+    for piece in stream.pieces():
+        if check_finite and not np.all(np.isfinite(piece)):
+            raise _not_finite()
+        out.write(piece.astype("<f4", copy=False).tobytes())
 
 
 def _keep_as_previous(target: Path) -> None:
@@ -132,16 +171,19 @@ def _remove_leftovers(target: Path) -> None:
             legacy.unlink(missing_ok=True)
 
 
-def load(path) -> dict:
+def load(path, arrays: bool = True) -> dict:
     """Read the newest complete checkpoint: dict with header (dict), params, adam_m, adam_v
     (float32 arrays), tokenizer (bytes), pretrain_text, tune_text (str), and from_previous
     (bool: checkpoint.npz was missing or damaged and an older file was read).
+    arrays=False: no params, adam_m, adam_v but "members", a Members open on the file read, to
+    read them piece by piece (close it, or use it in a with-block).
 
     Candidates, in order: checkpoint.npz; complete temp files of an interrupted save (newest
     first; they are only read, never moved: another process may be saving); checkpoint.prev.npz.
     Raises CheckpointError for a missing, truncated, corrupted or foreign file when no candidate
     is readable (the message is the newest file's problem)."""
-    return _first_readable(checkpoint_path(path), _load_file)
+    return _first_readable(checkpoint_path(path),
+                           _load_file if arrays else _open_members)
 
 
 def read_header(path) -> tuple[dict, bool]:
@@ -199,12 +241,100 @@ def _load_file(target: Path) -> dict:
     return _read_archive(target, read)
 
 
+def _open_members(target: Path) -> dict:
+    def read(z):
+        return {"tokenizer": bytes(z["tokenizer"]),
+                "pretrain_text": bytes(z["pretrain_text"]).decode(),
+                "tune_text": bytes(z["tune_text"]).decode() or None}
+    out = _read_archive(target, read, keep_open=True)
+    members = Members(out.pop("file"), target)
+    try:   # every member's CRC first, a piece at a time: a damaged file is found here, while
+        bad = members.damaged()   # an older candidate can still be read instead
+    except BaseException:
+        members.close()
+        raise
+    if bad:
+        members.close()
+        raise CheckpointError(f"{target} is not a readable checkpoint (member {bad} is damaged).",
+                              "The file is corrupted; use another checkpoint.")
+    out["members"] = members
+    return out
+
+
+class Members:
+    """The float32 members of an open checkpoint (params, adam_m, adam_v) read CHUNK elements
+    at a time, so that loading a run needs no whole array on the host (a 135M model's m and v
+    read whole took 1 GiB beside the model). The file stays open until close(): a save that
+    replaces it meanwhile does not mix two checkpoints."""
+
+    def __init__(self, f, target: Path):
+        self._f, self.target = f, target
+        self._zf = zipfile.ZipFile(f)
+
+    def __enter__(self) -> "Members":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._zf.close()
+        self._f.close()
+
+    def damaged(self) -> str | None:
+        """The first member whose data fails its CRC, or None (zipfile.testzip: read in
+        pieces, nothing kept)."""
+        try:
+            return self._zf.testzip()
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            return f"? ({type(e).__name__}: {e})"
+
+    def size(self, name: str) -> int:
+        """Elements of member `name` (from its .npy header). Raises CheckpointError."""
+        with self._member(name) as fp:
+            return int(np.prod(self._shape(fp)))
+
+    def chunks(self, name: str) -> Iterator[tuple[int, np.ndarray]]:
+        """(offset, float32 piece) of member `name` in order; a member stored empty (the moments
+        of a model never trained) yields nothing. Raises CheckpointError for a truncated or
+        damaged member (the zip CRC is checked at its end)."""
+        try:
+            with self._member(name) as fp:
+                n, dtype = int(np.prod(self._shape(fp))), self._dtype
+                for lo in range(0, n, CHUNK):
+                    k = min(CHUNK, n - lo)
+                    raw = fp.read(k * dtype.itemsize)
+                    if len(raw) != k * dtype.itemsize:
+                        raise EOFError(f"{name} ends after {lo + len(raw) // 4} of {n} values")
+                    yield lo, np.frombuffer(raw, dtype).astype(np.float32)
+                fp.read()   # to the member's end: zipfile checks its CRC there
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise CheckpointError(f"{self.target} is not a readable checkpoint "
+                                  f"({type(e).__name__}: {e}).",
+                                  "The file is truncated or corrupted; use another "
+                                  "checkpoint.") from e
+
+    def _member(self, name: str):
+        return self._zf.open(name + ".npy")
+
+    def _shape(self, fp) -> tuple:
+        version = np.lib.format.read_magic(fp)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, fortran_order, dtype = read(fp)
+        if dtype.kind != "f" or len(shape) != 1:
+            raise ValueError(f"a {dtype} array of shape {shape}, not a float vector")
+        self._dtype = dtype
+        return shape
+
+
 def _header_file(target: Path) -> dict:
     return _read_archive(target, lambda z: {})
 
 
-def _read_archive(target: Path, read) -> dict:
-    """{"header": the checked JSON header, **read(the open archive)}. Raises CheckpointError."""
+def _read_archive(target: Path, read, keep_open: bool = False) -> dict:
+    """{"header": the checked JSON header, **read(the open archive)}; keep_open: and "file", the
+    file object, left open for the caller. Raises CheckpointError."""
     if not target.exists():
         raise CheckpointError(f"No checkpoint at {target}.",
                               "Give the folder a training run wrote (it holds checkpoint.npz).")
@@ -213,19 +343,31 @@ def _read_archive(target: Path, read) -> dict:
                               "truncated, damaged, or another kind of file).",
                               "Give a run folder or its checkpoint.npz; a GGUF works with "
                               "chat, sample, tokenize and the studio.")
+    f = None
     try:
-        with np.load(target, allow_pickle=False) as z:
+        f = open(target, "rb")
+        with np.load(f, allow_pickle=False) as z:   # a file object: np.load leaves it open
             missing = [k for k in MEMBERS if k not in z.files]
             if missing:
                 raise KeyError(f"no {', '.join(missing)}")
             header = json.loads(bytes(z["header"]).decode())
             out = {"header": header, **read(z)}
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            found = header.get("format") if isinstance(header, dict) else None
+            raise CheckpointError(f"{target} is not an OpenCL LLM Studio checkpoint.",
+                                  f"Expected format {FORMAT}, found {found!r}.")
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, UnicodeDecodeError,
             json.JSONDecodeError) as e:
+        if f is not None:
+            f.close()
         raise CheckpointError(f"{target} is not a readable checkpoint ({type(e).__name__}: {e}).",
                               "The file is truncated or corrupted; use another checkpoint.") from e
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        found = header.get("format") if isinstance(header, dict) else None
-        raise CheckpointError(f"{target} is not an OpenCL LLM Studio checkpoint.",
-                              f"Expected format {FORMAT}, found {found!r}.")
+    except BaseException:
+        if f is not None:
+            f.close()
+        raise
+    if keep_open:
+        out["file"] = f
+    else:
+        f.close()
     return out

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from opencl_llm_studio.engine.training import checkpoint
-from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, ModelConfig, TrainConfig, run_steps
+from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
+                                             pretrained_train_config, run_steps)
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.opencl.device import DeviceInfo
 from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_chat_format
@@ -161,7 +163,13 @@ class TrainingSession:
              ) -> "TrainingSession":
         """Open a run folder's checkpoint (weights, AdamW state, step, RNG) to continue,
         chat with or export it (autotune: as for the constructor)."""
-        ck = checkpoint.load(path)
+        ck = checkpoint.load(path, arrays=False)
+        with ck["members"] as members:   # weights and moments go to the device piece by piece
+            return cls._from_checkpoint(ck, members, device, runtime, monitor, autotune)
+
+    @classmethod
+    def _from_checkpoint(cls, ck: dict, members, device, runtime, monitor, autotune
+                         ) -> "TrainingSession":
         h = ck["header"]
         known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
         try:
@@ -170,18 +178,22 @@ class TrainingSession:
         except TypeError as e:
             raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
         tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
-        if ck["params"].size != ParamTable(mc.validate()).size:
+        size = ParamTable(mc.validate()).size
+        trained = int(h["adam_t"]) > 0   # before the first step the moments are the model's zeros
+        names = ("params", "adam_m", "adam_v") if trained else ("params",)
+        if any(members.size(k) != size for k in names):
             raise CheckpointError("The checkpoint's weights do not match its configuration.")
         rt = runtime or Runtime(device)
-        # the model is built from the saved weights: a random init first would cost a second
-        # copy of them on the host while loading (1 GiB more for a 135M model)
+        # the model is built from the saved weights (a random init first would cost a second
+        # copy of them on the host), and no whole array is on the host: a 135M model's load
+        # held 1.5 GiB beside the model when params, m and v were read whole
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
-                flat_weights=ck["params"],                                  # key: format 1
+                flat_weights=members.chunks("params"),                    # key: format 1
                 chat_format=h.get("chat_format", 1), monitor=monitor,
                 autotune=autotune, short_text_ok=True, fit_batch=1)
-        if int(h["adam_t"]):   # before the first step the moments are the model's zeros
-            s.model.write_flat("m", ck["adam_m"])
-            s.model.write_flat("v", ck["adam_v"])
+        if trained:
+            s.model.write_pieces("m", members.chunks("adam_m"))
+            s.model.write_pieces("v", members.chunks("adam_v"))
         s.model.adam_t = int(h["adam_t"])
         s.step = int(h["step"])
         s.last_loss = h.get("last_loss")
@@ -270,9 +282,13 @@ class TrainingSession:
             header["source"] = self.source
         m = self.model
         trained = m.adam_t > 0   # before the first step the moments are zeros: not stored
-        return checkpoint.save(folder / checkpoint.FILENAME, header, m.read_flat("params"),
-                               (lambda: m.read_flat("m")) if trained else None,
-                               (lambda: m.read_flat("v")) if trained else None,
+        size = m.table.size   # each array read from the device piece by piece as it is written
+        return checkpoint.save(folder / checkpoint.FILENAME, header,
+                               checkpoint.Stream(size, partial(m.read_piece, "params")),
+                               checkpoint.Stream(size, partial(m.read_piece, "m")) if trained
+                               else None,
+                               checkpoint.Stream(size, partial(m.read_piece, "v")) if trained
+                               else None,
                                self.tokenizer.to_bytes(),
                                self.pretrain_text, self.tune_text)
 

@@ -283,6 +283,8 @@ class Trainer:
         ones in `due`, every one at a stage end; at the run's end (final) the validation scores
         the whole held-out text (engine.data.corpus.FINAL_VAL_TOKENS). Each is measured for the plan."""
         s = self.session
+        if final:   # no step follows: the checks' forward-only sets take the training set's place
+            s.model.release_training_sets()
         if stage_end or "eval" in due:
             self._timed(stage, stage_end, "eval", self._evaluate, m, stage, final)
         if s.train_config.sample_interval and (stage_end or "samples" in due):
