@@ -200,3 +200,34 @@ def test_an_imported_run_stores_no_empty_optimizer_state(tmp_path):
     trained = checkpoint.load(run)
     assert trained["adam_v"].any()
     assert TrainingSession.load(run).step == 2
+
+
+@pytest.mark.parametrize("form", ["folder", "gguf"])
+def test_an_imported_model_trains_at_pretrained_defaults_and_takes_its_tune_lr(
+        tmp_path, capsys, form):
+    """An imported run kept the from-scratch defaults (batch 16, lr 3e-3, tuning at 1e-3),
+    which erase a pretrained model's knowledge (SmolLM2-135M then answered "Montelle" for the
+    capital of France): it starts at the pretrained defaults, in the CLI as from a transformers
+    folder or a GGUF, and `--tune-lr` sets the tuning rate of a continued run."""
+    from opencl_llm_studio.engine.config import (PRETRAINED_BATCH, PRETRAINED_TUNE_LR,
+                                                 pretrained_train_config)
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.studio.cli import main
+    folder = build("smollm2", tmp_path / "folder")
+    src = folder if form == "folder" else export_gguf(import_hf(folder)[0],
+                                                     tmp_path / "m.gguf").path
+    tune = tmp_path / "tune.txt"
+    tune.write_text(DIALOGUES)
+    run = tmp_path / "run"
+    assert main(["import", str(src), str(run), "--tune", str(tune)]) == 0
+    tc = TrainingSession.load(run).train_config
+    assert tc == pretrained_train_config()
+    assert (tc.batch_size, tc.tune_peak, tc.pretrain_steps) == (PRETRAINED_BATCH,
+                                                                PRETRAINED_TUNE_LR, 0)
+    assert PRETRAINED_TUNE_LR <= 3e-4
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "1",
+                 "--tune-lr", "5e-5", "--quiet"]) == 0
+    assert "tune learning rate 5e-05" in capsys.readouterr().err
+    assert TrainingSession.load(run).train_config.tune_peak == 5e-5

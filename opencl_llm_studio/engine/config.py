@@ -285,3 +285,21 @@ class OptimConfig:
     grad_clip: float = TrainConfig.grad_clip
     dropout: float = TrainConfig.dropout
     seed: int = TrainConfig.seed
+
+
+# How an imported (pretrained) model trains unless told otherwise. The from-scratch defaults
+# (lr 3e-3, tuning at a third of it) erase what a pretrained model knows: SmolLM2-135M tuned at
+# 1e-3 answered "The capital of France is Montelle." Full fine-tuning of a pretrained model runs
+# near 1e-5 - 2e-4 (the SmolLM2 and Llama instruction-tuning recipes). Measured on SmolLM2-135M,
+# 20 invented facts x 3 epochs at batch 8 (tests/test_real_model.py; benchmarks/RESULTS.md):
+# 1e-4 learned 5 and kept "Paris", 2e-4 learned 9 and kept it, 3e-4 learned 14 and answered
+# "Lumen". Batch 8: a 135M model's tuning steps stay under 3 GB.
+PRETRAINED_TUNE_LR = 2e-4
+PRETRAINED_BATCH = 8
+
+
+def pretrained_train_config() -> TrainConfig:
+    """The TrainConfig an imported model's run starts with: no pretraining stage of its own,
+    batch PRETRAINED_BATCH, and PRETRAINED_TUNE_LR for tuning and any further pretraining."""
+    return TrainConfig(pretrain_steps=0, batch_size=PRETRAINED_BATCH,
+                       learning_rate=PRETRAINED_TUNE_LR, tune_learning_rate=PRETRAINED_TUNE_LR)

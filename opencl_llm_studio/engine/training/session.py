@@ -229,6 +229,7 @@ class TrainingSession:
         cfg, fmt = b.config, b.metadata.get("chat_format", 1)   # exported before the key: 1
         if is_open(b):   # a pretrained open model: its own template, a training window
             cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+            train_cfg = train_cfg or pretrained_train_config()
         s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
                 flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
                 monitor=monitor, short_text_ok=True, fit_batch=1)
@@ -360,8 +361,8 @@ class TrainingSession:
 
     # TrainConfig fields a continued run may change: how it trains from here, not what the
     # model or its data are (those stay the run's own)
-    CONTINUE_FIELDS = ("batch_size", "learning_rate", "replay_fraction", "dropout",
-                       "eval_interval", "eval_tokens")
+    CONTINUE_FIELDS = ("batch_size", "learning_rate", "tune_learning_rate", "replay_fraction",
+                       "dropout", "eval_interval", "eval_tokens")
 
     def retrain_with(self, **fields) -> None:
         """Train on from here with other CONTINUE_FIELDS (e.g. batch_size=4 for an imported

@@ -4,22 +4,28 @@ options, a --preset and the defaults. Qt-free."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 
 
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
-                 "vocab_size", "lr", "batch_size", "seed", "replay", "val_split", "dropout",
-                 "preset")
+                 "vocab_size", "lr", "tune_lr", "batch_size", "seed", "replay", "val_split",
+                 "dropout", "preset")
 # options a continued run takes (engine.training.session.TrainingSession.retrain_with): option
 # -> TrainConfig field; the others define the model and its data, which a run keeps
 CONTINUE_OPTIONS = {"batch_size": "batch_size", "lr": "learning_rate",
+                    "tune_lr": "tune_learning_rate",
                     "replay": "replay_fraction", "dropout": "dropout"}
 # option -> (ModelConfig or TrainConfig, field)
 _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                n_head=("model", "n_head"), n_kv_head=("model", "n_kv_head"),
                context_length=("model", "context_length"),
                vocab_size=("model", "vocab_size"), lr=("train", "learning_rate"),
+               tune_lr=("train", "tune_learning_rate"),
                steps=("train", "pretrain_steps"), tune_steps=("train", "tune_steps"),
                batch_size=("train", "batch_size"), seed=("train", "seed"),
                replay=("train", "replay_fraction"), dropout=("train", "dropout"),

@@ -10,7 +10,7 @@ import sys
 
 from opencl_llm_studio import __version__
 from opencl_llm_studio.engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
-                           TOKENIZER_KINDS, SamplingParams)
+                                             PRETRAINED_TUNE_LR, TOKENIZER_KINDS, SamplingParams)
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.extras import missing_extra
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE, DTYPE_NAMES
@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                    + f" ({DEFAULT_TOKENIZER})")
     t.add_argument("--lr", type=limited("learning_rate"),
                    help=f"peak learning rate ({d['lr']})")
+    t.add_argument("--tune-lr", type=limited("tune_learning_rate"),
+                   help="peak learning rate while tuning (default: the run's; a new run's is "
+                   "--lr / 3, an imported model's "
+                   f"{PRETRAINED_TUNE_LR:g})")
     t.add_argument("--steps", type=limited("pretrain_steps"),
                    help=f"pretraining steps, total ({d['steps']})")
     t.add_argument("--tune-steps", type=limited("tune_steps"),

@@ -45,9 +45,7 @@ class OpenModelAction:
         at once when given; returns the dialog, or None while the window is busy."""
         if not self.controller.free:
             return None
-        sp = self.panels.settings_panel
-        dialog = OpenModelDialog(self.window.widget(),
-                                 batch_size=sp.train_config().batch_size if sp.is_valid() else None,
+        dialog = OpenModelDialog(self.window.widget(),   # its memory at the imported run's batch
                                  device=self.panels.device_panel.current(),
                                  start_dir=str(self.settings.value("export/dir", str(Path.home()))))
         dialog.setAttribute(Qt.WA_DeleteOnClose)   # one dialog per File › Open model…

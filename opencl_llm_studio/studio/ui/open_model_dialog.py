@@ -23,7 +23,7 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QVBoxLayout)
 
-from opencl_llm_studio.engine.config import TrainConfig
+from opencl_llm_studio.engine.config import PRETRAINED_BATCH
 
 # card rows: object name -> label (the values are set by _show)
 ROWS = (("name", "Name"), ("parameters", "Parameters"), ("file_type", "File type"),
@@ -86,7 +86,7 @@ class OpenModelDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("openModelDialog")
         self.setWindowTitle("Open model")
-        self.batch_size = batch_size or TrainConfig().batch_size
+        self.batch_size = batch_size or PRETRAINED_BATCH   # what an imported run trains at
         self.device = device
         self.start_dir = start_dir or str(Path.home())
         self._path = ""

@@ -237,7 +237,7 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     history, AdamW state and training texts, so training continues where it stopped.
     Texts given here replace the folder's; with neither, the caller must pass them.
     Raises ModelImportError (folder), DataError (texts), DeviceError."""
-    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.config import TrainConfig, pretrained_train_config
     from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT
     from opencl_llm_studio.engine.files.gguf_export import is_open
     from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
@@ -253,7 +253,7 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
     if pretrain_text is None:
         raise ModelImportError(f"{folder} holds no training text ({DATA['pretrain_text']}).",
                                "Give a pretraining text to continue training on.")
-    tc = TrainConfig()
+    tc = pretrained_train_config() if is_open(bundle) else TrainConfig()
     if "train_config" in studio:
         known = {k: v for k, v in studio["train_config"].items()
                  if k in TrainConfig.__dataclass_fields__}
