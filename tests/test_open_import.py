@@ -273,18 +273,21 @@ def test_cli_import_says_a_way_to_tune_that_works(open_folders, tmp_path, capsys
     """The line import ends with names a tuning command that runs. With --tune at import:
     `train --continue --tune-steps N`; without dialogues: `train --continue --tune FILE
     --tune-steps N`, which gives the imported run its dialogues (was: the advice to import
-    again with --tune, since a continued run ignored --tune)."""
+    again with --tune, since a continued run ignored --tune). A folder with spaces is quoted in
+    it, so the command pastes as it is (it was printed bare and split in two)."""
+    import shlex
     from opencl_llm_studio.studio.cli import main
     dialogues = tmp_path / "d.txt"
     dialogues.write_text("User: Where is Vell?\nAssistant: In the north sea.\n")
     for tune in ([], ["--tune", str(dialogues)]):
-        out = tmp_path / f"run{len(tune)}"
+        out = tmp_path / "my runs" / f"run {len(tune)}"
         assert main(["import", str(open_folders["smollm2"]), str(out), *tune]) == 0
         err = capsys.readouterr().err
         assert ("--tune for your own" in err) == (not tune), err   # not when it was given
-        said = re.search(r"`llm-studio (train --out (\S+) --continue[^`]*)`", err)
+        said = re.search(r"`llm-studio (train --out ([^`]+) --continue[^`]*)`", err)
         assert said and ("--tune FILE" in said.group(1)) == (not tune), err
-        argv = said.group(1).replace(" N", " 1").replace("FILE", str(dialogues)).split()
+        argv = shlex.split(said.group(1).replace(" N", " 1").replace("FILE", str(dialogues)))
+        assert argv[2] == str(out), argv
         assert main(argv) == 0, capsys.readouterr().err
         ck = np.load(out / "checkpoint.npz")
         assert bytes(ck["tune_text"]).decode() == dialogues.read_text()

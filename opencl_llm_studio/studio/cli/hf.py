@@ -8,6 +8,7 @@ from pathlib import Path
 
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.studio.cli.models import load_model
+from opencl_llm_studio.studio.cli.options import shell_arg
 from opencl_llm_studio.studio.run_folder import (HF_KINDS, IMPORT_HINT, ModelKind, holds_run, make_run_folder,
                                path_kind, write_metrics)
 
@@ -22,7 +23,8 @@ def cmd_import(args) -> int:
     if kind not in HF_KINDS and kind is not ModelKind.GGUF:
         raise StudioError(f"{src} is a {kind.value}: it is a run already.",
                           f"Chat with it or export it as it is, or train it further into a new "
-                          f"folder with `llm-studio train --out NEW --continue-from {src}`.")
+                          f"folder with `llm-studio train --out NEW --continue-from "
+                          f"{shell_arg(src)}`.")
     if holds_run(out):
         raise StudioError(f"{out} already holds a training run.", "Give a new run folder as OUT.")
     pre = read_text(args.pretrain, "pretraining text") if args.pretrain else None
@@ -57,10 +59,11 @@ def _import_open(bundle, src: Path, out: Path, pre: str, tune_path) -> int:
     tune = read_text(tune_path, "tune dialogues") if tune_path else None
     import_open_model(bundle, out, pre, tune)
     print(format_card(model_card(bundle)))
-    tune_how = (f"Tune it with `llm-studio train --out {out} --continue --tune-steps N`" if tune
-                else f"To tune it, `llm-studio train --out {out} --continue --tune FILE "
+    q = shell_arg(out)
+    tune_how = (f"Tune it with `llm-studio train --out {q} --continue --tune-steps N`" if tune
+                else f"To tune it, `llm-studio train --out {q} --continue --tune FILE "
                      f"--tune-steps N`")
-    print(f"Imported {src} into {out}. {tune_how}; chat with `llm-studio chat {out}`.",
+    print(f"Imported {src} into {out}. {tune_how}; chat with `llm-studio chat {q}`.",
           file=sys.stderr)
     return 0
 
@@ -88,7 +91,8 @@ def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args,
     c = s.model_config
     print(f"Imported {src} into {out}: d_model {c.d_model}, n_layer {c.n_layer}, "
           f"vocab {c.vocab_size}, step {s.step}/{s.total_steps}. Chat with `llm-studio chat "
-          f"{out}`, continue with `llm-studio train --out {out} --continue`.", file=sys.stderr)
+          f"{shell_arg(out)}`, continue with `llm-studio train --out {shell_arg(out)} "
+          "--continue`.", file=sys.stderr)
     return 0
 
 
@@ -97,7 +101,8 @@ def cmd_scale_out(args) -> int:
     s = load_model(args)
     folder = scale_out(s, args.output, force=args.force)
     print(f"Wrote {folder}. On a machine with N GPUs, in that folder:\n  "
-          f"{torchrun_command()}\nthen `llm-studio import {folder}/continued RUN_FOLDER`.")
+          f"{torchrun_command()}\nthen `llm-studio import "
+          f"{shell_arg(Path(folder) / 'continued')} RUN_FOLDER`.")
     return 0
 
 

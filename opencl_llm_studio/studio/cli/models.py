@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from opencl_llm_studio.engine.errors import StudioError
+from opencl_llm_studio.studio.cli.options import shell_arg
 from opencl_llm_studio.studio.run_folder import HF_KINDS, RUN_OR_GGUF_HINT, ModelKind, path_kind
 
 
@@ -38,7 +39,7 @@ def load_model(args):
     if kind in HF_KINDS:
         raise StudioError(f"{args.dir} is a {kind.value}; this command takes a run folder or a "
                           "GGUF.", f"Turn it into a run folder first: `llm-studio import "
-                          f"{args.dir} RUN_FOLDER`, then give RUN_FOLDER.")
+                          f"{shell_arg(args.dir)} RUN_FOLDER`, then give RUN_FOLDER.")
     s = TrainingSession.load(args.dir, device=args.device)
     note_fallback(s)
     return s
@@ -96,7 +97,7 @@ def default_export_path(model: str, fmt: str, dtype: str) -> Path:
     kind = path_kind(path, RUN_OR_GGUF_HINT)
     if kind not in (ModelKind.RUN_FOLDER, ModelKind.CHECKPOINT):
         raise StudioError(f"{model} is a {kind.value}, not a run: name the file to write.",
-                          f"Give the output: `llm-studio export {model} OUT.gguf`.")
+                          f"Give the output: `llm-studio export {shell_arg(model)} OUT.gguf`.")
     run = path if kind is ModelKind.RUN_FOLDER else path.parent
     folder = run.resolve() / EXPORT_FOLDER
     return folder / "hf" if fmt == "hf" else folder / f"{run.resolve().name}-{dtype}.gguf"

@@ -66,3 +66,11 @@ def configs(args) -> tuple[ModelConfig, TrainConfig]:
         split, fraction = parse_val_split(_opt(args, "val_split"))
         parts["train"].update(val_split=split, val_fraction=fraction)
     return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"]).validate()
+
+
+def shell_arg(value) -> str:
+    """`value` (a path) as one argument of a command a user can paste into their shell: quoted
+    when it holds spaces or shell characters ("~/My Runs/run 1" was printed bare and split in
+    two), as the platform's shell reads it (shlex on POSIX, the MS C runtime's rules on Windows)."""
+    text = str(value)
+    return subprocess.list2cmdline([text]) if os.name == "nt" else shlex.quote(text)

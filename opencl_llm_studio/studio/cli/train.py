@@ -13,7 +13,8 @@ from opencl_llm_studio.engine.config import run_steps
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.cli.models import note_fallback
-from opencl_llm_studio.studio.cli.options import CONTINUE_OPTIONS, MODEL_OPTIONS, configs
+from opencl_llm_studio.studio.cli.options import (CONTINUE_OPTIONS, MODEL_OPTIONS, configs,
+                                                   shell_arg)
 from opencl_llm_studio.studio.cli.progress import ProgressLine
 from opencl_llm_studio.studio.cli.runs import TrainWatch
 from opencl_llm_studio.studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
@@ -189,7 +190,7 @@ def _check_continuable(source: Path) -> None:
     kind = path_kind(source, RUN_HINT)
     if kind not in (ModelKind.RUN_FOLDER, ModelKind.CHECKPOINT):
         raise StudioError(f"{source} is a {kind.value}, not a training run.",
-                          f"Import it into a run folder first (`llm-studio import {source} RUN`),"
+                          f"Import it into a run folder first (`llm-studio import {shell_arg(source)} RUN`),"
                           " then continue RUN.")
 
 
