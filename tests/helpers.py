@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
-from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
+import numpy as np
+
+from opencl_llm_studio.engine.config import ModelConfig, SamplingParams, TrainConfig
+from opencl_llm_studio.engine.data.dialogue import encode_prompt
 from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 
 RESOURCES = bundled_corpus("pretrain").parent  # the bundled texts (engine.data.textio)
@@ -48,3 +51,21 @@ def trained_session(rt, model_cfg: ModelConfig, train_cfg: TrainConfig):
     for _ in s.train():
         pass
     return s
+
+
+NEAR_TIE = 0.01   # logits closer than this: F32 runtimes (llama.cpp, the engine, its runs) differ
+
+
+def first_near_tie(s, msgs, max_new_tokens: int = 40) -> str | None:
+    """The greedy answer's text before its first step whose top two logits are within
+    NEAR_TIE (where an argmax may go either way), or None when there is no such step
+    (session s; msgs: engine.data.dialogue.Message list)."""
+    prompt = encode_prompt(s.tokenizer, msgs, s.chat_format)
+    ids = s.generate_ids(prompt, max_new_tokens, SamplingParams(greedy=True))
+    seq = (prompt + ids + [s.tokenizer.eos_id])[:s.model_config.context_length]
+    logits = s.model.logits(np.array([seq], np.int32))[0]
+    for i in range(len(prompt) - 1, len(seq) - 1):
+        top = np.sort(logits[i])[-2:]
+        if top[1] - top[0] < NEAR_TIE:
+            return s.tokenizer.decode(seq[len(prompt):i])
+    return None

