@@ -118,37 +118,36 @@ def test_a_chat_equals_llama_cpps_on_an_f32_copy(session, f32_copy, msgs):
     assert r["choices"][0]["finish_reason"] == ours.finish_reason == "stop"
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "Q5_K_M", "Q4_K_M", "Q6_K", "F16"])
-def test_other_quantizations_llama_cpp_makes_of_it_import_and_chat(name, f32_copy, tmp_path,
-                                                                   capsys):
+# llama.cpp file type -> largest relative RMS error of a matrix against the F32 copy. Q8_0 and
+# F16 still answer "Paris"; a second quantization of the 4-bit source drifts in llama.cpp as in
+# the studio (Q6_K's ffn_down at 1.8% error: llama.cpp answered "L'Étoile, la Cité, le Poulsad,
+# ..."; Q4_K_M: "L'Étoile (The City of Light) is the capital of France.")
+QUANTS = {"Q8_0": 0.01, "F16": 1e-3, "Q6_K": 0.03, "Q5_K_M": 0.06, "Q4_K_M": 0.12}
+
+
+@pytest.fixture(scope="module")
+def f32_weights(f32_copy):
+    return import_gguf(f32_copy).weights
+
+
+@pytest.mark.parametrize("name", QUANTS)
+def test_other_quantizations_llama_cpp_makes_of_it_import_and_chat(name, f32_copy, f32_weights,
+                                                                   tmp_path, capsys):
     llama_cpp = _llama_cpp()
     path = _quantize(f32_copy, tmp_path / f"{name}.gguf",
                      getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}"))
+    for tname, w in import_gguf(path).weights.items():
+        want = f32_weights[tname]
+        err = np.sqrt(np.mean((w - want) ** 2) / np.mean(want ** 2))
+        assert err < (QUANTS[name] if want.ndim == 2 else 1e-6), (tname, err)
     assert main(["import", str(path), str(tmp_path / "run")]) == 0
     card = capsys.readouterr().out
-    assert "30" in card and "576" in card, card
+    assert re.search(r"\b30\b", card) and "576" in card, card
     assert main(["chat", str(tmp_path / "run"), "-m", QUESTION, "--greedy"]) == 0
-    assert "Paris" in capsys.readouterr().out
-
-
-def test_chat_with_the_gguf_needs_no_training_text(smollm2, capsys):
-    assert main(["chat", str(smollm2), "-m", QUESTION, "--greedy"]) == 0
-    out = capsys.readouterr()
-    assert "Paris" in out.out, out
-
-
-def test_an_imported_run_chats_beside_a_short_general_text(smollm2, tmp_path, capsys):
-    """The bundled general text is 655 tokens in SmolLM2's tokenizer, the run's window 1,024:
-    the text is used as it is (padded windows), and the chat answers."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    assert main(["import", str(smollm2), str(tmp_path / "run")]) == 0
-    capsys.readouterr()
-    assert main(["chat", str(tmp_path / "run"), "-m", QUESTION, "--greedy"]) == 0
-    assert "Paris" in capsys.readouterr().out
-    s = TrainingSession.load(tmp_path / "run")
-    assert s.pretrain.n_tokens < s.model_config.context_length + 1
-    assert "padded" in s.pretrain.val_note
-    assert s.export_config().context_length == 8192   # the model's own, not the window
+    answer = capsys.readouterr().out
+    assert answer.strip(), answer
+    if QUANTS[name] <= 0.01:
+        assert "Paris" in answer, answer
 
 
 def _answers(s, questions) -> list[str]:
