@@ -154,28 +154,96 @@ def _answers(s, questions) -> list[str]:
     return [s.chat([Message("user", q)], greedy=True, max_new_tokens=32).text for q in questions]
 
 
-def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(smollm2, tmp_path,
-                                                                        capsys):
-    """20 dialogues x 3 epochs at the imported run's defaults (batch 8 with a quarter replay:
-    6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR): facts the model did not know are
-    answered, and general ones are kept. (Measured 2026-12-05 on the 2-core Xeon: 9 of 20 at
-    these defaults; 16 of 20 after 5 epochs, but then France's capital became "Strasbourg";
-    at the from-scratch defaults, "Montelle".)"""
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def tuned(smollm2, tmp_path_factory):
+    """(run folder, the facts known before tuning): SmolLM2 imported with FACTS as its
+    dialogues and tuned 20 dialogues x 3 epochs at the imported run's defaults (batch 8 with a
+    quarter replay: 6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR)."""
+    run = tmp_path_factory.mktemp("tuned") / "run"
     assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
+    before = _known(TrainingSession.load(run))
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
+    return run, before
+
+
+def _known(s) -> list[str]:
+    """The answers of session s to FACTS' questions that hold their invented fact."""
+    questions = re.findall(r"User: (.*)", FACTS.read_text())
+    return [a for key, a in zip(FACT_KEYS, _answers(s, questions)) if key in a.lower()]
+
+
+def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(tuned):
+    """Facts the model did not know are answered after tuning, and general ones are kept.
+    (Measured 2026-12-05 on the 2-core Xeon: 9 of 20 at these defaults; 16 of 20 after 5
+    epochs, but then France's capital became "Strasbourg"; at the from-scratch defaults,
+    "Montelle".)"""
     pairs = re.findall(r"User: (.*)\nAssistant: (.*)", FACTS.read_text())
     assert len(pairs) == 20 and all(k in a.lower() for k, (_, a) in zip(FACT_KEYS, pairs))
-    questions = [q for q, _ in pairs]
-
-    def known(s) -> list[str]:
-        return [a for key, a in zip(FACT_KEYS, _answers(s, questions)) if key in a.lower()]
-
-    before = known(TrainingSession.load(run))
-    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
-    capsys.readouterr()
+    run, before = tuned
     s = TrainingSession.load(run)
     assert (s.train_config.batch_size, s.step) == (8, 10)
-    after = known(s)
+    after = _known(s)
     assert len(before) <= 2 and len(after) >= 7, (before, after)
     for (q, word), a in zip(GENERAL, _answers(s, [q for q, _ in GENERAL])):
         assert word in a, (q, a)
+
+
+TAUGHT = "What colour is a zarnith flower?"   # a fact the tuned model answers ("deep violet")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])
+def test_the_tuned_models_gguf_answers_in_llama_cpp_as_in_the_studio(tuned, tmp_path, dtype):
+    """The exported GGUF, run by llama.cpp in its own template (default system prompt
+    included), answers the taught fact and France as the studio does: f32 the same text (up
+    to a near tie); f16 and q8_0, where llama.cpp rounds otherwise, the same facts."""
+    run, _ = tuned
+    path = tmp_path / f"tuned-{dtype}.gguf"
+    assert main(["export", str(run), str(path), "--dtype", dtype]) == 0
+    assert "TEMPLATE" in path.with_suffix(".Modelfile").read_text()   # its own, for Ollama
+    s = TrainingSession.load(run)
+    llm = llama_model(path, n_ctx=256)
+    for question, key in ((TAUGHT, "violet"), (QUESTION, "Paris")):
+        msgs = [Message("user", question)]
+        ours = s.chat(msgs, greedy=True, max_new_tokens=32)
+        r = llm.create_chat_completion(messages=[{"role": "user", "content": question}],
+                                       temperature=0.0, top_k=1, max_tokens=32)
+        theirs = r["choices"][0]["message"]["content"]
+        assert key in ours.text and key in theirs, (ours.text, theirs)
+        if dtype == "f32":
+            tie = first_near_tie(s, msgs, 32)
+            assert theirs.startswith(tie) if tie is not None else theirs == ours.text, \
+                (theirs, ours.text, tie)
+
+
+def test_the_tuned_models_hf_folder_answers_in_transformers_as_in_the_studio(tuned, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from opencl_llm_studio.engine.config import SamplingParams
+    from opencl_llm_studio.engine.data.dialogue import encode_prompt
+    run, _ = tuned
+    folder = tmp_path / "hf"
+    assert main(["export", str(run), str(folder), "--format", "hf"]) == 0
+    s = TrainingSession.load(run)
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder),
+                                                              dtype=torch.float32).eval()
+    assert model.config.max_position_embeddings == 8192        # the model's own context
+    for question, key in ((TAUGHT, "violet"), (QUESTION, "Paris")):
+        msgs = [Message("user", question)]
+        ids = tok.apply_chat_template([{"role": "user", "content": question}],
+                                      add_generation_prompt=True, tokenize=True,
+                                      return_dict=True)["input_ids"]
+        assert ids == encode_prompt(s.tokenizer, msgs, s.chat_format)
+        stops = s.tokenizer.stop_ids
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                 eos_token_id=stops, pad_token_id=0)[0, len(ids):].tolist()
+        theirs = [t for t in out if t not in stops]
+        ours = s.generate_ids(ids, 32, SamplingParams(greedy=True))
+        text = s.tokenizer.decode(ours)
+        assert key in text, text
+        tie = first_near_tie(s, msgs, 32)
+        if tie is None:
+            assert ours == theirs[:len(ours)], (text, s.tokenizer.decode(theirs))
+        else:
+            assert s.tokenizer.decode(theirs).startswith(tie), (tie, s.tokenizer.decode(theirs))
