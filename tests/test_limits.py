@@ -18,7 +18,8 @@ from tests.source_helpers import PRODUCT, ROOT, files_matching, subcommand_actio
 # option dest -> engine field, per subcommand
 TRAIN_OPTIONS = {"d_model": "d_model", "n_layer": "n_layer", "n_head": "n_head",
                  "n_kv_head": "n_kv_head", "context_length": "context_length",
-                 "vocab_size": "vocab_size", "lr": "learning_rate", "steps": "pretrain_steps",
+                 "vocab_size": "vocab_size", "lr": "learning_rate", "tune_lr": "tune_learning_rate",
+                 "steps": "pretrain_steps",
                  "tune_steps": "tune_steps", "batch_size": "batch_size", "seed": "seed",
                  "replay": "replay_fraction", "dropout": "dropout",
                  "time_budget": "time_budget_s", "checkpoint_every": "checkpoint_every"}
