@@ -208,7 +208,8 @@ def test_an_imported_model_trains_at_pretrained_defaults_and_takes_its_tune_lr(
     """An imported run kept the from-scratch defaults (batch 16, lr 3e-3, tuning at 1e-3),
     which erase a pretrained model's knowledge (SmolLM2-135M then answered "Montelle" for the
     capital of France): it starts at the pretrained defaults, in the CLI as from a transformers
-    folder or a GGUF, and `--tune-lr` sets the tuning rate of a continued run."""
+    folder or a GGUF; with no pretraining stage its one learning rate is its tuning rate (the
+    studio's field, `--lr`), and `--tune-lr` sets the tuning rate of a continued run."""
     from opencl_llm_studio.engine.config import (PRETRAINED_BATCH, PRETRAINED_TUNE_LR,
                                                  pretrained_train_config)
     from opencl_llm_studio.engine.files.gguf_export import export_gguf
@@ -228,6 +229,10 @@ def test_an_imported_model_trains_at_pretrained_defaults_and_takes_its_tune_lr(
                                                                 PRETRAINED_TUNE_LR, 0)
     assert PRETRAINED_TUNE_LR <= 3e-4
     assert main(["train", "--out", str(run), "--continue", "--tune-steps", "1",
+                 "--lr", "1e-4", "--quiet"]) == 0
+    assert TrainingSession.load(run).train_config.tune_peak == 1e-4
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "2",
                  "--tune-lr", "5e-5", "--quiet"]) == 0
     assert "tune learning rate 5e-05" in capsys.readouterr().err
     assert TrainingSession.load(run).train_config.tune_peak == 5e-5

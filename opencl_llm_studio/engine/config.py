@@ -168,6 +168,13 @@ def parse_val_split(spec: str) -> tuple[str, float]:
     return kind, fraction
 
 
+def tune_peak(tune_learning_rate: float, learning_rate: float, pretrain_steps: int) -> float:
+    """TrainConfig.tune_peak of these fields (also for a TrainConfig read as a dict)."""
+    if tune_learning_rate:
+        return tune_learning_rate
+    return learning_rate / 3 if pretrain_steps else learning_rate
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and schedule. Steps count optimizer updates; per stage the lr follows
@@ -206,7 +213,8 @@ class TrainConfig:
     #                               step counts follow (engine.training.budget). 0 = off
     eval_share: float = 0.05      # with a time budget: periodic validation and samples take at
     #                               most this share of the wall time (0: every interval)
-    tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3
+    tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3 after a
+    #                                  pretraining stage, learning_rate in a run without one
     evaluate_recall: bool = True  # fact recall / answer accuracy at the end of each stage
 
     @property
@@ -228,8 +236,11 @@ class TrainConfig:
 
     @property
     def tune_peak(self) -> float:
-        """The tuning stage's peak learning rate: tune_learning_rate, or learning_rate / 3."""
-        return self.tune_learning_rate or self.learning_rate / 3
+        """The tuning stage's peak learning rate: tune_learning_rate; else learning_rate / 3
+        after this run's own pretraining stage (the tuning of a model just pretrained at
+        learning_rate), or learning_rate itself in a run with none (an imported model: its one
+        rate, so the studio's learning-rate field and `--lr` set its tuning)."""
+        return tune_peak(self.tune_learning_rate, self.learning_rate, self.pretrain_steps)
 
     def optim(self) -> OptimConfig:
         """The optimizer settings of one step (engine.model.transformer.Model.train_step)."""
@@ -300,6 +311,6 @@ PRETRAINED_BATCH = 8
 
 def pretrained_train_config() -> TrainConfig:
     """The TrainConfig an imported model's run starts with: no pretraining stage of its own,
-    batch PRETRAINED_BATCH, and PRETRAINED_TUNE_LR for tuning and any further pretraining."""
+    batch PRETRAINED_BATCH, learning rate PRETRAINED_TUNE_LR (its tuning rate too: tune_peak)."""
     return TrainConfig(pretrain_steps=0, batch_size=PRETRAINED_BATCH,
-                       learning_rate=PRETRAINED_TUNE_LR, tune_learning_rate=PRETRAINED_TUNE_LR)
+                       learning_rate=PRETRAINED_TUNE_LR)

@@ -131,7 +131,7 @@ LIMITS: dict[str, Limit] = _table(
     Limit("batch_size", 1, MAX_WIDTH, "windows"),
     Limit("learning_rate", 0.0, 1.0, hint="1e-3 to 3e-3 suits small models.", lo_open=True,
           hi_open=True, **_FLOAT),
-    Limit("tune_learning_rate", 0.0, 1.0, hint="0 = learning_rate / 3.", hi_open=True,
+    Limit("tune_learning_rate", 0.0, 1.0, hint="0 = learning_rate / 3 after pretraining, else learning_rate.", hi_open=True,
           **_FLOAT),
     Limit("min_lr_ratio", 0.0, 1.0, **_FLOAT),
     Limit("warmup_steps", 0, MAX_STEPS, "steps"),

@@ -82,9 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=limited("learning_rate"),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--tune-lr", type=limited("tune_learning_rate"),
-                   help="peak learning rate while tuning (default: the run's; a new run's is "
-                   "--lr / 3, an imported model's "
-                   f"{PRETRAINED_TUNE_LR:g})")
+                   help="peak learning rate while tuning (default: --lr / 3 after a "
+                   "pretraining stage, --lr in a run without one, such as an imported model, "
+                   f"whose --lr is {PRETRAINED_TUNE_LR:g})")
     t.add_argument("--steps", type=limited("pretrain_steps"),
                    help=f"pretraining steps, total ({d['steps']})")
     t.add_argument("--tune-steps", type=limited("tune_steps"),

@@ -72,7 +72,9 @@ class Schedule:
         tc = self.tc
         if self.stage(step) == "pretrain":
             return lr_at(step, 0, tc["pretrain_steps"], tc["learning_rate"], tc)
-        peak = tc.get("tune_learning_rate") or tc["learning_rate"] / 3
+        # engine.config.tune_peak: a third of the rate after a pretraining stage, else the rate
+        peak = tc.get("tune_learning_rate") or (
+            tc["learning_rate"] / 3 if tc["pretrain_steps"] else tc["learning_rate"])
         return lr_at(step, tc["pretrain_steps"], tc["tune_steps"], peak, tc)
 
 
