@@ -247,3 +247,27 @@ def test_the_tuned_models_hf_folder_answers_in_transformers_as_in_the_studio(tun
             assert ours == theirs[:len(ours)], (text, s.tokenizer.decode(theirs))
         else:
             assert s.tokenizer.decode(theirs).startswith(tie), (tie, s.tokenizer.decode(theirs))
+
+
+def test_the_studio_card_of_the_real_model_on_a_laptops_memory(smollm2, rt, monkeypatch):
+    """File > Open model's card of the real file: family shape, heads, context, tokenizer kind,
+    template, quantization, and the tuning memory for short dialogues and for the longest
+    window. On 6 GiB it said tuning would not fit (a step at the 1,024-token window needs 10
+    GiB), though dialogues of a few hundred tokens tune in 3-5 GiB: it names the length that
+    fits instead."""
+    pytest.importorskip("PySide6")
+    from opencl_llm_studio.engine.model import memory
+    from opencl_llm_studio.studio.ui.open_model_dialog import read_card
+    card = read_card(smollm2, 8, rt.info)
+    rows = card["rows"]
+    assert card["open"] and card["fits"] == ""
+    assert rows["layers"].startswith("30 (d_model 576") and rows["heads"].startswith("9 / 3")
+    assert rows["file_type"] == "Q4_1" and rows["tokenizer"].startswith("byte-level BPE")
+    assert rows["context"].startswith("8,192") and "You are a helpful AI" in rows["template"]
+    short, long = re.findall(r"([\d.]+) GiB", rows["memory"])
+    assert 2.5 < float(short) < 4 < 8 < float(long), rows["memory"]
+    monkeypatch.setattr(memory, "usable_bytes", lambda device: 6 * 2 ** 30)
+    note = read_card(smollm2, 8, rt.info)["fits"]
+    assert re.match(r"dialogues of up to [\d,]+ tokens tune at batch 8", note), note
+    monkeypatch.setattr(memory, "usable_bytes", lambda device: 2 * 2 ** 30)
+    assert read_card(smollm2, 8, rt.info)["fits"].startswith("tuning will not fit")

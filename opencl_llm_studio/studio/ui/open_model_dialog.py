@@ -7,8 +7,9 @@ open reads them once), so a large model does not freeze the window: name, parame
 layers, heads / key-value heads, context, vocabulary, tokenizer
 (engine.files.model_card.tokenizer_name: byte-level BPE with its pre-tokenizer, or SentencePiece),
 the chat template's first lines, RoPE base and scaling, tied embeddings, and the memory a tuning
-step needs (engine.model.memory.training_bytes at the studio's batch size and the run's training
-window, engine.files.open_run.tuning_config), with whether that fits the device. A
+step needs (engine.model.memory.training_bytes at the imported run's batch, for short dialogues
+and for the longest training window, engine.files.open_run.tuning_config), with how much of
+that fits the device (all, or dialogues up to a length). A
 model the engine cannot run shows the reason (the ModelImportError's message and hint) and Open
 stays off. The dialog only chooses: studio.ui.open_model_action opens the choice.
 """
@@ -32,29 +33,40 @@ ROWS = (("name", "Name"), ("parameters", "Parameters"), ("file_type", "File type
         ("template", "Chat template"), ("rope", "RoPE"), ("embeddings", "Embeddings"),
         ("memory", "Tuning step memory"))
 GIB = 2 ** 30
+SHORT_DIALOGUE = 128   # tokens: a question and a short answer in a chat template (the memory row)
 
 
 def read_card(path, batch_size: int, device=None) -> dict:
     """What the dialog shows for the model at `path`: {"card": engine.files.model_card.model_card,
     "rows": {row name: text}, "open": whether it is a pretrained open model (else one this app
-    wrote), "fits": "" or why a tuning step does not fit `device` (engine.opencl.device.DeviceInfo or
-    None)}. Raises StudioError (ModelImportError: a model the engine cannot run)."""
+    wrote), "fits": "" or what of tuning does not fit `device` (engine.opencl.device.DeviceInfo or
+    None): all of it, or windows longer than a length it names}. Raises StudioError (ModelImportError: a model the engine cannot run)."""
     from opencl_llm_studio.engine.errors import ConfigError
     from opencl_llm_studio.engine.files.gguf_export import is_open
-    from opencl_llm_studio.engine.model.memory import check_fits, training_bytes
+    from opencl_llm_studio.engine.data.dialogue import WINDOW_STEP
+    from opencl_llm_studio.engine.model.memory import check_fits, fits as fits_device, training_bytes
     from opencl_llm_studio.engine.files.model_card import model_card, parameters_text
     from opencl_llm_studio.engine.files.open_run import tuning_config
     from opencl_llm_studio.studio.open_import import read_model
     bundle = read_model(path, weights=False)   # metadata only: the open reads the tensors
     card = model_card(bundle)
     cfg = tuning_config(bundle.config)
+    # dialogues tune in windows cut to their lengths (engine.data.dialogue.tune_window): a
+    # short one and the longest window bound what a step needs
+    short = min(SHORT_DIALOGUE, cfg.context_length)
+    need_short = training_bytes(cfg, batch_size, device, window=short)[0]
     need = training_bytes(cfg, batch_size, device)[0]
     fits = ""
     if device is not None:
         try:
-            check_fits(cfg, batch_size, device)
+            check_fits(cfg, batch_size, device, window=short)
+            if not fits_device(cfg, batch_size, device, window=cfg.context_length):
+                longest = max(w for w in range(short, cfg.context_length + 1, WINDOW_STEP)
+                              if fits_device(cfg, batch_size, device, window=w))
+                fits = (f"dialogues of up to {longest:,} tokens tune at batch {batch_size} "
+                        f"(a step at {cfg.context_length:,} tokens needs {need / GIB:.1f} GiB)")
         except ConfigError as e:
-            fits = e.describe()
+            fits = "tuning will not fit: " + e.describe()
     rope = f"base {card['rope_base']:g}" + (f", {card['rope_scaling']} scaling"
                                             if card["rope_scaling"] else ", no scaling")
     p = card["parameters"]
@@ -64,12 +76,13 @@ def read_card(path, batch_size: int, device=None) -> dict:
         "layers": f"{card['layers']} (d_model {card['d_model']}, feed-forward {card['ffn_dim']})",
         "heads": f"{card['heads']} / {card['kv_heads']}" + (
             " (grouped-query attention)" if card["kv_heads"] < card["heads"] else ""),
-        "context": f"{card['context_length']:,} tokens (tuned in windows of "
+        "context": f"{card['context_length']:,} tokens (tuned in windows of up to "
                    f"{cfg.context_length:,})",
         "vocabulary": f"{card['vocab_size']:,} tokens", "tokenizer": card["tokenizer"],
         "template": card["template_head"] or "none",
         "rope": rope, "embeddings": "tied" if card["tied_embeddings"] else "untied",
-        "memory": f"{need / GIB:.2f} GiB at batch {batch_size} × {cfg.context_length} tokens"
+        "memory": f"{need_short / GIB:.2f} GiB at batch {batch_size} × {short} tokens "
+                  f"(short dialogues), {need / GIB:.2f} GiB × {cfg.context_length:,}"
                   + (f" on {device.name}" if device is not None else ""),
     }
     return {"card": card, "rows": rows, "open": is_open(bundle), "fits": fits}
@@ -204,7 +217,7 @@ class OpenModelDialog(QDialog):
         self.status.setText("A pretrained model: it opens as a new run." if result["open"]
                             else "A model this app trained: it opens as it was exported.")
         if result["fits"]:
-            self.refusal.setText("Chat works, but tuning will not fit: " + result["fits"])
+            self.refusal.setText("Chat works; " + result["fits"])
             self.refusal.setVisible(True)
         self.open_button.setEnabled(True)
         self._fit_height()
