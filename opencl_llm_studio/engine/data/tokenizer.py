@@ -158,6 +158,7 @@ class Tokenizer:
     bos_id = 1
     eos_id = 2
     pre = ""   # no llama.cpp pre-tokenizer name (engine.data.open_tokenizer.OpenTokenizer.pre)
+    add_bos = True   # every text starts with BOS (GGUF tokenizer.ggml.add_bos_token)
 
     def __init__(self, model_proto: bytes):
         """Wrap a serialized SentencePiece ModelProto (use `train` or `from_bytes`)."""

@@ -114,7 +114,7 @@ class Generator:
         app's models, for an open model as its tokenizer's add_bos says (llama.cpp's
         tokenizer.ggml.add_bos_token: SmolLM2 has none, and its "BOS" <|im_start|> before a
         plain text turned the continuation into a chat turn). on_token gets each new piece."""
-        bos = [self.tokenizer.bos_id] if getattr(self.tokenizer, "add_bos", True) else []
+        bos = [self.tokenizer.bos_id] if self.tokenizer.add_bos else []
         ids = bos + self.tokenizer.encode(prompt)
         return self._decode_stream(ids, max_new_tokens, self._sampling(
             temperature, top_k, top_p, repetition_penalty, greedy), seed, on_token)
