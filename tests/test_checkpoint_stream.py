@@ -70,6 +70,16 @@ def test_a_damaged_member_is_found_first_and_the_previous_checkpoint_read(tmp_pa
                                       a)
 
 
+def _trained(rt, cfg, steps: int, batch_size: int) -> TrainingSession:
+    """A session of cfg trained `steps` steps on the start of the bundled text, no checks."""
+    tc = TrainConfig(pretrain_steps=steps, tune_steps=0, batch_size=batch_size,
+                     eval_interval=100, sample_interval=0, evaluate_recall=False)
+    s = TrainingSession.create(cfg, tc, bundled_texts()[0][:4000], None, runtime=rt)
+    for _ in s.train():
+        pass
+    return s
+
+
 def _peak_bytes(fn) -> int:
     """Peak of host memory numpy and Python allocate while fn runs (tracemalloc sees numpy's
     arrays; the OpenCL device's buffers are not counted)."""
@@ -83,14 +93,8 @@ def _peak_bytes(fn) -> int:
 
 def test_a_session_saves_and_loads_with_no_whole_array_on_the_host(rt, tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHUNK", 4096)
-    pre, tune = bundled_texts()
-    cfg = tiny_config(vocab_size=2000, d_model=128, n_head=4, ffn_dim=384)   # ~0.7M floats
-    s = TrainingSession.create(cfg, TrainConfig(pretrain_steps=1, tune_steps=0, batch_size=1,
-                                                eval_interval=100, sample_interval=0,
-                                                evaluate_recall=False),
-                               pre[:4000], None, runtime=rt)
-    for _ in s.train():
-        pass
+    s = _trained(rt, tiny_config(vocab_size=2000, d_model=128, n_head=4, ffn_dim=384),
+                 steps=1, batch_size=1)   # ~0.7M floats
     want = [s.model.read_flat(w) for w in ("params", "m", "v")]
     array_bytes = want[0].nbytes
     assert s.model.adam_t == 1 and array_bytes > 2_000_000
@@ -101,3 +105,26 @@ def test_a_session_saves_and_loads_with_no_whole_array_on_the_host(rt, tmp_path,
     for w, exp in zip(("params", "m", "v"), want):
         np.testing.assert_array_equal(loaded[0].model.read_flat(w), exp)
     assert loaded[0].model.adam_t == 1 and loaded[0].step == s.step
+
+
+def test_a_loaded_runs_moments_wait_on_disk_and_a_replaced_file_is_refused(rt, tmp_path):
+    """A trained run opened to chat or export does not read its AdamW moments (two more copies
+    of the weights on the device); training reads them then, exactly as saved. When another
+    save has replaced the file meanwhile they are refused, not mixed with other weights."""
+    s = _trained(rt, tiny_config(vocab_size=400), steps=2, batch_size=2)
+    s.save(tmp_path)
+    want = [s.model.read_flat(w) for w in ("m", "v")]
+    opened = TrainingSession.load(tmp_path, runtime=rt)
+    assert not opened.model.holds_training_state
+    opened.generate("The", max_new_tokens=3, greedy=True)
+    assert not opened.model.holds_training_state
+    for w, exp in zip(("m", "v"), want):
+        np.testing.assert_array_equal(opened.model.read_flat(w), exp)
+    stale, other = (TrainingSession.load(tmp_path, runtime=rt) for _ in range(2))
+    other.continue_training(3)
+    for _ in other.train():
+        pass
+    other.save(tmp_path)
+    for _ in range(2):   # and again: no zeros stand in for them after the refusal
+        with pytest.raises(CheckpointError, match="changed since"):
+            stale.model.read_flat("m")

@@ -134,3 +134,40 @@ def test_an_opened_model_is_checked_for_itself_and_its_training_for_its_batch(tm
     s.retrain_with(batch_size=1)
     s.continue_training(3)
     assert next(iter(Trainer(s).run())).step == 3
+
+
+def test_a_model_opened_to_chat_holds_its_weights_alone_until_it_trains(tmp_path, monkeypatch):
+    """Chatting with a model allocated its gradients and both AdamW moments too (SmolLM2-135M's
+    chat took 3.9 GB; a 1.1B model's would take 17.6 GB of float32 training state): an opened
+    model holds its weights alone, opens where only chatting fits (it was refused there),
+    chats, and makes its training state when it trains, checked against its batch first."""
+    from opencl_llm_studio.engine.data.dialogue import Message
+    from opencl_llm_studio.engine.model import memory
+    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.trainer import Trainer
+    from opencl_llm_studio.studio.cli import main
+    from tests.helpers import TINY
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--steps", "2", "--no-tune", *TINY,
+                 "--batch-size", "2"]) == 0
+    s = TrainingSession.load(run)
+    assert not s.model.holds_training_state
+    reply = s.chat([Message("user", "Hi")], max_new_tokens=4, greedy=True)
+    assert reply.n_tokens >= 1 and not s.model.holds_training_state
+    cfg, info = s.model_config, s.rt.info
+    chat, _ = memory.chat_bytes(cfg, info, s.rt.plan.attention_path)
+    train, _ = memory.training_bytes(cfg, 1, info, s.rt.plan.attention_path, s.rt)
+    assert chat < train - 2 * 4 * s.model.table.size          # no gradients, no moments
+    monkeypatch.setattr(memory, "usable_bytes", lambda d: int((chat + train) / 2 / 0.9))
+    s = TrainingSession.load(run)                   # opens to chat where training does not fit
+    assert s.chat([Message("user", "Hi")], max_new_tokens=4, greedy=True).n_tokens >= 1
+    with pytest.raises(ConfigError):
+        Trainer(s)                                  # refused before anything is allocated
+    assert not s.model.holds_training_state
+    monkeypatch.setattr(memory, "usable_bytes", lambda d: int(chat / 2))
+    with pytest.raises(ConfigError, match="just to chat"):
+        TrainingSession.load(run)
+    monkeypatch.undo()
+    s = TrainingSession.load(run)
+    s.continue_training(3)
+    assert next(iter(Trainer(s).run())).step == 3 and s.model.holds_training_state

@@ -165,6 +165,8 @@ GRAD_NORM_PARTIALS = 1024
 class ModelBuffer:
     name: str    # attribute of engine.model.transformer.Model
     elems: int   # float32 elements
+    training: bool = False   # made at the first training use (gradients, AdamW moments): a
+    #                          model opened to chat or export holds its weights alone
 
 
 def model_buffers(cfg: ModelConfig) -> tuple[ModelBuffer, ...]:
@@ -175,7 +177,8 @@ def model_buffers(cfg: ModelConfig) -> tuple[ModelBuffer, ...]:
     head_dim / 2; engine.model.attention.rope_table)."""
     table = ParamTable(cfg)
     rope = cfg.context_length * (cfg.head_dim // 2)
-    return (*(ModelBuffer(n, table.size) for n in ("params", "grads", "m", "v")),
+    return (ModelBuffer("params", table.size),
+            *(ModelBuffer(n, table.size, training=True) for n in ("grads", "m", "v")),
             ModelBuffer("stats", 3), ModelBuffer("partial", GRAD_NORM_PARTIALS),
             ModelBuffer("w_t", max(g.size for g in table.groups.values())),
             ModelBuffer("rope_cos", rope), ModelBuffer("rope_sin", rope))
@@ -203,7 +206,8 @@ def decode_bytes(cfg: ModelConfig) -> tuple[int, int]:
     return buffer_bytes(DECODE_BUFFERS, Dims.of(cfg, 1, cfg.context_length, "fused"))
 
 
-def model_bytes(cfg: ModelConfig) -> tuple[int, int]:
-    """(total bytes, largest single buffer in bytes) of model_buffers(cfg)."""
-    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg)]
+def model_bytes(cfg: ModelConfig, training: bool = True) -> tuple[int, int]:
+    """(total bytes, largest single buffer in bytes) of model_buffers(cfg); training=False:
+    without the ones made at the first training use (gradients, AdamW moments)."""
+    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg) if training or not b.training]
     return sum(sizes), max(sizes)

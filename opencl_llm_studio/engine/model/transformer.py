@@ -49,8 +49,11 @@ class Model:
             flat_weights = self.table.init_weights(np.random.default_rng(seed))
         # params, grads, m, v, stats, partial, w_t (transposed weight scratch for
         # matmul_forward), rope_cos, rope_sin: declared in engine.model.activations.model_buffers
+        self._training_state: dict[str, cl.Buffer] = {}   # grads, m, v: made when first used
+        self._moments = None   # where saved moments wait (defer_moments), read when first used
         for b in activations.model_buffers(cfg):
-            setattr(self, b.name, rt.zeros(b.elems))
+            if not b.training:
+                setattr(self, b.name, rt.zeros(b.elems))
         cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
                                         attention.rope_inv_freq(cfg))
         if isinstance(flat_weights, np.ndarray):
@@ -62,9 +65,63 @@ class Model:
                 raise ValueError(f"{np.size(host)} floats for a buffer of {buf.size // 4}")
             rt.write(buf, np.asarray(host, np.float32).reshape(-1), wait=True)
         self.p = self._views(self.params)
-        self.g = self._views(self.grads)
+        self._g: dict[str, cl.Buffer] | None = None
         self._acts: dict[tuple, Activations] = {}
         self.adam_t = 0  # AdamW steps taken (bias correction)
+
+    # the training state (activations.ModelBuffer.training): zeros made at the first training
+    # step, load or read, so a model opened to chat or export holds its weights alone (a 135M
+    # model's chat took 3.9 GB with gradients and both moments allocated; a 1.1B one, 17.6 GB)
+    @property
+    def grads(self) -> cl.Buffer:
+        return self._state("grads")
+
+    @property
+    def m(self) -> cl.Buffer:
+        return self._state("m")
+
+    @property
+    def v(self) -> cl.Buffer:
+        return self._state("v")
+
+    @property
+    def g(self) -> dict[str, cl.Buffer]:
+        """Views of self.grads per ParamTable group."""
+        if self._g is None:
+            self._g = self._views(self.grads)
+        return self._g
+
+    @property
+    def holds_training_state(self) -> bool:
+        """Whether the gradients and AdamW moments are allocated (after a step or a load)."""
+        return bool(self._training_state)
+
+    def _buffer(self, which: str) -> cl.Buffer:
+        """params, grads, m or v, without making the others (the training state is lazy)."""
+        if which == "params":
+            return self.params
+        if which not in ("grads", "m", "v"):
+            raise KeyError(which)
+        return self._state(which)
+
+    def defer_moments(self, source) -> None:
+        """Read the AdamW moments from `source` when they are first used, not now: source has
+        pieces("adam_m" / "adam_v") -> (offset, float32 piece) pairs
+        (engine.training.checkpoint.MomentSource), so a trained run opened to chat or export
+        holds its weights alone."""
+        self._moments = source
+
+    def _state(self, name: str) -> cl.Buffer:
+        buf = self._training_state.get(name)
+        if buf is None:
+            buf = self._training_state[name] = self.rt.zeros(self.table.size)
+            if name in ("m", "v") and self._moments is not None:
+                try:
+                    self.write_pieces(name, self._moments.pieces("adam_" + name))
+                except BaseException:   # never zeros standing in for moments not read
+                    del self._training_state[name]
+                    raise
+        return buf
 
     def _views(self, buf) -> dict[str, cl.Buffer]:
         return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
@@ -307,7 +364,7 @@ class Model:
 
     # -------------------------------------------------------------------------- host copies
     def read_flat(self, which: str = "params") -> np.ndarray:
-        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        buf = self._buffer(which)
         return self.rt.read(buf, self.table.size)
 
     def write_flat(self, which: str, flat: np.ndarray):
@@ -315,14 +372,14 @@ class Model:
         for another size."""
         if np.size(flat) != self.table.size:   # the caller's data and the layout disagree
             raise ValueError(f"{np.size(flat)} floats for a {which} buffer of {self.table.size}")
-        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        buf = self._buffer(which)
         self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
 
     def write_pieces(self, which: str, pieces) -> None:
         """Set params, grads, m or v from (offset, float32 piece) pairs that cover it in order
         (engine.training.checkpoint.Members.chunks), so the whole vector is never on the host.
         Raises ValueError when the pieces do not cover exactly self.table.size floats."""
-        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        buf = self._buffer(which)
         end = 0
         for offset, piece in pieces:
             if offset != end or end + piece.size > self.table.size:
@@ -335,7 +392,7 @@ class Model:
 
     def read_piece(self, which: str, offset: int, n: int) -> np.ndarray:
         """Elements [offset, offset + n) of params, grads, m or v (a checkpoint Stream's read)."""
-        buf = {"params": self.params, "grads": self.grads, "m": self.m, "v": self.v}[which]
+        buf = self._buffer(which)
         return self.rt.read(buf, n, offset_elems=offset)
 
     def weights(self) -> dict[str, np.ndarray]:

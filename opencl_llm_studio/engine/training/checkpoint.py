@@ -281,6 +281,14 @@ class Members:
         self._zf.close()
         self._f.close()
 
+    def moment_crcs(self) -> tuple[int, int]:
+        """The CRC-32s of adam_m and adam_v as the archive's directory records them."""
+        return (self._zf.getinfo("adam_m.npy").CRC, self._zf.getinfo("adam_v.npy").CRC)
+
+    def moment_source(self) -> MomentSource:
+        """This file's moments, to read when the run trains (MomentSource)."""
+        return MomentSource(self.target, self.moment_crcs())
+
     def damaged(self) -> str | None:
         """The first member whose data fails its CRC, or None (zipfile.testzip: read in
         pieces, nothing kept)."""
@@ -326,6 +334,28 @@ class Members:
             raise ValueError(f"a {dtype} array of shape {shape}, not a float vector")
         self._dtype = dtype
         return shape
+
+
+@dataclass(frozen=True)
+class MomentSource:
+    """Where a loaded run's AdamW moments wait until it trains (Members.moment_source): the
+    file and its members' CRC-32s, so that reading them later from a file another save has
+    replaced meanwhile is refused instead of mixing two checkpoints."""
+    path: Path
+    crcs: tuple[int, int]   # adam_m, adam_v
+
+    def pieces(self, name: str) -> Iterator[tuple[int, np.ndarray]]:
+        """Members.chunks of "adam_m" or "adam_v" of the file as it was. Raises CheckpointError
+        when the file is gone, damaged or another checkpoint now."""
+        found = load(self.path, arrays=False) if self.path.exists() else None
+        if found is None or found["members"].moment_crcs() != self.crcs:
+            if found is not None:
+                found["members"].close()
+            raise CheckpointError(f"The run's checkpoint {self.path} changed since the run was "
+                                  "opened, and its optimizer state was to be read from it.",
+                                  "Open the run again, then continue training.")
+        with found["members"] as members:
+            yield from members.chunks(name)
 
 
 def _header_file(target: Path) -> dict:

@@ -26,7 +26,7 @@ from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_
 from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, NothingToTrain
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.generation.generator import Generator, delegate
-from opencl_llm_studio.engine.model.memory import check_fits
+from opencl_llm_studio.engine.model.memory import check_chat_fits, check_fits
 from opencl_llm_studio.engine.training.metrics import ValScore
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.model.params import ParamTable
@@ -86,15 +86,16 @@ class TrainingSession:
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
                  monitor: Monitor | None = None, autotune: bool | None = None,
-                 short_text_ok: bool = False, fit_batch: int | None = None):
+                 short_text_ok: bool = False, opened: bool = False):
         """autotune: tune the kernels for this device and shape first when none are cached
         (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
         short_text_ok: a pretraining text shorter than one window is used as it is, padded
         (engine.data.corpus.PretrainData short_ok): for a model whose window the text did not
         choose (opened, imported); a new run refuses it with a context length that fits.
-        fit_batch: the batch size the memory check counts before anything is allocated (None:
-        the run's own; an opened model passes 1, since opening it to chat or export needs no
-        training batch, and its training checks its batch when it starts: check_training_fits)."""
+        opened: a model opened to chat, export or train on (a loaded or imported run): before
+        anything is allocated only chatting is checked (engine.model.memory.check_chat_fits),
+        since its gradients and moments are made when it trains, which checks its batch then
+        (check_training_fits); a new run checks its training (check_fits)."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
         # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
@@ -109,8 +110,11 @@ class TrainingSession:
         self.monitor.tick("encoding the dialogues", 0, 1)
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
-        check_fits(model_cfg, fit_batch or train_cfg.batch_size, rt.info,
-                   rt.plan.attention_path, rt)
+        if not opened:
+            check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
+        else:   # opened to chat or export: its weights and a generation window; gradients
+            #     and moments are made (and training's need checked) when it trains
+            check_chat_fits(model_cfg, rt.info, rt.plan.attention_path)
         self.monitor.tick("building the model", 0, 1)
         self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
@@ -190,10 +194,9 @@ class TrainingSession:
         s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
                 flat_weights=members.chunks("params"),                    # key: format 1
                 chat_format=h.get("chat_format", 1), monitor=monitor,
-                autotune=autotune, short_text_ok=True, fit_batch=1)
-        if trained:
-            s.model.write_pieces("m", members.chunks("adam_m"))
-            s.model.write_pieces("v", members.chunks("adam_v"))
+                autotune=autotune, short_text_ok=True, opened=True)
+        if trained:   # read when it trains: opened to chat or export, it holds its weights alone
+            s.model.defer_moments(members.moment_source())
         s.model.adam_t = int(h["adam_t"])
         s.step = int(h["step"])
         s.last_loss = h.get("last_loss")
@@ -232,7 +235,7 @@ class TrainingSession:
             train_cfg = train_cfg or pretrained_train_config()
         s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
                 flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
-                monitor=monitor, short_text_ok=True, fit_batch=1)
+                monitor=monitor, short_text_ok=True, opened=True)
         s.last_loss = b.metadata.get("final_loss")
         if is_open(b):
             from opencl_llm_studio.engine.files.model_card import model_card

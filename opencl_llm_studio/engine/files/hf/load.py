@@ -264,7 +264,7 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
         cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
     s = TrainingSession(rt, cfg, tc, bundle.tokenizer, pretrain_text, tune_text,
                         flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt,
-                        short_text_ok=True, fit_batch=1)   # made elsewhere: its window, not
+                        short_text_ok=True, opened=True)   # made elsewhere: its window, not
     #                                                            the text's; training checks
     #                                                            its batch when it starts
     if is_open(bundle):
