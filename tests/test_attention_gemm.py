@@ -169,9 +169,11 @@ def test_model_on_both_paths(rt, path, cfg, B, T):
 
 
 def test_launch_cap_scales_with_the_device(rt, monkeypatch):
-    """The per-launch work cap follows the device's estimated rate (0.1 s of it), never below
-    2^32 flops on a GPU, none on a CPU; the environment variable overrides it."""
-    assert launch_flops_cap(True, 2, 3000) is None
+    """The per-launch work cap follows the device's estimated rate (0.1 s of it on a GPU, 0.2 s
+    at a low estimate on a CPU, where it bounds how long a stop waits), never below 2^32
+    flops; the environment variable overrides it."""
+    assert launch_flops_cap(True, 2, 3000) == pytest.approx(0.2 * 2 * 3000e6 * 8)
+    assert launch_flops_cap(True, 1, 0) == GPU_LAUNCH_FLOPS   # a clock PoCL did not report
     assert launch_flops_cap(False, 24, 1150) == pytest.approx(4.4e10, rel=0.01)  # UHD 620
     assert launch_flops_cap(False, 2, 100) == GPU_LAUNCH_FLOPS  # the floor
     assert launch_flops_cap(False, 132, 1980) == pytest.approx(0.1 * 132 * 1980e6 * 16)

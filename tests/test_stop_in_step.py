@@ -42,6 +42,33 @@ def test_stop_inside_a_step_leaves_the_model_as_it_was(rt, where):
     assert np.isfinite(loss) and not skipped and model.adam_t == 1   # and it still trains
 
 
+def test_a_stop_lands_between_the_chunks_of_a_long_launch(rt, monkeypatch):
+    """Issue 33: a stop landed only between blocks, and one block's attention or GEMM launch
+    could run for seconds (a d256, 2-block step at context 2048, batch 64 took 16-20 s to
+    stop). Launches over the device's cap (Runtime.max_launch_flops, now also on a CPU) are
+    split, and a step's stop check runs between their chunks: with a tiny cap there are many
+    more stop points than blocks, a stop at any of them abandons the step, and the split
+    step computes what the unsplit one does."""
+    cfg = ModelConfig(d_model=64, n_layer=1, n_head=2, context_length=64, vocab_size=300)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 300, (4, 64)).astype(np.int32)
+    y = rng.integers(0, 300, (4, 64)).astype(np.int32)
+    whole = Model(rt, cfg, seed=3)
+    want = whole.train_step(x, y, 1e-2, TrainConfig().optim())[0]
+    monkeypatch.setattr(rt, "max_launch_flops", 2e5)
+    model = Model(rt, cfg, seed=3)
+    count = StopAfter(10 ** 9)
+    got = model.train_step(x, y, 1e-2, TrainConfig().optim(), check=count)[0]
+    assert count.calls > 10 * cfg.n_layer and got == pytest.approx(want, rel=1e-5)
+    before = [model.read_flat(k) for k in ("params", "m", "v")]
+    stop = StopAfter(count.calls // 2)            # inside one block's chunks
+    with pytest.raises(Cancelled):
+        model.train_step(x, y, 1e-2, TrainConfig().optim(), check=stop)
+    for k, b in zip(("params", "m", "v"), before):
+        np.testing.assert_array_equal(model.read_flat(k), b)
+    assert model.adam_t == 1 and rt.chunk_check is None
+
+
 def test_a_stop_in_the_first_step_is_a_step_not_taken(rt):
     tc = TrainConfig(pretrain_steps=5, tune_steps=0, batch_size=2, eval_interval=50,
                      sample_interval=0, evaluate_recall=False)

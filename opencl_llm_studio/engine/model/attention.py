@@ -165,6 +165,8 @@ def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
     step = nz if cap is None else max(1, min(nz, int(cap // max(flops_per_z, 1.0))))
     step = step if most is None else min(step, most)
     for z0 in range(0, nz, step):
+        if z0:
+            rt.between_chunks()   # a running step may stop here
         yield z0, min(step, nz - z0)
 
 

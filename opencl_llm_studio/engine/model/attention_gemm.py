@@ -123,6 +123,8 @@ def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strid
     cap = rt.max_launch_flops
     step = nb if cap is None else max(1, min(nb, int(cap // max(per_batch, 1.0))))
     for b0 in range(0, nb, step):
+        if b0:
+            rt.between_chunks()   # a running step may stop here
         n = min(step, nb - b0)
         _bmm_launch(rt, C, A, B, M, N, K, H, n * H, a.at_batch(b0), b.at_batch(b0),
                     c.at_batch(b0), alpha, beta, causal)

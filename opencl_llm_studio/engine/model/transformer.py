@@ -317,6 +317,7 @@ class Model:
         self.upload_batch(a, inputs, targets)
         rt.fill_zero(self.grads, n)
         drop = StepDropout(opt.dropout, opt.seed, self.adam_t) if opt.dropout > 0 else None
+        rt.chunk_check = check   # split launches stop between their chunks too
         try:
             self.forward(a, B, T, drop, check)
             n_counted = int((targets >= 0).sum())
@@ -327,6 +328,7 @@ class Model:
             rt.finish()   # nothing of the abandoned step may run after we return
             raise
         finally:
+            rt.chunk_check = None
             rt.end_stop_points()
         ops.grad_norm(rt, self.stats, self.partial, self.grads, n, opt.grad_clip)
         self.adam_t += 1

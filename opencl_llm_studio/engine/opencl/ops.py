@@ -100,13 +100,16 @@ def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
 
 def _row_chunks(rt: Runtime, rows: int, flops_per_row: int):
     """(first row, row count) chunks of at most rt.max_launch_flops each (one chunk when there
-    is no cap); chunk starts are multiples of 128 rows, so sub-buffer origins stay aligned."""
+    is no cap); chunk starts are multiples of 128 rows, so sub-buffer origins stay aligned.
+    Between chunks a running step may stop (Runtime.between_chunks)."""
     cap = rt.max_launch_flops
     if cap is None or rows * flops_per_row <= cap:
         yield 0, rows
         return
     step = max(128, int(cap // max(flops_per_row, 1)) // 128 * 128)
     for r0 in range(0, rows, step):
+        if r0:
+            rt.between_chunks()
         yield r0, min(step, rows - r0)
 
 

@@ -51,6 +51,9 @@ GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_fl
 OTHER_DEVICE_CLI = ("Give another --device (`llm-studio devices` lists them; a CPU device "
                     "always works).")
 LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
+# a CPU launch's work at a low estimate of the device's rate (launch_flops_cap): a stop asked
+# for inside a long kernel lands within about two of them (Runtime.between_chunks)
+CPU_LAUNCH_SECONDS = 0.2
 LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
 def kernel_source(files: tuple[str, ...] | None = None) -> str:
@@ -89,13 +92,17 @@ def launch_flops_cap(is_cpu: bool, compute_units: int, clock_mhz: int,
     narrowest GPU compute unit; NVIDIA SMs have 128 lanes, AMD CUs 64), and never less than
     2^32 flops (~0.1 s at 40 GFLOP/s, a slow iGPU's rate). An H200 (132 units, 1980 MHz) gets
     4.2e11: no GEMM of the XL config is split, where 2^32 split them into hundreds of launches.
-    CPUs drive no display: None. env (LLM_STUDIO_MAX_LAUNCH_GFLOP) overrides, in GFLOP; 0 or
-    a negative value means no cap."""
+    A CPU drives no display, but a stop (Ctrl-C, the studio's Stop) lands only between
+    launches: a CPU launch carries at most CPU_LAUNCH_SECONDS at compute units x clock x 8
+    flops (a low estimate: PoCL's GEMMs run 16-50 flops per core-cycle on AVX2 and AVX-512),
+    never less than 2^32 (a d256, 2-block step at context 2048, batch 64 took 16-20 s to stop
+    with one attention launch per layer). env (LLM_STUDIO_MAX_LAUNCH_GFLOP) overrides, in
+    GFLOP; 0 or a negative value means no cap."""
     if env:
         gflop = float(env)
         return gflop * 1e9 if gflop > 0 else None
     if is_cpu:
-        return None
+        return max(GPU_LAUNCH_FLOPS, CPU_LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 8)
     return max(GPU_LAUNCH_FLOPS, LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 16)
 
 
@@ -234,6 +241,7 @@ class Runtime:
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
         self._stop_mark: cl.Event | None = None  # see stop_point
+        self.chunk_check = None   # the running step's stop check (between_chunks), or None
 
     def with_plan(self, plan: GemmPlan) -> "Runtime":
         """A runtime on the same context, queues, programs and buffers that launches products
@@ -256,6 +264,13 @@ class Runtime:
 
     def end_stop_points(self) -> None:
         self._stop_mark = None
+
+    def between_chunks(self) -> None:
+        """Between two launches of one split kernel (max_launch_flops): a stop point of the
+        running training step (chunk_check, set by engine.model.transformer.Model.train_step),
+        so a stop asked for inside a long product lands after the launch that is running."""
+        if self.chunk_check is not None:
+            self.stop_point(self.chunk_check)
 
     def kernel(self, name: str) -> cl.Kernel:
         return self.main.kernel(name)
