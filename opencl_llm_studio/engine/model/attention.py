@@ -165,8 +165,6 @@ def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
     step = nz if cap is None else max(1, min(nz, int(cap // max(flops_per_z, 1.0))))
     step = step if most is None else min(step, most)
     for z0 in range(0, nz, step):
-        if z0:
-            rt.between_chunks()   # a running step may stop here
         yield z0, min(step, nz - z0)
 
 
@@ -180,6 +178,8 @@ def _launch(rt: Runtime, name: str, s: Heads, passes: int, *args, per_kv: bool =
     built, t = (None, None) if flash else program(rt, s.head_dim, "tiled", s.group)
     nz = s.B * s.KVH if per_kv else s.nz
     for z0, count in _chunks(rt, nz, _work(s, passes, per_kv)):
+        if z0:
+            rt.between_chunks()   # a running step may stop here
         tail = (s.T, s.C, s.H, z0, z0 + count)
         if flash:
             attention_flash.launch(rt, name, flash, s.T, count, args, tail)
@@ -215,6 +215,8 @@ def _blocked(rt: Runtime, name: str, s: Heads, passes: int, rows: int, *args,
     xt = cl.LocalMemory(4 * floats) if local else buf
     dq = (buf if dq_n else args[0], np.int32(xt_n)) if per_kv else ()
     for z0, count in chunks:
+        if z0:
+            rt.between_chunks()   # a running step may stop here
         tail = (s.T, s.C, s.H, z0, z0 + count)
         rt.launch_local(name, (split, count), (1, 1), *args, *dq, xt, *tail, built=built)
         if dq_n:
@@ -316,6 +318,8 @@ def _backward_ds(rt: Runtime, s: Heads, dqkv, dsum, dy, qkv, y, lse) -> bool:
     G = s.group
     ds = rt.scratch(most * G * s.T * s.T)
     for z0, count in _chunks(rt, s.B * s.KVH, _work(s, 4, True), most):
+        if z0:
+            rt.between_chunks()   # a running step may stop here
         tail = (s.T, s.C, s.H, z0, z0 + count)
         q_tail = (s.T, s.C, s.H, z0 * G, (z0 + count) * G)  # the chunk's query heads
         attention_flash.launch_dsum(rt, dkv, s.T, count * G, (dsum, dy, y, *q_tail))

@@ -86,6 +86,8 @@ def matmul_nn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
     Rows of A and C in chunks of at most rt.max_launch_flops (display watchdogs; GPUs only,
     scaled to the device: engine.opencl.runtime.launch_flops_cap)."""
     for m0, rows in _row_chunks(rt, M, 2 * N * K):
+        if m0:
+            rt.between_chunks()   # a running step may stop here
         _gemm(rt, "nn", _rows(rt, C, m0, rows, N, M), _rows(rt, A, m0, rows, K, M), B, rows,
               N, K, beta)
 
@@ -94,6 +96,8 @@ def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
     """C (M, N) = beta * C + A^T @ B with A stored (K, M) and B (K, N). The sum over K in
     chunks of at most rt.max_launch_flops where it is set (the later ones accumulate)."""
     for k0, ks in _row_chunks(rt, K, 2 * M * N):
+        if k0:
+            rt.between_chunks()   # a running step may stop here
         _gemm(rt, "tn", C, _rows(rt, A, k0, ks, M, K), _rows(rt, B, k0, ks, N, K), M, N, ks,
               beta if k0 == 0 else 1.0)
 
@@ -101,15 +105,13 @@ def matmul_tn(rt: Runtime, C, A, B, M: int, N: int, K: int, beta: float = 0.0):
 def _row_chunks(rt: Runtime, rows: int, flops_per_row: int):
     """(first row, row count) chunks of at most rt.max_launch_flops each (one chunk when there
     is no cap); chunk starts are multiples of 128 rows, so sub-buffer origins stay aligned.
-    Between chunks a running step may stop (Runtime.between_chunks)."""
+    The launch loops let a running step stop between chunks (Runtime.between_chunks)."""
     cap = rt.max_launch_flops
     if cap is None or rows * flops_per_row <= cap:
         yield 0, rows
         return
     step = max(128, int(cap // max(flops_per_row, 1)) // 128 * 128)
     for r0 in range(0, rows, step):
-        if r0:
-            rt.between_chunks()
         yield r0, min(step, rows - r0)
 
 
@@ -155,6 +157,8 @@ def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int
     choice = rt.plan.choice_for("nn", M, N, K)
     if choice.variant == "packed":  # reads w in place while packing it: no transpose pass
         for m0, rows in _row_chunks(rt, M, 2 * N * K):
+            if m0:
+                rt.between_chunks()   # a running step may stop here
             gemm_packed(rt, "nt", _rows(rt, out, m0, rows, N, M), _rows(rt, inp, m0, rows, K, M),
                         w, rows, N, K, 0.0, choice.vector_width)
         return
