@@ -12,7 +12,8 @@ from opencl_llm_studio.engine.model import attention_flash, attention_gemm
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.model.memory import activation_floats, check_fits, training_bytes
 from opencl_llm_studio.engine.model.transformer import Model
-from opencl_llm_studio.engine.opencl.runtime import GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap
+from opencl_llm_studio.engine.opencl.runtime import (GPU_LAUNCH_FLOPS, Runtime, launch_flops_cap,
+                                                     stop_flops_cap)
 from tests.helpers import tiny_config
 from tests.kernel_helpers import GQA_SHAPES, batch, rel_err, run_attention
 
@@ -169,15 +170,23 @@ def test_model_on_both_paths(rt, path, cfg, B, T):
 
 
 def test_launch_cap_scales_with_the_device(rt, monkeypatch):
-    """The per-launch work cap follows the device's estimated rate (0.1 s of it on a GPU, 0.2 s
-    at a low estimate on a CPU, where it bounds how long a stop waits), never below 2^32
-    flops; the environment variable overrides it."""
-    assert launch_flops_cap(True, 2, 3000) == pytest.approx(0.2 * 2 * 3000e6 * 8)
-    assert launch_flops_cap(True, 1, 0) == GPU_LAUNCH_FLOPS   # a clock PoCL did not report
+    """The per-launch work cap follows the device's estimated rate (0.1 s of it on a GPU; on a
+    CPU 0.2 s at a low estimate, and only inside a training step, where it bounds how long a
+    stop waits), never below 2^32 flops; the environment variable overrides it."""
+    assert launch_flops_cap(True, 2, 3000) is None
+    assert stop_flops_cap(2, 3000) == pytest.approx(0.2 * 2 * 3000e6 * 8)
+    assert stop_flops_cap(1, 0) == GPU_LAUNCH_FLOPS   # a clock PoCL did not report
     assert launch_flops_cap(False, 24, 1150) == pytest.approx(4.4e10, rel=0.01)  # UHD 620
     assert launch_flops_cap(False, 2, 100) == GPU_LAUNCH_FLOPS  # the floor
     assert launch_flops_cap(False, 132, 1980) == pytest.approx(0.1 * 132 * 1980e6 * 16)
     assert launch_flops_cap(False, 132, 1980, "2") == 2e9
     assert launch_flops_cap(False, 132, 1980, "0") is None
+    if rt.is_cpu:
+        assert rt.launch_cap() is None and rt.stop_launch_flops >= GPU_LAUNCH_FLOPS
+        rt.chunk_check = lambda: None
+        try:
+            assert rt.launch_cap() == rt.stop_launch_flops
+        finally:
+            rt.chunk_check = None
     monkeypatch.setenv("LLM_STUDIO_MAX_LAUNCH_GFLOP", "1.5")
     assert Runtime(rt.info).max_launch_flops == 1.5e9

@@ -161,7 +161,7 @@ def blocked_tiles(rt: Runtime) -> AttentionTiles:
 def _chunks(rt: Runtime, nz: int, flops_per_z: float, most: int | None = None):
     """(z0, count) ranges of nz (batch, head) pairs, each within rt.max_launch_flops (and of
     at most `most` pairs)."""
-    cap = rt.max_launch_flops
+    cap = rt.launch_cap()
     step = nz if cap is None else max(1, min(nz, int(cap // max(flops_per_z, 1.0))))
     step = step if most is None else min(step, most)
     for z0 in range(0, nz, step):

@@ -120,7 +120,7 @@ def _bmm(rt: Runtime, C, A, B, M: int, N: int, K: int, H: int, nb: int, a: Strid
     if c.col != 1:
         raise ValueError("the batched products write rows of C contiguous (col stride 1)")
     per_batch = 2.0 * M * N * K * H
-    cap = rt.max_launch_flops
+    cap = rt.launch_cap()
     step = nb if cap is None else max(1, min(nb, int(cap // max(per_batch, 1.0))))
     for b0 in range(0, nb, step):
         if b0:

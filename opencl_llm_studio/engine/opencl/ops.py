@@ -106,7 +106,7 @@ def _row_chunks(rt: Runtime, rows: int, flops_per_row: int):
     """(first row, row count) chunks of at most rt.max_launch_flops each (one chunk when there
     is no cap); chunk starts are multiples of 128 rows, so sub-buffer origins stay aligned.
     The launch loops let a running step stop between chunks (Runtime.between_chunks)."""
-    cap = rt.max_launch_flops
+    cap = rt.launch_cap()
     if cap is None or rows * flops_per_row <= cap:
         yield 0, rows
         return

@@ -51,8 +51,8 @@ GPU_LAUNCH_FLOPS = 2.0 ** 32  # the least per-launch cap on a GPU (see launch_fl
 OTHER_DEVICE_CLI = ("Give another --device (`llm-studio devices` lists them; a CPU device "
                     "always works).")
 LAUNCH_SECONDS = 0.1  # a GPU launch's work at the device's estimated peak (launch_flops_cap)
-# a CPU launch's work at a low estimate of the device's rate (launch_flops_cap): a stop asked
-# for inside a long kernel lands within about two of them (Runtime.between_chunks)
+# a CPU launch's work in a training step at a low estimate of the device's rate
+# (stop_flops_cap): a stop asked for inside a long kernel lands within about two of them
 CPU_LAUNCH_SECONDS = 0.2
 LAUNCH_FLOPS_ENV = "LLM_STUDIO_MAX_LAUNCH_GFLOP"  # overrides the cap; 0 = none (tests, benches)
 MAX_ALLOC_ENV = "LLM_STUDIO_MAX_ALLOC_MB"  # lowers the device's reported max allocation (tests)
@@ -92,18 +92,26 @@ def launch_flops_cap(is_cpu: bool, compute_units: int, clock_mhz: int,
     narrowest GPU compute unit; NVIDIA SMs have 128 lanes, AMD CUs 64), and never less than
     2^32 flops (~0.1 s at 40 GFLOP/s, a slow iGPU's rate). An H200 (132 units, 1980 MHz) gets
     4.2e11: no GEMM of the XL config is split, where 2^32 split them into hundreds of launches.
-    A CPU drives no display, but a stop (Ctrl-C, the studio's Stop) lands only between
-    launches: a CPU launch carries at most CPU_LAUNCH_SECONDS at compute units x clock x 8
-    flops (a low estimate: PoCL's GEMMs run 16-50 flops per core-cycle on AVX2 and AVX-512),
-    never less than 2^32 (a d256, 2-block step at context 2048, batch 64 took 16-20 s to stop
-    with one attention launch per layer). env (LLM_STUDIO_MAX_LAUNCH_GFLOP) overrides, in
-    GFLOP; 0 or a negative value means no cap."""
+    CPUs drive no display: None (their training steps split for stops: stop_flops_cap). env
+    (LLM_STUDIO_MAX_LAUNCH_GFLOP) overrides, in GFLOP, on any device; 0 or a negative value
+    means no cap."""
     if env:
         gflop = float(env)
         return gflop * 1e9 if gflop > 0 else None
     if is_cpu:
-        return max(GPU_LAUNCH_FLOPS, CPU_LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 8)
+        return None
     return max(GPU_LAUNCH_FLOPS, LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 16)
+
+
+def stop_flops_cap(compute_units: int, clock_mhz: int) -> float:
+    """The most flops one launch may carry on a CPU while a training step runs, so that a stop
+    (Ctrl-C, the studio's Stop), which lands between launches, waits for at most about
+    CPU_LAUNCH_SECONDS: compute units x clock x 8 flops (a low estimate: PoCL's GEMMs run
+    16-50 flops per core-cycle on AVX2 and AVX-512), never less than 2^32. A d256, 2-block step
+    at context 2048, batch 64 took 5-20 s to stop with one attention launch per layer.
+    Generation and evaluation keep whole launches (splitting them cost 0.15 GB of peak memory
+    in SmolLM2-135M's stage-end checks, and they stop between items)."""
+    return max(GPU_LAUNCH_FLOPS, CPU_LAUNCH_SECONDS * compute_units * clock_mhz * 1e6 * 8)
 
 
 def _log_build(program: "cl.Program", device, name: str) -> None:
@@ -235,9 +243,13 @@ class Runtime:
         self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
         # The most work (flops) one launch of a long kernel may carry (display watchdogs);
         # None: no cap. Tests set it to force split launches.
+        env = os.environ.get(LAUNCH_FLOPS_ENV)
         self.max_launch_flops: float | None = launch_flops_cap(
-            self.is_cpu, self.info.compute_units, int(self.device.max_clock_frequency),
-            os.environ.get(LAUNCH_FLOPS_ENV))
+            self.is_cpu, self.info.compute_units, int(self.device.max_clock_frequency), env)
+        # a CPU's cap while a training step runs (launch_cap), unless the environment set one
+        self.stop_launch_flops: float | None = (
+            stop_flops_cap(self.info.compute_units, int(self.device.max_clock_frequency))
+            if self.is_cpu and not env else None)
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
         self._stop_mark: cl.Event | None = None  # see stop_point
@@ -264,6 +276,13 @@ class Runtime:
 
     def end_stop_points(self) -> None:
         self._stop_mark = None
+
+    def launch_cap(self) -> float | None:
+        """The most flops one launch may carry now: max_launch_flops, or on a CPU while a
+        training step runs (chunk_check set) stop_launch_flops; None: no cap."""
+        if self.max_launch_flops is not None or self.chunk_check is None:
+            return self.max_launch_flops
+        return self.stop_launch_flops
 
     def between_chunks(self) -> None:
         """Between two launches of one split kernel (max_launch_flops): a stop point of the
