@@ -171,10 +171,10 @@ def test_model_on_both_paths(rt, path, cfg, B, T):
 
 def test_launch_cap_scales_with_the_device(rt, monkeypatch):
     """The per-launch work cap follows the device's estimated rate (0.1 s of it on a GPU; on a
-    CPU 0.2 s at a low estimate, and only inside a training step, where it bounds how long a
-    stop waits), never below 2^32 flops; the environment variable overrides it."""
+    CPU 0.5 s, and only inside a training step, where it bounds how long a stop waits), never
+    below 2^32 flops; the environment variable overrides it."""
     assert launch_flops_cap(True, 2, 3000) is None
-    assert stop_flops_cap(2, 3000) == pytest.approx(0.2 * 2 * 3000e6 * 8)
+    assert stop_flops_cap(2, 3000) == pytest.approx(0.5 * 2 * 3000e6 * 16)
     assert stop_flops_cap(1, 0) == GPU_LAUNCH_FLOPS   # a clock PoCL did not report
     assert launch_flops_cap(False, 24, 1150) == pytest.approx(4.4e10, rel=0.01)  # UHD 620
     assert launch_flops_cap(False, 2, 100) == GPU_LAUNCH_FLOPS  # the floor
