@@ -68,9 +68,9 @@ def save(path, header: dict, params, m, v,
     """Write the checkpoint so that a complete one is on disk at every instant. m, v: the AdamW
     moments, or None before the first step (an imported model): stored empty, so a 135M
     model's run folder holds its weights alone (0.5 GB, not 1.6 GB of zeros); load() gives
-    zeros back. params, m and v may be float32 arrays, Streams (written piece by piece, so no
+    zeros back. params, m and v may be float32 arrays or Streams (written piece by piece, so no
     whole array is on the host: a 135M model's save held 1.5 GiB beside the model before
-    2026-12), or for m and v callables that return the array when it is written.
+    2026-12).
 
     Order (engine.fsutil): the new file is written under a temp name and fsynced; the current
     file is hard-linked to a second temp name that replaces checkpoint.prev.npz; then the new
@@ -120,18 +120,15 @@ def _not_finite() -> CheckpointError:
 
 
 def _write_npz(f, arrays: dict) -> None:
-    """np.savez's archive (uncompressed members NAME.npy), each array made and written in turn:
-    a callable value is called just before its member is written, a Stream is written piece by
-    piece (its "params" checked finite on the way: raises CheckpointError)."""
+    """np.savez's archive (uncompressed members NAME.npy), each written in turn; a Stream piece
+    by piece (its "params" checked finite on the way: raises CheckpointError)."""
     with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, value in arrays.items():
             with zf.open(name + ".npy", "w", force_zip64=True) as out:
                 if isinstance(value, Stream):
                     _write_stream(out, value, check_finite=name == "params")
-                    continue
-                arr = np.asanyarray(value() if callable(value) else value)
-                np.lib.format.write_array(out, arr, allow_pickle=False)
-                del arr
+                else:
+                    np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
 
 
 def _write_stream(out, stream: Stream, check_finite: bool) -> None:
@@ -227,11 +224,16 @@ def _mtime(p: Path) -> int:
 MEMBERS = ("params", "adam_m", "adam_v", "header", "tokenizer", "pretrain_text", "tune_text")
 
 
+def _small_members(z) -> dict:
+    """The tokenizer bytes and both texts of an open archive."""
+    return {"tokenizer": bytes(z["tokenizer"]),
+            "pretrain_text": bytes(z["pretrain_text"]).decode(),
+            "tune_text": bytes(z["tune_text"]).decode() or None}
+
+
 def _load_file(target: Path) -> dict:
     def read(z):
-        out = {"tokenizer": bytes(z["tokenizer"]),
-               "pretrain_text": bytes(z["pretrain_text"]).decode(),
-               "tune_text": bytes(z["tune_text"]).decode() or None}
+        out = _small_members(z)
         for k in ("params", "adam_m", "adam_v"):
             out[k] = np.asarray(z[k], np.float32)
         for k in ("adam_m", "adam_v"):   # saved before the first step: zeros
@@ -242,11 +244,7 @@ def _load_file(target: Path) -> dict:
 
 
 def _open_members(target: Path) -> dict:
-    def read(z):
-        return {"tokenizer": bytes(z["tokenizer"]),
-                "pretrain_text": bytes(z["pretrain_text"]).decode(),
-                "tune_text": bytes(z["tune_text"]).decode() or None}
-    out = _read_archive(target, read, keep_open=True)
+    out = _read_archive(target, _small_members, keep_open=True)
     members = Members(out.pop("file"), target)
     try:   # every member's CRC first, a piece at a time: a damaged file is found here, while
         bad = members.damaged()   # an older candidate can still be read instead
@@ -269,7 +267,11 @@ class Members:
 
     def __init__(self, f, target: Path):
         self._f, self.target = f, target
-        self._zf = zipfile.ZipFile(f)
+        try:
+            self._zf = zipfile.ZipFile(f)
+        except BaseException:
+            f.close()
+            raise
 
     def __enter__(self) -> "Members":
         return self
@@ -345,17 +347,26 @@ class MomentSource:
     crcs: tuple[int, int]   # adam_m, adam_v
 
     def pieces(self, name: str) -> Iterator[tuple[int, np.ndarray]]:
-        """Members.chunks of "adam_m" or "adam_v" of the file as it was. Raises CheckpointError
-        when the file is gone, damaged or another checkpoint now."""
-        found = load(self.path, arrays=False) if self.path.exists() else None
-        if found is None or found["members"].moment_crcs() != self.crcs:
-            if found is not None:
-                found["members"].close()
-            raise CheckpointError(f"The run's checkpoint {self.path} changed since the run was "
-                                  "opened, and its optimizer state was to be read from it.",
-                                  "Open the run again, then continue training.")
-        with found["members"] as members:
+        """Members.chunks of "adam_m" or "adam_v" of the file as it was (the recorded CRC-32s
+        name it; the member's own CRC is checked at its end). Raises CheckpointError when the
+        file is gone, damaged or another checkpoint now."""
+        try:
+            members = Members(open(self.path, "rb"), self.path)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise self._changed() from e
+        with members:
+            try:
+                same = members.moment_crcs() == self.crcs
+            except KeyError as e:
+                raise self._changed() from e
+            if not same:
+                raise self._changed()
             yield from members.chunks(name)
+
+    def _changed(self) -> CheckpointError:
+        return CheckpointError(f"The run's checkpoint {self.path} changed since the run was "
+                               "opened, and its optimizer state was to be read from it.",
+                               "Open the run again, then continue training.")
 
 
 def _header_file(target: Path) -> dict:
