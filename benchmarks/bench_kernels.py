@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.common import md_table, model_config  # noqa: E402
 from opencl_llm_studio.engine.model.params import qkv_width  # noqa: E402
+from opencl_llm_studio.engine.model.params import param_count
 
 
 def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
@@ -48,8 +49,8 @@ def timeit(fn, sync, min_s=0.15, min_reps=3) -> float:
 
 def gemm_shapes(cfg, B):
     """(label, kind, M, N, K) of the products in one step; kind nn or tn as our kernels name them
-    (engine.opencl.gemm_tune.model_products)."""
-    from opencl_llm_studio.engine.opencl.gemm_tune import model_products
+    (engine.model.gemm_tune.model_products)."""
+    from opencl_llm_studio.engine.model.gemm_tune import model_products
     return [(label, *shape) for label, shape in model_products(cfg, B)]
 
 
@@ -104,7 +105,7 @@ def bench_rowwise(rt, cfg, B):
     logits = dev(BT * V)
     targets = rt.to_device(rng.integers(0, V, BT).astype(np.int32))
     losses = dev(BT)
-    n = cfg.param_count()
+    n = param_count(cfg)
     p, g, m, v = dev(n), dev(n), dev(n), rt.to_device(np.abs(rng.standard_normal(n)).astype(np.float32))
     stats = rt.to_device(np.array([1.0, 1.0, 0.0], np.float32))
     cases = [

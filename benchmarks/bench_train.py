@@ -30,6 +30,8 @@ from benchmarks.common import (DESIGN_CPU_PEAK, Batches, engine_gemm_flops,  # n
                                flops_per_token, machine_line, md_table, model_config,
                                numpy_sgemm_flops, quartiles, si, torch_mm_flops, wait_idle)
 from benchmarks.profile_step import profile_engine_step  # noqa: E402
+from opencl_llm_studio.engine.model.params import param_count
+from opencl_llm_studio.engine.training import schedule
 
 
 def parse_args(argv=None):
@@ -172,13 +174,13 @@ def run_config(name, args, rt, tc_base, peak):
     T = cfg.context_length
     tc = tc_base.replace(batch_size=B)
     total = args.check_steps + args.warmup + args.steps + 10
-    lr_at = lambda s: tc.lr_at(s, 0, total, tc.learning_rate)  # noqa: E731
+    lr_at = lambda s: schedule.lr_at(tc, s, 0, total, tc.learning_rate)  # noqa: E731
     data = Batches(args.data, args.vocab, B, T, args.seed)
     if args.idle_busy > 0:
         wait_idle(args.idle_busy, args.idle_wait_s, log)
     load0 = os.getloadavg()[0]
     log(f"\n== {name}: d_model {cfg.d_model}, n_layer {cfg.n_layer}, n_head {cfg.n_head}, "
-        f"T {T}, B {B}, vocab {cfg.vocab_size}, params {cfg.param_count():,}")
+        f"T {T}, B {B}, vocab {cfg.vocab_size}, params {param_count(cfg):,}")
     ours, theirs, init = build_pair(rt, cfg, tc, args)
     check, first = check_steps(ours, theirs, data, lr_at, tc, args.check_steps)
     step = args.check_steps

@@ -1,11 +1,11 @@
 """The kernel tuner against the hand table (issue 24 goal 4), per product, side by side.
 
-For each configuration: engine.opencl.gemm_tune.tune() within --seconds on the device (optionally
+For each configuration: engine.model.gemm_tune.tune() within --seconds on the device (optionally
 presented with another device's limits: --limits native_float_width=4 is a CPU or integrated
 GPU that reports 4-float vectors, where the table falls back to scalar tiles), then every
 distinct product of one training step timed with the table's choice and the tuned one in turn
-(engine.opencl.gemm_tune.side_by_side: the least of 5 alternating timings each, so load from other
-work weighs on both alike; on a CPU device in this process's CPU time, engine.opencl.gemm_tune.timer,
+(engine.model.gemm_tune.side_by_side: the least of 5 alternating timings each, so load from other
+work weighs on both alike; on a CPU device in this process's CPU time, engine.model.gemm_tune.timer,
 which other programs' load does not inflate; GFLOP/s are then per CPU-second of all cores).
 Prints GFLOP/s of both and their ratio, and the step's GEMM time (each product counted as
 often as a step runs it) under both. Nothing is cached.
@@ -37,7 +37,7 @@ def limits_arg(text: str) -> dict:
 
 def compare(rt, cfg, B, seconds: float) -> tuple[list, str]:
     """(markdown rows, summary line) of table vs tuned for one configuration."""
-    from opencl_llm_studio.engine.opencl.gemm_tune import ProductBench, model_products, side_by_side, timer, tune
+    from opencl_llm_studio.engine.model.gemm_tune import ProductBench, model_products, side_by_side, timer, tune
     result = tune(rt, cfg, B, seconds)
     tuned_rt = rt.with_plan(result.plan)
     rows, totals, done = [], [0.0, 0.0], {}

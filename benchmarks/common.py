@@ -10,6 +10,7 @@ import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.data.textio import bundled_corpus
+from opencl_llm_studio.engine.model.params import param_count
 
 
 # Issue 6: S = d128 L4 H4 T64 B12; M = d256 L4 H8 T128 B32; L = d384 L6 H6 T256 B64.
@@ -38,7 +39,7 @@ def model_config(name: str, vocab_size: int = 512) -> tuple[ModelConfig, int]:
 def flops_per_token(cfg: ModelConfig) -> float:
     """Training FLOPs per token (issue 6, PaLM appendix B): 6N + 12 * n_layer * d_model * T,
     with N = every parameter (the tied embedding counted once)."""
-    return 6.0 * cfg.param_count() + 12.0 * cfg.n_layer * cfg.d_model * cfg.context_length
+    return 6.0 * param_count(cfg) + 12.0 * cfg.n_layer * cfg.d_model * cfg.context_length
 
 
 class Batches:

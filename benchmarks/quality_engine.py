@@ -1,6 +1,6 @@
 """The engine's side of benchmarks/quality_nanogpt.py: an engine.training.presets preset trained with the engine's
 own training step (Model.train_step: forward, backward, clipping, AdamW on the device, dropout)
-and its warmup + cosine schedule (TrainConfig.lr_at), on quality_nanogpt.CharData's split.
+and its warmup + cosine schedule (engine.training.schedule.lr_at), on quality_nanogpt.CharData's split.
 
 Ids come from the engine's own character tokenizer (`llm-studio train --tokenizer char`: one
 token per character, "\n" the byte token <0x0A>), trained on the whole text as the CLI does, so
@@ -19,6 +19,7 @@ import numpy as np
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.training.presets import get_preset
+from opencl_llm_studio.engine.training.schedule import lr_at
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 
@@ -77,5 +78,5 @@ def engine_train(preset: str, data, evaluator, device, seed: int, stop_below=Non
                 return
         t0 = time.perf_counter()  # batch making included, as on nanoGPT's side
         x, y = data.windows(data.train, rng.integers(0, len(data.train) - T, B), T)
-        model.train_step(lut[x], lut[y], tc.lr_at(step, 0, steps, tc.learning_rate), tc)
+        model.train_step(lut[x], lut[y], lr_at(tc, step, 0, steps, tc.learning_rate), tc)
         train_s += time.perf_counter() - t0

@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.model.params import param_count
 
 # (question, answer, the fact an answer must contain)
 FACTS = [
@@ -195,7 +196,7 @@ def run(args) -> dict:
     cli("import", model, run_dir, "--pretrain", general_file, "--tune", tune_file,
         *(["--device", args.device] if args.device else []))
     before = TrainingSession.load(run_dir, device=args.device)
-    result["model"] = {"source": str(model), "parameters": before.model_config.param_count(),
+    result["model"] = {"source": str(model), "parameters": param_count(before.model_config),
                        "config": {k: v for k, v in before.model_config.__dict__.items()}}
     result["general_loss_before"] = before.pretrain_val_loss()
     result["answers_before"] = sum(held(engine_answers(before)))

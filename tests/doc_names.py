@@ -29,7 +29,7 @@ CALLBACKS = {"on_phase", "slide", "on_token", "loss_fn"}
 EXTERNAL = {"tokenizers", "LlamaModel", "np", "cl", "gguf", "transformers"}
 # How the doc refers to instances: `session.train()` is TrainingSession.train.
 ALIASES = {"session": "opencl_llm_studio.engine.training.session.TrainingSession", "rt": "opencl_llm_studio.engine.opencl.runtime.Runtime",
-           "monitor": "opencl_llm_studio.engine.training.progress.Monitor", "tok": "opencl_llm_studio.engine.data.tokenizer.Tokenizer"}
+           "monitor": "opencl_llm_studio.engine.progress.Monitor", "tok": "opencl_llm_studio.engine.data.tokenizer.Tokenizer"}
 # Python's own names and the typing names a signature shows
 PYTHON = set(dir(builtins)) | {"Path", "Iterator", "Optional", "Callable"}
 SCRIPTS = {"opencl_llm_studio.engine.files.hf.train_ddp"}  # a standalone torchrun script (imports torch), not engine API

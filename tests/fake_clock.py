@@ -1,9 +1,9 @@
 """Seconds of training that move only when told, for tests of time rules (a time budget, a
 pause that must not count, Continue for N more seconds): deterministic and fast on any machine,
-however loaded. The engine reads training time from engine.training.progress.Clock, whose time_fn is
+however loaded. The engine reads training time from engine.progress.Clock, whose time_fn is
 injectable; engine.training.trainer.Trainer(session, clock) takes one."""
 
-from opencl_llm_studio.engine.training.progress import Clock
+from opencl_llm_studio.engine.progress import Clock
 
 
 class FakeTime:

@@ -1,4 +1,4 @@
-"""Run folders for the Runs tests, written the way the engine writes them (engine.training.checkpoint.save
+"""Run folders for the Runs tests, written the way the engine writes them (engine.files.checkpoint.save
 and StepMetrics records), with tiny weight arrays: no training needed."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 
 

@@ -38,16 +38,58 @@ def test_import_contracts_are_kept():
 def test_a_qt_import_breaks_the_contracts(tmp_path, module, line):
     """The contracts can fail: a copy of the tree where the engine, the run folders, the run
     history or the command line imports Qt (or the window) is refused."""
+    r = _lint_with(tmp_path, module, line)
+    assert r.returncode != 0, r.stdout
+    assert "BROKEN" in r.stdout
+
+
+def _lint_with(tmp_path: Path, module: str, text: str) -> subprocess.CompletedProcess:
+    """lint-imports on a copy of the tree with `text` appended to `module` (made if absent)."""
     for name in ("opencl_llm_studio", "pyproject.toml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     bad = tmp_path / module
-    bad.write_text(bad.read_text() + f"\n{line}  # noqa\n")
-    r = subprocess.run([_lint_imports(), "--no-cache"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=120,
-                       env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    bad.write_text((bad.read_text() if bad.exists() else "") + f"\n{text}  # noqa\n")
+    return subprocess.run([_lint_imports(), "--no-cache"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+
+
+TYPE_ONLY = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    "
+
+
+@pytest.mark.parametrize("module,line,contract", [
+    # the imports that tied the engine into one knot before the layers (issue 35), put back
+    ("opencl_llm_studio/engine/opencl/ops.py", "from opencl_llm_studio.engine.model import activations",
+     "layers"),
+    ("opencl_llm_studio/engine/opencl/tune_cache.py", "from opencl_llm_studio.engine.model import gemm_tune",
+     "layers"),
+    ("opencl_llm_studio/engine/config.py", "from opencl_llm_studio.engine.training.schedule import StageSchedule",
+     "layers"),
+    ("opencl_llm_studio/engine/config.py", "from opencl_llm_studio.engine.model.params import ParamTable",
+     "layers"),
+    ("opencl_llm_studio/engine/data/corpus.py", "from opencl_llm_studio.engine.training import evaluate",
+     "layers"),
+    ("opencl_llm_studio/engine/files/hf/load.py",
+     "def f():\n    from opencl_llm_studio.engine.training.session import TrainingSession", "layers"),
+    # an import for annotations only is still an import
+    ("opencl_llm_studio/engine/errors.py", TYPE_ONLY + "from opencl_llm_studio.engine.config import ModelConfig",
+     "layers"),
+    # leaves on one line are independent; a new module must take its place in the list
+    ("opencl_llm_studio/engine/progress.py", "from opencl_llm_studio.engine import fsutil", "layers"),
+    ("opencl_llm_studio/engine/newthing.py", "X = 1", "layers"),
+    ("opencl_llm_studio/engine/model/transformer.py", "from opencl_llm_studio.engine.model import gemm_tune",
+     "tuner"),
+])
+def test_an_import_against_the_layers_breaks_them(tmp_path, module, line, contract):
+    """The layers contract can fail: each import a layer may not make, put into a copy of the
+    tree, is refused by name."""
+    r = _lint_with(tmp_path, module, line)
     assert r.returncode != 0, r.stdout
-    assert "BROKEN" in r.stdout
+    name = {"layers": "The engine's layers: each imports only the layers below it",
+            "tuner": "The tuner that times a model's products sits above the model: no model "
+                     "module imports it"}[contract]
+    assert f"{name} BROKEN" in " ".join(r.stdout.split()), r.stdout   # lint-imports wraps lines
 
 
 QT_PACKAGES = ("PySide6", "pyqtgraph", "shiboken6")
@@ -114,21 +156,9 @@ def _project_modules(root: Path) -> dict[str, Path]:
     return mods
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node, less the bodies of `if TYPE_CHECKING:` (annotations only, never run)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                stack.extend(child.orelse)
-            else:
-                stack.append(child)
-
-
 def import_graph(root: Path) -> dict[str, set[str]]:
-    """module -> the project modules it imports, at module level or inside a function."""
+    """module -> the project modules it imports, at module level, inside a function or under
+    `if TYPE_CHECKING:` (an import for annotations only is still a dependency a reader follows)."""
     mods = _project_modules(root)
 
     def owner(name: str) -> str | None:   # "engine.config.ModelConfig" -> "engine.config"
@@ -140,7 +170,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 deps.update(owner(a.name) for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -182,8 +212,9 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles():
-    """No two project modules import each other, directly or around a ring, at module level or
-    inside a function (a deferred import hides a circle from Python, not from a reader)."""
+    """No two project modules import each other, directly or around a ring, at module level,
+    inside a function or for annotations only (a deferred or type-only import hides a circle
+    from Python, not from a reader)."""
     graph = import_graph(ROOT)
     assert {"opencl_llm_studio.engine.config", "opencl_llm_studio.studio.run_folder"} <= set(graph)
     found = circles(graph)
@@ -193,8 +224,8 @@ def test_no_import_circles():
 
 
 def test_the_circle_finder_sees_deferred_and_relative_imports(tmp_path):
-    """The finder can fail: a function-level import back and a relative one are circles; an
-    import under `if TYPE_CHECKING:` is not."""
+    """The finder can fail: a function-level import back, a relative one and one under
+    `if TYPE_CHECKING:` are circles."""
     top = tmp_path / "opencl_llm_studio"
     for pkg in ("engine", "studio"):
         (top / pkg).mkdir(parents=True)
@@ -206,4 +237,6 @@ def test_the_circle_finder_sees_deferred_and_relative_imports(tmp_path):
     (top / "studio" / "e.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from opencl_llm_studio.studio import f\n")
     (top / "studio" / "f.py").write_text("import opencl_llm_studio.studio.e\n")
-    assert circles(import_graph(tmp_path)) == [["opencl_llm_studio.engine.a", "opencl_llm_studio.engine.b"], ["opencl_llm_studio.engine.c", "opencl_llm_studio.engine.d"]]
+    assert circles(import_graph(tmp_path)) == [["opencl_llm_studio.engine.a", "opencl_llm_studio.engine.b"],
+                                               ["opencl_llm_studio.engine.c", "opencl_llm_studio.engine.d"],
+                                               ["opencl_llm_studio.studio.e", "opencl_llm_studio.studio.f"]]

@@ -5,7 +5,7 @@ answers with exactly the engine's characters (no leading space) and stops at </s
 import numpy as np
 import pytest
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.generation.chat import ChatReply, answer_reserve
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine import fsutil
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -12,7 +12,7 @@ import pytest
 
 from opencl_llm_studio.engine.config import TrainConfig
 from opencl_llm_studio.engine.errors import CheckpointError
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import bundled_texts, tiny_config
 

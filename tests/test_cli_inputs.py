@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opencl_llm_studio.engine.training.progress import Pace
+from opencl_llm_studio.engine.progress import Pace
 from opencl_llm_studio.studio.cli import main
 from opencl_llm_studio.studio.cli.progress import ProgressLine
 from tests.fake_clock import FakeTime

@@ -1,5 +1,5 @@
 """The GEMM plan as one immutable object, and the kernel tuner (engine/opencl/gemm_plan.py,
-engine/opencl/gemm_tune.py, engine/opencl/tune_cache.py; issue 23 item 5, issue 24 goal 4). No timings are
+engine/model/gemm_tune.py, engine/opencl/tune_cache.py; issue 23 item 5, issue 24 goal 4). No timings are
 asserted: the machine is shared; what the tuner must guarantee is that what it picks runs,
 is right, and is stored and used."""
 
@@ -9,10 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from opencl_llm_studio.engine.opencl import gemm_tune, ops, tune_cache
+from opencl_llm_studio.engine.model import gemm_tune
+from opencl_llm_studio.engine.opencl import ops, tune_cache
 from opencl_llm_studio.engine.errors import DeviceError
 from opencl_llm_studio.engine.opencl.gemm_plan import GemmChoice
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from tests.helpers import tiny_config
 from tests.kernel_helpers import close, down, up

@@ -13,7 +13,7 @@ from tests.helpers import tiny_config
 from opencl_llm_studio.engine.config import TrainConfig
 from opencl_llm_studio.engine.training.health import (GROUPS, NORM_RATIO_TOO_HIGH, HealthMonitor, group_of,
                            unigram_entropy)
-from opencl_llm_studio.engine.training.metrics import StepMetrics
+from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.model.transformer import Model
 
 

@@ -22,7 +22,8 @@ pytest.importorskip("tokenizers")
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 from opencl_llm_studio.engine.errors import ModelImportError  # noqa: E402
 from opencl_llm_studio.engine.files.hf.export import export_hf, export_session  # noqa: E402
-from opencl_llm_studio.engine.files.hf.load import import_hf, session_from_hf  # noqa: E402
+from opencl_llm_studio.engine.files.hf.load import import_hf  # noqa: E402
+from opencl_llm_studio.engine.training.open_hf import session_from_hf  # noqa: E402
 from opencl_llm_studio.engine.files.hf.names import from_hf_rows, to_hf_rows  # noqa: E402
 from opencl_llm_studio.engine.files.hf.scale_out import SCRIPT, scale_out  # noqa: E402
 from opencl_llm_studio.engine.data.textio import read_text  # noqa: E402

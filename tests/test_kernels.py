@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tests.reference as ref
-from opencl_llm_studio.engine.model.activations import GRAD_NORM_PARTIALS
+from opencl_llm_studio.engine.opencl.ops import GRAD_NORM_PARTIALS
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.opencl.gemm_plan import k_slices
 from tests.kernel_helpers import GEMM_VARIANTS, close, down, plan_rt, up

@@ -14,7 +14,7 @@ from opencl_llm_studio.engine.training import evaluate
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.training.session import TrainingSession
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences

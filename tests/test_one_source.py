@@ -10,6 +10,7 @@ import tests.reference as ref
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.files.gguf_export import tensor_shapes
 from opencl_llm_studio.engine.model.params import ParamTable, tensors_per_layer
+from opencl_llm_studio.engine.model.params import param_count
 from tests.source_helpers import PRODUCT, ROOT, files_matching, subcommand_actions
 
 # (what the rule is, a regex that spells it out, the files allowed to). engine/files/hf/train_ddp.py
@@ -52,7 +53,7 @@ def test_every_use_of_the_tensor_list_agrees(cfg):
     table = ParamTable(cfg)
     assert tensor_shapes(cfg) == table.shapes()
     assert {n: w.shape for n, w in ref.init_weights(cfg).items()} == table.shapes()
-    assert cfg.param_count() == sum(e.size for e in table.entries.values())
+    assert param_count(cfg) == sum(e.size for e in table.entries.values())
     assert len(table.entries) == 2 + (not cfg.tie_embeddings) + cfg.n_layer * tensors_per_layer(cfg)
 
 

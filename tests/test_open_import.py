@@ -236,7 +236,7 @@ def test_model_card_counts_what_transformers_counts(open_folders):
 
 
 def test_cli_import_writes_a_run_and_prints_the_card(open_folders, open_ggufs, tmp_path, capsys):
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.files.open_run import tuning_config
     from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
     from opencl_llm_studio.engine.model.params import ParamTable

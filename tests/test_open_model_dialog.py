@@ -96,7 +96,7 @@ def test_a_file_that_is_no_model_is_refused(qtbot, tmp_path):
 
 def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, open_ggufs,
                                                                 tmp_path):
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.data.dialogue import Message
     from opencl_llm_studio.engine.training.session import TrainingSession
     from tests.studio_helpers import chat

@@ -54,7 +54,7 @@ def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
 
 def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, capsys):
     import shutil
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.studio.cli import main
     _, src = smol_run
     out = tmp_path / "run"
@@ -77,10 +77,10 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, c
 
 
 def test_an_open_model_folder_opens_in_its_own_template(smol_run, rt):
-    """File > Open Hugging Face folder on a pretrained model (engine.files.hf.load.session_from_hf):
+    """File > Open Hugging Face folder on a pretrained model (engine.training.open_hf.session_from_hf):
     its own template and a training window, as an imported run (it opened in the app's
     User:/Assistant: format with the model's whole context)."""
-    from opencl_llm_studio.engine.files.hf.load import session_from_hf
+    from opencl_llm_studio.engine.training.open_hf import session_from_hf
     folder, _ = smol_run
     s = session_from_hf(folder, "A general text.\n" * 50, None, runtime=rt)
     assert s.chat_format == "model" and s.model_config.context_length <= 1024
@@ -97,7 +97,7 @@ def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
     """studio.json records the chat format, so a run tuned in format 1 opens in format 1."""
     from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
     from opencl_llm_studio.engine.files.hf.export import export_session
-    from opencl_llm_studio.engine.files.hf.load import session_from_hf
+    from opencl_llm_studio.engine.training.open_hf import session_from_hf
     from opencl_llm_studio.engine.training.session import TrainingSession
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
@@ -181,7 +181,7 @@ def test_an_imported_run_stores_no_empty_optimizer_state(tmp_path):
     for SmolLM2-135M): the moments are stored empty until the first step, read back as zeros,
     and a run trained on stores them."""
     import zipfile
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.training.session import TrainingSession
     from opencl_llm_studio.studio.cli import main
     folder = build("smollm2", tmp_path / "folder")

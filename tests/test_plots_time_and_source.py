@@ -3,7 +3,7 @@ named for where its text comes from (issue 11 "Honest numbers", issue 12 items 1
 
 import numpy as np
 
-from opencl_llm_studio.engine.training.metrics import StepMetrics
+from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.studio.ui.plots import VAL_ON_TRAINING_TEXT, LivePlots
 
 

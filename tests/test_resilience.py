@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, TrainingDiverged
 from opencl_llm_studio.engine.training.session import TrainingSession

@@ -1,6 +1,6 @@
 """studio.run_folder: one reader of a run folder and one answer to what a model path holds.
 
-The Runs table (studio.runs.load_run) and `--continue` (engine.training.checkpoint.load, through
+The Runs table (studio.runs.load_run) and `--continue` (engine.files.checkpoint.load, through
 TrainingSession.load) read the same checkpoint of a folder whose newest file is torn, foreign or
 missing; every command that takes a model path names what a wrong path is."""
 
@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.errors import CheckpointError, StudioError
 from opencl_llm_studio.studio.cli import main
 from opencl_llm_studio.studio.run_folder import ModelKind, path_kind, read_header
@@ -27,7 +27,7 @@ def _resave(folder, step: int) -> None:
 
 
 def _npz(path, header: dict, leave_out=()) -> None:
-    """A checkpoint-like archive with this header, written without engine.training.checkpoint's checks."""
+    """A checkpoint-like archive with this header, written without engine.files.checkpoint's checks."""
     z = np.zeros(4, np.float32)
     members = {"params": z, "adam_m": z, "adam_v": z, "tokenizer": np.frombuffer(b"tok", np.uint8),
                "pretrain_text": np.frombuffer(b"text", np.uint8),

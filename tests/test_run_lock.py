@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from opencl_llm_studio.engine.training import checkpoint, run_lock
+from opencl_llm_studio.engine.files import checkpoint
+from opencl_llm_studio.engine.training import run_lock
 from opencl_llm_studio.engine.training.run_lock import RunFolderBusy, RunLock, ensure_free
 from opencl_llm_studio.studio.run_folder import RunRecorder
 

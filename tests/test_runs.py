@@ -10,6 +10,7 @@ import pytest
 
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.studio import runs as R
+from opencl_llm_studio.engine.model.params import param_count
 from tests.runs_helpers import make_run
 
 
@@ -22,8 +23,8 @@ def test_scan_reads_every_column(tmp_path):
     fast = runs[0]
     assert fast.status == "finished" and fast.step == 40 and fast.total_steps == 40
     assert fast.device == "Test CPU" and fast.tokenizer == "SentencePiece BPE · 300"
-    assert fast.params == R.ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=2,
-                                        context_length=8).param_count()
+    assert fast.params == param_count(R.ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=2,
+                                                    context_length=8))
     assert fast.loss == pytest.approx(math.log(300) * math.exp(-40 * 1e-2 * 10) + 0.1)
     assert fast.val_loss == pytest.approx(fast.loss + 0.2)
     assert fast.val_bpb == pytest.approx(fast.val_loss / math.log(2) / 3)

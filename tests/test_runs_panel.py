@@ -118,7 +118,7 @@ def test_added_folder_is_listed(qtbot, tmp_path):
 def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from opencl_llm_studio.engine.training.metrics import StepMetrics
+    from opencl_llm_studio.engine.metrics import StepMetrics
     from opencl_llm_studio.studio.ui.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)

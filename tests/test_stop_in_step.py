@@ -6,7 +6,7 @@ import pytest
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.model.transformer import Model
-from opencl_llm_studio.engine.training.progress import Cancelled
+from opencl_llm_studio.engine.progress import Cancelled
 from opencl_llm_studio.engine.training.session import TrainingSession
 from tests.helpers import bundled_texts
 

@@ -9,7 +9,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from opencl_llm_studio.engine.training.metrics import StepMetrics  # noqa: E402
+from opencl_llm_studio.engine.metrics import StepMetrics  # noqa: E402
 from opencl_llm_studio.studio.protocol import Outcome, RunState  # noqa: E402
 from opencl_llm_studio.studio.ui.plots import LivePlots  # noqa: E402
 from opencl_llm_studio.studio.ui.run_bar import RunBar  # noqa: E402

@@ -4,7 +4,7 @@ the progress bar names the phase, and the ETA ignores paused time and steps of e
 import random
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
-from opencl_llm_studio.engine.training.progress import Pace
+from opencl_llm_studio.engine.progress import Pace
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.data.textio import bundled_corpus
 from opencl_llm_studio.studio.protocol import Outcome, TrainJob

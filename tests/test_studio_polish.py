@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFileDialog  # noqa: E402
 from tests.studio_helpers import configure, settle, train  # noqa: E402
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from opencl_llm_studio.engine.training.schedule import lr_at  # noqa: E402
 from opencl_llm_studio.studio.protocol import ContinuePoint, ModelSource, RunState  # noqa: E402
 
 
@@ -177,7 +178,7 @@ def test_a_shortened_warmup_is_said(window):
     assert "20 steps in pretraining and 10 steps in tuning" in note.text()
     assert "not 30" in note.text()
     tc = sp.train_config()  # what the note says is what the schedule does
-    assert tc.lr_at(19, 0, 100, 1.0) == 1.0 and tc.lr_at(18, 0, 100, 1.0) < 1.0
+    assert lr_at(tc, 19, 0, 100, 1.0) == 1.0 and lr_at(tc, 18, 0, 100, 1.0) < 1.0
     sp.set_value("tuneStepsSpin", 0)
     assert "in tuning" not in note.text()
     sp.set_value("pretrainStepsSpin", 600)

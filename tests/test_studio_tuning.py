@@ -5,11 +5,12 @@ tunes before training. The tuner's time bound is made short; the cache is the te
 
 import pytest
 
-from opencl_llm_studio.engine.opencl import gemm_tune, tune_cache
+from opencl_llm_studio.engine.model import gemm_tune
+from opencl_llm_studio.engine.opencl import tune_cache
 from opencl_llm_studio.studio.protocol import FileTask
 from opencl_llm_studio.studio.ui import tune_actions
 from opencl_llm_studio.studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
-from opencl_llm_studio.studio.ui.window_controls import TASK_WHY
+from opencl_llm_studio.studio.ui.reasons import TASK_WHY
 from tests.studio_helpers import configure, train
 
 TUNE_TIMEOUT_MS = 300_000   # a bound for hangs on a loaded machine, not a speed test

@@ -19,7 +19,7 @@ from tests.studio_helpers import configure, open_model, settle, train  # noqa: E
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 
-from opencl_llm_studio.engine.training.metrics import StepMetrics  # noqa: E402
+from opencl_llm_studio.engine.metrics import StepMetrics  # noqa: E402
 from opencl_llm_studio.studio.ui.plots import PALETTE, LivePlots  # noqa: E402
 
 SCREENS = [(1280, 720), (1366, 768)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan
-from opencl_llm_studio.engine.training.progress import Clock
+from opencl_llm_studio.engine.progress import Clock
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.training.schedule import Rewarm, StageSchedule, decay_factor
 from opencl_llm_studio.engine.training.session import TrainingSession

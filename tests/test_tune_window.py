@@ -55,7 +55,7 @@ def test_an_opened_model_tunes_and_scores_in_the_dialogues_window(rt, tmp_path):
     dialogues' window, and the memory check counts that window, not 1,024."""
     pytest.importorskip("transformers")
     from opencl_llm_studio.engine.config import TrainConfig
-    from opencl_llm_studio.engine.files.hf.load import session_from_hf
+    from opencl_llm_studio.engine.training.open_hf import session_from_hf
     from opencl_llm_studio.engine.model.memory import training_bytes
     from tests.helpers import bundled_texts
     from tests.open_models import build

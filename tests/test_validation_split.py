@@ -11,7 +11,7 @@ import pytest
 from opencl_llm_studio.engine.config import parse_val_split
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS, HELD_OUT, TRAINING_TEXT, PretrainData, token_bytes
 from opencl_llm_studio.engine.errors import ConfigError
-from opencl_llm_studio.engine.training.metrics import bits_per_byte, score_validation
+from opencl_llm_studio.engine.metrics import bits_per_byte, score_validation
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.studio.cli import main
 

@@ -129,7 +129,7 @@ def test_the_controller_is_the_only_receiver_of_the_worker(window):
 
 
 def test_metrics_reach_the_plots_through_the_controller(qtbot, window):
-    from opencl_llm_studio.engine.training.metrics import StepMetrics
+    from opencl_llm_studio.engine.metrics import StepMetrics
     worker, c = window.controller.host.worker, window.controller
     before = window.plots.point_count()
     m = StepMetrics(1, 600, "pretrain", 4.4, 1.0, 0.003, 1.0, 1.0,

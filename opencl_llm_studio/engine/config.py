@@ -9,7 +9,6 @@ import dataclasses
 from dataclasses import dataclass
 
 from opencl_llm_studio.engine.errors import ConfigError
-from opencl_llm_studio.engine.training.schedule import StageSchedule
 from opencl_llm_studio.engine.limits import LIMITS, check_fields
 
 
@@ -105,11 +104,6 @@ class ModelConfig:
                 f", high {self.rope_high_freq_factor}.",
                 "Copy rope_scaling from the model's config.json (Llama 3.2: factor 32, low 1, "
                 "high 4, original 8192).", field="rope_scaling")
-
-    def param_count(self) -> int:
-        """Number of trainable parameters (elements): engine.model.params.ParamTable's entries."""
-        from opencl_llm_studio.engine.model.params import ParamTable  # deferred: params' table is built from a config
-        return ParamTable(self).n_params
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
@@ -221,18 +215,6 @@ class TrainConfig:
     def total_steps(self) -> int:
         """Steps of a run with dialogues (engine.config.run_steps)."""
         return run_steps(self.pretrain_steps, self.tune_steps, True)
-
-    def lr_at(self, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
-        """Learning rate for global `step` inside a stage of `stage_steps` steps starting at
-        `stage_start`: warmup, stable, then decay to peak * min_lr_ratio at the stage's last
-        step (engine.training.schedule.StageSchedule, progress = steps done / stage_steps)."""
-        s = step - stage_start
-        return self.stage_schedule(stage_steps, peak).lr(s, (s + 1) / max(stage_steps, 1))
-
-    def stage_schedule(self, stage_steps: int, peak: float) -> StageSchedule:
-        """The engine.training.schedule.StageSchedule of a stage of `stage_steps` steps at `peak`."""
-        return StageSchedule(peak, self.warmup_for(stage_steps), self.decay_fraction,
-                             self.min_lr_ratio)
 
     @property
     def tune_peak(self) -> float:

@@ -162,7 +162,7 @@ LIMITS: dict[str, Limit] = _table(
     Limit("checkpoint_every", 0, MAX_STEPS, "steps", "0 = only at the end."),
     Limit("plot_width", 64, 16_384, "pixels"),
     Limit("plot_height", 64, 16_384, "pixels"),
-    # `llm-studio tune-kernels` (engine.opencl.gemm_tune)
+    # `llm-studio tune-kernels` (engine.model.gemm_tune)
     Limit("tune_seconds", 0.0, 3600.0, "s", "e.g. 30.", lo_open=True, **_FLOAT),
 )
 

@@ -7,17 +7,17 @@
  * the logsumexp L (B, H, T) of the scaled scores; the backward recomputes P = exp(S - L) from
  * q, k and L, with D = rowsum(dy * y). No (T, T) matrix is ever stored.
  *
- * Built once per head_dim (engine/attention.py): ATT_HD = head_dim, ATT_BK = keys (or queries)
+ * Built once per head_dim (engine/model/attention.py): ATT_HD = head_dim, ATT_BK = keys (or queries)
  * per __local tile, ATT_BQ = rows per work-group; both from one table in Python. These are the
  * GPU kernels (docs/DESIGN.md: __local memory is slow on PoCL's CPU device): a work-group per ATT_BQ
  * rows, the other side's rows staged in __local tiles of ATT_BK rows, tiles wholly above the
  * diagonal skipped. CPUs run attention_blocked.cl (register tiles in vectors, no __local).
  * Index z = b * H + h enumerates (batch, query head), in the dk/dv kernels z = b * (H / ATT_G) + kv
  * head, whose dk, dv sum over the ATT_G query heads of the group; launches may cover a chunk of
- * z from z0 on (engine/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
+ * z from z0 on (engine/model/attention.py splits long launches). lse, dsum: (B*H, T) at z * T + t. */
 
 #ifndef ATT_HD
-#error "attention.cl is built with -DATT_HD, -DATT_G, -DATT_BK, -DATT_BQ (engine/attention.py)"
+#error "attention.cl is built with -DATT_HD, -DATT_G, -DATT_BK, -DATT_BQ (engine/model/attention.py)"
 #endif
 
 /* dst = xr . P over ATT_HD floats. */

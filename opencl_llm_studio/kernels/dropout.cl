@@ -1,8 +1,8 @@
 /* Inverted dropout (Srivastava et al. 2014), placed as nanoGPT's resid_dropout: on the attention
  * output projection and on the feed-forward down projection, before the residual add.
  * The keep mask is never stored: element i of a site is kept when dropout_hash(key, i) >= threshold
- * (threshold = p * 2^32, engine/dropout.py), so backward regenerates the mask that forward used,
- * with no host transfer. key mixes (seed, step, layer, site) on the host (engine/dropout.py);
+ * (threshold = p * 2^32, engine/model/dropout.py), so backward regenerates the mask that forward used,
+ * with no host transfer. key mixes (seed, step, layer, site) on the host (engine/model/dropout.py);
  * tests/reference.py has the numpy twin of the hash. */
 
 /* lowbias32 (C. Wellons, hash-prospector): a full-avalanche 32-bit integer hash. */

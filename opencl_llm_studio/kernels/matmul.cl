@@ -12,7 +12,7 @@
  */
 
 #if !defined(MM_TM) || !defined(MM_TN)
-#error "matmul.cl is built with -DMM_TM and -DMM_TN (engine/gemm_tiles.py)"
+#error "matmul.cl is built with -DMM_TM and -DMM_TN (engine/opencl/gemm_tiles.py)"
 #endif
 
 /* C tile = beta * C + acc; with beta 0, C is never read (it may be uninitialised). */

@@ -19,7 +19,7 @@
  * Packing copies each element of B once per row block (2 * mb flops per copy) and each of A
  * once per column block (2 * nb flops per copy).
  * Three forms through the strides of A and B: nn (A (M,K), B (K,N)), nt (B given as (N,K)),
- * tn (A given as (K,M)). Sizes (-D, engine/gemm_tiles.py packed_defines): VEC_W 8 or 16,
+ * tn (A given as (K,M)). Sizes (-D, engine/opencl/gemm_tiles.py packed_defines): VEC_W 8 or 16,
  * PK_MR rows per micro-tile, PK_KC depth of a K slice, PK_NB most columns of a group, PK_MC
  * rows of A packed at once, PK_PREFETCH 1 for software prefetches (0 under Oclgrind).
  * Built only where the engine picks it (CPUs; tests also run it under Oclgrind). */

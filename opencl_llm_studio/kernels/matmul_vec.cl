@@ -1,6 +1,6 @@
 /* Matrix products for CPUs with 8- or 16-float SIMD registers: the register-blocked scheme of
- * matmul.cl with explicit vectors of VEC_W floats (a -D option: engine/ops.py builds this file
- * per vector width, engine/runtime.py picks it from what the device reports).
+ * matmul.cl with explicit vectors of VEC_W floats (a -D option: engine/opencl/ops.py builds this file
+ * per vector width, engine/opencl/runtime.py picks it from what the device reports).
  *   VEC_W 16 (AVX-512): one work-item computes an 8 x 32 tile as 8 x 2 float16 accumulators
  *     (16 of the 32 zmm registers). PoCL's code for matmul.cl's scalar loops uses 8-float ymm
  *     registers only; written with float16 the same products use all 16 lanes
@@ -11,9 +11,9 @@
  * Built only where the engine picks these kernels (CPUs; tests also run them under Oclgrind),
  * so a GPU compiler that rejected the unaligned vector type is never asked. */
 
-/* VM_TM x VM_TN: the tile, -D options from engine/gemm_tiles.py (VM_TN a multiple of VEC_W) */
+/* VM_TM x VM_TN: the tile, -D options from engine/opencl/gemm_tiles.py (VM_TN a multiple of VEC_W) */
 #if !defined(VM_TM) || !defined(VM_TN)
-#error "matmul_vec.cl is built with -DVM_TM and -DVM_TN (engine/gemm_tiles.py)"
+#error "matmul_vec.cl is built with -DVM_TM and -DVM_TN (engine/opencl/gemm_tiles.py)"
 #endif
 /* vm_float, vm_float_u: VEC_W floats (kernels/common.h) */
 

@@ -2,7 +2,7 @@
  * The clip scale never leaves the device: grad_norm_finalize writes stats, adamw_update reads
  * them (docs/DESIGN.md: no host round trip inside a step). */
 
-/* The first pass of the grad norm: GRAD_NORM_PARTIALS (engine/model/activations.py) partial
+/* The first pass of the grad norm: GRAD_NORM_PARTIALS (engine/opencl/ops.py) partial
  * sums of g[j]^2 over j < n, in a fixed order per launch layout.
  * CPU (SM_LANES 1): partial[i] = work-item i's contiguous chunk, summed in 16 lanes (one
  * float16 accumulator: a single scalar one waits for each add, 4x slower than reading the

@@ -56,7 +56,7 @@ class TrainJob:
     tokenizer_kind: str = DEFAULT_TOKENIZER  # engine.data.tokenizer kind: "bpe" or "char"
     checkpoint_every: int = CHECKPOINT_EVERY  # autosave every N steps (0: only on pause/stop/end)
     autotune: bool = False             # tune the kernels first when this device and shape have
-    #                                    no tuned entry (engine.opencl.gemm_tune.runtime_for_model)
+    #                                    no tuned entry (engine.model.gemm_tune.runtime_for_model)
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,11 @@ class LoadJob:
 @dataclass(frozen=True)
 class TuneJob:
     """Tune the kernels for a device and a model shape and cache the winners
-    (TrainingWorker.tune_kernels; engine.opencl.gemm_tune.tune and save)."""
+    (TrainingWorker.tune_kernels; engine.model.gemm_tune.tune and save)."""
     model_config: ModelConfig          # the shape: d_model, heads, context, vocabulary, n_layer
     batch_size: int                    # windows per step
     device: int | str | None = None    # as TrainJob.device
-    seconds: float = 30.0              # the time bound (engine.opencl.gemm_tune.TUNE_SECONDS)
+    seconds: float = 30.0              # the time bound (engine.model.gemm_tune.TUNE_SECONDS)
 
 
 @dataclass(frozen=True)

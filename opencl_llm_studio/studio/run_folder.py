@@ -5,7 +5,7 @@ before), `metrics.jsonl` (one StepMetrics.to_dict() per line, written only throu
 and, once named, `run.json` ({"name": ...}). `llm-studio train/import`, the studio's autosave
 (RunRecorder), the Runs table (studio.runs), `--continue`, File › Open and every command that
 takes a model path read and write through this module; the checkpoint's header is read with
-engine.training.checkpoint.read_header, which takes the same file engine.training.checkpoint.load would.
+engine.files.checkpoint.read_header, which takes the same file engine.files.checkpoint.load would.
 While a run records into a folder it is locked (engine.training.run_lock): a CLI `train --out` there is
 refused, and vice versa. The worker thread owns one RunRecorder per run and calls it only between
 two steps. Nothing here imports Qt (import-linter contract, tests/test_architecture.py).
@@ -21,12 +21,12 @@ import time
 from enum import Enum
 from pathlib import Path
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine import fsutil
 from opencl_llm_studio.engine.config import CHECKPOINT_EVERY
 from opencl_llm_studio.engine.errors import CheckpointError, StudioError
 from opencl_llm_studio.engine.files.hf.export import STUDIO_FILE
-from opencl_llm_studio.engine.training.metrics import StepMetrics
+from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.training.run_lock import RunLock
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def make_run_folder(out) -> None:
 
 def read_header(folder) -> dict | None:
     """The JSON header (no weights) of the checkpoint that `--continue` and File › Open would
-    load (engine.training.checkpoint.read_header: checkpoint.npz, a complete temp file of an interrupted
+    load (engine.files.checkpoint.read_header: checkpoint.npz, a complete temp file of an interrupted
     save, checkpoint.prev.npz); None when none is readable."""
     try:
         return checkpoint.read_header(folder)[0]

@@ -3,7 +3,7 @@
 A run folder (studio.run_folder, which reads and writes its files) holds checkpoint.npz,
 metrics.jsonl and, once the person names it, run.json ({"name": ...}, written atomically).
 Reading a run never loads its weights: the checkpoint's JSON header is one small member of the
-.npz archive, read from the file `--continue` would load (engine.training.checkpoint.read_header).
+.npz archive, read from the file `--continue` would load (engine.files.checkpoint.read_header).
 Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
@@ -31,13 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from opencl_llm_studio.engine.training.checkpoint import FILENAME
+from opencl_llm_studio.engine.files.checkpoint import FILENAME
 from opencl_llm_studio.engine.config import ModelConfig, run_steps
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.training.run_lock import in_use
 from opencl_llm_studio.studio.run_folder import (METRICS, RUN_JSON, is_run_folder, read_header,
                                read_metrics, read_sidecar)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
+from opencl_llm_studio.engine.model.params import param_count
 RUNNING_S = 60.0  # without a lock file: metrics.jsonl written this recently, still going
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
@@ -200,7 +201,7 @@ def _from_header(info: RunInfo, header: dict, side: dict) -> tuple[int, int]:
     step, the run's total steps: engine.config.run_steps)."""
     mc, tc = header.get("model_config") or {}, header.get("train_config") or {}
     try:
-        info.params = ModelConfig(**mc).param_count()
+        info.params = param_count(ModelConfig(**mc))
     except TypeError:
         info.params = None
     pre = (header.get("source") or {}).get("tokenizer_pre", "")   # an imported model's card

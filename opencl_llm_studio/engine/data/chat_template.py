@@ -15,14 +15,20 @@ texts become their ids and no other BOS is added.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from opencl_llm_studio.engine.errors import DataError
 
-if TYPE_CHECKING:   # only for annotations: engine.data.dialogue builds ChatFormat for imported models
-    from opencl_llm_studio.engine.data.dialogue import Message
+
+@dataclass(frozen=True)
+class Message:
+    """One turn: role is "user", "assistant" or "system"; content is the stripped text."""
+    role: str
+    content: str
+
 
 _HINT = ("The model's chat template could not render this conversation; check that turns "
          "alternate user / assistant (a system turn only first).")

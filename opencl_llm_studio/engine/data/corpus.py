@@ -29,8 +29,8 @@ import numpy as np
 from opencl_llm_studio.engine.config import VAL_SPLITS
 from opencl_llm_studio.engine.errors import ConfigError, DataError
 from opencl_llm_studio.engine.data.longtext import encode_text
-from opencl_llm_studio.engine.training.metrics import ValScore, score_validation
-from opencl_llm_studio.engine.training.progress import Monitor
+from opencl_llm_studio.engine.metrics import ValScore, score_validation
+from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.data.textio import document_spans, normalize_newlines, split_documents
 from opencl_llm_studio.engine.data.tokenizer import TOKEN_BYTE, TOKEN_CONTROL, TOKEN_UNKNOWN, Tokenizer
 from opencl_llm_studio.engine.limits import LIMITS
@@ -94,7 +94,7 @@ class PretrainData:
     per window. val_fraction: share held out (of the paragraphs for "docs", of the characters
     for "tail"; 0 = none). val_split: "docs" or "tail". seed: seeds the generator `train_batch`
     uses when given no rng. monitor: progress of the encoding and its cancellation
-    (engine.training.progress.Cancelled), for texts of many megabytes.
+    (engine.progress.Cancelled), for texts of many megabytes.
 
     What is trained: train_text (str), train_stream (int32 (N,): [BOS] + its ids).
     What is scored: val_text (str), val_stream (int32: [BOS] + its ids; the same array as
@@ -296,7 +296,7 @@ class PretrainData:
         byte, tokens scored, their UTF-8 bytes) over val_batches(batch_size, max_tokens). With
         max_tokens = FINAL_VAL_TOKENS (the end of a run) the whole held-out text is scored when
         it is at most that long, and then n_bytes == val_bytes. monitor.tick(phase, i, n) runs
-        before each batch (progress; raises engine.training.progress.Cancelled on a stop).
+        before each batch (progress; raises engine.progress.Cancelled on a stop).
         window: as for val_batches."""
         batches = self.val_batches(batch_size, max_tokens, window)
 

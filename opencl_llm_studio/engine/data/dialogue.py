@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
-from opencl_llm_studio.engine.data.chat_template import ChatFormat
+from opencl_llm_studio.engine.data.chat_template import ChatFormat, Message  # noqa: F401 (Message: a turn, also used from here)
 from opencl_llm_studio.engine.errors import DataError
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.engine.limits import LIMITS
@@ -86,13 +85,6 @@ def check_chat_format(chat_format: int | str) -> int | str:
                         f"does not know (it knows {', '.join(map(str, CHAT_FORMATS))}).",
                         "Update OpenCL LLM Studio to chat with it.")
     return chat_format
-
-
-@dataclass(frozen=True)
-class Message:
-    """One turn: role is "user", "assistant" or "system"; content is the stripped text."""
-    role: str
-    content: str
 
 
 # ---------------------------------------------------------------- parsing

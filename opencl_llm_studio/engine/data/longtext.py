@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from opencl_llm_studio.engine.training.progress import Monitor
+from opencl_llm_studio.engine.progress import Monitor
 
 ENCODE_CHUNK_CHARS = 65_536   # encode this much between two cancellation checks (a stop is felt)
 SEARCH_CHARS = 4_096          # how far past the target length to look for a safe cut
@@ -46,7 +46,7 @@ def encode_text(tokenizer, text: str, monitor: Monitor | None = None,
     """[BOS] + tokenizer.encode(text) as int32 (1 + n_tokens,), encoded chunk by chunk
     (chunks() cuts only where the tokenizer does not merge, so the ids equal one encode call
     on the whole text). monitor.tick(phase, done + characters encoded, total) runs before each
-    chunk and raises engine.training.progress.Cancelled when a stop was asked for; `done` and `total`
+    chunk and raises engine.progress.Cancelled when a stop was asked for; `done` and `total`
     (default len(text)) let several texts share one progress count."""
     total = len(text) if total is None else total
     parts = [np.array([tokenizer.bos_id], np.int32)]

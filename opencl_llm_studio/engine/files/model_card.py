@@ -5,6 +5,7 @@ place a tokenizer kind is put in words (the studio's fields, the Runs list, `llm
 and `import` read it, so a byte-level BPE is never called SentencePiece)."""
 
 from __future__ import annotations
+from opencl_llm_studio.engine.model.params import param_count
 
 # engine.data.tokenizer kinds (the app's SentencePiece models, engine.config.TOKENIZER_KINDS, plus
 # what an older or outside SentencePiece model reports) and engine.data.open_tokenizer.KINDS
@@ -61,7 +62,7 @@ def model_card(bundle) -> dict:
     template = tok.chat_template if is_open else ""
     return {
         "name": str(source.get("name") or bundle.metadata.get("name") or "model"),
-        "parameters": c.param_count(), "layers": c.n_layer, "d_model": c.d_model,
+        "parameters": param_count(c), "layers": c.n_layer, "d_model": c.d_model,
         "heads": c.n_head, "kv_heads": c.kv_heads, "head_dim": c.head_dim,
         "ffn_dim": c.hidden_dim, "context_length": c.context_length,
         "vocab_size": c.vocab_size, "tokenizer": tokenizer_name(tok.kind, pre),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig, pretrained_train_config
 from opencl_llm_studio.engine.data.dialogue import MODEL_FORMAT as MODEL_TEMPLATE   # header chat_format: its own template
 from opencl_llm_studio.engine.model.params import ParamTable
@@ -34,7 +34,7 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
                    train_config: TrainConfig | None = None) -> Path:
     """Write `bundle` (engine.files.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns
     the file. pretrain_text: the general text kept for replay and the held-out general loss;
-    tune_text: the dialogue text (or None); train_config: default pretrained_train_config(). Raises CheckpointError (engine.training.checkpoint.save)."""
+    tune_text: the dialogue text (or None); train_config: default pretrained_train_config(). Raises CheckpointError (engine.files.checkpoint.save)."""
     from opencl_llm_studio.engine.files.model_card import model_card
     tc = train_config or pretrained_train_config()
     flat = ParamTable(bundle.config).flatten(bundle.weights)

@@ -2,7 +2,7 @@
 cache, sliding the context window, streaming whole UTF-8 characters. A TrainingSession holds
 one `Generator` (composition; the session's generate / chat / generate_ids / fit_messages
 call it), made from what it uses: the model, the tokenizer, the chat format and the monitor
-(engine.training.progress.Monitor: a stop lands within one token). Generation sets last_finish ("stop",
+(engine.progress.Monitor: a stop lands within one token). Generation sets last_finish ("stop",
 "length" or "context").
 """
 

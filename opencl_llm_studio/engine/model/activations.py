@@ -23,6 +23,7 @@ import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.model.params import qkv_width, ParamTable
+from opencl_llm_studio.engine.opencl.ops import GRAD_NORM_PARTIALS
 
 
 @dataclass(frozen=True)
@@ -154,11 +155,6 @@ DECODE_BUFFERS: tuple[Buffer, ...] = (
     Buffer("scores", lambda d: d.H * d.T),
 )
 
-# Partial sums of the grad-norm reduction (engine.opencl.ops.grad_norm): fixed, so the reduction
-# order (and the result) never changes between steps. CPU: one per work-item (1024 keep 2 cores
-# busy); GPU: one per work-group of the row kernels' lanes (64 x 1024 work-items, enough loads in
-# flight to read the gradients at memory speed; kernels/optimizer.cl).
-GRAD_NORM_PARTIALS = 1024
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,10 @@ Groups start on 256-float boundaries, the sub-buffer alignment every device we k
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:   # only for annotations: engine.config imports this module
-    from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.config import ModelConfig
 
 ALIGN = 256  # floats (1 KiB): >= CL_DEVICE_MEM_BASE_ADDR_ALIGN on PoCL (128 B) and NVIDIA (512 B)
 
@@ -44,6 +42,11 @@ def qkv_width(cfg: ModelConfig) -> int:
     """Columns of the fused qkv rows: q (n_head * head_dim), then k and v (kv_heads * head_dim
     each; grouped-query attention, Ainslie et al. 2023)."""
     return cfg.d_model + 2 * cfg.kv_heads * cfg.head_dim
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """Number of trainable parameters (elements) of a model of `cfg`: its ParamTable's entries."""
+    return ParamTable(cfg).n_params
 
 
 def tensors_per_layer(cfg: ModelConfig) -> int:

@@ -107,7 +107,7 @@ class Model:
     def defer_moments(self, source) -> None:
         """Read the AdamW moments from `source` when they are first used, not now: source has
         pieces("adam_m" / "adam_v") -> (offset, float32 piece) pairs
-        (engine.training.checkpoint.MomentSource), so a trained run opened to chat or export
+        (engine.files.checkpoint.MomentSource), so a trained run opened to chat or export
         holds its weights alone."""
         self._moments = source
 
@@ -379,7 +379,7 @@ class Model:
 
     def write_pieces(self, which: str, pieces) -> None:
         """Set params, grads, m or v from (offset, float32 piece) pairs that cover it in order
-        (engine.training.checkpoint.Members.chunks), so the whole vector is never on the host.
+        (engine.files.checkpoint.Members.chunks), so the whole vector is never on the host.
         Raises ValueError when the pieces do not cover exactly self.table.size floats."""
         buf = self._buffer(which)
         end = 0

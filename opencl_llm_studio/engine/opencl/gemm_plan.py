@@ -7,7 +7,7 @@ engine.opencl.gemm_packed; "tiled": local-memory tiles for GPUs, matmul_tiled.cl
 work-group shape and K slice (CPU variants), tile edge, float4 fetches and split-K depth (tiled),
 the attention path and kernel variant. The Runtime is built with one (`Runtime(plan=...)`,
 default `default_plan(limits)`: the hand table below, measured on two devices, docs/DESIGN.md);
-`engine.opencl.gemm_tune` measures better ones per device and model shape and stores them per product
+`engine.model.gemm_tune` measures better ones per device and model shape and stores them per product
 in `GemmPlan.shapes`. Launchers ask `plan.launch_for(form, M, N, K)` (engine/opencl/ops.py) and
 `plan.bmm_variant` (engine/model/attention_gemm.py); tile sizes come from engine/opencl/gemm_tiles.py.
 
@@ -157,7 +157,7 @@ Shape = tuple[str, int, int, int]  # (form, M, N, K)
 @dataclass(frozen=True)
 class GemmPlan:
     """The launch choices of one runtime (module docstring). default: the choice of products
-    not in `shapes`; shapes: (form, M, N, K) -> GemmChoice measured by engine.opencl.gemm_tune;
+    not in `shapes`; shapes: (form, M, N, K) -> GemmChoice measured by engine.model.gemm_tune;
     large: the choice of products of at least LARGE_PRODUCT multiply-adds not in `shapes`
     (None: `default` for those too); wave: tiled work-groups the device runs at once; edges:
     tile edges that fit its local memory; attention_path: None
@@ -278,7 +278,7 @@ class GemmPlan:
         tiles = -(-M // big) * -(-N // big)
         return big if 4 * tiles * self._splits(c, form, tiles, K) >= 3 * self.wave else small
 
-    # -- the cache's form (engine.opencl.gemm_tune) ---------------------------------------------------
+    # -- the cache's form (engine.model.gemm_tune) ---------------------------------------------------
     def to_dict(self) -> dict:
         return {"default": asdict(self.default),
                 "shapes": [[list(s), asdict(c)] for s, c in self.shapes],

@@ -11,9 +11,14 @@ import numpy as np
 from opencl_llm_studio.engine.opencl import gemm_tiles
 from opencl_llm_studio.engine.opencl.gemm_packed import gemm_packed, packed_scratch_floats
 from opencl_llm_studio.engine.opencl.runtime import Runtime
-from opencl_llm_studio.engine.model import activations
 
 f32, i32 = np.float32, np.int32
+
+# Partial sums of the grad-norm reduction (grad_norm below): fixed, so the reduction
+# order (and the result) never changes between steps. CPU: one per work-item (1024 keep 2 cores
+# busy); GPU: one per work-group of the row kernels' lanes (64 x 1024 work-items, enough loads in
+# flight to read the gradients at memory speed; kernels/optimizer.cl).
+GRAD_NORM_PARTIALS = 1024
 
 
 def _gemm(rt: Runtime, form: str, C, A, B, M: int, N: int, K: int, beta: float):
@@ -273,9 +278,9 @@ def crossentropy_forward_backward(rt: Runtime, logits, losses, targets, R: int, 
 
 def grad_norm(rt: Runtime, stats, partial, grads, n: int, max_norm: float):
     """stats[0] = ||grads||, stats[1] = clip scale, stats[2] = non-finite flag (device only).
-    partial: activations.GRAD_NORM_PARTIALS floats of scratch (kernels/optimizer.cl: one per
+    partial: GRAD_NORM_PARTIALS floats of scratch (kernels/optimizer.cl: one per
     work-item on a CPU, one per work-group of rt.row_lanes on a GPU)."""
-    parts = activations.GRAD_NORM_PARTIALS
+    parts = GRAD_NORM_PARTIALS
     if rt.row_lanes == 1:
         rt.launch("grad_norm_partial", (parts,), partial, grads, n)
     else:

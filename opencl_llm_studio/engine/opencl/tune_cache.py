@@ -1,4 +1,4 @@
-"""The winners of the kernel tuner (engine/opencl/gemm_tune.py), kept per device, driver and model shape.
+"""The winners of the kernel tuner (engine/model/gemm_tune.py), kept per device, driver and model shape.
 
 One JSON file in the user's cache folder (platformdirs.user_cache_dir("llm-studio"), or the
 folder LLM_STUDIO_CACHE_DIR names): {"version": 1, "entries": {device key: {shape key:

@@ -1,2 +1,2 @@
 """Training: the session as state (session), the loop (trainer), the learning-rate schedule (schedule), the
-time budget (budget, progress), checkpoints and run locks, metrics, health, evaluation and presets."""
+time budget (budget), run locks, health, evaluation and presets."""

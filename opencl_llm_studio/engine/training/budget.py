@@ -2,7 +2,7 @@
 evaluations.
 
 A run with TrainConfig.time_budget_s > 0 is planned in seconds, not steps (engine.training.trainer):
-- engine.training.progress.Clock: seconds of training (elapsed_s), carried into a continued run; time
+- engine.progress.Clock: seconds of training (elapsed_s), carried into a continued run; time
   paused in the studio does not count, so a pause never shortens training.
 - `TimePlan`: the stages split the budget by time share (pretraining gets
   the pretraining steps' share of both stages' steps, the user's step split); each stage ends

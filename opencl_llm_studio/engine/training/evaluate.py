@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
-from opencl_llm_studio.engine.training.metrics import ValScore
+from opencl_llm_studio.engine.metrics import ValScore
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
 
 
@@ -79,7 +79,7 @@ def recall_case(tok, doc: str) -> tuple[str, str, int] | None:
 
 def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
     """Recall over (at most max_facts, evenly spaced) training documents.
-    Raises engine.training.progress.Cancelled when a stop is asked for."""
+    Raises engine.progress.Cancelled when a stop is asked for."""
     tok = session.tokenizer
     correct, failures, docs = 0, [], training_documents(session, max_facts)
     for i, doc in enumerate(docs):
@@ -141,5 +141,5 @@ def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
     max_tokens targets (engine.data.corpus.FINAL_VAL_TOKENS), in batches of the run's batch_size:
     ValScore(loss in nats per token, bits per UTF-8 byte of that text, tokens, bytes). The
     periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
-    val_source says whether the text is held out. Raises engine.training.progress.Cancelled on a stop."""
+    val_source says whether the text is held out. Raises engine.progress.Cancelled on a stop."""
     return session.pretrain_val(max_tokens)

@@ -8,7 +8,7 @@ Linux and macOS, msvcrt.locking on Windows. The kernel drops it when the process
 holder whose process is gone does not count.
 
 Readers (sample, chat, export, File › Open checkpoint) take no lock: checkpoints are complete at
-every instant (engine.training.checkpoint).
+every instant (engine.files.checkpoint).
 """
 
 from __future__ import annotations

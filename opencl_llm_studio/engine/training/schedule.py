@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from opencl_llm_studio.engine.config import TrainConfig
+
 DECAY_FRACTION = 0.2  # share of a stage spent decaying (Hägele et al. 2024: 20% matches cosine)
 
 
@@ -77,3 +79,17 @@ class StageSchedule:
         """The rate of the step `steps_into_stage` (0-based) at `progress` of the stage."""
         warm = min(1.0, (steps_into_stage + 1) / max(self.warmup_steps, 1))
         return self.peak * warm * decay_factor(progress, self.decay_fraction, self.min_ratio)
+
+
+def stage_schedule(tc: TrainConfig, stage_steps: int, peak: float) -> StageSchedule:
+    """The StageSchedule of a stage of `stage_steps` steps at `peak` under `tc`'s warmup
+    (TrainConfig.warmup_for), decay share and floor."""
+    return StageSchedule(peak, tc.warmup_for(stage_steps), tc.decay_fraction, tc.min_lr_ratio)
+
+
+def lr_at(tc: TrainConfig, step: int, stage_start: int, stage_steps: int, peak: float) -> float:
+    """Learning rate for global `step` inside a stage of `stage_steps` steps starting at
+    `stage_start`: warmup, stable, then decay to peak * min_lr_ratio at the stage's last step
+    (progress = steps done / stage_steps)."""
+    s = step - stage_start
+    return stage_schedule(tc, stage_steps, peak).lr(s, (s + 1) / max(stage_steps, 1))

@@ -3,7 +3,7 @@ create, load, save, continue, its data and its validation scores, the GGUF bundl
 
 The loop lives in engine.training.trainer.Trainer; `session.train()` is `Trainer(session).run()`, the
 generator the CLI and the studio drive (docs/DESIGN.md). Long phases (encoding the text,
-validation, samples, recall) tick `session.monitor` (engine.training.progress): progress for the caller,
+validation, samples, recall) tick `session.monitor` (engine.progress): progress for the caller,
 and `Cancelled` within a fraction of a second of `monitor.cancel()`.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opencl_llm_studio.engine.training import checkpoint
+from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
                                              pretrained_train_config, run_steps)
 from opencl_llm_studio.engine.data.corpus import PretrainData
@@ -27,17 +27,18 @@ from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, Nothin
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.generation.generator import Generator, delegate
 from opencl_llm_studio.engine.model.memory import check_chat_fits, check_fits
-from opencl_llm_studio.engine.training.metrics import ValScore
+from opencl_llm_studio.engine.metrics import ValScore
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.model.params import ParamTable
-from opencl_llm_studio.engine.training.progress import Monitor
+from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.training import schedule
 from opencl_llm_studio.engine.training.schedule import Rewarm
 from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.engine.data.textio import sha256_text
 from opencl_llm_studio.engine.limits import MIN_VOCAB
-from opencl_llm_studio.engine.opencl.gemm_tune import runtime_for_model
+from opencl_llm_studio.engine.model.gemm_tune import runtime_for_model
 
 
 MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
@@ -88,7 +89,7 @@ class TrainingSession:
                  monitor: Monitor | None = None, autotune: bool | None = None,
                  short_text_ok: bool = False, opened: bool = False):
         """autotune: tune the kernels for this device and shape first when none are cached
-        (engine.opencl.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
+        (engine.model.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
         short_text_ok: a pretraining text shorter than one window is used as it is, padded
         (engine.data.corpus.PretrainData short_ok): for a model whose window the text did not
         choose (opened, imported); a new run refuses it with a context length that fits.
@@ -98,7 +99,7 @@ class TrainingSession:
         (check_training_fits); a new run checks its training (check_fits)."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
-        # the kernel tuner's cached plan for this device and shape (engine/opencl/gemm_tune.py)
+        # the kernel tuner's cached plan for this device and shape (engine/model/gemm_tune.py)
         rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor, autotune)
         self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
@@ -147,7 +148,7 @@ class TrainingSession:
                autotune: bool | None = None) -> "TrainingSession":
         """Train the tokenizer on both texts, size the vocabulary from it, build the model
         (autotune: as for the constructor). Raises ConfigError / DataError / DeviceError with a
-        message for the person, and engine.training.progress.Cancelled when `monitor` is
+        message for the person, and engine.progress.Cancelled when `monitor` is
         cancelled (also while tuning)."""
         model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
         train_cfg.validate()
@@ -298,7 +299,7 @@ class TrainingSession:
 
     def use_tuned_kernels(self, autotune: bool = True) -> bool:
         """Launch by the tuned kernels for this device and shape from now on: the cached ones,
-        else (autotune) tuned now (engine.opencl.gemm_tune.runtime_for_model: progress and
+        else (autotune) tuned now (engine.model.gemm_tune.runtime_for_model: progress and
         Cancelled through self.monitor). For an opened model before it trains on (the studio's
         Continue). Returns whether a tuned plan is in use."""
         rt = runtime_for_model(self.rt, self.model_config, self.train_config.batch_size,
@@ -483,8 +484,8 @@ class TrainingSession:
     def _plan_lr(self, step: int) -> float:
         tc = self.train_config
         if self.stage_at(step) == "pretrain":
-            return tc.lr_at(step, 0, tc.pretrain_steps, tc.learning_rate)
-        return tc.lr_at(step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+            return schedule.lr_at(tc, step, 0, tc.pretrain_steps, tc.learning_rate)
+        return schedule.lr_at(tc, step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
 
     def rewarm_cap(self, step: int, lr: float) -> float:
         """lr held to the re-warm ramp of a continued run (engine.training.schedule.Rewarm), within the

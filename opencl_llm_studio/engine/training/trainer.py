@@ -24,11 +24,11 @@ import pyopencl as cl
 
 from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
-from opencl_llm_studio.engine.training.progress import Cancelled, Clock
+from opencl_llm_studio.engine.progress import Cancelled, Clock
 from opencl_llm_studio.engine.errors import DeviceError, TrainingDiverged
 from opencl_llm_studio.engine.training.evaluate import answer_accuracy, fact_recall, recall_tokens
 from opencl_llm_studio.engine.training.health import HealthMonitor
-from opencl_llm_studio.engine.training.metrics import StepMetrics
+from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
 from opencl_llm_studio.engine.training.schedule import StageSchedule
 from opencl_llm_studio.engine.training.snapshot import Snapshot

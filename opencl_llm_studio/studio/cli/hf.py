@@ -74,7 +74,8 @@ def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args,
     run folder at the step it was exported at (AdamW state fresh; a GGUF whose run folder is
     gone can be trained again). Without texts of its own (a GGUF never has them) it keeps the
     bundled corpora."""
-    from opencl_llm_studio.engine.files.hf.load import has_texts, session_from_hf
+    from opencl_llm_studio.engine.files.hf.load import has_texts
+    from opencl_llm_studio.engine.training.open_hf import session_from_hf
     from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
     from opencl_llm_studio.engine.training.session import TrainingSession
     from opencl_llm_studio.studio.open_import import writing_run

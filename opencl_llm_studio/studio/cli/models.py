@@ -27,7 +27,7 @@ def cmd_devices(args) -> int:
 
 
 def load_model(args):
-    """The session of args.dir: a run folder or checkpoint (engine.training.checkpoint.load's choice of
+    """The session of args.dir: a run folder or checkpoint (engine.files.checkpoint.load's choice of
     file), or a GGUF (with the bundled corpora). Raises StudioError for a path of another kind
     (studio.run_folder.path_kind)."""
     from opencl_llm_studio.engine.training.session import TrainingSession
@@ -68,7 +68,7 @@ def cmd_sample(args) -> int:
 
 
 def cmd_tokenize(args) -> int:
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes   # the app's or an imported model's
     kind = path_kind(args.dir)
     if kind is ModelKind.GGUF:

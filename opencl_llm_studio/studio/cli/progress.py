@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from opencl_llm_studio.engine.training.progress import Pace, format_eta
+from opencl_llm_studio.engine.progress import Pace, format_eta
 
 
 class ProgressLine:
@@ -49,7 +49,7 @@ class ProgressLine:
         self._write(text + "\n")
 
     def phase(self, name: str, done: int, total: int) -> None:
-        """A long phase (engine.training.progress.Monitor's on_phase)."""
+        """A long phase (engine.progress.Monitor's on_phase)."""
         pct = f" {100 * done // total}%" if total > 1 else ""
         count = f" {done}/{total}" if 1 < total < 10_000 else ""
         self.show(f"{self.last_step}{' · ' if self.last_step else ''}{name}{count or pct}…")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from opencl_llm_studio.engine.config import run_steps
 from opencl_llm_studio.engine.errors import StudioError
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.cli.models import note_fallback
 from opencl_llm_studio.studio.cli.options import (CONTINUE_OPTIONS, MODEL_OPTIONS, configs,
                                                    shell_arg)
@@ -19,6 +19,7 @@ from opencl_llm_studio.studio.cli.progress import ProgressLine
 from opencl_llm_studio.studio.cli.runs import TrainWatch
 from opencl_llm_studio.studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
                                path_kind, recall_text)
+from opencl_llm_studio.engine.model.params import param_count
 
 
 STOPPED_BEFORE = "Stopped before training began; nothing was trained in {out}."
@@ -41,7 +42,7 @@ def cmd_train(args) -> int:
     """Train with --out locked (engine.training.run_lock): a second train into it exits 2 naming the pid.
     A train that saves nothing (refused: a bad device, a model that does not fit, bad data;
     stopped before its first step; nothing left to train) leaves --out as it was."""
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.fsutil import FolderSnapshot
     from opencl_llm_studio.engine.training.run_lock import RunFolderBusy, RunLock
     out = Path(args.out)
@@ -179,7 +180,7 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     line.say(f"Training on {session.rt.info.name}: d_model {c.d_model}, n_layer {c.n_layer}, "
              f"n_head {c.n_head}{f' ({c.kv_heads} kv)' if c.kv_heads < c.n_head else ''}, "
              f"context {c.context_length}, vocab {c.vocab_size} "
-             f"({c.param_count():,} parameters), {session.pretrain.n_tokens:,} pretraining "
+             f"({param_count(c):,} parameters), {session.pretrain.n_tokens:,} pretraining "
              f"tokens")
     return session
 
@@ -197,7 +198,7 @@ def _check_continuable(source: Path) -> None:
 def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> int:
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
-    from opencl_llm_studio.engine.training import checkpoint
+    from opencl_llm_studio.engine.files import checkpoint
     line.pace.start(session.step)
     tc = session.train_config
     warmup = tc.warmup_note(session.tune is not None, from_step=session.step)

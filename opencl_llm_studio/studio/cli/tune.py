@@ -1,5 +1,5 @@
 """`llm-studio tune-kernels`: measure the fastest GEMM launches for a device and a model shape
-(engine/opencl/gemm_tune.py) and cache them, so training on that device and shape uses them."""
+(engine/model/gemm_tune.py) and cache them, so training on that device and shape uses them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from opencl_llm_studio.studio.cli.inputs import limited
 
 def register_tune(sub, S) -> None:
     """Add the tune-kernels command to the subparsers `sub` (S: argparse.SUPPRESS)."""
-    from opencl_llm_studio.engine.opencl.gemm_tune import TUNE_SECONDS
+    from opencl_llm_studio.engine.model.gemm_tune import TUNE_SECONDS
     from opencl_llm_studio.engine.training.presets import PRESETS
     t = sub.add_parser("tune-kernels", help="time GEMM configurations on this device for a "
                        "model's own products and cache the fastest (used by training)")
@@ -44,8 +44,8 @@ def _ms(seconds) -> str:
 
 
 def cmd_tune_kernels(args) -> int:
-    from opencl_llm_studio.engine.opencl import gemm_tune
-    from opencl_llm_studio.engine.training.progress import Monitor
+    from opencl_llm_studio.engine.model import gemm_tune
+    from opencl_llm_studio.engine.progress import Monitor
     from opencl_llm_studio.engine.opencl.runtime import Runtime
     cfg, B = _shape(args)
     rt = Runtime(args.device)

@@ -333,7 +333,7 @@ class LivePlots(QWidget):
         return " | ".join(STAGE_NAMES) if shown and self._stage_x is not None else None
 
     def add_metrics(self, records) -> None:
-        """Append a batch of StepMetrics (engine.training.metrics), oldest first."""
+        """Append a batch of StepMetrics (engine.metrics), oldest first."""
         s = self.series
         for m in records:
             t = m.elapsed_s

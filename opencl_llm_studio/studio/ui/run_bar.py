@@ -1,6 +1,6 @@
 """Train / Pause / Stop, the progress bar (step, stage, tokens/s, ETA, or the long phase inside
 a step), Export, and the run folder the run autosaves into (with buttons to open it and copy
-its path). The ETA is engine.training.progress.Pace's, the same as the CLI's."""
+its path). The ETA is engine.progress.Pace's, the same as the CLI's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout,
                                QWidget)
 
-from opencl_llm_studio.engine.training.progress import Pace, format_eta
+from opencl_llm_studio.engine.progress import Pace, format_eta
 from opencl_llm_studio.studio.ui.widgets import ElidedLabel, ElidedProgressBar
 
 NEW_TIP = "Train a new model from scratch with these settings"
@@ -84,7 +84,7 @@ class RunBar(QWidget):
         lay.addWidget(self.note)
         self.hint.hide()
         self.note.hide()
-        self._pace = Pace()  # the CLI's pace: the last 20 s of steps (engine.training.progress)
+        self._pace = Pace()  # the CLI's pace: the last 20 s of steps (engine.progress)
         self._step_text = ""  # "step 79 / 80", kept while a phase runs inside that step
 
         self.run_dir: Path | None = None

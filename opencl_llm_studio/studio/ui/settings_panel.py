@@ -16,7 +16,8 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
                                QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
                                QVBoxLayout, QWidget)
 
-from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
+from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, PRETRAINED_TUNE_LR, TOKENIZER_KINDS,
+                                            ModelConfig, TrainConfig)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.engine.errors import ConfigError
 from opencl_llm_studio.engine.files.export_types import estimated_bytes
@@ -24,6 +25,7 @@ from opencl_llm_studio.engine.model.memory import training_bytes
 from opencl_llm_studio.engine.training.presets import PRESETS
 from opencl_llm_studio.engine.limits import LIMITS
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
+from opencl_llm_studio.engine.model.params import param_count
 
 # (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
 MODEL_FIELDS = [
@@ -56,7 +58,9 @@ TRAIN_FIELDS = [
 # (objectName, field, label, step, decimals, tooltip); the range: engine.limits.LIMITS[field]
 FLOAT_FIELDS = [
     ("learningRateSpin", "learning_rate", "Learning rate", 5e-4, 6,
-     "Peak AdamW learning rate (warmup, then cosine decay). 3e-3 suits small models."),
+     "Peak AdamW learning rate of each stage: a warmup, a stable phase, then a decay over the "
+     f"stage's last {TrainConfig.decay_fraction:.0%} (WSD). {TrainConfig.learning_rate:g} suits "
+     f"small models; an opened model tunes at {PRETRAINED_TUNE_LR:g}."),
     ("gradClipSpin", "grad_clip", "Gradient clipping", 0.1, 2,
      "Clip the global gradient norm to this value (0 = off)."),
     ("weightDecaySpin", "weight_decay", "Weight decay", 0.01, 3,
@@ -433,7 +437,7 @@ class SettingsPanel(QWidget):
         if cfg is not None:
             batch = self.spins["batchSizeSpin"].value()
             self.estimate_label.setText(
-                f"<b>{human_count(cfg.param_count())}</b> parameters · "
+                f"<b>{human_count(param_count(cfg))}</b> parameters · "
                 f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
                 f"GGUF ≈ {human_bytes(estimated_bytes(cfg, 'f32'))} (f32), "
                 f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")

@@ -26,6 +26,7 @@ from opencl_llm_studio.studio.ui.chat_panel import CLEARED_NOTE
 from opencl_llm_studio.studio.ui.run_controller import RunController
 from opencl_llm_studio.studio.ui.window_face import WindowFace
 from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.engine.model.params import param_count
 
 NO_HISTORY = "no training curves in this file (weights only): they fill as you train it further"
 # what the Continue of an opened run takes from the fields (the rest is the run's own)
@@ -140,7 +141,7 @@ class TrainingActions:
         self.panels.plots.set_reference(mc.vocab_size)
         self.panels.data_panel.set_token_counts(info.pretrain_tokens, info.tune_tokens)
         self.window.status(
-            f"Model ready: {mc.param_count():,} parameters, vocabulary {mc.vocab_size} on "
+            f"Model ready: {param_count(mc):,} parameters, vocabulary {mc.vocab_size} on "
             f"{info.device.name}", 10000)
 
     def _on_session(self, info: SessionInfo) -> None:

@@ -3,7 +3,7 @@
 Device › Tune kernels for this model… times the GEMM and attention choices of the model the
 settings describe (d_model, heads, key-value heads, context, vocabulary, batch; an opened
 model's own) on the chosen device, on the worker's thread (studio.ui.worker_tune), within
-engine.opencl.gemm_tune.TUNE_SECONDS: the run bar shows the product being measured and the time
+engine.model.gemm_tune.TUNE_SECONDS: the run bar shows the product being measured and the time
 against the bound, Stop cancels it (nothing is stored), and the end says what it found. `label`
 (the window puts it at the right end of its menu bar) says whether the device and shape on
 screen are tuned (the kernel tuning cache, engine.opencl.tune_cache). "Tune kernels before
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QApplication, QLabel, QMenuBar
 from opencl_llm_studio.studio.protocol import FileTask, RunState, TuneJob, TuneProgress, TuneReport
 from opencl_llm_studio.studio.ui.run_controller import RunController
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
-from opencl_llm_studio.studio.ui.window_controls import NO_DEVICE_WHY, TASK_WHY
+from opencl_llm_studio.studio.ui.reasons import NO_DEVICE_WHY, TASK_WHY
 from opencl_llm_studio.studio.ui.window_face import WindowFace
 from opencl_llm_studio.studio.ui.window_layout import Panels
 
@@ -48,7 +48,7 @@ class DeviceMenu:
 class TuneActions:
     def __init__(self, window: WindowFace, panels: Panels, controller: RunController,
                  settings: QSettings):
-        from opencl_llm_studio.engine.opencl.gemm_tune import TUNE_SECONDS
+        from opencl_llm_studio.engine.model.gemm_tune import TUNE_SECONDS
         self.window = window
         self.panels = panels
         self.controller = controller

@@ -5,33 +5,17 @@ A control that is off says why in its tooltip (or the run bar's hint, for Train)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from opencl_llm_studio.engine.errors import ConfigError, NothingToTrain
 from opencl_llm_studio.engine.training.session import check_continuation
 from opencl_llm_studio.studio.protocol import FileTask
 from opencl_llm_studio.studio.ui.run_controller import RunController
+from opencl_llm_studio.studio.ui.reasons import (BUSY_MODEL_WHY, BUSY_WHY, NO_DEVICE_WHY, NO_MODEL_WHY,
+                                                 OPENED_DATA_WHY, OPENED_WHY, TASK_WHY)
 from opencl_llm_studio.studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
+from opencl_llm_studio.studio.ui.tune_actions import TuneActions
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 from opencl_llm_studio.studio.ui.window_actions import FileMenu
 from opencl_llm_studio.studio.ui.window_layout import Panels
-
-if TYPE_CHECKING:   # it takes this module's reasons
-    from opencl_llm_studio.studio.ui.tune_actions import TuneActions
-
-# Why Export is off (its tooltip):
-NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
-BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
-TASK_WHY = "Wait for the export, save, opening or kernel tuning in progress."
-NO_DEVICE_WHY = "No OpenCL device: see the Device box."
-# Why an input of a run is off (its tooltip):
-BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
-OPENED_WHY = ("The opened model fixes this: its step counts, batch size and learning rate can "
-              "change. New model (beside Continue) trains one from scratch with other "
-              "settings.")
-OPENED_DATA_WHY = ("The opened model keeps its texts. A model without dialogues can take a tune "
-                   "file: its tuning stage then tunes on it.")
-
 
 class Guidance(str):
     """A reason Train waits that is the next step, not a fault (a run at its totals: raise

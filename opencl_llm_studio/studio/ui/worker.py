@@ -3,7 +3,7 @@
 Everything that touches the session (create, train steps, autosave, chat, export, checkpoints)
 runs as a slot on that one thread, so nothing can overlap a training step and no lock is needed.
 Pause and stop are threading.Event flags checked between steps (docs/DESIGN.md: never
-QThread.terminate()); the stop flag is also the session's engine.training.progress.Monitor flag, so Stop
+QThread.terminate()); the stop flag is also the session's engine.progress.Monitor flag, so Stop
 and closing the window end a long phase (encoding a large text, validation, samples, recall,
 a chat answer) within a fraction of a second, and the phase's progress is shown meanwhile.
 Pausing returns to the thread's event loop with the generator kept, which
@@ -26,7 +26,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from opencl_llm_studio.engine.errors import DeviceError, StudioError, TrainingDiverged
 from opencl_llm_studio.engine.extras import missing_extra
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
                              RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name

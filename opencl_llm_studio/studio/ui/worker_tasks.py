@@ -3,7 +3,7 @@
 A part of studio.ui.worker.TrainingWorker, composed (not a base class): the worker's chat /
 export / save / load slots call these on the worker's thread, never beside a training step, and
 emit what they return (chatDone, exported, saved, loaded). ModelTasks holds only what it is given:
-the run's engine.training.progress.Monitor (long phases, and Stop ends them), the stop flag (Stop ends a
+the run's engine.progress.Monitor (long phases, and Stop ends them), the stop flag (Stop ends a
 chat answer) and the worker's error reporter (title, exception).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from opencl_llm_studio.engine.errors import StudioError
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.training.run_lock import ensure_free
 from opencl_llm_studio.studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from opencl_llm_studio.studio.run_folder import remove_if_empty
@@ -83,7 +83,8 @@ class ModelTasks:
         folder of an import), or None."""
         from opencl_llm_studio.engine.training.session import TrainingSession
         path = Path(job.path)
-        from opencl_llm_studio.engine.files.hf.load import has_texts, session_from_hf
+        from opencl_llm_studio.engine.files.hf.load import has_texts
+        from opencl_llm_studio.engine.training.open_hf import session_from_hf
         try:   # Open checkpoint (no source): the path's kind tells
             source = ModelSource.CHECKPOINT if job.import_to else job.source or ModelSource.of(path)
         except StudioError as e:

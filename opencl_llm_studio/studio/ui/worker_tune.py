@@ -1,5 +1,5 @@
 """Kernel tuning on the training worker's thread (Device › Tune kernels for this model…, issue 24
-goal 4): engine.opencl.gemm_tune.tune on the job's device and model shape, its progress as
+goal 4): engine.model.gemm_tune.tune on the job's device and model shape, its progress as
 studio.protocol.TuneProgress, the winners stored (gemm_tune.save) unless Stop cancelled it.
 
 A part of studio.ui.worker.TrainingWorker, composed like studio.ui.worker_tasks.ModelTasks: it
@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from opencl_llm_studio.engine.training.progress import Monitor
+from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.studio.protocol import TuneJob, TuneProgress, TuneReport
 
 
@@ -27,7 +27,7 @@ class KernelTuning:
 
     def tune(self, job: TuneJob, on_progress: Callable[[TuneProgress], None]
              ) -> TuneReport | None:
-        from opencl_llm_studio.engine.opencl import gemm_tune
+        from opencl_llm_studio.engine.model import gemm_tune
         from opencl_llm_studio.engine.opencl.runtime import Runtime
         on_progress(TuneProgress("opening the device", 0, 0, 0.0))
         cfg, B = job.model_config, job.batch_size

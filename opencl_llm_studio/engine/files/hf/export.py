@@ -33,6 +33,7 @@ from opencl_llm_studio.engine.errors import ExportError
 from opencl_llm_studio.engine.fsutil import FolderSnapshot
 from opencl_llm_studio.engine.files.hf.names import hf_name, to_hf_tensor
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
+from opencl_llm_studio.engine.model.params import param_count
 
 STUDIO_FILE = "studio.json"
 # The training data a scale-out folder carries (engine.files.hf.scale_out writes them, engine.files.hf.load
@@ -124,7 +125,7 @@ def _card(bundle) -> str:
     title = bundle.metadata.get("name") or source.get("name") or "OpenCL LLM Studio model"
     return (f"# {_cell(title)}\n\n{origin}.\n\n"
             f"d_model {c.d_model}, n_layer {c.n_layer}, n_head {c.n_head}, context_length "
-            f"{c.context_length}, vocab_size {c.vocab_size} ({c.param_count():,} parameters), "
+            f"{c.context_length}, vocab_size {c.vocab_size} ({param_count(c):,} parameters), "
             f"tokenizer {tokenizer_name(tok.kind, tok.pre)}.\n\n"
             "```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
             "tok = AutoTokenizer.from_pretrained(PATH)\n"

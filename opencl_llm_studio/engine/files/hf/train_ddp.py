@@ -8,7 +8,7 @@ Written by `llm-studio scale-out RUN OUT_DIR`; run it inside that folder:
 It reads this folder (config.json, model.safetensors, optimizer.safetensors, studio.json,
 data/*.npy), continues at the run's step with the same AdamW state (PyTorch's AdamW: decay on
 2-D weights only, the run's betas, eps, weight decay, grad-norm clipping), the same learning-rate
-schedule (warmup, stable, 1-sqrt decay per stage, as engine.config.TrainConfig.lr_at) and windows drawn
+schedule (warmup, stable, 1-sqrt decay per stage, as engine.training.schedule.lr_at) and windows drawn
 the same way from the same token streams (pretraining windows; tuning rows with their assistant
 loss mask plus a replay share of pretraining windows). The global batch is the run's batch_size,
 split over the processes. It writes --out as the same kind of folder plus metrics.jsonl (one
@@ -42,7 +42,7 @@ MAX_TUNE_EVAL_BATCHES = 16
 
 
 def lr_at(step: int, stage_start: int, stage_steps: int, peak: float, tc: dict) -> float:
-    """engine.config.TrainConfig.lr_at (engine/training/schedule.py): linear warmup (at most a fifth of
+    """engine.training.schedule.lr_at: linear warmup (at most a fifth of
     the stage), a stable phase, then a 1-sqrt decay over the last decay_fraction of the stage
     to peak * min_lr_ratio at its last step."""
     s = step - stage_start

@@ -34,7 +34,7 @@ from opencl_llm_studio.engine.opencl import gemm_packed, ops, tune_cache
 from opencl_llm_studio.engine.errors import DeviceError
 from opencl_llm_studio.engine.opencl.gemm_plan import GemmChoice, GemmPlan, Shape
 from opencl_llm_studio.engine.model.scratch import linear_layers, row_counts
-from opencl_llm_studio.engine.training.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 
 TUNE_SECONDS = 30.0
