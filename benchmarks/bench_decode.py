@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 from opencl_llm_studio.engine.opencl.runtime import Runtime  # noqa: E402
 from opencl_llm_studio.engine.generation.sampling import SamplingParams  # noqa: E402
-from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.opening import create_session # noqa: E402
 from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text  # noqa: E402
 
 
@@ -36,8 +36,8 @@ def main() -> int:
     rt = Runtime(a.device)
     mc = ModelConfig(d_model=a.d_model, n_layer=a.n_layer, n_head=a.n_head,
                      context_length=a.context_length)
-    s = TrainingSession.create(mc, TrainConfig(), read_text(bundled_corpus("pretrain")),
-                               read_text(bundled_corpus("tune")), runtime=rt)
+    s = create_session(mc, TrainConfig(), read_text(bundled_corpus("pretrain")),
+                       read_text(bundled_corpus("tune")), runtime=rt)
     prompt = [s.tokenizer.bos_id] + s.tokenizer.encode("The human heart")
     greedy = SamplingParams(greedy=True)
     n = min(a.tokens, a.context_length - len(prompt))

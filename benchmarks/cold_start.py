@@ -16,12 +16,12 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
-from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.opening import create_session # noqa: E402
 from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text  # noqa: E402
 
 t_import = time.perf_counter()
-s = TrainingSession.create(ModelConfig(), TrainConfig(sample_interval=0, evaluate_recall=False),
-                           read_text(bundled_corpus("pretrain")), read_text(bundled_corpus("tune")))
+s = create_session(ModelConfig(), TrainConfig(sample_interval=0, evaluate_recall=False),
+                   read_text(bundled_corpus("pretrain")), read_text(bundled_corpus("tune")))
 t_setup = time.perf_counter()
 next(s.train())
 t_step = time.perf_counter()

@@ -110,8 +110,8 @@ def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict
 def score_run(folder: str) -> None:
     """Print the held-out score of a saved run as JSON (the engine's final validation)."""
     from opencl_llm_studio.engine.training.evaluate import final_validation
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    s = TrainingSession.load(folder)
+    from opencl_llm_studio.engine.training.opening import load_session
+    s = load_session(folder)
     v = final_validation(s)
     print(json.dumps({"val_loss": v.loss, "val_bpb": v.bpb, "tokens": v.tokens,
                       "bytes": v.n_bytes, "val_source": s.pretrain.val_source}))

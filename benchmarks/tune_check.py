@@ -170,7 +170,7 @@ def cli(*argv) -> None:
 
 
 def run(args) -> dict:
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
@@ -195,7 +195,7 @@ def run(args) -> dict:
     run_dir = out / "run"
     cli("import", model, run_dir, "--pretrain", general_file, "--tune", tune_file,
         *(["--device", args.device] if args.device else []))
-    before = TrainingSession.load(run_dir, device=args.device)
+    before = load_session(run_dir, device=args.device)
     result["model"] = {"source": str(model), "parameters": param_count(before.model_config),
                        "config": {k: v for k, v in before.model_config.__dict__.items()}}
     result["general_loss_before"] = before.pretrain_val_loss()
@@ -206,7 +206,7 @@ def run(args) -> dict:
     cli("train", "--out", run_dir, "--continue", "--time-budget", 60 * args.minutes,
         *(["--device", args.device] if args.device else []))
     result["tune_s"] = round(time.time() - t0, 1)
-    after = TrainingSession.load(run_dir, device=args.device)
+    after = load_session(run_dir, device=args.device)
     result["tune_steps"] = after.step
     result["general_loss_after"] = after.pretrain_val_loss()
     ours = engine_answers(after)

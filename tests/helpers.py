@@ -46,8 +46,8 @@ def metrics_steps(run: Path) -> list[int]:
 
 def trained_session(rt, model_cfg: ModelConfig, train_cfg: TrainConfig):
     """A TrainingSession on the bundled texts, trained to its last step on runtime rt."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    s = TrainingSession.create(model_cfg, train_cfg, *bundled_texts(), runtime=rt)
+    from opencl_llm_studio.engine.training.opening import create_session
+    s = create_session(model_cfg, train_cfg, *bundled_texts(), runtime=rt)
     for _ in s.train():
         pass
     return s

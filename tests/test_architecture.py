@@ -240,3 +240,51 @@ def test_the_circle_finder_sees_deferred_and_relative_imports(tmp_path):
     assert circles(import_graph(tmp_path)) == [["opencl_llm_studio.engine.a", "opencl_llm_studio.engine.b"],
                                                ["opencl_llm_studio.engine.c", "opencl_llm_studio.engine.d"],
                                                ["opencl_llm_studio.studio.e", "opencl_llm_studio.studio.f"]]
+
+
+# ------------------------------------------------------------------ size and complexity
+MAX_CLASS_LINES = 350   # a class longer than this holds more than one job (issue 35)
+MAX_COMPLEXITY = 20     # radon's rank C ends at 20; D (21-30) is a function a reader cannot hold
+
+
+def _package_trees():
+    for path in sorted((ROOT / "opencl_llm_studio").rglob("*.py")):
+        yield path.relative_to(ROOT), path.read_text(encoding="utf-8")
+
+
+def long_classes(trees) -> list[str]:
+    """'path: Class N lines' for each class over MAX_CLASS_LINES lines."""
+    found = []
+    for rel, source in trees:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    found.append(f"{rel}: {node.name} {lines} lines")
+    return found
+
+
+def complex_functions(trees) -> list[str]:
+    """'path: function N' for each function or method whose cyclomatic complexity (radon) is
+    over MAX_COMPLEXITY."""
+    radon = pytest.importorskip("radon.complexity")
+    return [f"{rel}: {b.fullname} {b.complexity}" for rel, source in trees
+            for b in radon.cc_visit(source) if b.complexity > MAX_COMPLEXITY]
+
+
+def test_no_class_is_over_350_lines():
+    assert long_classes(_package_trees()) == []
+
+
+def test_no_function_is_at_radon_d_or_worse():
+    assert complex_functions(_package_trees()) == []
+
+
+def test_the_size_checks_can_fail():
+    """A class of 351 lines and a function of 21 branches are found."""
+    big = "class Big:\n" + "    x = 1\n" * 350
+    branchy = "def f(x):\n" + "".join(f"    if x == {i}:\n        return {i}\n"
+                                      for i in range(20))
+    trees = [(Path("big.py"), big), (Path("branchy.py"), branchy)]
+    assert long_classes(trees) == ["big.py: Big 351 lines"]
+    assert complex_functions(trees) == ["branchy.py: f 21"]

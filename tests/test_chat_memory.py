@@ -10,7 +10,7 @@ from opencl_llm_studio.engine.generation.chat import ChatReply, answer_reserve
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.data.dialogue import CHAT_TEMPLATES, Message, encode_prompt
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session, load_session, session_from_gguf
 from tests.helpers import first_near_tie, trained_session
 
 U, A = (lambda c: Message("user", c)), (lambda c: Message("assistant", c))
@@ -81,7 +81,7 @@ def test_answer_past_the_window_drops_oldest_exchanges(rt):
     over exactly that window; when only the question is left it stops ("context")."""
     text = "The cat sat on the mat. The dog sat on the log.\n" * 5
     cfg = ModelConfig(vocab_size=300, d_model=32, n_layer=2, n_head=4, context_length=32)
-    s = TrainingSession.create(cfg, TrainConfig(pretrain_steps=0, tune_steps=0,
+    s = create_session(cfg, TrainConfig(pretrain_steps=0, tune_steps=0,
                                                 val_fraction=0.0), text, runtime=rt)
     history = [U("cat"), A("the mat"), U("dog"), A("the log"), U("bird")]
     reply = s.chat(history, max_new_tokens=200, greedy=True)
@@ -142,7 +142,7 @@ def test_old_checkpoint_keeps_chat_format_1(trained, tmp_path, rt):
     assert header.pop("chat_format") == 2
     checkpoint.save(tmp_path, header, ck["params"], ck["adam_m"], ck["adam_v"], ck["tokenizer"],
                     ck["pretrain_text"], ck["tune_text"])
-    old = TrainingSession.load(tmp_path, runtime=rt)
+    old = load_session(tmp_path, runtime=rt)
     assert old.chat_format == 1 and old.tune.chat_format == 1
     assert old.tune.encoded[0][0][:-3] != s.tune.encoded[0][0][:-3]
     assert not old.chat([U("What is the capital of France?")], greedy=True).startswith(" ")
@@ -153,7 +153,7 @@ def test_old_checkpoint_keeps_chat_format_1(trained, tmp_path, rt):
     import gguf
     f = gguf.GGUFReader(path).fields["tokenizer.chat_template"]
     assert bytes(f.parts[f.data[0]]).decode() == CHAT_TEMPLATES[1]
-    assert TrainingSession.from_gguf(path, s.pretrain_text, runtime=rt).chat_format == 1
+    assert session_from_gguf(path, s.pretrain_text, runtime=rt).chat_format == 1
 
 
 def test_chat_reply_is_a_string_with_notes():
@@ -221,8 +221,8 @@ def test_cli_tokenize_space_on_a_corpus_without_spaces(rt, tmp_path, capsys):
     """Issue 11: `llm-studio tokenize RUN "12 34"` showed <0xE2> <0x96> <0x81> for the space."""
     from opencl_llm_studio.studio.cli import main
     cfg = ModelConfig(vocab_size=300, d_model=32, n_layer=1, n_head=4, context_length=16)
-    s = TrainingSession.create(cfg, TrainConfig(pretrain_steps=0, tune_steps=0, val_fraction=0.0),
-                               "0123456789\n31415926535\n" * 20, runtime=rt)
+    s = create_session(cfg, TrainConfig(pretrain_steps=0, tune_steps=0, val_fraction=0.0),
+                       "0123456789\n31415926535\n" * 20, runtime=rt)
     s.save(tmp_path)
     assert main(["tokenize", str(tmp_path), "12 34"]) == 0
     ids, pieces, _ = capsys.readouterr().out.splitlines()

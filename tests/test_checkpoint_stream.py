@@ -14,6 +14,7 @@ from opencl_llm_studio.engine.config import TrainConfig
 from opencl_llm_studio.engine.errors import CheckpointError
 from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session, load_session
 from tests.helpers import bundled_texts, tiny_config
 
 
@@ -74,7 +75,7 @@ def _trained(rt, cfg, steps: int, batch_size: int) -> TrainingSession:
     """A session of cfg trained `steps` steps on the start of the bundled text, no checks."""
     tc = TrainConfig(pretrain_steps=steps, tune_steps=0, batch_size=batch_size,
                      eval_interval=100, sample_interval=0, evaluate_recall=False)
-    s = TrainingSession.create(cfg, tc, bundled_texts()[0][:4000], None, runtime=rt)
+    s = create_session(cfg, tc, bundled_texts()[0][:4000], None, runtime=rt)
     for _ in s.train():
         pass
     return s
@@ -100,7 +101,7 @@ def test_a_session_saves_and_loads_with_no_whole_array_on_the_host(rt, tmp_path,
     assert s.model.adam_t == 1 and array_bytes > 2_000_000
     assert _peak_bytes(lambda: s.save(tmp_path)) < array_bytes / 4
     loaded = []
-    peak = _peak_bytes(lambda: loaded.append(TrainingSession.load(tmp_path, runtime=rt)))
+    peak = _peak_bytes(lambda: loaded.append(load_session(tmp_path, runtime=rt)))
     assert peak < array_bytes, peak   # (the texts and the tokenizer are read whole)
     for w, exp in zip(("params", "m", "v"), want):
         np.testing.assert_array_equal(loaded[0].model.read_flat(w), exp)
@@ -114,13 +115,13 @@ def test_a_loaded_runs_moments_wait_on_disk_and_a_replaced_file_is_refused(rt, t
     s = _trained(rt, tiny_config(vocab_size=400), steps=2, batch_size=2)
     s.save(tmp_path)
     want = [s.model.read_flat(w) for w in ("m", "v")]
-    opened = TrainingSession.load(tmp_path, runtime=rt)
+    opened = load_session(tmp_path, runtime=rt)
     assert not opened.model.holds_training_state
     opened.generate("The", max_new_tokens=3, greedy=True)
     assert not opened.model.holds_training_state
     for w, exp in zip(("m", "v"), want):
         np.testing.assert_array_equal(opened.model.read_flat(w), exp)
-    stale, other = (TrainingSession.load(tmp_path, runtime=rt) for _ in range(2))
+    stale, other = (load_session(tmp_path, runtime=rt) for _ in range(2))
     other.continue_training(3)
     for _ in other.train():
         pass

@@ -31,8 +31,8 @@ def test_sample_tokenize_chat(run, capsys, rt):
     """Greedy `sample` and `chat` print what the saved model's own greedy decoding gives (the
     same text a second time), and `tokenize` the ids and pieces of its tokenizer."""
     from opencl_llm_studio.engine.data.dialogue import Message
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    s = TrainingSession.load(run, runtime=rt)
+    from opencl_llm_studio.engine.training.opening import load_session
+    s = load_session(run, runtime=rt)
     assert main(["sample", str(run), "--prompt", "Paris is", "--greedy", "--max-tokens", "8"]) == 0
     assert capsys.readouterr().out == "Paris is" + s.generate("Paris is", max_new_tokens=8,
                                                                greedy=True) + "\n"
@@ -130,14 +130,14 @@ def test_an_exported_gguf_imports_as_a_run_that_trains_on(run, tmp_path, capsys)
     """A GGUF this app exported, whose run folder is gone: `import` makes a run of it at the
     step it was exported at, which chats and trains further (was: refused, "continue the run
     it came from", so such a GGUF could never be tuned again)."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     gguf, out = tmp_path / "m.gguf", tmp_path / "again"
     assert main(["export", str(run), str(gguf), "--dtype", "f32"]) == 0
     assert main(["import", str(gguf), str(out)]) == 0, capsys.readouterr().err
     assert "step 50/50" in capsys.readouterr().err
-    s = TrainingSession.load(out)
+    s = load_session(out)
     assert s.step == 50 and s.has_tune
-    before = TrainingSession.load(run)
+    before = load_session(run)
     assert s.generate("Paris is", max_new_tokens=6, greedy=True) == before.generate(
         "Paris is", max_new_tokens=6, greedy=True)
     assert main(["train", "--out", str(out), "--continue", "--tune-steps", "12", "--quiet"]) == 0

@@ -160,9 +160,9 @@ def test_sighup_saves_the_run(tmp_path):
     proc.stderr.close()  # the terminal is gone: writing to it fails
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=120) == 130
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     steps = len(mfile.read_text().splitlines())
-    assert TrainingSession.load(out).step == steps >= 3
+    assert load_session(out).step == steps >= 3
 
 
 @pytest.mark.parametrize("body,says", [

@@ -32,11 +32,11 @@ def test_kv_cache_logits_equal_full_forward(rt, n_prompt, n_head, n_kv_head, sca
 @pytest.fixture(scope="module")
 def session(rt):
     from opencl_llm_studio.engine.config import TrainConfig
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import create_session
     text = "The cat sat on the mat. The dog sat on the log. A bird sang in the tree.\n" * 5
     cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=2, n_head=4, context_length=12,
                       ffn_dim=40)
-    return TrainingSession.create(cfg, TrainConfig(pretrain_steps=0, tune_steps=0,
+    return create_session(cfg, TrainConfig(pretrain_steps=0, tune_steps=0,
                                                    val_fraction=0.0), text, runtime=rt)
 
 

@@ -112,20 +112,20 @@ def test_an_opened_model_is_checked_for_itself_and_its_training_for_its_batch(tm
     could never lower the batch); training at 16 is refused before a step, at a batch that fits
     it goes on."""
     from opencl_llm_studio.engine.model import memory
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.engine.training.trainer import Trainer
     from opencl_llm_studio.studio.cli import main
     from tests.helpers import TINY
     run = tmp_path / "run"
     assert main(["train", "--out", str(run), "--steps", "2", "--no-tune", *TINY,
                  "--batch-size", "16"]) == 0
-    s = TrainingSession.load(run)
+    s = load_session(run)
     info = s.rt.info
     cfg = s.model_config
     one, _ = memory.training_bytes(cfg, 1, info, s.rt.plan.attention_path, s.rt)
     sixteen, _ = memory.training_bytes(cfg, 16, info, s.rt.plan.attention_path, s.rt)
     monkeypatch.setattr(memory, "usable_bytes", lambda d: int((one + sixteen) / 2 / 0.9))
-    s = TrainingSession.load(run)                     # opens: the model itself fits
+    s = load_session(run)                     # opens: the model itself fits
     with pytest.raises(ConfigError) as e:
         Trainer(s)
     assert "Largest that fits: batch size" in e.value.hint
@@ -143,14 +143,14 @@ def test_a_model_opened_to_chat_holds_its_weights_alone_until_it_trains(tmp_path
     chats, and makes its training state when it trains, checked against its batch first."""
     from opencl_llm_studio.engine.data.dialogue import Message
     from opencl_llm_studio.engine.model import memory
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.engine.training.trainer import Trainer
     from opencl_llm_studio.studio.cli import main
     from tests.helpers import TINY
     run = tmp_path / "run"
     assert main(["train", "--out", str(run), "--steps", "2", "--no-tune", *TINY,
                  "--batch-size", "2"]) == 0
-    s = TrainingSession.load(run)
+    s = load_session(run)
     assert not s.model.holds_training_state
     reply = s.chat([Message("user", "Hi")], max_new_tokens=4, greedy=True)
     assert reply.n_tokens >= 1 and not s.model.holds_training_state
@@ -159,15 +159,15 @@ def test_a_model_opened_to_chat_holds_its_weights_alone_until_it_trains(tmp_path
     train, _ = memory.training_bytes(cfg, 1, info, s.rt.plan.attention_path, s.rt)
     assert chat < train - 2 * 4 * s.model.table.size          # no gradients, no moments
     monkeypatch.setattr(memory, "usable_bytes", lambda d: int((chat + train) / 2 / 0.9))
-    s = TrainingSession.load(run)                   # opens to chat where training does not fit
+    s = load_session(run)                   # opens to chat where training does not fit
     assert s.chat([Message("user", "Hi")], max_new_tokens=4, greedy=True).n_tokens >= 1
     with pytest.raises(ConfigError):
         Trainer(s)                                  # refused before anything is allocated
     assert not s.model.holds_training_state
     monkeypatch.setattr(memory, "usable_bytes", lambda d: int(chat / 2))
     with pytest.raises(ConfigError, match="just to chat"):
-        TrainingSession.load(run)
+        load_session(run)
     monkeypatch.undo()
-    s = TrainingSession.load(run)
+    s = load_session(run)
     s.continue_training(3)
     assert next(iter(Trainer(s).run())).step == 3 and s.model.holds_training_state

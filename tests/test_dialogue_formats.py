@@ -91,6 +91,6 @@ def test_the_cli_trains_on_a_sharegpt_file(tmp_path, capsys):
     assert main(["train", "--out", str(out), "--tune", str(path), "--d-model", "32",
                  "--n-layer", "1", "--n-head", "2", "--context-length", "48", "--vocab-size",
                  "400", "--batch-size", "2", "--steps", "2", "--tune-steps", "2", "--quiet"]) == 0
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    s = TrainingSession.load(out)
+    from opencl_llm_studio.engine.training.opening import load_session
+    s = load_session(out)
     assert s.tune.dialogues == parse_dialogues(TEXT) * 4

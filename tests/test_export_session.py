@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import session_from_gguf
 from tests.helpers import trained_session
 
 
@@ -23,7 +23,7 @@ def trained(rt, tmp_path_factory):
 
 def test_export_import_identical_logits(rt, trained):
     s, path = trained
-    back = TrainingSession.from_gguf(path, s.pretrain_text, s.tune_text, runtime=rt)
+    back = session_from_gguf(path, s.pretrain_text, s.tune_text, runtime=rt)
     ids = np.array([s.tokenizer.encode("Paris is the capital of France.")], np.int32)
     np.testing.assert_array_equal(back.model.logits(ids), s.model.logits(ids))
     assert back.tokenizer.to_bytes() == s.tokenizer.to_bytes()
@@ -31,11 +31,11 @@ def test_export_import_identical_logits(rt, trained):
 
 
 def test_an_opened_gguf_starts_where_its_training_stood(rt, trained):
-    """TrainingSession.from_gguf takes the exported step and stage totals (the CLI and the
+    """session_from_gguf takes the exported step and stage totals (the CLI and the
     studio alike; it started at step 0 with the settings' totals), and a model trained past
     them gets totals that cover its steps."""
     s, path = trained
-    back = TrainingSession.from_gguf(path, s.pretrain_text, s.tune_text, runtime=rt)
+    back = session_from_gguf(path, s.pretrain_text, s.tune_text, runtime=rt)
     assert (back.step, back.train_config.pretrain_steps, back.train_config.tune_steps) == \
         (250, 150, 100)
     back.adopt_progress(300, 150, 100)

@@ -113,13 +113,13 @@ def test_a_released_lock_is_removed_and_the_folder_locks_again(tmp_path):
 def test_own_text_without_dialogues_pretrains_only(tmp_path, capsys):
     """`train --pretrain MINE.txt` without --tune tuned on the bundled dialogues, so a model of
     Python source wrote the bundled facts: now it pretrains only and says so."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     text = tmp_path / "code.py"
     text.write_text("".join(f"def f{i}(x):\n    return x * {i}\n\n" for i in range(300)))
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--pretrain", str(text), *RUN]) == 0
     assert "pretraining only" in capsys.readouterr().err
-    assert not TrainingSession.load(out).has_tune
+    assert not load_session(out).has_tune
 
 
 def test_version(capsys):
@@ -168,7 +168,7 @@ def test_a_continued_run_takes_how_to_train_from_here(tmp_path, capsys):
     """`train --continue --batch-size 4` kept batch 16 ("a continued run keeps its model, data
     and settings"): a continued run takes the batch size, learning rate, replay and dropout,
     and still keeps its model and data."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), *RUN]) == 0
     capsys.readouterr()
@@ -176,11 +176,11 @@ def test_a_continued_run_takes_how_to_train_from_here(tmp_path, capsys):
                  "--batch-size", "2", "--lr", "0.001", "--d-model", "64"]) == 0
     err = capsys.readouterr().err
     assert "batch size 2" in err and "--d-model ignored" in err, err
-    s = TrainingSession.load(out)
+    s = load_session(out)
     assert (s.train_config.batch_size, s.train_config.learning_rate) == (2, 0.001)
     assert s.model_config.d_model == 32
     with pytest.raises(SystemExit) as e:   # range-checked at the edge, the run untouched
         main(["train", "--out", str(out), "--continue", "--tune-steps", "5",
               "--batch-size", "100000"])
     assert e.value.code == 2
-    assert TrainingSession.load(out).step == s.step
+    assert load_session(out).step == s.step

@@ -15,7 +15,7 @@ pytest.importorskip("tokenizers")
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 from opencl_llm_studio.engine.training.evaluate import final_validation  # noqa: E402
 from opencl_llm_studio.engine.files.hf.export import export_session  # noqa: E402
-from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.opening import create_session # noqa: E402
 
 TEXT = "".join(f"Acte {i}, scène {i % 7}:\n    « Où est le café ? » dit-elle.\n\n"
                f"def f{i}(x):\n    return x * {i}\n\n" for i in range(120))
@@ -47,7 +47,7 @@ def test_transformers_scores_the_held_out_text_as_the_engine(rt, tmp_path, kind,
     tc = TrainConfig(pretrain_steps=30, tune_steps=0, batch_size=8, learning_rate=5e-3,
                      eval_interval=1000, sample_interval=0, evaluate_recall=False,
                      val_split=how, val_fraction=float(f))
-    s = TrainingSession.create(mc, tc, TEXT, None, tokenizer_kind=kind, runtime=rt)
+    s = create_session(mc, tc, TEXT, None, tokenizer_kind=kind, runtime=rt)
     for _ in s.train():
         pass
     ours = s.pretrain_val()     # the periodic validation: all of a text this small

@@ -293,7 +293,7 @@ def test_ddp_scores_the_dialogues_the_studio_scores(tok, texts):
     import importlib.util
 
     from opencl_llm_studio.engine.data.dialogue import TuneData
-    from opencl_llm_studio.engine.training.session import MAX_TUNE_EVAL_BATCHES
+    from opencl_llm_studio.engine.training.evaluate import MAX_TUNE_EVAL_BATCHES
     spec = importlib.util.spec_from_file_location("train_ddp_script",
                                                   ROOT / "opencl_llm_studio" / "engine" / "files" / "hf" / "train_ddp.py")
     script = importlib.util.module_from_spec(spec)

@@ -16,6 +16,7 @@ from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
 from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session, load_session
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
 from opencl_llm_studio.engine.data.textio import bundled_corpus
@@ -38,7 +39,7 @@ def one_line_session():
     text = " ".join(_words(20_000)) + "\n"
     tc = TrainConfig(pretrain_steps=2, tune_steps=0, batch_size=4, eval_interval=1,
                      sample_interval=1)
-    return TrainingSession.create(MC, tc, text)
+    return create_session(MC, tc, text)
 
 
 def test_recall_of_a_one_line_document_is_bounded(one_line_session, monkeypatch):
@@ -204,7 +205,7 @@ def test_sigint_during_recall_stops_at_once_and_saves(tmp_path, monkeypatch):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[-1]["extra"]["interrupted"] == "checking recall"
-    assert TrainingSession.load(out).step == 2
+    assert load_session(out).step == 2
 
 
 def test_ctrl_c_that_breaks_a_kernel_build_is_a_stop(tmp_path, monkeypatch, capsys):

@@ -307,7 +307,7 @@ def test_an_open_models_export_carries_its_own_template_for_ollama(open_folders,
     tokens, read back by the port of Ollama's parser; Ollama's rendering of it (with the
     default system message it adds) is the prompt the studio builds from the Jinja template."""
     from opencl_llm_studio.engine.data.chat_template import render, special_tokens
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.studio.cli import main
     from tests.ollama_parser import parse, render_go
     run = tmp_path / "run"
@@ -318,7 +318,7 @@ def test_an_open_models_export_carries_its_own_template_for_ollama(open_folders,
     for name, value in commands:   # (model | template | system | a parameter's name, value)
         values.setdefault(name, []).append(value)
     assert values["model"] == ["./m.gguf"]
-    tok = TrainingSession.load(run).tokenizer
+    tok = load_session(run).tokenizer
     assert values["stop"] == list(dict.fromkeys(tok.id_to_piece(i) for i in tok.stop_ids))
     system = values.get("system", [""])[0]
     if family == "smollm2":

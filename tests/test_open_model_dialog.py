@@ -98,7 +98,7 @@ def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, op
                                                                 tmp_path):
     from opencl_llm_studio.engine.files import checkpoint
     from opencl_llm_studio.engine.data.dialogue import Message
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from tests.studio_helpers import chat
     w = window
     runs_before = set(w.autosave_box.runs_root().glob("*"))
@@ -117,7 +117,7 @@ def test_open_imports_a_run_that_chats_and_names_its_tokenizer(qtbot, window, op
     w.chat_panel.max_tokens.setValue(8)
     answer = chat(qtbot, w, "Hello there")
     assert answer is not None
-    want = TrainingSession.load(run).chat([Message("user", "Hello there")], top_k=1,
+    want = load_session(run).chat([Message("user", "Hello there")], top_k=1,
                                           max_new_tokens=8)
     assert str(answer) == str(want)
     w.training.new_model()   # the field gives the person's own choice back

@@ -32,9 +32,9 @@ def smol_run(tmp_path_factory):
 
 
 def test_imported_model_chats_in_its_own_template_as_transformers(smol_run):
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     folder, out = smol_run
-    s = TrainingSession.load(out)
+    s = load_session(out)
     messages = [Message("user", "Hello there, what is 2 + 2?")]
     ids = encode_prompt(s.tokenizer, messages, s.chat_format)
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
@@ -70,8 +70,8 @@ def test_imported_model_tunes_on_dialogues_through_the_cli(smol_run, tmp_path, c
     capsys.readouterr()
     assert main(["chat", str(out), "-m", "What is the code word 1?", "--greedy",
                  "--max-tokens", "8"]) == 0
-    from opencl_llm_studio.engine.training.session import TrainingSession   # the tuned run answers as its session does
-    reply = TrainingSession.load(out).chat([Message("user", "What is the code word 1?")],
+    from opencl_llm_studio.engine.training.opening import load_session
+    reply = load_session(out).chat([Message("user", "What is the code word 1?")],
                                            greedy=True, max_new_tokens=8)
     assert capsys.readouterr().out.startswith(reply + "\n")
 
@@ -98,11 +98,11 @@ def test_an_exported_folder_keeps_its_chat_format(rt, tmp_path):
     from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
     from opencl_llm_studio.engine.files.hf.export import export_session
     from opencl_llm_studio.engine.training.open_hf import session_from_hf
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import create_session
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
-    s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
-                               *bundled_texts(), runtime=rt)
+    s = create_session(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
+                       *bundled_texts(), runtime=rt)
     s.chat_format = 1
     export_session(s, tmp_path / "hf")
     back = session_from_hf(tmp_path / "hf", s.pretrain_text, s.tune_text, runtime=rt)
@@ -118,11 +118,12 @@ def test_a_failed_write_of_an_imported_folder_is_explained_and_leaves_nothing(rt
     from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
     from opencl_llm_studio.engine.files.hf.export import export_session
     from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import create_session
     from opencl_llm_studio.studio.cli import main
     from tests.helpers import bundled_texts
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=64, vocab_size=400)
-    s = TrainingSession.create(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
-                               *bundled_texts(), runtime=rt)
+    s = create_session(mc, TrainConfig(pretrain_steps=1, tune_steps=1, batch_size=2),
+                       *bundled_texts(), runtime=rt)
     export_session(s, tmp_path / "hf")
 
     def full(*a, **k):
@@ -139,12 +140,12 @@ def test_exports_of_an_imported_model_keep_its_own_context_length(tmp_path):
     save after tuning keeps the model card that says it."""
     import gguf
     from opencl_llm_studio.engine.files.hf.export import export_session
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.studio.cli import main
     folder = build("llama32", tmp_path / "folder")   # 16,384 positions
     assert main(["import", str(folder), str(tmp_path / "run")]) == 0
     own = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
-    s = TrainingSession.load(tmp_path / "run")
+    s = load_session(tmp_path / "run")
     assert s.model_config.context_length < own
     s.export_gguf(tmp_path / "m.gguf")
     reader = gguf.GGUFReader(tmp_path / "m.gguf")
@@ -153,7 +154,7 @@ def test_exports_of_an_imported_model_keep_its_own_context_length(tmp_path):
     export_session(s, tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["max_position_embeddings"] == own
     s.save(tmp_path / "again")
-    assert TrainingSession.load(tmp_path / "again").export_config().context_length == own
+    assert load_session(tmp_path / "again").export_config().context_length == own
 
 
 def test_an_imported_instruct_model_is_not_called_untuned(tmp_path, monkeypatch, capsys):
@@ -182,7 +183,7 @@ def test_an_imported_run_stores_no_empty_optimizer_state(tmp_path):
     and a run trained on stores them."""
     import zipfile
     from opencl_llm_studio.engine.files import checkpoint
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.studio.cli import main
     folder = build("smollm2", tmp_path / "folder")
     tune = tmp_path / "tune.txt"
@@ -199,7 +200,7 @@ def test_an_imported_run_stores_no_empty_optimizer_state(tmp_path):
                  "--batch-size", "2"]) == 0
     trained = checkpoint.load(run)
     assert trained["adam_v"].any()
-    assert TrainingSession.load(run).step == 2
+    assert load_session(run).step == 2
 
 
 @pytest.mark.parametrize("form", ["folder", "gguf"])
@@ -214,7 +215,7 @@ def test_an_imported_model_trains_at_pretrained_defaults_and_takes_its_tune_lr(
                                                  pretrained_train_config)
     from opencl_llm_studio.engine.files.gguf_export import export_gguf
     from opencl_llm_studio.engine.files.hf.load import import_hf
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     from opencl_llm_studio.studio.cli import main
     folder = build("smollm2", tmp_path / "folder")
     src = folder if form == "folder" else export_gguf(import_hf(folder)[0],
@@ -223,16 +224,16 @@ def test_an_imported_model_trains_at_pretrained_defaults_and_takes_its_tune_lr(
     tune.write_text(DIALOGUES)
     run = tmp_path / "run"
     assert main(["import", str(src), str(run), "--tune", str(tune)]) == 0
-    tc = TrainingSession.load(run).train_config
+    tc = load_session(run).train_config
     assert tc == pretrained_train_config()
     assert (tc.batch_size, tc.tune_peak, tc.pretrain_steps) == (PRETRAINED_BATCH,
                                                                 PRETRAINED_TUNE_LR, 0)
     assert PRETRAINED_TUNE_LR <= 3e-4
     assert main(["train", "--out", str(run), "--continue", "--tune-steps", "1",
                  "--lr", "1e-4", "--quiet"]) == 0
-    assert TrainingSession.load(run).train_config.tune_peak == 1e-4
+    assert load_session(run).train_config.tune_peak == 1e-4
     capsys.readouterr()
     assert main(["train", "--out", str(run), "--continue", "--tune-steps", "2",
                  "--tune-lr", "5e-5", "--quiet"]) == 0
     assert "tune learning rate 5e-05" in capsys.readouterr().err
-    assert TrainingSession.load(run).train_config.tune_peak == 5e-5
+    assert load_session(run).train_config.tune_peak == 5e-5

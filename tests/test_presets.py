@@ -8,7 +8,7 @@ import pytest
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import ConfigError
 from opencl_llm_studio.engine.training.presets import PRESETS, get_preset
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import load_session
 from opencl_llm_studio.studio.cli import build_parser, main
 from opencl_llm_studio.studio.cli.options import configs
 from tests.helpers import TINY
@@ -67,7 +67,7 @@ def test_dropout_is_stored_in_the_checkpoint(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--steps", "3", "--no-tune", "--dropout", "0.25",
                  *TINY]) == 0
-    assert TrainingSession.load(out).train_config.dropout == 0.25
+    assert load_session(out).train_config.dropout == 0.25
 
 
 def test_studio_preset_box_sets_the_fields_and_editing_shows_custom(qtbot, tmp_path):

@@ -162,11 +162,11 @@ def test_pause_resume_stop_fire_their_own_signals(qtbot, tmp_path, monkeypatch):
 
 
 def test_a_failing_job_fires_failed_only(qtbot, tmp_path, monkeypatch):
-    from opencl_llm_studio.engine.training import session as session_mod
+    from opencl_llm_studio.engine.training import opening
 
     def broken(*args, **kwargs):
         raise DeviceError("The device ran out of memory.", "Choose a smaller model.")
-    monkeypatch.setattr(session_mod.TrainingSession, "create", classmethod(broken))
+    monkeypatch.setattr(opening, "create_session", broken)
     worker = TrainingWorker()
     seen, errors = _record(worker), []
     worker.error.connect(lambda title, text: errors.append(text))

@@ -19,7 +19,7 @@ import pytest
 from opencl_llm_studio.engine.data.dialogue import Message
 from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import load_session, session_from_gguf
 from opencl_llm_studio.studio.cli import main
 from tests.helpers import first_near_tie
 from tests.open_models import STRINGS, llama_model, llama_vocab, nmse
@@ -72,7 +72,7 @@ def f32_copy(smollm2, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def session(smollm2, rt):
-    return TrainingSession.from_gguf(smollm2, read_text(bundled_corpus("pretrain")), runtime=rt)
+    return session_from_gguf(smollm2, read_text(bundled_corpus("pretrain")), runtime=rt)
 
 
 def test_token_ids_equal_llama_cpps_on_odd_strings(smollm2):
@@ -161,7 +161,7 @@ def tuned(smollm2, tmp_path_factory):
     quarter replay: 6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR)."""
     run = tmp_path_factory.mktemp("tuned") / "run"
     assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
-    before = _known(TrainingSession.load(run))
+    before = _known(load_session(run))
     assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
     return run, before
 
@@ -180,7 +180,7 @@ def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(tuned):
     pairs = re.findall(r"User: (.*)\nAssistant: (.*)", FACTS.read_text())
     assert len(pairs) == 20 and all(k in a.lower() for k, (_, a) in zip(FACT_KEYS, pairs))
     run, before = tuned
-    s = TrainingSession.load(run)
+    s = load_session(run)
     assert (s.train_config.batch_size, s.step) == (8, 10)
     after = _known(s)
     assert len(before) <= 2 and len(after) >= 7, (before, after)
@@ -200,7 +200,7 @@ def test_the_tuned_models_gguf_answers_in_llama_cpp_as_in_the_studio(tuned, tmp_
     path = tmp_path / f"tuned-{dtype}.gguf"
     assert main(["export", str(run), str(path), "--dtype", dtype]) == 0
     assert "TEMPLATE" in path.with_suffix(".Modelfile").read_text()   # its own, for Ollama
-    s = TrainingSession.load(run)
+    s = load_session(run)
     llm = llama_model(path, n_ctx=256)
     for question, key in ((TAUGHT, "violet"), (QUESTION, "Paris")):
         msgs = [Message("user", question)]
@@ -223,7 +223,7 @@ def test_the_tuned_models_hf_folder_answers_in_transformers_as_in_the_studio(tun
     run, _ = tuned
     folder = tmp_path / "hf"
     assert main(["export", str(run), str(folder), "--format", "hf"]) == 0
-    s = TrainingSession.load(run)
+    s = load_session(run)
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
     model = transformers.AutoModelForCausalLM.from_pretrained(str(folder),
                                                               dtype=torch.float32).eval()

@@ -17,6 +17,7 @@ from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, TrainingDiverged
 from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session, load_session
 from tests.helpers import bundled_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +97,7 @@ def session(rt):
     mc = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=32, vocab_size=320)
     tc = TrainConfig(pretrain_steps=6, tune_steps=2, batch_size=4, eval_interval=2,
                      sample_interval=0, evaluate_recall=False)
-    return TrainingSession.create(mc, tc, *bundled_texts(), runtime=rt)
+    return create_session(mc, tc, *bundled_texts(), runtime=rt)
 
 
 def test_nan_weights_stop_training_and_restore_the_last_good_state(session, tmp_path):
@@ -158,7 +159,7 @@ def test_save_never_writes_over_a_file_and_a_dotted_name_is_a_folder(session, tm
         "notes.txt"]
     path = session.save(tmp_path / "backup.v2")
     assert path == tmp_path / "backup.v2" / "checkpoint.npz"
-    assert TrainingSession.load(tmp_path / "backup.v2", runtime=session.rt).step == session.step
+    assert load_session(tmp_path / "backup.v2", runtime=session.rt).step == session.step
 
 
 def _damage(path, how):
@@ -172,7 +173,7 @@ def test_damaged_checkpoint_is_a_clear_error(session, tmp_path, damage):
     path = session.save(tmp_path)
     _damage(path, damage)
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
-        TrainingSession.load(tmp_path, runtime=session.rt)
+        load_session(tmp_path, runtime=session.rt)
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(session, tmp_path):
@@ -183,7 +184,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(session, tmp_pat
     it.close()
     path = session.save(tmp_path)
     _damage(path, "truncate")
-    back = TrainingSession.load(tmp_path, runtime=session.rt)
+    back = load_session(tmp_path, runtime=session.rt)
     assert back.loaded_from_previous and back.step == first_step
 
 
@@ -204,7 +205,7 @@ def test_checkpoint_round_trip_restores_identical_state(session, tmp_path_factor
     it.close()
     out = tmp_path_factory.mktemp("ck")
     session.save(out)
-    back = TrainingSession.load(out, runtime=session.rt)
+    back = load_session(out, runtime=session.rt)
     for which in ("params", "m", "v"):
         np.testing.assert_array_equal(back.model.read_flat(which), session.model.read_flat(which))
     assert (back.step, back.model.adam_t) == (session.step, session.model.adam_t)
@@ -241,7 +242,7 @@ def test_sigterm_stops_after_a_whole_step_and_saves(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 130
     steps = len(mfile.read_text().splitlines())
-    back = TrainingSession.load(out)
+    back = load_session(out)
     assert back.step == steps  # the checkpoint holds exactly the steps the metrics report
 
 

@@ -1,7 +1,7 @@
 """studio.run_folder: one reader of a run folder and one answer to what a model path holds.
 
 The Runs table (studio.runs.load_run) and `--continue` (engine.files.checkpoint.load, through
-TrainingSession.load) read the same checkpoint of a folder whose newest file is torn, foreign or
+load_session) read the same checkpoint of a folder whose newest file is torn, foreign or
 missing; every command that takes a model path names what a wrong path is."""
 
 import json
@@ -72,7 +72,7 @@ def test_the_runs_table_and_continue_read_the_same_checkpoint(tmp_path, damage, 
     or incomplete archive: one folder, two steps. Both now go through one list of candidates."""
     folder = make_run(tmp_path, "r", steps_done=30, saved_step=20, total=40)
     damage(folder)
-    loaded = checkpoint.load(folder)          # what TrainingSession.load (--continue) reads
+    loaded = checkpoint.load(folder)          # what load_session (--continue) reads
     row = load_run(folder)
     assert loaded["header"]["step"] == step
     assert row.header == read_header(folder) == loaded["header"]

@@ -7,7 +7,7 @@ import pytest
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.progress import Cancelled
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session
 from tests.helpers import bundled_texts
 
 
@@ -73,7 +73,7 @@ def test_a_stop_in_the_first_step_is_a_step_not_taken(rt):
     tc = TrainConfig(pretrain_steps=5, tune_steps=0, batch_size=2, eval_interval=50,
                      sample_interval=0, evaluate_recall=False)
     mc = ModelConfig(d_model=32, n_layer=2, n_head=2, context_length=16, vocab_size=400)
-    s = TrainingSession.create(mc, tc, bundled_texts()[0], None, runtime=rt)
+    s = create_session(mc, tc, bundled_texts()[0], None, runtime=rt)
     rng_state = s.rng.bit_generator.state
     params = s.model.read_flat()
     real = s.rt.stop_point

@@ -264,12 +264,12 @@ def test_errors_are_shown_and_the_app_keeps_running(qtbot, window, tmp_path, mon
     assert window.data_panel.load("pretrain", one)   # was "1 lines · 1 documents"
     assert window.data_panel.pretrain.stats.text() == "5,000 characters · 1 line · 1 document"
 
-    from opencl_llm_studio.engine.training import session as session_mod
+    from opencl_llm_studio.engine.training import opening
     from opencl_llm_studio.engine.errors import DeviceError
 
     def broken(*args, **kwargs):
         raise DeviceError("The device ran out of memory.", "Choose a smaller model.")
-    monkeypatch.setattr(session_mod.TrainingSession, "create", classmethod(broken))
+    monkeypatch.setattr(opening, "create_session", broken)
     configure(window)
     result = train(qtbot, window)
     assert result.outcome is Outcome.FAILED

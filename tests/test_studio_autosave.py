@@ -18,7 +18,8 @@ from tests.studio_helpers import (assert_answered, chat, configure, curve_x,  # 
                                   open_model, run_folders, train)
 
 from opencl_llm_studio.engine.errors import CheckpointError, DeviceError, TrainingDiverged  # noqa: E402
-from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession # noqa: E402
+from opencl_llm_studio.engine.training.opening import load_session
 from opencl_llm_studio.engine.training.trainer import Trainer  # noqa: E402
 from opencl_llm_studio.studio.protocol import ModelSource, Outcome, RunState  # noqa: E402
 
@@ -35,7 +36,7 @@ def test_every_run_autosaves_into_its_run_folder(qtbot, window, rt):
     assert Path(result.run_dir) == folder and folder.parent == window.autosave_box.runs_root()
     assert metrics_steps(folder) == list(range(1, 31))     # one line per step, like the CLI
     assert not list(folder.glob("*.tmp"))
-    session = TrainingSession.load(folder, runtime=rt)
+    session = load_session(folder, runtime=rt)
     assert session.step == 30 and len(session.history) == 30
 
     label = window.findChild(type(window.run_bar.folder_label), "runFolderLabel")
@@ -76,8 +77,8 @@ def test_open_checkpoint_refills_plots_and_continues(qtbot, window, rt):
     assert list(curve_x(window, "lossPlot", "train loss")) == list(range(1, 33))
     folder = Path(result.run_dir)
     assert folder != Path(first.run_dir) and metrics_steps(folder) == list(range(1, 33))
-    assert TrainingSession.load(folder, runtime=rt).step == 32
-    assert TrainingSession.load(first.run_dir, runtime=rt).step == 20  # left as it was
+    assert load_session(folder, runtime=rt).step == 32
+    assert load_session(first.run_dir, runtime=rt).step == 20  # left as it was
     window.run_bar.new_button.click()
     assert window.run_bar.train_button.text().endswith("Train")
     assert window.settings_panel.spins["dModelSpin"].isEnabled()
@@ -94,7 +95,7 @@ def test_open_exported_gguf_and_continue(qtbot, window, tmp_path, rt):
     window.settings_panel.set_value("pretrainStepsSpin", 16)
     result = train(qtbot, window)
     assert result.outcome is Outcome.FINISHED and result.step == 16
-    assert TrainingSession.load(result.run_dir, runtime=rt).step == 16
+    assert load_session(result.run_dir, runtime=rt).step == 16
 
 
 def failing_at(step, exc, restore=False):
@@ -133,7 +134,7 @@ def test_training_errors_are_shown_and_the_checkpoint_stays(qtbot, window, monke
     # checkpoint of step 8 is kept, not overwritten with what the failed device holds.
     expected = 5 if kind == "diverged" else 8
     assert result.saved_step == expected
-    session = TrainingSession.load(result.run_dir, runtime=rt)
+    session = load_session(result.run_dir, runtime=rt)
     assert session.step == expected
     if kind == "diverged":
         assert metrics_steps(Path(result.run_dir)) == list(range(1, 6))
@@ -173,7 +174,7 @@ def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
     win.close()
     assert not win.controller.host.thread.isRunning()
     [folder] = run_folders(win)
-    session = TrainingSession.load(folder, runtime=rt)
+    session = load_session(folder, runtime=rt)
     assert session.step >= 8 and metrics_steps(folder) == list(range(1, session.step + 1))
 
 

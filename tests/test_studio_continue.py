@@ -17,7 +17,7 @@ from tests.studio_helpers import configure, open_model, train  # noqa: E402
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
 from opencl_llm_studio.engine.errors import ConfigError  # noqa: E402
-from opencl_llm_studio.engine.training.session import TrainingSession, check_continuation  # noqa: E402
+from opencl_llm_studio.engine.training.session import TrainingSession, check_continuation # noqa: E402
 from opencl_llm_studio.studio.protocol import ContinuePoint, Outcome  # noqa: E402
 
 
@@ -205,7 +205,7 @@ def test_continue_takes_the_batch_size_and_learning_rate_on_screen(qtbot, window
     """The batch size field was greyed out for an opened run ("a continued run keeps its
     settings"), so an imported model tuned at batch 16: Continue now takes the batch size and
     learning rate in the fields, and keeps the model's shape."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     configure(window, pretrainStepsSpin=6, tuneStepsSpin=0, sampleIntervalSpin=0,
               batchSizeSpin=4)
     first = train(qtbot, window)
@@ -218,5 +218,5 @@ def test_continue_takes_the_batch_size_and_learning_rate_on_screen(qtbot, window
     window.run_bar.as_new_run_check.setChecked(False)
     result = train(qtbot, window)
     assert result.step == 8
-    s = TrainingSession.load(first.run_dir)
+    s = load_session(first.run_dir)
     assert (s.train_config.batch_size, s.train_config.learning_rate) == (2, 0.001)

@@ -135,9 +135,9 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
     result = train(qtbot, window)
     folder = Path(result.run_dir)
     assert (folder / "checkpoint.prev.npz").exists()
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     gguf = tmp_path / "tiny.gguf"
-    TrainingSession.load(folder, runtime=rt).export_gguf(gguf)
+    load_session(folder, runtime=rt).export_gguf(gguf)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: "")
     for chosen, step, source in ((folder / "checkpoint.npz", 30, ModelSource.CHECKPOINT),
                                  (folder / "checkpoint.prev.npz", 28, ModelSource.CHECKPOINT),

@@ -1,5 +1,5 @@
 """Issue 7: Stop, Pause/Resume and closing the window at random moments during training, many
-times over (seeded), never crash or hang and always leave a checkpoint TrainingSession.load reads.
+times over (seeded), never crash or hang and always leave a checkpoint load_session reads.
 
 Each repetition trains a tiny model (d_model 32, 1 block, 2 heads, context 32, batch 4) and, after
 a random delay, does one of: Stop; Pause then Resume/Stop/close; close the window. Every wait is
@@ -25,7 +25,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from tests.helpers import TEST_DEVICE  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
-from opencl_llm_studio.engine.training.session import TrainingSession  # noqa: E402
+from opencl_llm_studio.engine.training.opening import load_session
 from opencl_llm_studio.studio.ui.main_window import MainWindow  # noqa: E402
 from opencl_llm_studio.studio.protocol import RunState  # noqa: E402
 
@@ -102,7 +102,7 @@ def finish(qtbot, win, plan: str, rep: int, early: bool):
 def check_saved_run(folder, rt, what: str) -> int:
     """The run folder holds a complete checkpoint and one metrics line per step; its step."""
     assert not list(folder.glob("*.tmp")), f"{what}: a checkpoint was left half-written"
-    session = TrainingSession.load(folder, runtime=rt)
+    session = load_session(folder, runtime=rt)
     lines = (folder / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, session.step + 1))
     return session.step

@@ -32,11 +32,11 @@ def test_an_opened_gguf_shows_how_far_its_model_was_trained(qtbot, window, tmp_p
     """File > Open exported GGUF said "GGUF opened at step 0" and the plan showed whatever the
     fields held, for a model trained 30 steps (20 + 10): now its metadata's steps_done,
     pretrain_steps and tune_steps."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     configure(window, pretrainStepsSpin=20, tuneStepsSpin=10, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "model.gguf"
-    TrainingSession.load(first.run_dir, runtime=rt).export_gguf(gguf)
+    load_session(first.run_dir, runtime=rt).export_gguf(gguf)
     configure(window, pretrainStepsSpin=600, tuneStepsSpin=300)   # other values in the fields
     info = open_model(qtbot, window, gguf)
     assert info.step == 30
@@ -144,11 +144,11 @@ def test_continue_in_place_and_as_a_new_run(qtbot, window):
 
 
 def test_a_gguf_continues_only_as_a_new_run(qtbot, window, tmp_path, rt):
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import load_session
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=2, sampleIntervalSpin=0)
     first = train(qtbot, window)
     gguf = tmp_path / "m.gguf"
-    TrainingSession.load(first.run_dir, runtime=rt).export_gguf(gguf)
+    load_session(first.run_dir, runtime=rt).export_gguf(gguf)
     open_model(qtbot, window, gguf)
     check = window.run_bar.as_new_run_check
     assert check.isVisible() and check.isChecked() and not check.isEnabled()

@@ -4,7 +4,7 @@ per paragraph, never showed it one: generation stopped at the paragraph's end)."
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session
 
 BLOCK = "def f():\n    pass\n\n"   # code-like: a blank line after every block
 
@@ -14,7 +14,7 @@ def test_a_model_trained_on_blank_lines_writes_them(rt):
     tc = TrainConfig(pretrain_steps=120, tune_steps=0, batch_size=8, learning_rate=1e-2,
                      warmup_steps=10, eval_interval=1000, sample_interval=0,
                      evaluate_recall=False, val_fraction=0.0)
-    s = TrainingSession.create(mc, tc, BLOCK * 200, None, tokenizer_kind="char", runtime=rt)
+    s = create_session(mc, tc, BLOCK * 200, None, tokenizer_kind="char", runtime=rt)
     for _ in s.train():
         pass
     assert s.last_loss < 0.2, s.last_loss   # the text is periodic: learned, not guessed

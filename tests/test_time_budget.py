@@ -13,7 +13,7 @@ from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, Time
 from opencl_llm_studio.engine.progress import Clock
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.training.schedule import Rewarm, StageSchedule, decay_factor
-from opencl_llm_studio.engine.training.session import TrainingSession
+from opencl_llm_studio.engine.training.opening import create_session, load_session
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.training.trainer import Trainer
 
@@ -25,9 +25,9 @@ MODEL = ModelConfig(d_model=32, n_layer=1, n_head=2, context_length=96)
 
 def _session(tc: TrainConfig, tune: bool = True, pretrain: str | None = None):
     text = pretrain if pretrain is not None else read_text(RES / "pretrain.txt")
-    return TrainingSession.create(MODEL, tc, text,
-                                  read_text(RES / "tune.txt") if tune else None,
-                                  tokenizer_kind="char")
+    return create_session(MODEL, tc, text,
+                          read_text(RES / "tune.txt") if tune else None,
+                          tokenizer_kind="char")
 
 
 def _timed_run(s, fake: FakeTime, step_s=0.05, eval_s=0.2, first_step_s=None, pause_at=None,
@@ -232,7 +232,7 @@ def test_continue_rewarm_survives_a_checkpoint(tmp_path):
     list(s.train())
     s.continue_training(pretrain_steps=60)
     s.save(tmp_path)
-    r = TrainingSession.load(tmp_path)
+    r = load_session(tmp_path)
     assert r.rewarm == s.rewarm and r.lr_at(21) == pytest.approx(s.lr_at(21))
 
 
@@ -256,7 +256,7 @@ def test_elapsed_s_continues_across_resume(tmp_path):
     s = _session(tc, tune=False)
     first = [m.elapsed_s for m in s.train()]
     s.save(tmp_path)
-    r = TrainingSession.load(tmp_path)
+    r = load_session(tmp_path)
     assert r.elapsed_s() == pytest.approx(first[-1])
     r.continue_training(pretrain_steps=6)
     second = [m.elapsed_s for m in r.train()]

@@ -72,6 +72,43 @@ def _sentencepiece(tokens: list[str], scores: list[float], types: list[int], unk
     return hf
 
 
+def _special_ids(get: Callable[[str, Any], Any], fname: str) -> dict:
+    """{"bos", "eos", "unknown", "eot", "eom"} -> the GGUF's token id or None; ModelImportError
+    when it names no end-of-sequence token."""
+    ids = {k: get(f"tokenizer.ggml.{k}_token_id", None)
+           for k in ("bos", "eos", "unknown", "eot", "eom")}
+    ids = {k: None if v is None else int(v) for k, v in ids.items()}
+    if ids["eos"] is None:
+        raise ModelImportError(f"{fname} names no end-of-sequence token "
+                               "(tokenizer.ggml.eos_token_id).", _HINT)
+    return ids
+
+
+def _byte_level(get: Callable[[str, Any], Any], fname: str, tokens: list) -> tuple:
+    """(tokenizers.Tokenizer, pre-tokenizer name, add_bos default) of a byte-level BPE vocabulary
+    (tokenizer.ggml.model "gpt2")."""
+    pre = get("tokenizer.ggml.pre", "default") or "default"   # llama.cpp's fallback
+    if pre not in PRE_REGEXES:
+        raise ModelImportError(f"{fname} uses the {pre!r} pre-tokenizer, which the engine "
+                               "does not know.", _HINT)
+    return _byte_bpe(tokens, list(get("tokenizer.ggml.merges", [])), pre), pre, pre == "llama-bpe"
+
+
+def _sentencepiece_vocab(get: Callable[[str, Any], Any], fname: str, tokens: list, types: list,
+                         ids: dict) -> tuple:
+    """(tokenizers.Tokenizer, scores) of a SentencePiece vocabulary (tokenizer.ggml.model
+    "llama"); sets ids["unknown"] to the unknown token found by type when the file names none."""
+    scores = [float(s) for s in get("tokenizer.ggml.scores", [])]
+    if len(scores) != len(tokens):
+        raise ModelImportError(f"{fname} has {len(scores)} scores for {len(tokens)} "
+                               "tokens.", "The file is damaged.")
+    unk = ids["unknown"] if ids["unknown"] is not None else (
+        types.index(TOKEN_UNKNOWN) if TOKEN_UNKNOWN in types else None)
+    ids["unknown"] = unk
+    return _sentencepiece(tokens, scores, types, unk,
+                          bool(get("tokenizer.ggml.add_space_prefix", True))), scores
+
+
 def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenTokenizer:
     """The OpenTokenizer of a GGUF; get(key, default) returns a key's value (default if absent).
     Raises ModelImportError for a vocabulary the engine cannot run."""
@@ -83,30 +120,13 @@ def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenToken
     if not tokens:
         raise ModelImportError(f"{fname} has no vocabulary (tokenizer.ggml.tokens).", _HINT)
     types = [int(x) for x in get("tokenizer.ggml.token_type", [1] * len(tokens))]
-    ids = {k: get(f"tokenizer.ggml.{k}_token_id", None)
-           for k in ("bos", "eos", "unknown", "eot", "eom")}
-    ids = {k: None if v is None else int(v) for k, v in ids.items()}
-    if ids["eos"] is None:
-        raise ModelImportError(f"{fname} names no end-of-sequence token "
-                               "(tokenizer.ggml.eos_token_id).", _HINT)
+    ids = _special_ids(get, fname)
     template = get("tokenizer.chat_template", "") or ""
     if model == "gpt2":
-        pre = get("tokenizer.ggml.pre", "default") or "default"   # llama.cpp's fallback
-        if pre not in PRE_REGEXES:
-            raise ModelImportError(f"{fname} uses the {pre!r} pre-tokenizer, which the engine "
-                                   "does not know.", _HINT)
-        hf, scores = _byte_bpe(tokens, list(get("tokenizer.ggml.merges", [])), pre), None
-        add_bos_default = pre == "llama-bpe"
+        (hf, pre, add_bos_default), scores = _byte_level(get, fname, tokens), None
     else:
-        pre, scores = "default", [float(s) for s in get("tokenizer.ggml.scores", [])]
-        if len(scores) != len(tokens):
-            raise ModelImportError(f"{fname} has {len(scores)} scores for {len(tokens)} "
-                                   "tokens.", "The file is damaged.")
-        unk = ids["unknown"] if ids["unknown"] is not None else (
-            types.index(TOKEN_UNKNOWN) if TOKEN_UNKNOWN in types else None)
-        hf = _sentencepiece(tokens, scores, types, unk,
-                            bool(get("tokenizer.ggml.add_space_prefix", True)))
-        ids["unknown"], add_bos_default = unk, True
+        (hf, scores), pre, add_bos_default = (_sentencepiece_vocab(get, fname, tokens, types, ids),
+                                              "default", True)
     _added_tokens(hf, tokens, types)
     add_bos = bool(get("tokenizer.ggml.add_bos_token", add_bos_default))
     if add_bos and ids["bos"] is not None:   # as the folders' tokenizer.json add it

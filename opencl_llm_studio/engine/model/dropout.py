@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opencl_llm_studio.engine.opencl import ops
+
 SITES = ("attn", "ffn")  # attention output projection, feed-forward down projection
 _M32 = 0xFFFFFFFF
 
@@ -52,3 +54,23 @@ class StepDropout:
         for part in (self.step, layer, SITES.index(site)):
             k = lowbias32(k ^ lowbias32(part + 0x9E3779B9))
         return k
+
+
+def forward_at(rt, buf, drop: StepDropout | None, layer: int, site: str, n: int) -> None:
+    """Dropout in place on a projection output `buf` (B*T, C; n floats) before its residual
+    add, at `site` ("attn" or "ffn") of `layer`; nothing when drop is None."""
+    if drop is not None:
+        ops.dropout_forward(rt, buf, buf, drop.key(layer, site), drop.threshold, drop.scale, n)
+
+
+def backward_at(rt, a, drop: StepDropout | None, layer: int, site: str, n: int):
+    """The gradient of a projection output under dropout: a.dres itself without dropout, else
+    the masked copy in a.ddrop (the residual keeps the unmasked one). a: the step's
+    engine.model.activations.Activations."""
+    if drop is None:
+        return a.dres
+    rt.before_write(a.ddrop)  # the previous site's weight gradient may still read it
+    ops.dropout_backward(rt, a.ddrop, a.dres, drop.key(layer, site), drop.threshold, drop.scale,
+                         n)
+    return a.ddrop
+

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from opencl_llm_studio.engine.model import activations, attention, attention_gemm, output_head
+from opencl_llm_studio.engine.model import (activations, attention, attention_gemm, dropout,
+                                            output_head)
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.model.dropout import StepDropout
@@ -177,14 +178,14 @@ class Model:
                                    KVH)
             a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H, KVH)  # (B,T,C)
             ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
-            self._dropout_forward(a.proj, drop, l, "attn", BT * C)
+            dropout.forward_at(rt, a.proj, drop, l, "attn", BT * C)
             # xmid = x + attention, and its ffn_norm, in one pass
             ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
                                          p[b + "ffn_norm"], BT, C, cfg.rms_eps)
             ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
             ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
             ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
-            self._dropout_forward(a.proj, drop, l, "ffn", BT * C)
+            dropout.forward_at(rt, a.proj, drop, l, "ffn", BT * C)
             # x[l+1] = xmid + feed-forward, and the next norm (the next block's, or the final)
             if l + 1 < L:
                 nxt = (a.xn[l + 1], a.rstd1[l + 1], p[f"blk.{l + 1}.attn_norm"])
@@ -229,7 +230,7 @@ class Model:
             if check is not None:
                 rt.stop_point(check)
             b = f"blk.{l}."
-            dproj = self._dropout_backward(a, drop, l, "ffn", BT * C)
+            dproj = dropout.backward_at(rt, a, drop, l, "ffn", BT * C)
             ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], dproj, a.h[l], p[b + "ffn_down"],
                                 BT, C, F)                                          # (B, T, F)
             rt.before_write(a.dgu)
@@ -239,7 +240,7 @@ class Model:
             rt.before_write(a.dres)
             ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
                                  p[b + "ffn_norm"], a.rstd2[l], BT, C)
-            dproj = self._dropout_backward(a, drop, l, "attn", BT * C)
+            dproj = dropout.backward_at(rt, a, drop, l, "attn", BT * C)
             ops.matmul_backward(rt, a.dy, g[b + "attn_output"], dproj, a.y[l],
                                 p[b + "attn_output"], BT, C, C)
             rt.before_write(a.dqkv)
@@ -255,23 +256,6 @@ class Model:
         rt.join()  # every weight gradient done (token_embd may be tied to the output)
         ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
                                a.n_unique, C)
-
-    def _dropout_forward(self, buf, drop: StepDropout | None, layer: int, site: str, n: int):
-        """Dropout in place on a projection output (B*T, C) before its residual add."""
-        if drop is not None:
-            ops.dropout_forward(self.rt, buf, buf, drop.key(layer, site), drop.threshold,
-                                drop.scale, n)
-
-    def _dropout_backward(self, a: Activations, drop: StepDropout | None, layer: int, site: str,
-                          n: int):
-        """The gradient of a projection output under dropout: a.dres itself without dropout,
-        else the masked copy in a.ddrop (the residual keeps the unmasked one)."""
-        if drop is None:
-            return a.dres
-        self.rt.before_write(a.ddrop)  # the previous site's weight gradient may still read it
-        ops.dropout_backward(self.rt, a.ddrop, a.dres, drop.key(layer, site), drop.threshold,
-                             drop.scale, n)
-        return a.ddrop
 
     # -------------------------------------------------------------------------- steps
     def upload_batch(self, a: Activations, inputs: np.ndarray, targets: np.ndarray | None):

@@ -169,6 +169,17 @@ class Built:
                 "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
 
 
+def _capped_info(device: DeviceInfo | int | str | None, max_alloc_bytes: int | None) -> DeviceInfo:
+    """The chosen device's DeviceInfo, its largest buffer lowered to max_alloc_bytes or the
+    environment's LLM_STUDIO_MAX_ALLOC_MB (MiB) where either is lower than what it reports."""
+    info = device if isinstance(device, DeviceInfo) else select_device(device)
+    env = os.environ.get(MAX_ALLOC_ENV)
+    cap = max_alloc_bytes or (int(float(env) * 2**20) if env else None)
+    if cap and cap < info.max_alloc_bytes:
+        info = replace(info, max_alloc_bytes=int(cap))
+    return info
+
+
 class Runtime:
     """Context, in-order queue and built program for one device.
 
@@ -191,30 +202,10 @@ class Runtime:
         maximum work-group size, native float vector width: a profile of another device).
         plan: how products launch (engine/opencl/gemm_plan.py); default the hand table's for the
         device, whose vector width `vector_width` (or LLM_STUDIO_VECTOR_WIDTH) overrides."""
-        info = device if isinstance(device, DeviceInfo) else select_device(device)
-        env = os.environ.get(MAX_ALLOC_ENV)
-        cap = max_alloc_bytes or (int(float(env) * 2**20) if env else None)
-        if cap and cap < info.max_alloc_bytes:
-            info = replace(info, max_alloc_bytes=int(cap))
-        self.info = info
-        try:
-            self.device = self.info.cl_device()
-            self.ctx = cl.Context([self.device])
-            self.queue = cl.CommandQueue(self.ctx)
-        except cl.Error as e:
-            raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
-                              "Pick another device, or check its driver.",
-                              f"{OTHER_DEVICE_CLI} Or check its driver.") from e
-        self.limits = DeviceLimits.of(self.info, self.device, limits)
-        self.is_cpu = self.info.is_cpu
-        if not self.is_cpu and self.limits.max_work_group_size < GPU_GROUP:
-            raise DeviceError(
-                f"{self.info.name} runs at most {self.limits.max_work_group_size} work-items "
-                f"per group; this engine's GPU kernels need {GPU_GROUP}.",
-                "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
+        self.info = _capped_info(device, max_alloc_bytes)
+        self._open(limits)
         self.plan = plan or default_plan(
             self.limits, vector_width or os.environ.get(VECTOR_WIDTH_ENV) or None)
-        src = kernel_source()
         # Row kernels (softmax, RMSNorm; kernels/common.h): work-items per row and rows per
         # work-group. CPU: one work-item per contiguous row; GPU: 64 lanes share a row.
         default_rows = (1, 16) if self.is_cpu else (64, 4)
@@ -223,7 +214,7 @@ class Runtime:
                 f"-DSM_ROWS={self.row_group_rows}"] + (["-DCPU_DEVICE"] if self.is_cpu else [])
         opts += gemm_tiles.main_defines()
         self.build_options = opts + list(build_options)
-        self.main = Built(self, src, self.build_options)
+        self.main = Built(self, kernel_source(), self.build_options)
         self.program = self.main.program
         self._built: dict[tuple, Built] = {}
         self._gemm_tiles: dict[int, tuple | None] = {}  # tile edge -> __local args (gemm_tiles)
@@ -242,19 +233,42 @@ class Runtime:
         # input gradients (filling the partly empty last wave of each product); see side().
         # None on CPUs (PoCL's two cores are busy with one kernel at a time).
         self.side_queue = None if self.is_cpu else cl.CommandQueue(self.ctx)
-        # The most work (flops) one launch of a long kernel may carry (display watchdogs);
-        # None: no cap. Tests set it to force split launches.
-        env = os.environ.get(LAUNCH_FLOPS_ENV)
-        self.max_launch_flops: float | None = launch_flops_cap(
-            self.is_cpu, self.info.compute_units, int(self.device.max_clock_frequency), env)
-        # a CPU's cap while a training step runs (launch_cap), unless the environment set one
-        self.stop_launch_flops: float | None = (
-            stop_flops_cap(self.info.compute_units, int(self.device.max_clock_frequency))
-            if self.is_cpu and not env else None)
+        self._set_launch_caps()
         self._pending: list[tuple[cl.Event, tuple]] = []  # side work: (done event, buffers read)
         self._scratch_slots = {"main": (None, 0), "side": (None, 0)}
         self._stop_mark: cl.Event | None = None  # see stop_point
         self.chunk_check = None   # the running step's stop check (between_chunks), or None
+
+    def _open(self, limits: dict | None) -> None:
+        """The device's context and queue, its limits; DeviceError when it cannot be opened or
+        its work-groups are too small for the GPU kernels."""
+        try:
+            self.device = self.info.cl_device()
+            self.ctx = cl.Context([self.device])
+            self.queue = cl.CommandQueue(self.ctx)
+        except cl.Error as e:
+            raise DeviceError(f"Could not open OpenCL device {self.info.name}: {e}",
+                              "Pick another device, or check its driver.",
+                              f"{OTHER_DEVICE_CLI} Or check its driver.") from e
+        self.limits = DeviceLimits.of(self.info, self.device, limits)
+        self.is_cpu = self.info.is_cpu
+        if not self.is_cpu and self.limits.max_work_group_size < GPU_GROUP:
+            raise DeviceError(
+                f"{self.info.name} runs at most {self.limits.max_work_group_size} work-items "
+                f"per group; this engine's GPU kernels need {GPU_GROUP}.",
+                "Pick another OpenCL device (a CPU device always works).", OTHER_DEVICE_CLI)
+
+    def _set_launch_caps(self) -> None:
+        """max_launch_flops: the most work (flops) one launch of a long kernel may carry
+        (display watchdogs; None: no cap; tests set LAUNCH_FLOPS_ENV to force split launches);
+        stop_launch_flops: a CPU's cap while a training step runs (launch_cap), unless the
+        environment set one."""
+        env = os.environ.get(LAUNCH_FLOPS_ENV)
+        clock = int(self.device.max_clock_frequency)
+        self.max_launch_flops: float | None = launch_flops_cap(
+            self.is_cpu, self.info.compute_units, clock, env)
+        self.stop_launch_flops: float | None = (
+            stop_flops_cap(self.info.compute_units, clock) if self.is_cpu and not env else None)
 
     def with_plan(self, plan: GemmPlan) -> "Runtime":
         """A runtime on the same context, queues, programs and buffers that launches products

@@ -200,3 +200,11 @@ class EvalPacer:
         """Periodic phases' time per second of the rest (for planning step counts)."""
         rest = max(elapsed - self.spent, 1e-9)
         return self.spent / rest if self.runs else 0.0
+
+
+def tune_time_share(train_config, has_tune: bool) -> float:
+    """With a time budget, the tuning stage's share of it: the step split's, tune_steps of the
+    run's total (both stages); 0 without dialogues."""
+    if not has_tune:
+        return 0.0
+    return train_config.tune_steps / max(train_config.total_steps, 1)

@@ -143,3 +143,38 @@ def final_validation(session, max_tokens: int = FINAL_VAL_TOKENS) -> ValScore:
     periodic evaluations score at most train_config.eval_tokens of it. session.pretrain's
     val_source says whether the text is held out. Raises engine.progress.Cancelled on a stop."""
     return session.pretrain_val(max_tokens)
+
+
+# ------------------------------------------------------------------ validation passes
+MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
+
+
+def pretrain_eval_tokens(session, max_tokens: int | None = None, stage: str = "pretrain") -> int:
+    """Targets a pretraining validation pass in `stage` scores (session.pretrain_val's windows):
+    at most max_tokens (None: train_config.eval_tokens)."""
+    tc = session.train_config
+    tokens = tc.eval_tokens if max_tokens is None else max_tokens
+    return sum(int((y >= 0).sum()) for _, y in session.pretrain.val_batches(
+        tc.batch_size, tokens, session.general_window(stage)))
+
+
+def tune_eval_tokens(session) -> int:
+    """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without dialogues)."""
+    if not session.has_tune:
+        return 0
+    batches = session.tune.eval_batches(session.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
+    return sum(int((y >= 0).sum()) for _, y in batches)
+
+
+def tune_val_loss(session) -> float:
+    """Mean loss (nats per token) over the session's tune dialogues, assistant tokens only, in
+    batches of batch_size: all of them, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through
+    a large set. Ticks session.monitor ("dialogue loss"; Cancelled on a stop)."""
+    total = count = 0.0
+    batches = session.tune.eval_batches(session.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
+    for i, (x, y) in enumerate(batches):
+        n = int((y >= 0).sum())
+        session.monitor.tick("dialogue loss", i, len(batches))
+        total += session.model.loss(x, y) * n
+        count += n
+    return total / max(count, 1)

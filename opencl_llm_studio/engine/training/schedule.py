@@ -93,3 +93,13 @@ def lr_at(tc: TrainConfig, step: int, stage_start: int, stage_steps: int, peak: 
     (progress = steps done / stage_steps)."""
     s = step - stage_start
     return stage_schedule(tc, stage_steps, peak).lr(s, (s + 1) / max(stage_steps, 1))
+
+
+def last_lr(history: list[dict]) -> float | None:
+    """The learning rate of a run's last step with a finite one in `history` (None: none yet),
+    where a continued run's re-warm starts."""
+    for record in reversed(history):
+        lr = record.get("lr")
+        if isinstance(lr, (int, float)) and math.isfinite(lr):
+            return float(lr)
+    return None

@@ -9,7 +9,6 @@ and `Cancelled` within a fraction of a second of `monitor.cancel()`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from functools import partial
@@ -18,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from opencl_llm_studio.engine.files import checkpoint
-from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
-                                             pretrained_train_config, run_steps)
+from opencl_llm_studio.engine.config import ModelConfig, TrainConfig, run_steps
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.opencl.device import DeviceInfo
 from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_chat_format
@@ -29,19 +27,15 @@ from opencl_llm_studio.engine.generation.generator import Generator, delegate
 from opencl_llm_studio.engine.model.memory import check_chat_fits, check_fits
 from opencl_llm_studio.engine.metrics import ValScore
 from opencl_llm_studio.engine.model.transformer import Model
-from opencl_llm_studio.engine.model.params import ParamTable
 from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from opencl_llm_studio.engine.training import schedule
 from opencl_llm_studio.engine.training.schedule import Rewarm
-from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.engine.data.textio import sha256_text
-from opencl_llm_studio.engine.limits import MIN_VOCAB
 from opencl_llm_studio.engine.model.gemm_tune import runtime_for_model
 
 
-MAX_TUNE_EVAL_BATCHES = 16  # dialogue loss on at most this many batches, evenly spaced
 
 
 def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune: bool,
@@ -78,6 +72,16 @@ def check_continuation(step: int, pretrain_steps: int, tune_steps: int, has_tune
         what += [f"the tuning steps above {tune_steps}"] * has_tune
         raise NothingToTrain(f"This run has done all of its {step} steps.",
                           f"Raise {' or '.join(what)} to train further.")
+
+
+def last_validation(history: list[dict]) -> dict:
+    """The newest pretraining-text validation numbers in a run's history: {"val_loss" (nats per
+    token), "val_bpb", "val_source"} ({} before the first evaluation)."""
+    for r in reversed(history):
+        loss = r.get("val_loss") if r.get("stage") == "pretrain" else r.get("pretrain_val_loss")
+        if loss is not None and "val_bpb" in r:
+            return {"val_loss": loss, "val_bpb": r["val_bpb"], "val_source": r["val_source"]}
+    return {}
 
 
 class TrainingSession:
@@ -139,112 +143,6 @@ class TrainingSession:
     def last_finish(self) -> str:
         """Why the last generation ended: "stop", "length" or "context"."""
         return self.generator.last_finish
-
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def create(cls, model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
-               tune_text: str | None = None, device=None, tokenizer_kind: str = DEFAULT_TOKENIZER,
-               runtime: Runtime | None = None, monitor: Monitor | None = None,
-               autotune: bool | None = None) -> "TrainingSession":
-        """Train the tokenizer on both texts, size the vocabulary from it, build the model
-        (autotune: as for the constructor). Raises ConfigError / DataError / DeviceError with a
-        message for the person, and engine.progress.Cancelled when `monitor` is
-        cancelled (also while tuning)."""
-        model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
-        train_cfg.validate()
-        monitor = monitor or Monitor()
-        texts = [pretrain_text] + ([tune_text] if tune_text else [])
-        monitor.tick("training the tokenizer", 0, 1)  # bounded input, not interruptible
-        tokenizer = Tokenizer.train(texts, model_cfg.vocab_size, tokenizer_kind)
-        cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
-        monitor.tick("opening the device", 0, 1)
-        rt = runtime or Runtime(device)
-        return cls(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text, monitor=monitor,
-                   autotune=autotune)
-
-    @classmethod
-    def load(cls, path, device=None, runtime: Runtime | None = None,
-             monitor: Monitor | None = None, autotune: bool | None = None
-             ) -> "TrainingSession":
-        """Open a run folder's checkpoint (weights, AdamW state, step, RNG) to continue,
-        chat with or export it (autotune: as for the constructor)."""
-        ck = checkpoint.load(path, arrays=False)
-        with ck["members"] as members:   # weights and moments go to the device piece by piece
-            return cls._from_checkpoint(ck, members, device, runtime, monitor, autotune)
-
-    @classmethod
-    def _from_checkpoint(cls, ck: dict, members, device, runtime, monitor, autotune
-                         ) -> "TrainingSession":
-        h = ck["header"]
-        known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
-        try:
-            mc = ModelConfig(**h["model_config"])
-            tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
-        except TypeError as e:
-            raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
-        tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
-        size = ParamTable(mc.validate()).size
-        trained = int(h["adam_t"]) > 0   # before the first step the moments are the model's zeros
-        names = ("params", "adam_m", "adam_v") if trained else ("params",)
-        if any(members.size(k) != size for k in names):
-            raise CheckpointError("The checkpoint's weights do not match its configuration.")
-        rt = runtime or Runtime(device)
-        # the model is built from the saved weights (a random init first would cost a second
-        # copy of them on the host), and no whole array is on the host: a 135M model's load
-        # held 1.5 GiB beside the model when params, m and v were read whole
-        s = cls(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before the
-                flat_weights=members.chunks("params"),                    # key: format 1
-                chat_format=h.get("chat_format", 1), monitor=monitor,
-                autotune=autotune, short_text_ok=True, opened=True)
-        if trained:   # read when it trains: opened to chat or export, it holds its weights alone
-            s.model.defer_moments(members.moment_source())
-        s.model.adam_t = int(h["adam_t"])
-        s.step = int(h["step"])
-        s.last_loss = h.get("last_loss")
-        s.rng.bit_generator.state = h["rng_state"]
-        s.history = h.get("history", [])
-        s.rewarm = Rewarm.from_list(h.get("rewarm"))
-        s.loaded_from_previous = ck["from_previous"]
-        s.source = h.get("source")
-        return s
-
-    @classmethod
-    def from_gguf(cls, path, pretrain_text: str, tune_text: str | None = None,
-                  train_cfg: TrainConfig | None = None, device=None,
-                  runtime: Runtime | None = None, monitor: Monitor | None = None
-                  ) -> "TrainingSession":
-        """A session around a GGUF this app exported (config, tokenizer, weights), to chat with
-        or keep training on the given texts. AdamW state starts fresh. Raises ModelImportError
-        for a file that is not such a GGUF."""
-        from opencl_llm_studio.engine.files.gguf_import import import_gguf
-        return cls.from_bundle(import_gguf(path), pretrain_text, tune_text, train_cfg, device,
-                               runtime, monitor)
-
-    @classmethod
-    def from_bundle(cls, b, pretrain_text: str, tune_text: str | None = None,
-                    train_cfg: TrainConfig | None = None, device=None,
-                    runtime: Runtime | None = None, monitor: Monitor | None = None
-                    ) -> "TrainingSession":
-        """from_gguf of a GGUF already read (engine.files.gguf_import.import_gguf's ModelBundle
-        `b`, weights included), so a caller that read it once need not read it again."""
-        from opencl_llm_studio.engine.files.gguf_export import is_open
-        from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
-        rt = runtime or Runtime(device)
-        cfg, fmt = b.config, b.metadata.get("chat_format", 1)   # exported before the key: 1
-        if is_open(b):   # a pretrained open model: its own template, a training window
-            cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
-            train_cfg = train_cfg or pretrained_train_config()
-        s = cls(rt, cfg, train_cfg or TrainConfig(), b.tokenizer, pretrain_text, tune_text,
-                flat_weights=ParamTable(cfg).flatten(b.weights), chat_format=fmt,
-                monitor=monitor, short_text_ok=True, opened=True)
-        s.last_loss = b.metadata.get("final_loss")
-        if is_open(b):
-            from opencl_llm_studio.engine.files.model_card import model_card
-            s.source = model_card(b)
-        if "steps_done" in b.metadata:   # exported by this app: where its training stood
-            s.adopt_progress(b.metadata["steps_done"], b.metadata.get("pretrain_steps"),
-                             b.metadata.get("tune_steps"))
-        return s
 
     def adopt_progress(self, step: int, pretrain_steps: int | None = None,
                        tune_steps: int | None = None) -> None:
@@ -349,7 +247,7 @@ class TrainingSession:
             budget = self.elapsed_s() + more_seconds
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
                                        time_budget_s=budget).validate()
-        last = self._last_lr()
+        last = schedule.last_lr(self.history)
         same = (more_seconds is None and last is not None and self.step > 0
                 and abs(self._plan_lr(self.step - 1) - last) <= 1e-6 * last)
         if last is None or self.step == 0 or same:   # nothing done, or the schedule goes on
@@ -419,13 +317,6 @@ class TrainingSession:
             return self.tune.window
         return self.model_config.context_length
 
-    def _last_lr(self) -> float | None:
-        for record in reversed(self.history):
-            lr = record.get("lr")
-            if isinstance(lr, (int, float)) and math.isfinite(lr):
-                return float(lr)
-        return None
-
     def extend(self, pretrain_steps: int | None = None, tune_steps: int | None = None) -> None:
         """Deprecated name of continue_training (kept so older scripts run)."""
         warnings.warn("TrainingSession.extend is now continue_training", DeprecationWarning,
@@ -441,15 +332,6 @@ class TrainingSession:
                 "tune_dialogues": len(self.tune.dialogues) if self.has_tune else 0,
                 "val_split": f"{self.pretrain.val_split}:{self.pretrain.val_fraction:g}",
                 **self.pretrain.summary()}
-
-    def last_validation(self) -> dict:
-        """The newest pretraining-text validation numbers: {"val_loss" (nats per token),
-        "val_bpb", "val_source"} from history ({} before the first evaluation)."""
-        for r in reversed(self.history):
-            loss = r.get("val_loss") if r.get("stage") == "pretrain" else r.get("pretrain_val_loss")
-            if loss is not None and "val_bpb" in r:
-                return {"val_loss": loss, "val_bpb": r["val_bpb"], "val_source": r["val_source"]}
-        return {}
 
     @property
     def device_info(self) -> DeviceInfo:
@@ -495,29 +377,6 @@ class TrainingSession:
             return lr
         return r.cap(step, lr)
 
-    def tune_time_share(self) -> float:
-        """With a time budget, the tuning stage's share of it: the step split's,
-        tune_steps of the run's total (both stages); 0 without dialogues (engine.training.budget)."""
-        tc = self.train_config
-        if not self.has_tune:
-            return 0.0
-        return tc.tune_steps / max(tc.total_steps, 1)
-
-    def pretrain_eval_tokens(self, max_tokens: int | None = None,
-                             stage: str = "pretrain") -> int:
-        """Targets a pretraining validation pass in `stage` scores (pretrain_val's windows)."""
-        tc = self.train_config
-        tokens = tc.eval_tokens if max_tokens is None else max_tokens
-        return sum(int((y >= 0).sum()) for _, y in self.pretrain.val_batches(
-            tc.batch_size, tokens, self.general_window(stage)))
-
-    def tune_eval_tokens(self) -> int:
-        """Targets one dialogue-loss pass scores (tune_val_loss's batches; 0 without)."""
-        if not self.has_tune:
-            return 0
-        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
-        return sum(int((y >= 0).sum()) for _, y in batches)
-
     def pretrain_val(self, max_tokens: int | None = None, stage: str | None = None) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and
         how much text (PretrainData.score): at most max_tokens targets (None: train_config.
@@ -535,18 +394,6 @@ class TrainingSession:
     def pretrain_val_loss(self) -> float:
         """pretrain_val().loss: mean cross-entropy in nats per token."""
         return self.pretrain_val().loss
-
-    def tune_val_loss(self) -> float:
-        """Mean loss over the tune dialogues (assistant tokens only), in batches of batch_size:
-        all of them, or MAX_TUNE_EVAL_BATCHES batches evenly spaced through a large set."""
-        total = count = 0.0
-        batches = self.tune.eval_batches(self.train_config.batch_size, MAX_TUNE_EVAL_BATCHES)
-        for i, (x, y) in enumerate(batches):
-            n = int((y >= 0).sum())
-            self.monitor.tick("dialogue loss", i, len(batches))
-            total += self.model.loss(x, y) * n
-            count += n
-        return total / max(count, 1)
 
     def train(self, clock=None):
         """The training generator: engine.training.trainer.Trainer(self, clock).run() (see there)."""
@@ -568,7 +415,7 @@ class TrainingSession:
         meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
                 "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
                 "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
-                "chat_format": self.chat_format, **self.last_validation()}
+                "chat_format": self.chat_format, **last_validation(self.history)}
         meta = {k: v for k, v in meta.items() if v is not None}
         return ModelBundle(self.export_config(), self.tokenizer, self.model.weights(), meta)
 

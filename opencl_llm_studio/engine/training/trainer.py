@@ -22,11 +22,12 @@ from typing import Iterator
 import numpy as np
 import pyopencl as cl
 
-from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan
+from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan, tune_time_share
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
 from opencl_llm_studio.engine.progress import Cancelled, Clock
 from opencl_llm_studio.engine.errors import DeviceError, TrainingDiverged
-from opencl_llm_studio.engine.training.evaluate import answer_accuracy, fact_recall, recall_tokens
+from opencl_llm_studio.engine.training.evaluate import (answer_accuracy, fact_recall, pretrain_eval_tokens,
+                                                        recall_tokens, tune_eval_tokens, tune_val_loss)
 from opencl_llm_studio.engine.training.health import HealthMonitor
 from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
@@ -57,6 +58,7 @@ class Trainer:
         self._stage_lr: tuple[str, float] | None = None  # (stage, last lr) for monotone decay
         self._warmup: dict[str, int] = {}
         self._tunes = False
+        self._bad = 0                     # steps in a row with a non-finite loss or gradient
         self._eval_tokens = 0             # targets the last validation scored
         self._periodic_eval_tokens = 0    # targets a periodic validation scores
 
@@ -77,52 +79,13 @@ class Trainer:
         elif s.step >= s.total_steps:
             return
         self._snapshot()
-        bad = 0
+        self._bad = 0
         health = HealthMonitor(s.model, tc, s.pretrain.train_stream)  # engine/training/health.py
         stage = s.stage_at(s.step)
         stage_start = self._stage_start_s(stage)
         t_mark = self.clock.now()
         while True:
-            s.monitor.check()
-            lr = self._lr(stage, stage_start)
-            health.before_step(s.step + 1)
-            x, y, loss, gnorm, skipped, dt = self._step(stage, lr)
-            s.step += 1
-            bad = bad + 1 if skipped or not np.isfinite(loss) else 0
-            if bad >= MAX_BAD_STEPS:
-                self._restore()
-                raise TrainingDiverged(
-                    f"The loss or gradient was NaN/Inf for {bad} steps in a row (learning rate "
-                    f"{lr:.2e}); training stopped and the last good weights (step {s.step}) "
-                    "were restored.", "Lower the learning rate (e.g. by 3x) and train again.")
-            if not skipped and np.isfinite(loss):
-                s.last_loss = loss
-            now = self.clock.now()
-            self._step_s = now - t_mark
-            if self.plan:
-                self.plan.step_done(now - t_mark)
-            due = self._periodic_due()
-            stage_end = self._stage_ends(stage, now + sum(due.values()))
-            if self.plan:
-                self._replan(stage, stage_end, now)
-            done = (s.step >= s.total_steps if self.plan is None
-                    else stage_end and (stage == "tune" or not self._tunes))
-            m = StepMetrics(s.step, s.total_steps, stage, loss, gnorm, lr,
-                            x.size / max(dt, 1e-9), now, skipped=skipped)
-            health.after_step(m)
-            try:
-                self._step_checks(m, stage, stage_end, due, final=done)
-            except Cancelled:  # keep the step and what was measured; the caller saves
-                m.extra["interrupted"] = s.monitor.phase or "checks"
-            m.elapsed_s = self.clock.now()   # evaluations of this step included
-            m.total_steps = s.total_steps
-            if self._tunes:
-                m.pretrain_steps = s.train_config.pretrain_steps
-            if self.plan:
-                m.time_left_s = max(self.plan.budget_s - m.elapsed_s, 0.0)
-            s.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
-            if m.val_loss is not None and bad == 0 and "interrupted" not in m.extra:
-                self._snapshot()
+            m, stage_end, done = self._one_step(stage, stage_start, t_mark, health)
             if stage_end and not done:
                 stage, stage_start = "tune", self.clock.now()
                 if self.plan:
@@ -131,6 +94,65 @@ class Trainer:
             yield m
             if done:
                 return
+
+    def _one_step(self, stage: str, stage_start: float, t_mark: float,
+                  health: HealthMonitor) -> tuple[StepMetrics, bool, bool]:
+        """One step of run() with its checks and record: (its StepMetrics, whether it ended
+        its stage, whether it ended the run). t_mark: the clock when the step began."""
+        s = self.session
+        s.monitor.check()
+        lr = self._lr(stage, stage_start)
+        health.before_step(s.step + 1)
+        x, y, loss, gnorm, skipped, dt = self._step(stage, lr)
+        s.step += 1
+        self._check_diverged(skipped, loss, lr)
+        if not skipped and np.isfinite(loss):
+            s.last_loss = loss
+        now = self.clock.now()
+        self._step_s = now - t_mark
+        if self.plan:
+            self.plan.step_done(now - t_mark)
+        due = self._periodic_due()
+        stage_end = self._stage_ends(stage, now + sum(due.values()))
+        if self.plan:
+            self._replan(stage, stage_end, now)
+        done = (s.step >= s.total_steps if self.plan is None
+                else stage_end and (stage == "tune" or not self._tunes))
+        m = StepMetrics(s.step, s.total_steps, stage, loss, gnorm, lr,
+                        x.size / max(dt, 1e-9), now, skipped=skipped)
+        health.after_step(m)
+        try:
+            self._step_checks(m, stage, stage_end, due, final=done)
+        except Cancelled:  # keep the step and what was measured; the caller saves
+            m.extra["interrupted"] = s.monitor.phase or "checks"
+        self._record(m)
+        return m, stage_end, done
+
+    def _check_diverged(self, skipped: bool, loss: float, lr: float) -> None:
+        """Count steps in a row whose loss or gradient was not finite; at MAX_BAD_STEPS restore
+        the last good weights and raise TrainingDiverged."""
+        self._bad = self._bad + 1 if skipped or not np.isfinite(loss) else 0
+        if self._bad >= MAX_BAD_STEPS:
+            self._restore()
+            raise TrainingDiverged(
+                f"The loss or gradient was NaN/Inf for {self._bad} steps in a row (learning rate "
+                f"{lr:.2e}); training stopped and the last good weights (step "
+                f"{self.session.step}) were restored.",
+                "Lower the learning rate (e.g. by 3x) and train again.")
+
+    def _record(self, m: StepMetrics) -> None:
+        """Complete a step's record (its evaluations' time included, the plan's totals), add it
+        to the session's history, and keep a snapshot of a validated healthy state."""
+        s = self.session
+        m.elapsed_s = self.clock.now()   # evaluations of this step included
+        m.total_steps = s.total_steps
+        if self._tunes:
+            m.pretrain_steps = s.train_config.pretrain_steps
+        if self.plan:
+            m.time_left_s = max(self.plan.budget_s - m.elapsed_s, 0.0)
+        s.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
+        if m.val_loss is not None and self._bad == 0 and "interrupted" not in m.extra:
+            self._snapshot()
 
     def _step(self, stage: str, lr: float):
         """One optimizer step: (inputs, targets, loss, grad norm, skipped, seconds). A stop
@@ -217,16 +239,16 @@ class Trainer:
         on 24 tokens (only when samples or recall will need it)."""
         s = self.session
         tc = s.train_config
-        share = s.tune_time_share()
+        share = tune_time_share(s.train_config, s.has_tune)
         prompts = len(sample_prompts(s, "pretrain"))
         samples = prompts * (tc.sample_tokens + 1) if tc.sample_interval else 0
-        eval_tokens = s.pretrain_eval_tokens()
-        final = s.pretrain_eval_tokens(FINAL_VAL_TOKENS,   # the run's end scores all of it
-                                       "tune" if self._tunes else "pretrain")
+        eval_tokens = pretrain_eval_tokens(s)
+        final = pretrain_eval_tokens(s, FINAL_VAL_TOKENS,   # the run's end scores all of it
+                                     "tune" if self._tunes else "pretrain")
         costs = {"pretrain": PhaseCosts(eval_tokens if self._tunes else final, samples,
                                         recall_tokens(s, "pretrain") if tc.evaluate_recall else 0)}
         if self._tunes:
-            costs["tune"] = PhaseCosts(final + s.tune_eval_tokens(), samples,
+            costs["tune"] = PhaseCosts(final + tune_eval_tokens(s), samples,
                                        recall_tokens(s, "tune") if tc.evaluate_recall else 0)
         self._periodic_eval_tokens = eval_tokens
         per_token = 0.0
@@ -319,9 +341,9 @@ class Trainer:
         if stage == "pretrain":
             m.val_loss = score.loss
         else:
-            m.val_loss = s.tune_val_loss()
+            m.val_loss = tune_val_loss(s)
             m.pretrain_val_loss = score.loss
-            self._eval_tokens += s.tune_eval_tokens()
+            self._eval_tokens += tune_eval_tokens(s)
 
     # ------------------------------------------------------------------ NaN guard
     def _snapshot(self) -> None:

@@ -77,12 +77,12 @@ def _import_app_model(src: Path, kind: ModelKind, out: Path, pre, tune, args,
     from opencl_llm_studio.engine.files.hf.load import has_texts
     from opencl_llm_studio.engine.training.open_hf import session_from_hf
     from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    from opencl_llm_studio.engine.training.opening import session_from_bundle
     from opencl_llm_studio.studio.open_import import writing_run
     if not args.pretrain and (kind is ModelKind.GGUF or not has_texts(src)):
         tune = tune or read_text(bundled_corpus("tune"))
     if kind is ModelKind.GGUF:
-        s = TrainingSession.from_bundle(bundle, pre, tune, device=args.device)
+        s = session_from_bundle(bundle, pre, tune, device=args.device)
     else:
         s = session_from_hf(src, pre, tune, device=args.device)
     with writing_run(out):

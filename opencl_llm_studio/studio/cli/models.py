@@ -28,19 +28,15 @@ def cmd_devices(args) -> int:
 
 def load_model(args):
     """The session of args.dir: a run folder or checkpoint (engine.files.checkpoint.load's choice of
-    file), or a GGUF (with the bundled corpora). Raises StudioError for a path of another kind
-    (studio.run_folder.path_kind)."""
-    from opencl_llm_studio.engine.training.session import TrainingSession
+    file), or a GGUF (with the bundled pretraining text): engine.training.opening. Raises
+    StudioError for a path of another kind (studio.run_folder.path_kind)."""
+    from opencl_llm_studio.engine.training.opening import open_session
     kind = path_kind(args.dir, RUN_OR_GGUF_HINT)
-    if kind is ModelKind.GGUF:
-        from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
-        return TrainingSession.from_gguf(args.dir, read_text(bundled_corpus("pretrain")),
-                                         device=args.device)
     if kind in HF_KINDS:
         raise StudioError(f"{args.dir} is a {kind.value}; this command takes a run folder or a "
                           "GGUF.", f"Turn it into a run folder first: `llm-studio import "
                           f"{shell_arg(args.dir)} RUN_FOLDER`, then give RUN_FOLDER.")
-    s = TrainingSession.load(args.dir, device=args.device)
+    s = open_session(args.dir, device=args.device)
     note_fallback(s)
     return s
 

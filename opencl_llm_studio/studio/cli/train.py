@@ -12,6 +12,7 @@ from pathlib import Path
 from opencl_llm_studio.engine.config import run_steps
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.progress import Cancelled, Monitor
+from opencl_llm_studio.engine.training.budget import tune_time_share
 from opencl_llm_studio.studio.cli.models import note_fallback
 from opencl_llm_studio.studio.cli.options import (CONTINUE_OPTIONS, MODEL_OPTIONS, configs,
                                                    shell_arg)
@@ -109,49 +110,67 @@ def _train(args) -> int:
 def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     """The session to train: the run in --out continued, or new from the options (run folder
     made)."""
-    from opencl_llm_studio.engine.data.dialogue import read_dialogues
-    from opencl_llm_studio.engine.training.session import TrainingSession
-    from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
-    source = Path(args.continue_from) if args.continue_from else out
     if args.continue_from and holds_run(out):
         raise StudioError(f"{out} already holds a training run.",
                           "--continue-from trains into a new --out folder; to train the run in "
                           f"{out} itself further, use --continue.")
     if args.continue_run or args.continue_from:
-        _check_continuable(source)
-        session = TrainingSession.load(source, device=args.device, monitor=monitor,
-                                       autotune=args.autotune or None)
-        note_fallback(session)
-        if args.tune is not None:   # new dialogues for the run: its tuning stage tunes on them
-            text, _ = read_dialogues(args.tune)   # DataError names the file
-            had = session.has_tune
-            session.set_dialogues(text)
-            line.say(f"Tuning on {args.tune}" + (" (instead of the run's dialogues)" if had
-                                                 else " (the run had no dialogues)"))
-        taken = {field: getattr(args, option) for option, field in CONTINUE_OPTIONS.items()
-                 if getattr(args, option) is not None}
-        if taken:   # how the run trains from here: batch size, learning rate, ...
-            session.retrain_with(**taken)
-            line.say("Continuing with " + ", ".join(f"{k.replace('_', ' ')} {v}"
-                                                    for k, v in taken.items()))
-        ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
-                   if k != "tune" and k not in CONTINUE_OPTIONS and getattr(args, k) is not None]
-        if ignored:
-            line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model and "
-                     "data")
-        if args.steps is not None or args.tune_steps is not None or args.time_budget:
-            note = session.continue_training(args.steps, args.tune_steps, args.time_budget)
-            if note:
-                line.say(f"note: {note}")
-        if args.continue_from:   # a new run: the checks passed, only now the folder
-            make_run_folder(out)
-        line.say(f"Continuing {source} at step {session.step}/{session.total_steps} on "
-                 f"{session.rt.info.name}" + (f", as a new run in {out}" if args.continue_from
-                                              else ""))
-        return session
+        return _continue_run(args, out, monitor, line)
     if holds_run(out):
         raise StudioError(f"{out} already holds a training run.",
                           "Add --continue to train it further, or give another --out folder.")
+    return _new_run(args, out, monitor, line)
+
+
+def _continue_run(args, out: Path, monitor: Monitor, line: ProgressLine):
+    """The saved run (--continue: --out itself; --continue-from: that run, into a new --out)
+    with the options a continued run takes applied."""
+    from opencl_llm_studio.engine.training.opening import load_session
+    source = Path(args.continue_from) if args.continue_from else out
+    _check_continuable(source)
+    session = load_session(source, device=args.device, monitor=monitor,
+                           autotune=args.autotune or None)
+    note_fallback(session)
+    _take_continue_options(session, args, line)
+    if args.steps is not None or args.tune_steps is not None or args.time_budget:
+        note = session.continue_training(args.steps, args.tune_steps, args.time_budget)
+        if note:
+            line.say(f"note: {note}")
+    if args.continue_from:   # a new run: the checks passed, only now the folder
+        make_run_folder(out)
+    line.say(f"Continuing {source} at step {session.step}/{session.total_steps} on "
+             f"{session.rt.info.name}" + (f", as a new run in {out}" if args.continue_from
+                                          else ""))
+    return session
+
+
+def _take_continue_options(session, args, line: ProgressLine) -> None:
+    """--tune (new dialogues) and the CONTINUE_OPTIONS given (batch size, learning rate, ...)
+    change how the run trains from here; the model and data options are said to be ignored."""
+    from opencl_llm_studio.engine.data.dialogue import read_dialogues
+    if args.tune is not None:   # new dialogues for the run: its tuning stage tunes on them
+        text, _ = read_dialogues(args.tune)   # DataError names the file
+        had = session.has_tune
+        session.set_dialogues(text)
+        line.say(f"Tuning on {args.tune}" + (" (instead of the run's dialogues)" if had
+                                             else " (the run had no dialogues)"))
+    taken = {field: getattr(args, option) for option, field in CONTINUE_OPTIONS.items()
+             if getattr(args, option) is not None}
+    if taken:
+        session.retrain_with(**taken)
+        line.say("Continuing with " + ", ".join(f"{k.replace('_', ' ')} {v}"
+                                                for k, v in taken.items()))
+    ignored = [f"--{k.replace('_', '-')}" for k in MODEL_OPTIONS
+               if k != "tune" and k not in CONTINUE_OPTIONS and getattr(args, k) is not None]
+    if ignored:
+        line.say(f"note: {', '.join(ignored)} ignored: a continued run keeps its model and data")
+
+
+def _new_run(args, out: Path, monitor: Monitor, line: ProgressLine):
+    """A new run from the options, its folder made once the options hold."""
+    from opencl_llm_studio.engine.data.dialogue import read_dialogues
+    from opencl_llm_studio.engine.training.opening import create_session
+    from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
     mc, tc = configs(args)
     if args.preset:
         from opencl_llm_studio.engine.training.presets import get_preset
@@ -170,9 +189,9 @@ def _open_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     tune = None
     if tuning:
         tune, _ = read_dialogues(args.tune or bundled_corpus("tune"))  # DataError names the file
-    session = TrainingSession.create(mc, tc, pre, tune, device=args.device,
-                                     tokenizer_kind=args.tokenizer, monitor=monitor,
-                                     autotune=args.autotune or None)   # None: the env var
+    session = create_session(mc, tc, pre, tune, device=args.device,
+                             tokenizer_kind=args.tokenizer, monitor=monitor,
+                             autotune=args.autotune or None)   # None: the env var
     c = session.model_config
     if c.vocab_size < mc.vocab_size:
         line.say(f"note: the text supports {c.vocab_size} tokens, not the {mc.vocab_size} "
@@ -198,44 +217,10 @@ def _check_continuable(source: Path) -> None:
 def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> int:
     """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
     most --checkpoint-every steps)."""
-    from opencl_llm_studio.engine.files import checkpoint
-    line.pace.start(session.step)
-    tc = session.train_config
-    warmup = tc.warmup_note(session.tune is not None, from_step=session.step)
-    if warmup:
-        line.say(f"note: {warmup}")
-    line.say(f"Validation: {session.pretrain.val_note}.")
-    if tc.time_budget_s:
-        split = (f", about {1 - session.tune_time_share():.0%} of it pretraining and the rest "
-                 "tuning" if session.has_tune else "")
-        line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
-                 f"(evaluations included{split}); the step count follows the measured speed.")
-    # a continued run: what the checkpoint covers; a new run continued from another: its history
-    metrics = (MetricsLog(out, history=session.history) if args.continue_from
-               else MetricsLog(out, keep_until=session.step))
-    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
-    save_s = None   # seconds the last checkpoint took (said when a stop saves)
     first_step = session.step
-    try:
-        try:
-            for m in session.train():
-                metrics.write(m)
-                metrics.flush()
-                line.step(m)
-                watch(m)
-                if m.samples and not args.quiet:
-                    line.say("\n".join(f"  [{m.step}] {p!r} -> {t!r}" for p, t in m.samples))
-                if m.recall:   # the stage-end check, as the studio's Samples tab shows it
-                    line.say(f"step {m.step}: {recall_text(m.recall)}")
-                if monitor.cancelled:
-                    break
-                if args.checkpoint_every and m.step % args.checkpoint_every == 0:
-                    save_s = _timed_save(session, out)
-        except Cancelled:  # a stop between two steps, or inside one (the step is not taken)
-            pass
-    finally:
-        metrics.close()
-        watch.close()
+    line.pace.start(first_step)
+    _announce(session, line)
+    save_s = _steps(session, args, out, monitor, line)
     if monitor.cancelled and session.step == first_step:   # nothing new to save
         line.say(STOPPED_BEFORE.format(out=out))   # cmd_train removes what a new run made
         return 130
@@ -247,13 +232,72 @@ def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) 
     if monitor.cancelled:
         line.say(f"Stopped at step {session.step}; saved to {out}. Go on with --continue.")
         return 130
+    _say_done(session, out, line)
+    return 0
+
+
+def _announce(session, line: ProgressLine) -> None:
+    """What the person should know before the first step: a shortened warmup, how validation
+    scores, and how a time budget ends the run."""
+    tc = session.train_config
+    warmup = tc.warmup_note(session.tune is not None, from_step=session.step)
+    if warmup:
+        line.say(f"note: {warmup}")
+    line.say(f"Validation: {session.pretrain.val_note}.")
+    if tc.time_budget_s:
+        share = tune_time_share(tc, session.has_tune)
+        split = (f", about {1 - share:.0%} of it pretraining and the rest tuning"
+                 if session.has_tune else "")
+        line.say(f"Time budget: training ends {tc.time_budget_s:.0f} s into the run "
+                 f"(evaluations included{split}); the step count follows the measured speed.")
+
+
+def _steps(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> float | None:
+    """The training steps, each written to metrics.jsonl and the progress line, checkpoints
+    every --checkpoint-every steps, until the end or a stop. Returns the seconds the last
+    checkpoint took (None if none was saved)."""
+    # a continued run: what the checkpoint covers; a new run continued from another: its history
+    metrics = (MetricsLog(out, history=session.history) if args.continue_from
+               else MetricsLog(out, keep_until=session.step))
+    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
+    save_s = None   # seconds the last checkpoint took (said when a stop saves)
+    try:
+        for m in session.train():
+            metrics.write(m)
+            metrics.flush()
+            line.step(m)
+            watch(m)
+            _say_checks(m, args, line)
+            if monitor.cancelled:
+                break
+            if args.checkpoint_every and m.step % args.checkpoint_every == 0:
+                save_s = _timed_save(session, out)
+    except Cancelled:  # a stop between two steps, or inside one (the step is not taken)
+        pass
+    finally:
+        metrics.close()
+        watch.close()
+    return save_s
+
+
+def _say_checks(m, args, line: ProgressLine) -> None:
+    """A step's samples (unless --quiet) and its stage-end recall check, as the studio's
+    Samples tab shows them."""
+    if m.samples and not args.quiet:
+        line.say("\n".join(f"  [{m.step}] {p!r} -> {t!r}" for p, t in m.samples))
+    if m.recall:
+        line.say(f"step {m.step}: {recall_text(m.recall)}")
+
+
+def _say_done(session, out: Path, line: ProgressLine) -> None:
+    """The end of a finished run: steps, final loss, the checkpoint, the final validation."""
+    from opencl_llm_studio.engine.files import checkpoint
     loss = "none" if session.last_loss is None else f"{session.last_loss:.4f}"
     line.say(f"Done: {session.step} steps, final loss {loss}. Checkpoint: "
              f"{checkpoint.checkpoint_path(out)}")
     final = _final_validation(session)
     if final:
         line.say(final)
-    return 0
 
 
 def _final_validation(session) -> str | None:

@@ -87,7 +87,7 @@ class DevicePanel(QGroupBox):
         return next((d for d in self.devices if d.index == index), None)
 
     def spec(self):
-        """What TrainingSession.create(device=...) takes: the device index."""
+        """What engine.training.opening.create_session(device=...) takes: the device index."""
         return self.combo.currentData()
 
     def _show_details(self) -> None:

@@ -9,93 +9,23 @@ ranges are the engine's (engine.limits.LIMITS).
 from __future__ import annotations
 
 import json
-import math
 
-from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox,
-                               QFormLayout, QGroupBox, QLabel, QSpinBox, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QGroupBox,
+                               QLabel, QSpinBox, QVBoxLayout, QWidget)
 
-from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, PRETRAINED_TUNE_LR, TOKENIZER_KINDS,
-                                            ModelConfig, TrainConfig)
-from opencl_llm_studio.engine.files.model_card import tokenizer_name
+from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import ConfigError
 from opencl_llm_studio.engine.files.export_types import estimated_bytes
+from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.engine.model.memory import training_bytes
-from opencl_llm_studio.engine.training.presets import PRESETS
-from opencl_llm_studio.engine.limits import LIMITS
-from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 from opencl_llm_studio.engine.model.params import param_count
-
-# (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
-MODEL_FIELDS = [
-    ("dModelSpin", "d_model", "Embedding size (d_model)", 16,
-     "Width of every token vector. Must be divisible by the number of heads."),
-    ("nLayerSpin", "n_layer", "Blocks (n_layer)", 1,
-     "Transformer blocks: attention + SwiGLU feed-forward each."),
-    ("nHeadSpin", "n_head", "Attention heads (n_head)", 1,
-     "Each head looks at d_model / n_head channels (head_dim, must be even for RoPE)."),
-    ("contextLengthSpin", "context_length", "Context length", 16,
-     "Tokens the model sees at once; also the longest prompt + answer in chat."),
-    ("vocabSizeSpin", "vocab_size", "Vocabulary size", 64,
-     "Requested tokenizer size; a small text may give fewer pieces."),
-]
-TRAIN_FIELDS = [
-    ("pretrainStepsSpin", "pretrain_steps", "Pretraining steps", 50,
-     "Optimizer updates on the pretraining text."),
-    ("tuneStepsSpin", "tune_steps", "Tuning steps", 50,
-     "Optimizer updates on the User/Assistant dialogues after pretraining."),
-    ("batchSizeSpin", "batch_size", "Batch size", 1, "Windows per optimizer step."),
-    ("warmupSpin", "warmup_steps", "Warmup steps", 10,
-     "Linear warmup of the learning rate at the start of each stage (at most a fifth of "
-     "the stage's steps)."),
-    ("seedSpin", "seed", "Seed", 1, "Same seed, same weights, batches and samples."),
-    ("sampleIntervalSpin", "sample_interval", "Samples every", 10,
-     "Generate sample texts every N steps (0 = never)."),
-    ("evalIntervalSpin", "eval_interval", "Validate every", 10,
-     "Compute the validation loss every N steps."),
-]
-# (objectName, field, label, step, decimals, tooltip); the range: engine.limits.LIMITS[field]
-FLOAT_FIELDS = [
-    ("learningRateSpin", "learning_rate", "Learning rate", 5e-4, 6,
-     "Peak AdamW learning rate of each stage: a warmup, a stable phase, then a decay over the "
-     f"stage's last {TrainConfig.decay_fraction:.0%} (WSD). {TrainConfig.learning_rate:g} suits "
-     f"small models; an opened model tunes at {PRETRAINED_TUNE_LR:g}."),
-    ("gradClipSpin", "grad_clip", "Gradient clipping", 0.1, 2,
-     "Clip the global gradient norm to this value (0 = off)."),
-    ("weightDecaySpin", "weight_decay", "Weight decay", 0.01, 3,
-     "AdamW decoupled weight decay on matrices."),
-    ("dropoutSpin", "dropout", "Dropout", 0.05, 2,
-     "Share of the attention and feed-forward outputs zeroed at random while training (never "
-     "when generating, validating or exporting). 0 = off; 0.1-0.2 helps when the validation "
-     "loss rises while the training loss falls."),
-]
-
-# Shown under "More training settings" (folded by default, so the column fits a laptop screen)
-ADVANCED = ("seedSpin", "sampleIntervalSpin", "evalIntervalSpin", "gradClipSpin",
-            "weightDecaySpin")
-
-SPIN_INT_MAX = 2**31 - 1  # QSpinBox holds an int: the seed field stops here (engine: 2**32 - 1)
-FIELD_MIN_WIDTH = 96  # px; what decides how narrow the settings column can be made
-INVALID_STYLE = "background: #fde7e5; color: #8c1d18;"  # the field at fault turns pink
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-def human_count(n: int) -> str:
-    if n >= 1e9:
-        return f"{n / 1e9:.2f} B"
-    if n >= 1e6:
-        return f"{n / 1e6:.2f} M"
-    if n >= 1e3:
-        return f"{n / 1e3:.1f} K"
-    return str(n)
+from opencl_llm_studio.engine.training.presets import PRESETS
+from opencl_llm_studio.studio.ui.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
+    ADVANCED, FIELD_MIN_WIDTH, FLOAT_FIELDS, INVALID_STYLE, MODEL_FIELDS, SPIN_INT_MAX, TRAIN_FIELDS,
+    add_field, float_spin, fold_button, human_bytes, human_count, make_form, note_label,
+    preset_combo, restored_extra)
+from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 
 
 class SettingsPanel(QWidget):
@@ -106,14 +36,31 @@ class SettingsPanel(QWidget):
         super().__init__(parent)
         self.spins: dict[str, QAbstractSpinBox] = {}
         self._errors: dict[str, QLabel] = {}
-        defaults_m, defaults_t = ModelConfig(), TrainConfig()
+        self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
+        self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
+        self._preset_extra: dict = {}
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(6)
+        lay.addWidget(self._model_box(ModelConfig()))
+        lay.addWidget(self._train_box(TrainConfig()))
+        lay.addStretch(1)
+        self._valid = True
+        self._on_change()
 
-        model_box = QGroupBox("Model")
-        mform = self._form(model_box)
-        self._add_preset_combo(mform)
+    def _add(self, form, spin, name, field, label, step, tip, value, unit_s=1) -> None:
+        self._errors[field] = add_field(form, spin, name, field, label, step, tip, value,
+                                        self._on_change, unit_s)
+        self.spins[name] = spin
+
+    def _model_box(self, defaults: ModelConfig) -> QGroupBox:
+        """Preset, the model's fields, tokenizer, tying, the opened model's note, the estimate."""
+        box = QGroupBox("Model")
+        form = make_form(box)
+        self.preset_combo = preset_combo(self.apply_preset)
+        form.addRow("Preset", self.preset_combo)
         for name, field, label, step, tip in MODEL_FIELDS:
-            self._add(mform, QSpinBox(), name, field, label, step, tip,
-                      getattr(defaults_m, field))
+            self._add(form, QSpinBox(), name, field, label, step, tip, getattr(defaults, field))
         self.tokenizer_combo = QComboBox()
         self.tokenizer_combo.setObjectName("tokenizerCombo")
         for kind in TOKENIZER_KINDS:
@@ -126,151 +73,62 @@ class SettingsPanel(QWidget):
         # Wide enough for its longest item where there is room, but it may be cut short: the
         # settings column can be made narrow on small screens.
         self.tokenizer_combo.setMinimumWidth(FIELD_MIN_WIDTH)
-        mform.addRow("Tokenizer", self.tokenizer_combo)
+        form.addRow("Tokenizer", self.tokenizer_combo)
         self.tie_check = QCheckBox("Tie output to embedding")
         self.tie_check.setObjectName("tieEmbeddingsCheck")
-        self.tie_check.setChecked(defaults_m.tie_embeddings)
+        self.tie_check.setChecked(defaults.tie_embeddings)
         self.tie_check.setToolTip("Use the embedding matrix as the output layer too (fewer "
                                   "parameters)")
         self.tie_check.toggled.connect(self._on_change)
-        mform.addRow(self.tie_check)
-        self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
-        self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
-        self.opened_label = QLabel()
-        self.opened_label.setObjectName("openedModelLabel")
-        self.opened_label.setProperty("role", "muted")
-        self.opened_label.setWordWrap(True)
-        self.opened_label.setVisible(False)
-        mform.addRow(self.opened_label)
-        self.estimate_label = QLabel()
-        self.estimate_label.setObjectName("estimateLabel")
-        self.estimate_label.setWordWrap(True)
-        self.estimate_label.setProperty("role", "estimate")
-        mform.addRow(self.estimate_label)
+        form.addRow(self.tie_check)
+        self.opened_label = note_label("openedModelLabel")
+        form.addRow(self.opened_label)
+        self.estimate_label = note_label("estimateLabel", "estimate")
+        form.addRow(self.estimate_label)
+        return box
 
-        train_box = QGroupBox("Training")
-        tform = self._form(train_box)
+    def _train_box(self, defaults: TrainConfig) -> QGroupBox:
+        """Learning rate, steps, batch, warmup (and its note), minutes, and folded under "More
+        training settings" the ADVANCED fields; a preset's values without a field."""
+        box = QGroupBox("Training")
+        form = make_form(box)
         self.advanced = QGroupBox()   # folded: seed, intervals, clipping, decay
         self.advanced.setObjectName("advancedTraining")
         self.advanced.setFlat(True)
-        aform = self._form(self.advanced)
+        aform = make_form(self.advanced)
         aform.setContentsMargins(0, 0, 0, 0)
-        form_of = lambda name: aform if name in ADVANCED else tform  # noqa: E731
+        form_of = lambda name: aform if name in ADVANCED else form  # noqa: E731
         for name, field, label, step, dec, tip in FLOAT_FIELDS[:1]:
-            self._add_float(tform, name, field, label, step, dec, tip, defaults_t)
+            self._add(form, float_spin(dec), name, field, label, step, tip,
+                      getattr(defaults, field))
         for name, field, label, step, tip in TRAIN_FIELDS:
             self._add(form_of(name), QSpinBox(), name, field, label, step, tip,
-                      getattr(defaults_t, field))
+                      getattr(defaults, field))
         for name, field, label, step, dec, tip in FLOAT_FIELDS[1:]:
-            self._add_float(form_of(name), name, field, label, step, dec, tip, defaults_t)
+            self._add(form_of(name), float_spin(dec), name, field, label, step, tip,
+                      getattr(defaults, field))
         # Said under the field when a short stage shortens the warmup (TrainConfig.warmup_for).
-        self.warmup_note = QLabel()
-        self.warmup_note.setObjectName("warmupNote")
-        self.warmup_note.setProperty("role", "muted")
-        self.warmup_note.setWordWrap(True)
-        row, _ = tform.getWidgetPosition(self._errors["warmup_steps"])
-        tform.insertRow(row + 1, self.warmup_note)
-        self.warmup_note.setVisible(False)
-        self._add(tform, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for",
+        self.warmup_note = note_label("warmupNote")
+        row, _ = form.getWidgetPosition(self._errors["warmup_steps"])
+        form.insertRow(row + 1, self.warmup_note)
+        self._add(form, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for",
                   1, "Minutes of training (evaluations included); the step counts and the "
                   "learning-rate schedule are fitted to end on time. Off: use the step counts.",
-                  round(defaults_t.time_budget_s / 60), unit_s=60)
+                  round(defaults.time_budget_s / 60), unit_s=60)
         self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
         self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
         self.spins["evalIntervalSpin"].setSuffix(" steps")
-        self.more = QToolButton()
-        self.more.setObjectName("moreTrainingButton")
-        self.more.setText("More training settings (seed, intervals, clipping, decay)")
-        self.more.setCheckable(True)
-        self.more.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        self.more.setArrowType(Qt.RightArrow)
-        self.more.setAutoRaise(True)
-        self.more.toggled.connect(self._show_advanced)
-        tform.addRow(self.more)
-        tform.addRow(self.advanced)
+        self.more = fold_button("More training settings (seed, intervals, clipping, decay)",
+                                "moreTrainingButton", self.advanced.setVisible)
+        form.addRow(self.more)
+        form.addRow(self.advanced)
         self.advanced.setVisible(False)
         # A preset's values that have no field here (beta2, min_lr_ratio): shown, kept after
         # an edit turns the box to "Custom", and saved with the fields (save / restore).
-        self.extra_label = QLabel()
-        self.extra_label.setObjectName("presetExtraLabel")
-        self.extra_label.setProperty("role", "muted")
-        self.extra_label.setWordWrap(True)
-        tform.addRow(self.extra_label)
-        self.extra_label.setVisible(False)
-
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(6)
-        lay.addWidget(model_box)
-        lay.addWidget(train_box)
-        lay.addStretch(1)
-        self._valid = True
-        self._on_change()
-
-    def _show_advanced(self, on: bool) -> None:
-        self.more.setArrowType(Qt.DownArrow if on else Qt.RightArrow)
-        self.advanced.setVisible(on)
-
-    # -- construction --------------------------------------------------------------------
-    def _form(self, box: QGroupBox) -> QFormLayout:
-        form = QFormLayout(box)
-        form.setLabelAlignment(Qt.AlignRight | Qt.AlignVCenter)
-        form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
-        form.setContentsMargins(6, 6, 6, 6)
-        form.setHorizontalSpacing(10)
-        form.setVerticalSpacing(3)  # 6 made the column scroll at 1280 x 800 and 1366 x 768
-        return form
-
-    def _add(self, form, spin, name, field, label, step, tip, value, unit_s=1):
-        """A spin box for config `field`, its range engine.limits.LIMITS[field] (unit_s: the
-        field's seconds per shown unit, 60 for minutes)."""
-        spin.setObjectName(name)
-        decimals = spin.decimals() if isinstance(spin, QDoubleSpinBox) else 0
-        lo, hi = LIMITS[field].bounds(10.0 ** -decimals)
-        hi = hi if decimals else min(hi, SPIN_INT_MAX)
-        if decimals:
-            spin.setRange(lo / unit_s, hi / unit_s)
-        else:   # whole units inside the range
-            spin.setRange(math.ceil(lo / unit_s), math.floor(hi / unit_s))
-        spin.setSingleStep(step)
-        spin.setValue(value)
-        spin.setToolTip(tip)
-        spin.setProperty("field", field)
-        spin.setKeyboardTracking(True)
-        # Not the width of the range's longest value (2147483647 for the seed): the column may
-        # be narrowed on a small screen; the fields share the column's width anyway.
-        spin.setMinimumWidth(FIELD_MIN_WIDTH)
-        spin.valueChanged.connect(self._on_change)
-        form.addRow(label, spin)
-        err = QLabel()
-        err.setObjectName(name.replace("Spin", "Error"))
-        err.setProperty("role", "error")
-        err.setWordWrap(True)
-        form.addRow(err)
-        # Not QFormLayout.setRowVisible: in PySide6 6.12 it corrupts reference counts.
-        err.setVisible(False)
-        self.spins[name] = spin
-        self._errors[field] = err
-
-    def _add_preset_combo(self, form) -> None:
-        """The presets of engine/training/presets.py; choosing one sets its fields (and keeps its values
-        that have no field here, e.g. beta2, in `_preset_extra`); editing a field afterwards
-        shows "Custom"."""
-        self.preset_combo = QComboBox()
-        self.preset_combo.setObjectName("presetCombo")
-        self.preset_combo.addItem("Custom", "")
-        for p in PRESETS.values():
-            self.preset_combo.addItem(p.title, p.name)
-            self.preset_combo.setItemData(self.preset_combo.count() - 1, p.description,
-                                          Qt.ToolTipRole)
-        self.preset_combo.setToolTip("Settings measured for small texts on each kind of device; "
-                                     "hover an item for the loss and time it reaches.")
-        self.preset_combo.setMinimumWidth(FIELD_MIN_WIDTH)
-        self.preset_combo.activated.connect(lambda i: self.apply_preset(
-            self.preset_combo.itemData(i)))
-        self._preset_extra: dict = {}
-        form.addRow("Preset", self.preset_combo)
+        self.extra_label = note_label("presetExtraLabel")
+        form.addRow(self.extra_label)
+        return box
 
     def apply_preset(self, name: str) -> None:
         """Set every field the preset names ("" = Custom: change nothing)."""
@@ -296,11 +154,6 @@ class SettingsPanel(QWidget):
         values = {**self._values(MODEL_FIELDS), **self._values(TRAIN_FIELDS),
                   **self._values(FLOAT_FIELDS)}
         return all(values.get(k, v) == v for k, v in {**p.model, **p.train}.items())
-
-    def _add_float(self, form, name, field, label, step, dec, tip, defaults):
-        spin = QDoubleSpinBox()
-        spin.setDecimals(dec)
-        self._add(form, spin, name, field, label, step, tip, getattr(defaults, field))
 
     # -- values ----------------------------------------------------------------------------
     def _values(self, fields) -> dict:
@@ -501,25 +354,11 @@ class SettingsPanel(QWidget):
         self.tokenizer_combo.setCurrentIndex(max(i, 0))
         tie = s.value("settings/tie", ModelConfig().tie_embeddings)
         self.tie_check.setChecked(str(tie).lower() in ("true", "1"))
-        self._set_extra(self._restored_extra(s.value("settings/extra", "")))
+        self._set_extra(restored_extra(s.value("settings/extra", "")))
         name = s.value("settings/preset", "")
         if name in PRESETS:
             self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
         self._on_change()
-
-    @staticmethod
-    def _restored_extra(text) -> dict:
-        """The saved values without a field (JSON); those TrainConfig does not know, or a
-        corrupt entry, are dropped (the defaults apply)."""
-        try:
-            saved = json.loads(text) if text else {}
-        except (TypeError, ValueError):
-            return {}
-        fields = TrainConfig.__dataclass_fields__
-        return {k: v for k, v in saved.items() if k in fields
-                and isinstance(v, (int, float)) and not isinstance(v, bool)} \
-            if isinstance(saved, dict) else {}
-
 
 def opened_model_note(cfg: ModelConfig, shown: dict) -> str:
     """What an opened model has that the fields do not show: grouped-query attention, its own

@@ -164,7 +164,7 @@ class TrainingWorker(QObject):
     @Slot(object)
     def start(self, job: TrainJob) -> None:
         """Train a new model; sessionReady, metrics, then one of finished/stopped/failed."""
-        from opencl_llm_studio.engine.training.session import TrainingSession
+        from opencl_llm_studio.engine.training.opening import create_session
         self._close_run()
         self.session = None
         self.preparing.emit("Training the tokenizer and building the model…")
@@ -174,7 +174,7 @@ class TrainingWorker(QObject):
             remove_if_empty(job.run_dir)   # claimed by new_run_dir, never written
             return self._not_started("Could not start training", e)
         try:
-            self.session = TrainingSession.create(
+            self.session = create_session(
                 job.model_config, job.train_config, job.pretrain_text, job.tune_text or None,
                 device=job.device, tokenizer_kind=job.tokenizer_kind, monitor=self.monitor,
                 autotune=job.autotune or None)   # off: as LLM_STUDIO_AUTOTUNE says

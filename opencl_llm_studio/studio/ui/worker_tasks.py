@@ -81,10 +81,8 @@ class ModelTasks:
         """Open the job's model (a GGUF or a folder without texts is trained further on the
         job's texts and train_config): (session, ModelSource, the path opened: the new run
         folder of an import), or None."""
-        from opencl_llm_studio.engine.training.session import TrainingSession
+        from opencl_llm_studio.engine.training.opening import open_session
         path = Path(job.path)
-        from opencl_llm_studio.engine.files.hf.load import has_texts
-        from opencl_llm_studio.engine.training.open_hf import session_from_hf
         try:   # Open checkpoint (no source): the path's kind tells
             source = ModelSource.CHECKPOINT if job.import_to else job.source or ModelSource.of(path)
         except StudioError as e:
@@ -94,15 +92,11 @@ class ModelTasks:
         try:
             if job.import_to:   # File › Open model…: a pretrained model becomes a run first
                 path = self._import(job)
-            if hf:   # a transformers folder: its own texts if it has them, else those loaded
-                texts = () if has_texts(path) else (job.pretrain_text, job.tune_text or None)
-                session = session_from_hf(path, *texts, device=job.device)
-            elif gguf:
-                session = TrainingSession.from_gguf(
-                    path, job.pretrain_text, job.tune_text or None, train_cfg=job.train_config,
-                    device=job.device, monitor=self.monitor)   # at its exported step
-            else:
-                session = TrainingSession.load(path, device=job.device, monitor=self.monitor)
+            # a run: its own texts; a GGUF (at its exported step) or a transformers folder
+            # without texts of its own: those loaded, and the job's train_config for a GGUF
+            session = open_session(path, job.pretrain_text, job.tune_text or None,
+                                   train_cfg=job.train_config, device=job.device,
+                                   monitor=self.monitor)
         except Cancelled:  # the window closes while a large checkpoint is read
             return None
         except Exception as e:

@@ -48,6 +48,32 @@ def read_config(folder: Path) -> dict:
         raise ModelImportError(f"{path} cannot be read: {e}.", "The folder is damaged.") from e
 
 
+def _refusals(hf: dict, heads: int, kv: int, d: int, rope_type: str) -> list[str]:
+    """What in a LlamaConfig dict the engine cannot run, in words (empty: all of it runs)."""
+    refuse = []
+    if kv < 1 or heads % kv:
+        refuse.append(f"{kv} key/value heads for {heads} heads (must divide it)")
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        refuse.append("bias vectors in attention or feed-forward layers")
+    if hf.get("hidden_act", "silu") != "silu":
+        refuse.append(f"the {hf['hidden_act']} activation (the engine has SwiGLU with SiLU)")
+    if rope_type not in ("default", "llama3"):
+        refuse.append(f"{rope_type} RoPE scaling (the engine has llama3 scaling only)")
+    if int(hf.get("head_dim") or d // heads) * heads != d:
+        refuse.append(f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads")
+    return refuse
+
+
+def _rope_scaling(rope: dict, rope_type: str) -> dict:
+    """ModelConfig's rope_scaling fields of a config's rope_scaling / rope_parameters dict."""
+    if rope_type != "llama3":
+        return {}
+    return {"rope_scaling": "llama3", "rope_scaling_factor": float(rope["factor"]),
+            "rope_low_freq_factor": float(rope.get("low_freq_factor", 1.0)),
+            "rope_high_freq_factor": float(rope.get("high_freq_factor", 4.0)),
+            "rope_original_context": int(rope.get("original_max_position_embeddings", 8192))}
+
+
 def model_config(hf: dict) -> ModelConfig:
     """ModelConfig for a LlamaConfig dict. Raises ModelImportError for what the engine lacks."""
     arch = hf.get("architectures") or []
@@ -56,42 +82,25 @@ def model_config(hf: dict) -> ModelConfig:
                                "Only LlamaForCausalLM folders can be imported.")
     heads = int(hf["num_attention_heads"])
     d = int(hf["hidden_size"])
-    refuse = []
     kv = int(hf.get("num_key_value_heads") or heads)
-    if kv < 1 or heads % kv:
-        refuse.append(f"{kv} key/value heads for {heads} heads (must divide it)")
-    if hf.get("attention_bias") or hf.get("mlp_bias"):
-        refuse.append("bias vectors in attention or feed-forward layers")
-    if hf.get("hidden_act", "silu") != "silu":
-        refuse.append(f"the {hf['hidden_act']} activation (the engine has SwiGLU with SiLU)")
     rope = {**(hf.get("rope_parameters") or {}), **(hf.get("rope_scaling") or {})}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", "llama3"):
-        refuse.append(f"{rope_type} RoPE scaling (the engine has llama3 scaling only)")
-    if int(hf.get("head_dim") or d // heads) * heads != d:
-        refuse.append(f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads")
+    refuse = _refusals(hf, heads, kv, d, rope_type)
     if refuse:
         raise ModelImportError("The engine cannot run this model: " + "; ".join(refuse) + ".",
                                "Import a Llama-architecture model (RMSNorm, SwiGLU, RoPE, "
                                "grouped-query attention, no biases): SmolLM2, TinyLlama, "
                                "Llama 3.x, or one exported by this app.")
-    scaling = {}
-    if rope_type == "llama3":
-        scaling = {"rope_scaling": "llama3", "rope_scaling_factor": float(rope["factor"]),
-                   "rope_low_freq_factor": float(rope.get("low_freq_factor", 1.0)),
-                   "rope_high_freq_factor": float(rope.get("high_freq_factor", 4.0)),
-                   "rope_original_context": int(rope.get("original_max_position_embeddings",
-                                                         8192))}
+    ffn = int(hf["intermediate_size"])
     return ModelConfig(
         vocab_size=int(hf["vocab_size"]), d_model=d, n_layer=int(hf["num_hidden_layers"]),
         n_head=heads, n_kv_head=0 if kv == heads else kv,
         context_length=int(hf.get("max_position_embeddings", 2048)),
-        ffn_dim=0 if int(hf["intermediate_size"]) == swiglu_hidden_dim(d)   # 0 = the default
-        else int(hf["intermediate_size"]),
+        ffn_dim=0 if ffn == swiglu_hidden_dim(d) else ffn,   # 0 = the default
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
         rope_base=float(hf.get("rope_theta") or rope.get("rope_theta", 10000.0)),
-        **scaling).validate()
+        **_rope_scaling(rope, rope_type)).validate()
 
 
 def _weight_files(folder: Path) -> list[Path]:

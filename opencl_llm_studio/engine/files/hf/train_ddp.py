@@ -37,7 +37,7 @@ from transformers import LlamaForCausalLM
 HERE = Path(__file__).resolve().parent
 COPY = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "generation_config.json",
         "train_ddp.py", "data")
-# engine.training.session.MAX_TUNE_EVAL_BATCHES (this script imports no engine code; a test keeps them equal)
+# engine.training.evaluate.MAX_TUNE_EVAL_BATCHES (this script imports no engine code; a test keeps them equal)
 MAX_TUNE_EVAL_BATCHES = 16
 
 

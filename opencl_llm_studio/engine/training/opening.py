@@ -1,0 +1,189 @@
+"""Opening a TrainingSession, whatever it comes from: a new run (create_session), a saved run
+(load_session: a run folder or its checkpoint), a GGUF (session_from_gguf, session_from_bundle),
+a transformers folder (engine.training.open_hf.session_from_hf), and open_session(path), which
+takes any of these paths and tells them apart by what the path holds (model_path_kind).
+
+Each raises ConfigError / DataError / DeviceError / CheckpointError / ModelImportError with a
+message for the person, and engine.progress.Cancelled when its monitor is cancelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from pathlib import Path
+
+from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
+                                             pretrained_train_config)
+from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
+from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
+from opencl_llm_studio.engine.data.tokenizer import Tokenizer
+from opencl_llm_studio.engine.errors import CheckpointError, ModelImportError
+from opencl_llm_studio.engine.files import checkpoint
+from opencl_llm_studio.engine.files.gguf_export import is_open
+from opencl_llm_studio.engine.files.gguf_import import import_gguf
+from opencl_llm_studio.engine.files.hf.export import STUDIO_FILE
+from opencl_llm_studio.engine.files.hf.load import has_texts
+from opencl_llm_studio.engine.files.model_card import model_card
+from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
+from opencl_llm_studio.engine.limits import MIN_VOCAB
+from opencl_llm_studio.engine.model.params import ParamTable
+from opencl_llm_studio.engine.opencl.runtime import Runtime
+from opencl_llm_studio.engine.progress import Monitor
+from opencl_llm_studio.engine.training.open_hf import session_from_hf
+from opencl_llm_studio.engine.training.schedule import Rewarm
+from opencl_llm_studio.engine.training.session import TrainingSession
+
+
+def create_session(model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text: str,
+                   tune_text: str | None = None, device=None,
+                   tokenizer_kind: str = DEFAULT_TOKENIZER, runtime: Runtime | None = None,
+                   monitor: Monitor | None = None, autotune: bool | None = None
+                   ) -> TrainingSession:
+    """A new run: train the tokenizer on both texts, size the vocabulary from it, build the
+    model (autotune: as TrainingSession's). Raises ConfigError / DataError / DeviceError, and
+    Cancelled when `monitor` is cancelled (also while tuning)."""
+    model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
+    train_cfg.validate()
+    monitor = monitor or Monitor()
+    texts = [pretrain_text] + ([tune_text] if tune_text else [])
+    monitor.tick("training the tokenizer", 0, 1)  # bounded input, not interruptible
+    tokenizer = Tokenizer.train(texts, model_cfg.vocab_size, tokenizer_kind)
+    cfg = model_cfg.replace(vocab_size=tokenizer.vocab_size)
+    monitor.tick("opening the device", 0, 1)
+    rt = runtime or Runtime(device)
+    return TrainingSession(rt, cfg, train_cfg, tokenizer, pretrain_text, tune_text,
+                           monitor=monitor, autotune=autotune)
+
+
+def load_session(path, device=None, runtime: Runtime | None = None,
+                 monitor: Monitor | None = None, autotune: bool | None = None
+                 ) -> TrainingSession:
+    """A saved run: a run folder's checkpoint (engine.files.checkpoint.load's choice of file) or
+    a checkpoint file, with its weights, AdamW state, step and RNG, to continue, chat with or
+    export (autotune: as TrainingSession's)."""
+    ck = checkpoint.load(path, arrays=False)
+    with ck["members"] as members:   # weights and moments go to the device piece by piece
+        return _from_checkpoint(ck, members, device, runtime, monitor, autotune)
+
+
+def _from_checkpoint(ck: dict, members, device, runtime, monitor, autotune) -> TrainingSession:
+    h = ck["header"]
+    known = {f.name for f in dataclasses.fields(TrainConfig)}  # an older run's fields
+    try:
+        mc = ModelConfig(**h["model_config"])
+        tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
+    except TypeError as e:
+        raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
+    tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
+    size = ParamTable(mc.validate()).size
+    trained = int(h["adam_t"]) > 0   # before the first step the moments are the model's zeros
+    names = ("params", "adam_m", "adam_v") if trained else ("params",)
+    if any(members.size(k) != size for k in names):
+        raise CheckpointError("The checkpoint's weights do not match its configuration.")
+    rt = runtime or Runtime(device)
+    # the model is built from the saved weights (a random init first would cost a second
+    # copy of them on the host), and no whole array is on the host: a 135M model's load
+    # held 1.5 GiB beside the model when params, m and v were read whole
+    s = TrainingSession(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before
+                        flat_weights=members.chunks("params"),                    # the key: 1
+                        chat_format=h.get("chat_format", 1), monitor=monitor,
+                        autotune=autotune, short_text_ok=True, opened=True)
+    if trained:   # read when it trains: opened to chat or export, it holds its weights alone
+        s.model.defer_moments(members.moment_source())
+    s.model.adam_t = int(h["adam_t"])
+    s.step = int(h["step"])
+    s.last_loss = h.get("last_loss")
+    s.rng.bit_generator.state = h["rng_state"]
+    s.history = h.get("history", [])
+    s.rewarm = Rewarm.from_list(h.get("rewarm"))
+    s.loaded_from_previous = ck["from_previous"]
+    s.source = h.get("source")
+    return s
+
+
+def session_from_gguf(path, pretrain_text: str, tune_text: str | None = None,
+                      train_cfg: TrainConfig | None = None, device=None,
+                      runtime: Runtime | None = None, monitor: Monitor | None = None
+                      ) -> TrainingSession:
+    """A session around a GGUF (this app's export, or a pretrained open model), to chat with or
+    keep training on the given texts. AdamW state starts fresh. Raises ModelImportError for a
+    file the engine cannot run."""
+    return session_from_bundle(import_gguf(path), pretrain_text, tune_text, train_cfg, device,
+                               runtime, monitor)
+
+
+def session_from_bundle(bundle, pretrain_text: str, tune_text: str | None = None,
+                        train_cfg: TrainConfig | None = None, device=None,
+                        runtime: Runtime | None = None, monitor: Monitor | None = None
+                        ) -> TrainingSession:
+    """session_from_gguf of a GGUF already read (engine.files.gguf_import.import_gguf's
+    ModelBundle `bundle`, weights included), so a caller that read it once need not read it
+    again."""
+    rt = runtime or Runtime(device)
+    cfg, fmt = bundle.config, bundle.metadata.get("chat_format", 1)   # exported before it: 1
+    if is_open(bundle):   # a pretrained open model: its own template, a training window
+        cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+        train_cfg = train_cfg or pretrained_train_config()
+    s = TrainingSession(rt, cfg, train_cfg or TrainConfig(), bundle.tokenizer, pretrain_text,
+                        tune_text, flat_weights=ParamTable(cfg).flatten(bundle.weights),
+                        chat_format=fmt, monitor=monitor, short_text_ok=True, opened=True)
+    s.last_loss = bundle.metadata.get("final_loss")
+    if is_open(bundle):
+        s.source = model_card(bundle)
+    if "steps_done" in bundle.metadata:   # exported by this app: where its training stood
+        s.adopt_progress(bundle.metadata["steps_done"], bundle.metadata.get("pretrain_steps"),
+                         bundle.metadata.get("tune_steps"))
+    return s
+
+
+class ModelPathKind(str, Enum):
+    """What a model path holds (model_path_kind)."""
+    RUN_FOLDER = "run folder"          # checkpoint.npz / checkpoint.prev.npz: any other folder
+    CHECKPOINT = "checkpoint file"     # a checkpoint .npz on its own
+    GGUF = "GGUF file"                 # this app's export or a pretrained open model's
+    HF_FOLDER = "transformers folder"  # config.json + weights, from elsewhere
+    APP_HF_FOLDER = "transformers folder exported by this app"   # with studio.json
+
+
+def model_path_kind(path) -> ModelPathKind | None:
+    """What `path` holds, from its names alone (no file is read); None for a path that does not
+    exist or a file that is neither a .gguf nor a .npz."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return (ModelPathKind.APP_HF_FOLDER if (p / STUDIO_FILE).is_file()
+                    else ModelPathKind.HF_FOLDER)
+        return ModelPathKind.RUN_FOLDER   # load_session says what a folder without a run lacks
+    suffix = p.suffix.lower() if p.is_file() else ""
+    return {".gguf": ModelPathKind.GGUF, ".npz": ModelPathKind.CHECKPOINT}.get(suffix)
+
+
+def open_session(path, pretrain_text: str | None = None, tune_text: str | None = None,
+                 train_cfg: TrainConfig | None = None, device=None,
+                 runtime: Runtime | None = None, monitor: Monitor | None = None,
+                 autotune: bool | None = None) -> TrainingSession:
+    """The session of any model path: a run folder or checkpoint file (load_session: its own
+    texts and settings; the texts and train_cfg given are not used), a GGUF (session_from_gguf)
+    or a transformers folder (session_from_hf: a folder this app exported with its texts keeps
+    them). A GGUF or a folder without texts trains on `pretrain_text` / `tune_text`, by default
+    the bundled pretraining text. Raises ModelImportError for a path that holds no model, and what the
+    opener raises."""
+    kind = model_path_kind(path)
+    if kind in (ModelPathKind.RUN_FOLDER, ModelPathKind.CHECKPOINT):
+        return load_session(path, device=device, runtime=runtime, monitor=monitor,
+                            autotune=autotune)
+    if kind is None:
+        raise ModelImportError(f"{path} holds no model the engine can open.",
+                               "Give a run folder (it holds checkpoint.npz), a checkpoint .npz, "
+                               "a .gguf file or a transformers model folder (config.json).")
+    if kind is ModelPathKind.GGUF:
+        if pretrain_text is None:
+            pretrain_text = read_text(bundled_corpus("pretrain"))
+        return session_from_gguf(path, pretrain_text, tune_text, train_cfg, device, runtime,
+                                 monitor)
+    if has_texts(path):   # a folder this app exported with its run's texts: those
+        return session_from_hf(path, device=device, runtime=runtime)
+    if pretrain_text is None:
+        pretrain_text = read_text(bundled_corpus("pretrain"))
+    return session_from_hf(path, pretrain_text, tune_text, device=device, runtime=runtime)
