@@ -35,7 +35,7 @@ DEFAULT_RUN = dict(dModelSpin=128, nLayerSpin=4, nHeadSpin=4, contextLengthSpin=
 
 def run(every: int, device: str | None) -> GuiBusyMeter:
     """One training run in a fresh window; the meter of its GUI thread."""
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     folder = tempfile.mkdtemp(prefix="gui-latency-")
     settings = QSettings(str(Path(folder) / "studio.ini"), QSettings.IniFormat)
     settings.setValue("autosave/runs_dir", str(Path(folder) / "runs"))

@@ -73,7 +73,7 @@ def settings(tmp_path):
 def window(qtbot, settings):
     """The main window on the test device, shown at its usual size; closed at teardown
     (closeEvent stops any run and joins the worker thread)."""
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)

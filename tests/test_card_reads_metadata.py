@@ -15,7 +15,7 @@ from tests.open_models import FAMILIES  # noqa: E402
 
 
 def _card(path):
-    from opencl_llm_studio.studio.ui.open_model_dialog import read_card
+    from opencl_llm_studio.studio.ui.dialogs.open_model_dialog import read_card
     return read_card(path, 4)
 
 

@@ -167,7 +167,7 @@ def test_chat_reply_is_a_string_with_notes():
 
 def asked(qtbot, question):
     """A chat panel with `question` sent (no worker: the test answers it)."""
-    from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
+    from opencl_llm_studio.studio.ui.panels.chat_panel import ChatPanel
     panel = ChatPanel()
     qtbot.addWidget(panel)
     panel.set_available(True)

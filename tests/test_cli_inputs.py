@@ -177,7 +177,7 @@ def test_a_bad_tune_file_is_named_in_the_cli_and_the_studio(tmp_path, capsys, qt
     rc, err = _exit_code(["train", "--out", str(tmp_path / "run"), "--tune", str(bad), *TINY,
                           "--steps", "1"], capsys)
     assert rc == 2 and named in err and says in err, err
-    from opencl_llm_studio.studio.ui.data_panel import DataPanel
+    from opencl_llm_studio.studio.ui.panels.data_panel import DataPanel
     panel = DataPanel()
     qtbot.addWidget(panel)
     errors = []

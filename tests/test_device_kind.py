@@ -45,7 +45,7 @@ def test_default_device_is_a_real_gpu_then_a_cpu(monkeypatch, qapp, kinds, want)
     """The engine's default (select_device, the CLI's) and the studio's device picker agree: the
     first GPU, else CPU, and a simulator such as Oclgrind (which says it is a GPU) only alone."""
     from opencl_llm_studio.engine.opencl import device
-    from opencl_llm_studio.studio.ui.device_panel import DevicePanel
+    from opencl_llm_studio.studio.ui.panels.device_panel import DevicePanel
     devices = _devices(*kinds)
     monkeypatch.setattr(device, "list_devices", lambda: devices)
     monkeypatch.delenv(device.DEVICE_ENV, raising=False)

@@ -98,7 +98,7 @@ def test_the_note_is_where_people_choose(qtbot):
     assert _words(TRANSFORMERS_NOTE) in _words((ROOT / "README.md").read_text(encoding="utf-8"))
     pytest.importorskip("pytestqt")
     from opencl_llm_studio.engine.config import ModelConfig
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
     dialog = ExportDialog(ModelConfig(), Path("model.gguf"))
     qtbot.addWidget(dialog)
     assert TRANSFORMERS_NOTE in dialog.note.text()

@@ -134,7 +134,7 @@ def test_the_studio_says_when_your_text_would_be_tuned_on_the_sample_dialogues(q
     """The window keeps the bundled dialogues in the tune slot when you open your own text:
     the slot then says, before Train, that tuning teaches the sample's facts."""
     from opencl_llm_studio.engine.data.textio import bundled_corpus
-    from opencl_llm_studio.studio.ui.data_panel import BUNDLED_TUNE_NOTE, DataPanel
+    from opencl_llm_studio.studio.ui.panels.data_panel import BUNDLED_TUNE_NOTE, DataPanel
     panel = DataPanel()
     qtbot.addWidget(panel)
     assert panel.load("pretrain", bundled_corpus("pretrain"))

@@ -128,7 +128,7 @@ def _spin_bounds(spin):
 
 
 def test_settings_spin_boxes_are_the_table(qapp):
-    from opencl_llm_studio.studio.ui.settings_panel import SPIN_INT_MAX, SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SPIN_INT_MAX, SettingsPanel
     panel = SettingsPanel()
     fields = set()
     for name, spin in panel.spins.items():
@@ -146,8 +146,8 @@ def test_settings_spin_boxes_are_the_table(qapp):
 
 
 def test_chat_and_autosave_spin_boxes_are_the_table(qapp):
-    from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
-    from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
+    from opencl_llm_studio.studio.ui.panels.autosave_box import AutosaveBox
+    from opencl_llm_studio.studio.ui.panels.chat_panel import ChatPanel
     chat, autosave = ChatPanel(), AutosaveBox()
     for spin, field in ((chat.temperature, "temperature"), (chat.top_k, "top_k"),
                         (chat.top_p, "top_p"), (chat.max_tokens, "max_new_tokens"),
@@ -174,7 +174,7 @@ def _shown(panel) -> set:
 
 def test_settings_error_goes_to_the_field_it_names_not_its_words(qapp):
     """The message mentions batch_size, the error is about the seed: the seed field shows it."""
-    from opencl_llm_studio.studio.ui.settings_panel import TRAIN_FIELDS, SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import TRAIN_FIELDS, SettingsPanel
     panel = SettingsPanel()
     err = ConfigError("seed out of range, whatever batch_size is.", "Use another seed.",
                       field="seed")
@@ -183,7 +183,7 @@ def test_settings_error_goes_to_the_field_it_names_not_its_words(qapp):
 
 
 def test_d_model_and_n_head_errors_mark_both(qapp):
-    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     panel = SettingsPanel()
     panel.set_value("nHeadSpin", 4)
     panel.set_value("dModelSpin", 12)    # head_dim 3: odd
@@ -195,7 +195,7 @@ def test_d_model_and_n_head_errors_mark_both(qapp):
 
 def test_a_kept_preset_value_out_of_range_names_its_range(qapp):
     """A training value without a field (a preset's beta2) is refused in the table's words."""
-    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     panel = SettingsPanel()
     panel._set_extra({"beta2": 1.5})
     panel._on_change()

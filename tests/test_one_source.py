@@ -61,7 +61,7 @@ def test_export_types_are_the_engines(qapp):
     import gguf
 
     from opencl_llm_studio.engine.files import export_types, gguf_export
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
     assert tuple(gguf_export.DTYPES) == export_types.DTYPE_NAMES
     for name, (qtype, _) in gguf_export.DTYPES.items():
         assert export_types.BLOCKS[name] == gguf.GGML_QUANT_SIZES[qtype]
@@ -83,7 +83,7 @@ def test_sampling_defaults_are_the_engines(qapp):
 
     from opencl_llm_studio.engine.config import MAX_NEW_TOKENS, SamplingParams
     from opencl_llm_studio.engine.training.session import TrainingSession
-    from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
+    from opencl_llm_studio.studio.ui.panels.chat_panel import ChatPanel
     sp = SamplingParams()
     want = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
             "max_new_tokens": MAX_NEW_TOKENS}
@@ -107,7 +107,7 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     from opencl_llm_studio.engine.training.presets import PRESETS
     from opencl_llm_studio.studio.cli import build_parser
     from opencl_llm_studio.studio.cli.options import configs
-    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     args = build_parser().parse_args(["train", "--out", str(tmp_path)])
     assert configs(args) == (ModelConfig(), TrainConfig())
     assert args.tokenizer == DEFAULT_TOKENIZER
@@ -116,7 +116,7 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     assert panel.train_config() == TrainConfig()
     assert panel.tokenizer_kind() == DEFAULT_TOKENIZER
     from opencl_llm_studio.engine.config import CHECKPOINT_EVERY
-    from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
+    from opencl_llm_studio.studio.ui.panels.autosave_box import AutosaveBox
     assert args.checkpoint_every == CHECKPOINT_EVERY == AutosaveBox().every_spin.value()
     for name, preset in PRESETS.items():
         args = build_parser().parse_args(["train", "--out", str(tmp_path), "--preset", name])
@@ -130,7 +130,7 @@ def test_bundled_corpus_is_one_path(qapp):
         path = bundled_corpus(which)
         assert path.is_file() and path.name == name
     for p in (*(str(f.relative_to(ROOT)) for f in sorted((ROOT / "opencl_llm_studio" / "studio" / "cli").glob("*.py"))),
-              "opencl_llm_studio/studio/ui/window_settings.py", "opencl_llm_studio/studio/ui/data_panel.py"):
+              "opencl_llm_studio/studio/ui/window/window_settings.py", "opencl_llm_studio/studio/ui/panels/data_panel.py"):
         text = (ROOT / p).read_text()
         assert "def _bundled" not in text and "def bundled_path" not in text, p
 
@@ -151,7 +151,7 @@ def test_no_getattr_hedges():
     """Objects say what they have: no getattr(obj, "name", default) guessing at an attribute
     in the engine or the studio (a Qt sort key compared with a foreign item, and an OSError's
     optional strerror, are the two places where the other side really may lack it)."""
-    allowed = {("opencl_llm_studio/studio/ui/runs_panel.py", 'getattr(other, "key", None)'),
+    allowed = {("opencl_llm_studio/studio/ui/panels/runs_panel.py", 'getattr(other, "key", None)'),
                ("opencl_llm_studio/studio/cli/runs.py", "getattr(e, 'strerror', None)")}
     hedge = re.compile(r"getattr\([^,()]+, *[\"'][A-Za-z_]+[\"'], [^)]*\)")
     found = [(str(p.relative_to(ROOT)), m.group(0))

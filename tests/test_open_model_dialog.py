@@ -22,7 +22,7 @@ PRE = {"smollm2": "smollm", "llama32": "llama-bpe"}   # llama.cpp's pre-tokenize
 
 
 def _dialog(qtbot, path, **kw):
-    from opencl_llm_studio.studio.ui.open_model_dialog import OpenModelDialog
+    from opencl_llm_studio.studio.ui.dialogs.open_model_dialog import OpenModelDialog
     d = OpenModelDialog(**kw)
     qtbot.addWidget(d)
     with qtbot.waitSignal(d.cardRead, timeout=120_000):
@@ -175,7 +175,7 @@ def test_the_dialog_grows_to_show_the_whole_card(qtbot, open_folders, tmp_path):
     chat template's two lines and the wrapped memory row were clipped; the documented
     screenshot resized the dialog after the read, which hid it). A refusal's text too."""
     from opencl_llm_studio.studio.ui import theme
-    from opencl_llm_studio.studio.ui.open_model_dialog import OpenModelDialog
+    from opencl_llm_studio.studio.ui.dialogs.open_model_dialog import OpenModelDialog
     from tests.studio_helpers import settle
     (tmp_path / "bad.gguf").write_bytes(b"\x00" * 64)
     for path in (open_folders["smollm2"], tmp_path / "bad.gguf"):

@@ -4,7 +4,7 @@ named for where its text comes from (issue 11 "Honest numbers", issue 12 items 1
 import numpy as np
 
 from opencl_llm_studio.engine.metrics import StepMetrics
-from opencl_llm_studio.studio.ui.plots import VAL_ON_TRAINING_TEXT, LivePlots
+from opencl_llm_studio.studio.ui.panels.plots import VAL_ON_TRAINING_TEXT, LivePlots
 
 
 def _records(source):
@@ -70,9 +70,9 @@ def test_log_axis_labels_never_overlap(qapp):
     import pyqtgraph as pg
     from PySide6.QtGui import QFontMetrics
 
-    from opencl_llm_studio.studio.ui.compare_plot import ComparePlots
-    from opencl_llm_studio.studio.ui.log_axis import LogAxis
-    from opencl_llm_studio.studio.ui.plots import LivePlots
+    from opencl_llm_studio.studio.ui.panels.compare_plot import ComparePlots
+    from opencl_llm_studio.studio.ui.panels.log_axis import LogAxis
+    from opencl_llm_studio.studio.ui.panels.plots import LivePlots
     for axis_class, expect_ok in ((pg.AxisItem, False), (LogAxis, True)):
         axis = axis_class("left")
         axis.setLogMode(False, True)

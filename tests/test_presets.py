@@ -73,7 +73,7 @@ def test_dropout_is_stored_in_the_checkpoint(tmp_path):
 def test_studio_preset_box_sets_the_fields_and_editing_shows_custom(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     panel = SettingsPanel()
     qtbot.addWidget(panel)
     combo = panel.preset_combo

@@ -24,8 +24,8 @@ from opencl_llm_studio.studio import protocol  # noqa: E402
 from opencl_llm_studio.engine.data.textio import bundled_corpus  # noqa: E402
 from opencl_llm_studio.studio.protocol import (CONTROLS, ContinuePoint, FileTask, Outcome, RunState,  # noqa: E402
                              TrainJob)
-from opencl_llm_studio.studio.ui import worker as worker_mod  # noqa: E402
-from opencl_llm_studio.studio.ui.worker import TrainingWorker  # noqa: E402
+from opencl_llm_studio.studio.ui.run import worker as worker_mod  # noqa: E402
+from opencl_llm_studio.studio.ui.run.worker import TrainingWorker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = {RunState.PREPARING, RunState.RUNNING, RunState.PAUSING, RunState.PAUSED}
@@ -193,9 +193,10 @@ def test_stop_through_the_controller_ends_with_stopped_not_finished(qtbot, windo
 
 
 # -- no string states, no hedges ---------------------------------------------------------------
-STUDIO_RUN_FILES = ("app.py", "main_window.py", "training_actions.py", "window_actions.py",
-                    "window_controls.py", "runs_actions.py", "run_controller.py", "worker.py",
-                    "worker_host.py", "worker_tasks.py")
+STUDIO_RUN_FILES = ("app.py", "window/main_window.py", "window/training_actions.py",
+                    "window/window_actions.py", "window/window_controls.py",
+                    "window/runs_actions.py", "run/run_controller.py", "run/worker.py",
+                    "run/worker_host.py", "run/worker_tasks.py")
 
 
 def test_the_window_has_no_string_states(window):  # noqa: F811
@@ -220,7 +221,7 @@ def test_no_getattr_hedges_around_the_session():
 
 def test_update_actions_stays_simple():
     radon = pytest.importorskip("radon.complexity")
-    source = (ROOT / "opencl_llm_studio" / "studio" / "ui" / "window_controls.py").read_text(encoding="utf-8")
+    source = (ROOT / "opencl_llm_studio" / "studio" / "ui" / "window" / "window_controls.py").read_text(encoding="utf-8")
     blocks = {b.fullname: b.complexity for b in radon.cc_visit(source)}
     assert blocks["WindowControls.update"] <= 20  # rank C at most
 

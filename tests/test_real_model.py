@@ -257,7 +257,7 @@ def test_the_studio_card_of_the_real_model_on_a_laptops_memory(smollm2, rt, monk
     fits instead."""
     pytest.importorskip("PySide6")
     from opencl_llm_studio.engine.model import memory
-    from opencl_llm_studio.studio.ui.open_model_dialog import read_card
+    from opencl_llm_studio.studio.ui.dialogs.open_model_dialog import read_card
     card = read_card(smollm2, 8, rt.info)
     rows = card["rows"]
     assert card["open"] and card["fits"] == ""

@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
-from opencl_llm_studio.studio.ui import runs_panel as rp
+from opencl_llm_studio.studio.ui.panels import runs_panel as rp
 from tests.runs_helpers import make_run
 
 
@@ -119,7 +119,7 @@ def test_main_window_view_runs_and_health_warning(qtbot, runs_root, tmp_path):
     from PySide6.QtCore import QSettings
 
     from opencl_llm_studio.engine.metrics import StepMetrics
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.autosave_box.set_runs_root(runs_root)
@@ -164,7 +164,7 @@ def test_open_buttons_follow_the_studio_while_the_runs_window_is_open(qtbot, run
 
     from PySide6.QtCore import QSettings
 
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     from opencl_llm_studio.studio.protocol import RunState
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
@@ -199,7 +199,7 @@ def test_continue_from_the_runs_window_names_the_button_to_press(qtbot, tmp_path
 
     from PySide6.QtCore import QSettings
 
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
@@ -228,7 +228,7 @@ def test_a_failed_open_from_the_runs_window_leaves_no_action_behind(qtbot, tmp_p
 
     from PySide6.QtCore import QSettings
 
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(device=os.environ.get("LLM_STUDIO_TEST_DEVICE") or None,
                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)

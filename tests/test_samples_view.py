@@ -1,4 +1,4 @@
-"""The Samples tab (studio.ui.samples_panel) shows what the model wrote without blank screens."""
+"""The Samples tab (studio.ui.panels.samples_panel) shows what the model wrote without blank screens."""
 
 import os
 
@@ -13,7 +13,7 @@ def test_a_sample_of_only_line_breaks_is_one_short_line(qtbot):
     """A tiny model's tune sample is often 32 line breaks: shown as one muted "↵ × 32" (was 32
     empty lines, a blank half-screen between the prompt and the next sample); the text around a
     run, and single or double line breaks, stay as written."""
-    from opencl_llm_studio.studio.ui.samples_panel import SamplesPanel
+    from opencl_llm_studio.studio.ui.panels.samples_panel import SamplesPanel
     panel = SamplesPanel()
     qtbot.addWidget(panel)
     panel.add(6, "tune", [("Q?", "Q?" + "\n" * 32),

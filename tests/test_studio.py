@@ -13,7 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QTimer  # noqa: E402
 
 from benchmarks.gui_busy import GuiBusyMeter  # noqa: E402
-from opencl_llm_studio.studio.ui.main_window import MainWindow  # noqa: E402
+from opencl_llm_studio.studio.ui.window.main_window import MainWindow  # noqa: E402
 from opencl_llm_studio.studio.protocol import Outcome, RunState  # noqa: E402
 from opencl_llm_studio.engine.model.params import param_count
 from tests.helpers import TEST_DEVICE  # noqa: E402
@@ -82,7 +82,7 @@ def test_whole_flow_train_samples_chat_export(qtbot, window, tmp_path, monkeypat
     assert "You: What is the capital of France?" in view
 
     path = tmp_path / "tiny.gguf"
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
 
     def accept(dialog):  # the person picks a file and F32 in the (modal) export dialog
         dialog.path_edit.setText(str(path))

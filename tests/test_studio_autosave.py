@@ -159,7 +159,7 @@ def test_autosave_failure_is_reported_once_and_training_goes_on(qtbot, window, m
 
 
 def test_closing_while_paused_saves_the_run(qtbot, settings, rt):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)
     win.show()

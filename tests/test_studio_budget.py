@@ -11,8 +11,8 @@ pytest.importorskip("pytestqt")
 
 from opencl_llm_studio.engine.metrics import StepMetrics  # noqa: E402
 from opencl_llm_studio.studio.protocol import Outcome, RunState  # noqa: E402
-from opencl_llm_studio.studio.ui.plots import LivePlots  # noqa: E402
-from opencl_llm_studio.studio.ui.run_bar import RunBar  # noqa: E402
+from opencl_llm_studio.studio.ui.panels.plots import LivePlots  # noqa: E402
+from opencl_llm_studio.studio.ui.panels.run_bar import RunBar  # noqa: E402
 from tests.fake_clock import fake_training_time  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
@@ -82,7 +82,7 @@ def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path, monkeypat
     Training time is fake: 0.05 s a step."""
     from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
     from opencl_llm_studio.studio.protocol import ContinueJob, TrainJob
-    from opencl_llm_studio.studio.ui.worker import TrainingWorker
+    from opencl_llm_studio.studio.ui.run.worker import TrainingWorker
     from tests.helpers import bundled_texts
     fake_training_time(monkeypatch, step_s=0.05)
     w = TrainingWorker()

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 
 from opencl_llm_studio.engine.errors import ConfigError  # noqa: E402
 from opencl_llm_studio.engine.model.memory import check_fits, training_bytes  # noqa: E402
-from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel, human_bytes  # noqa: E402
+from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel, human_bytes  # noqa: E402
 
 
 @pytest.mark.parametrize("d,L,T,B", [(128, 4, 64, 16), (512, 8, 512, 32), (96, 3, 33, 5)])

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 from tests.studio_helpers import open_model  # noqa: E402
 
 from opencl_llm_studio.studio.cli import main  # noqa: E402
-from opencl_llm_studio.studio.ui.export_dialog import ExportDialog  # noqa: E402
+from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["f16", "hf"])

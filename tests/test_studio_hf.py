@@ -18,7 +18,7 @@ from opencl_llm_studio.studio.protocol import ModelSource, Outcome  # noqa: E402
 
 def test_export_dialog_checks_the_target_by_format(qtbot, tmp_path):
     from opencl_llm_studio.engine.config import ModelConfig
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
     d = ExportDialog(ModelConfig(vocab_size=512, d_model=64, n_layer=1, n_head=2,
                                  context_length=32), tmp_path / "model.gguf")
     qtbot.addWidget(d)
@@ -37,7 +37,7 @@ def test_export_hf_then_open_it(qtbot, window, tmp_path, monkeypatch):
     configure(window, pretrainStepsSpin=6, tuneStepsSpin=4)
     assert train(qtbot, window).outcome is Outcome.FINISHED
     folder = tmp_path / "hf-model"
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
 
     def accept(dialog):   # the person picks "Hugging Face folder" and a new folder
         dialog.format_combo.setCurrentIndex(dialog.format_combo.findData("hf"))

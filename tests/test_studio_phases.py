@@ -8,8 +8,8 @@ from opencl_llm_studio.engine.progress import Pace
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.data.textio import bundled_corpus
 from opencl_llm_studio.studio.protocol import Outcome, TrainJob
-from opencl_llm_studio.studio.ui.run_bar import RunBar
-from opencl_llm_studio.studio.ui.worker import TrainingWorker
+from opencl_llm_studio.studio.ui.panels.run_bar import RunBar
+from opencl_llm_studio.studio.ui.run.worker import TrainingWorker
 from tests.fake_clock import FakeTime
 
 

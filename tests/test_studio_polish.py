@@ -50,9 +50,9 @@ def test_the_runs_command_lists_the_folder_the_studio_writes(qapp, tmp_path, mon
     from opencl_llm_studio.studio import app_settings
     from opencl_llm_studio.studio.ui.app import configure_application
     from opencl_llm_studio.studio.cli.runs import default_root
-    from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
+    from opencl_llm_studio.studio.ui.panels.autosave_box import AutosaveBox
     monkeypatch.setattr(app_settings, "settings_path", lambda: tmp_path / "studio.conf")
-    from opencl_llm_studio.studio.ui.settings_store import open_settings
+    from opencl_llm_studio.studio.ui.window.settings_store import open_settings
     store = open_settings()
     names = (QCoreApplication.organizationName(), QCoreApplication.applicationName())
     try:
@@ -116,7 +116,7 @@ class _Drop:
 
 
 def test_export_dialog_needs_a_file_name(qtbot, tmp_path):
-    from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
+    from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
     dialog = ExportDialog(ModelConfig(), tmp_path / "model.gguf")
     qtbot.addWidget(dialog)
     assert dialog.export_button.isEnabled()
@@ -154,7 +154,7 @@ def test_open_checkpoint_takes_the_file_itself(qtbot, window, monkeypatch, tmp_p
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)])
 def test_settings_and_planned_run_fit_a_laptop_screen(qtbot, settings, size):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     win.resize(*size)  # as a window manager sizes it on that screen, before it is shown

@@ -19,7 +19,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QRect, QSettings  # noqa: E402
 from PySide6.QtWidgets import QWidget  # noqa: E402
 
-from opencl_llm_studio.studio.ui.main_window import PREFERRED_SIZE, MainWindow  # noqa: E402
+from opencl_llm_studio.studio.ui.window.main_window import PREFERRED_SIZE, MainWindow  # noqa: E402
 from opencl_llm_studio.studio.ui.widgets import fit_to_screen  # noqa: E402
 from tests.helpers import TEST_DEVICE  # noqa: E402
 from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402

@@ -26,7 +26,7 @@ from tests.helpers import TEST_DEVICE  # noqa: E402
 from tests.studio_helpers import configure  # noqa: E402
 
 from opencl_llm_studio.engine.training.opening import load_session
-from opencl_llm_studio.studio.ui.main_window import MainWindow  # noqa: E402
+from opencl_llm_studio.studio.ui.window.main_window import MainWindow  # noqa: E402
 from opencl_llm_studio.studio.protocol import RunState  # noqa: E402
 
 REPETITIONS = int(os.environ.get("STUDIO_STRESS_REPETITIONS", "60"))

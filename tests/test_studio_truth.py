@@ -21,7 +21,7 @@ from opencl_llm_studio.studio.cli import main  # noqa: E402
 from opencl_llm_studio.studio.protocol import ChatRequest, Outcome  # noqa: E402
 from opencl_llm_studio.studio.run_folder import recall_text  # noqa: E402
 from opencl_llm_studio.studio.runs import read_header  # noqa: E402
-from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel  # noqa: E402
+from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel  # noqa: E402
 
 
 def saved_step(folder) -> int:
@@ -49,7 +49,7 @@ def test_an_opened_gguf_shows_how_far_its_model_was_trained(qtbot, window, tmp_p
 
 def test_a_model_change_clears_the_chat_and_says_so(qtbot, window):
     """The previous model's chat stayed and was sent to the next model as context."""
-    from opencl_llm_studio.studio.ui.chat_panel import CLEARED_NOTE
+    from opencl_llm_studio.studio.ui.panels.chat_panel import CLEARED_NOTE
     configure(window, pretrainStepsSpin=4, tuneStepsSpin=2, sampleIntervalSpin=0)
     first = train(qtbot, window)
     chat = window.chat_panel

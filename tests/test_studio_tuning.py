@@ -1,6 +1,6 @@
 """Kernel tuning from the studio (issue 24 goal 4: "with progress in the CLI and the studio,
-cancellable"): Device › Tune kernels for this model… (studio.ui.tune_actions, on the worker:
-studio.ui.worker_tune), its progress, Stop, the menu bar's tuned label, and the setting that
+cancellable"): Device › Tune kernels for this model… (studio.ui.window.tune_actions, on the worker:
+studio.ui.run.worker_tune), its progress, Stop, the menu bar's tuned label, and the setting that
 tunes before training. The tuner's time bound is made short; the cache is the test's own."""
 
 import pytest
@@ -8,9 +8,9 @@ import pytest
 from opencl_llm_studio.engine.model import gemm_tune
 from opencl_llm_studio.engine.opencl import tune_cache
 from opencl_llm_studio.studio.protocol import FileTask
-from opencl_llm_studio.studio.ui import tune_actions
-from opencl_llm_studio.studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
-from opencl_llm_studio.studio.ui.reasons import TASK_WHY
+from opencl_llm_studio.studio.ui.window import tune_actions
+from opencl_llm_studio.studio.ui.panels.run_bar import STOP_TIP, STOP_TUNING_TIP
+from opencl_llm_studio.studio.ui.window.reasons import TASK_WHY
 from tests.studio_helpers import configure, train
 
 TUNE_TIMEOUT_MS = 300_000   # a bound for hangs on a loaded machine, not a speed test
@@ -132,7 +132,7 @@ def test_the_setting_tunes_before_training_and_is_kept(qtbot, window, cache, set
 
 
 def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, monkeypatch):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     settings.setValue(tune_actions.AUTOTUNE_KEY, True)
     win = MainWindow(device=TEST_DEVICE, settings=settings)
@@ -148,7 +148,7 @@ def test_the_setting_comes_back_and_off_means_no_tuning(qtbot, settings, cache, 
 
 
 def test_closing_the_window_while_tuning_ends_it_and_stores_nothing(qtbot, settings, cache):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     from tests.helpers import TEST_DEVICE
     win = MainWindow(device=TEST_DEVICE, settings=settings)
     qtbot.addWidget(win)

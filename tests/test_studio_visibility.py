@@ -20,7 +20,7 @@ from visibility import clipped_texts, inside, texts_inside_plots  # noqa: E402
 from visibility import plain_text as plain  # noqa: E402
 
 from opencl_llm_studio.engine.metrics import StepMetrics  # noqa: E402
-from opencl_llm_studio.studio.ui.plots import PALETTE, LivePlots  # noqa: E402
+from opencl_llm_studio.studio.ui.panels.plots import PALETTE, LivePlots  # noqa: E402
 
 SCREENS = [(1280, 720), (1366, 768)]
 
@@ -132,7 +132,7 @@ def test_an_empty_plot_numbers_nothing(qtbot, window):
 
 
 def test_empty_comparison_plots_number_nothing(qtbot):
-    from opencl_llm_studio.studio.ui.compare_plot import ComparePlots
+    from opencl_llm_studio.studio.ui.panels.compare_plot import ComparePlots
     w = ComparePlots()
     qtbot.addWidget(w)
     w.resize(900, 600)
@@ -145,7 +145,7 @@ def test_empty_comparison_plots_number_nothing(qtbot):
 def test_compare_plots_of_a_one_step_run_draw_it(qtbot, tmp_path):
     from runs_helpers import make_run
     from opencl_llm_studio.studio.runs import load_run
-    from opencl_llm_studio.studio.ui.compare_plot import ComparePlots, run_colour
+    from opencl_llm_studio.studio.ui.panels.compare_plot import ComparePlots, run_colour
     run = load_run(make_run(tmp_path, "one step", steps_done=1, total=1))
     w = ComparePlots()
     qtbot.addWidget(w)
@@ -159,7 +159,7 @@ def test_compare_plots_of_a_one_step_run_draw_it(qtbot, tmp_path):
 
 def test_the_runs_table_needs_no_horizontal_scrolling(qtbot, tmp_path):
     from runs_helpers import make_run
-    from opencl_llm_studio.studio.ui.runs_panel import RunsPanel
+    from opencl_llm_studio.studio.ui.panels.runs_panel import RunsPanel
     root = tmp_path.joinpath(*["a-rather-long-folder-name-for-runs"] * 8)
     for i in range(3):
         make_run(root, f"a run with a rather long name {i}", steps_done=4, total=4,
@@ -185,7 +185,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
     """The window opened at a fixed 1400 x 880: on a 1366 x 768 screen the Export button and
     the lr plot were off screen. It takes the screen's available area now, and at that size
     the Export button and every plot are inside it."""
-    from opencl_llm_studio.studio.ui.main_window import PREFERRED_SIZE, MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import PREFERRED_SIZE, MainWindow
     from opencl_llm_studio.studio.ui.widgets import TITLE_BAR, fit_to_screen
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
@@ -211,7 +211,7 @@ def test_the_window_fits_the_screen_it_opens_on(qtbot, settings, size):
 
 
 def test_a_new_window_is_no_larger_than_its_screen(qtbot, settings):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(settings=settings)
     qtbot.addWidget(win)
     area = win.screen().availableGeometry()
@@ -221,7 +221,7 @@ def test_a_new_window_is_no_larger_than_its_screen(qtbot, settings):
 def test_a_log_axis_labels_each_tick_once(qtbot):
     """pyqtgraph's minor log level repeats the decades (0.1, 0.01) of the major one: their
     labels were drawn twice, one over the other (the health and lr plots)."""
-    from opencl_llm_studio.studio.ui.log_axis import LogAxis
+    from opencl_llm_studio.studio.ui.panels.log_axis import LogAxis
     axis = LogAxis("left")
     axis.setLogMode(False, True)
     levels = axis.tickValues(-3.2, -0.7, 300)   # log10 of 0.0006 .. 0.2

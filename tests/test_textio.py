@@ -143,7 +143,7 @@ def test_a_latin1_file_is_said_in_the_studio_not_only_in_the_log(tmp_path, qtbot
     utf8.write_text("café\n", encoding="utf-8")
     read_text(utf8, notes=notes)
     assert len(notes) == 1  # nothing to say about a UTF-8 file
-    from opencl_llm_studio.studio.ui.data_panel import DataPanel
+    from opencl_llm_studio.studio.ui.panels.data_panel import DataPanel
     panel = DataPanel()
     qtbot.addWidget(panel)
     assert panel.load("pretrain", p)

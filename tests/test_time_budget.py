@@ -361,7 +361,7 @@ def test_pacer_runs_the_first_and_bounds_the_rest():
 
 
 def test_studio_train_for_minutes(qtbot):
-    from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+    from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     w = SettingsPanel()
     qtbot.addWidget(w)
     assert w.train_config().time_budget_s == 0

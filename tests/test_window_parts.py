@@ -70,13 +70,13 @@ def test_the_mixin_rule_can_fail():
     assert _mixin_bases(Kind) == []
 
 
-PARTS = {"opencl_llm_studio/studio/ui/training_actions.py": "TrainingActions",
-         "opencl_llm_studio/studio/ui/window_actions.py": "WindowActions",
-         "opencl_llm_studio/studio/ui/window_controls.py": "WindowControls",
-         "opencl_llm_studio/studio/ui/runs_actions.py": "RunsActions",
-         "opencl_llm_studio/studio/ui/worker_tasks.py": "ModelTasks",
-         "opencl_llm_studio/studio/ui/tune_actions.py": "TuneActions",
-         "opencl_llm_studio/studio/ui/worker_tune.py": "KernelTuning"}
+PARTS = {"opencl_llm_studio/studio/ui/window/training_actions.py": "TrainingActions",
+         "opencl_llm_studio/studio/ui/window/window_actions.py": "WindowActions",
+         "opencl_llm_studio/studio/ui/window/window_controls.py": "WindowControls",
+         "opencl_llm_studio/studio/ui/window/runs_actions.py": "RunsActions",
+         "opencl_llm_studio/studio/ui/run/worker_tasks.py": "ModelTasks",
+         "opencl_llm_studio/studio/ui/window/tune_actions.py": "TuneActions",
+         "opencl_llm_studio/studio/ui/run/worker_tune.py": "KernelTuning"}
 
 
 @pytest.mark.parametrize("path,name", sorted(PARTS.items()))
@@ -100,7 +100,7 @@ def test_each_part_declares_every_attribute_it_uses(path, name):
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    from opencl_llm_studio.studio.ui.main_window import MainWindow
+    from opencl_llm_studio.studio.ui.window.main_window import MainWindow
     win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     yield win
@@ -158,7 +158,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
-from opencl_llm_studio.studio.ui.main_window import MainWindow
+from opencl_llm_studio.studio.ui.window.main_window import MainWindow
 win = MainWindow(settings=QSettings(sys.argv[1], QSettings.IniFormat))
 thread, alive = win.controller.host.thread, weakref.ref(win)
 del win

@@ -5,7 +5,7 @@ SamplingParams, plus max_new_tokens, checkpoint_every, the plot command's image 
 `Limit`: the lowest and highest value, whether an end is open, its unit and a hint.
 ModelConfig.validate and TrainConfig.validate, the sampling check (engine.generation.generator), the
 command line's argument types (studio.cli.inputs.limited) and the studio's spin boxes
-(studio.ui.settings_panel, chat_panel, autosave_box) all read it, and a refusal states the same
+(studio.ui.panels.settings_panel, chat_panel, autosave_box) all read it, and a refusal states the same
 numbers wherever it comes from.
 Defaults stay in the engine.config dataclasses (one place each).
 

@@ -33,7 +33,7 @@ inline float fast_exp(float x) {
 
 /* Element-wise kernels over (rows, columns) walk the columns of their row with FOR_COLUMNS:
  * on CPUs one work-item takes a whole row (a contiguous loop the compiler vectorises; one
- * work-item per element ran 2-5x slower under PoCL: benchmarks/RESULTS.md, tuning timings),
+ * work-item per element ran 2-5x slower under PoCL: benchmarks/results/tuning-timings.md),
  * on GPUs a work-item takes every get_global_size(0)-th column (one, as launched). The
  * launcher (engine/ops.py elementwise) runs (1, rows) work-items on CPUs, (columns, rows) on
  * GPUs. */

@@ -87,7 +87,7 @@ __kernel void matmul_nn(__global float* C, __global const float* A, __global con
 
 /* Only rows k0 <= k < k1 of A and B are summed: the launcher walks a long K (= B*T for a
  * weight gradient) in slices with beta = 1, so the slice of A and B stays in cache while
- * every tile passes over it (benchmarks/RESULTS.md, tuning timings). */
+ * every tile passes over it (benchmarks/results/tuning-timings.md). */
 __kernel void matmul_tn(__global float* C, __global const float* A, __global const float* B,
                         int M, int N, int K, float beta, int k0, int k1) {
     const int n0 = get_global_id(0) * MM_TN, m0 = get_global_id(1) * MM_TM;

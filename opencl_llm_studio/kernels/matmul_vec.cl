@@ -4,7 +4,7 @@
  *   VEC_W 16 (AVX-512): one work-item computes an 8 x 32 tile as 8 x 2 float16 accumulators
  *     (16 of the 32 zmm registers). PoCL's code for matmul.cl's scalar loops uses 8-float ymm
  *     registers only; written with float16 the same products use all 16 lanes
- *     (benchmarks/RESULTS.md, tuning timings).
+ *     (benchmarks/results/tuning-timings.md).
  *   VEC_W 8 (AVX2): a 6 x 16 tile as 6 x 2 float8 accumulators: 12 of the 16 ymm registers,
  *     leaving room for the two rows of B and the broadcast element of A.
  * Same contracts as matmul.cl; full tiles take the vector path, edge tiles the scalar one.
@@ -18,8 +18,8 @@
 /* vm_float, vm_float_u: VEC_W floats (kernels/common.h) */
 
 /* The body of every kernel below, as a macro rather than an inline function: through an inline
- * helper PoCL ran the same loop about half as fast (RESULTS.md, tuning timings). For the tile
- * at (m0, n0): C[m * ldc + n] = alpha * sum over kb <= k < ke of A(m, k) B(k, n)
+ * helper PoCL ran the same loop about half as fast (benchmarks/results/tuning-timings.md).
+ * For the tile at (m0, n0): C[m * ldc + n] = alpha * sum over kb <= k < ke of A(m, k) B(k, n)
  * + beta * C[m * ldc + n], A(m, k) = A[m * a_rs + k * a_cs], rows of B b_rs apart. Full tiles
  * use vm_float accumulators; edge tiles a scalar loop. The kernel has returned for tiles outside
  * (M, N). */
@@ -68,7 +68,7 @@
 
 /* K slice [k0, k1) of C = beta*C + A(M,K) @ B(K,N): the launcher walks K in slices (beta 1
  * after the first) so the 32-column panel of B stays in cache (a 2048-deep panel did not:
- * benchmarks/RESULTS.md, tuning timings). */
+ * benchmarks/results/tuning-timings.md). */
 __kernel void matmul_nn_vec(__global float* C, __global const float* A, __global const float* B,
                             int M, int N, int K, float beta, int k0, int k1) {
     VEC_START

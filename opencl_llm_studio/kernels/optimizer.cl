@@ -7,7 +7,7 @@
  * CPU (SM_LANES 1): partial[i] = work-item i's contiguous chunk, summed in 16 lanes (one
  * float16 accumulator: a single scalar one waits for each add, 4x slower than reading the
  * gradient; benchmarks/RESULTS.md, "The CPU step of the 135M model"); the strided walk is slow
- * under PoCL (benchmarks/RESULTS.md, tuning timings).
+ * under PoCL (benchmarks/results/tuning-timings.md).
  * GPU (SM_LANES lanes per work-group): work-item i reads float4s i, i + P, ... (P = global
  * size; a warp reads 512 contiguous bytes), two loads in flight, and each group's lanes_reduce
  * sum is partial[group]. With one scalar chain per work-item over 8192 of them the pass was

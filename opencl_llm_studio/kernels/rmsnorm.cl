@@ -1,7 +1,7 @@
 /* RMSNorm (Zhang & Sennrich 2019), as Llama and llama.cpp: out = x / sqrt(mean(x^2) + eps) * w.
  * Row kernels: one work-item per row on a CPU (beats local-memory reductions there, docs/DESIGN.md),
  * 64 lanes per row on a GPU (coalesced reads; one work-item per row leaves bandwidth unused:
- * benchmarks/RESULTS.md, tuning timings). */
+ * benchmarks/results/tuning-timings.md). */
 
 /* Row r (= global id 1, shared by SM_LANES lanes, common.h) of x = inp (+ res when res is not
  * 0, then also stored to sum): out = x / sqrt(mean(x^2) + eps) * w, rstd[r] = 1 / sqrt(...).

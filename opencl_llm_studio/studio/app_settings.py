@@ -4,7 +4,7 @@ command line (`llm-studio runs` / `plot` list the runs the studio wrote), read w
 Settings: one INI file, settings_path() = <user config>/OpenCL LLM Studio/studio.conf
 (~/.config/... on Linux, the file QSettings(APP_NAME, "studio") always used there;
 ~/Library/Application Support/... on macOS, AppData/Local/... on Windows). The window writes it
-through QSettings in IniFormat (studio.ui.settings_store.open_settings); the command line reads
+through QSettings in IniFormat (studio.ui.window.settings_store.open_settings); the command line reads
 the one value it needs, the runs folder, with read_setting (configparser plus QSettings'
 quoting).
 Runs: the folder saved under RUNS_DIR_KEY (Autosave › Runs folder), else

@@ -1,6 +1,6 @@
 """A pretrained open model (a GGUF or a transformers folder from elsewhere) imported into a run
 folder: what `llm-studio import` and the studio's File › Open model… both do (no Qt here; the
-studio calls it on its worker thread, studio.ui.worker_tasks).
+studio calls it on its worker thread, studio.ui.run.worker_tasks).
 
 The folder gets checkpoint.npz (engine.files.open_run.write_open_run: the weights, fresh AdamW
 moments, step 0, the model card as header "source") and an empty metrics.jsonl

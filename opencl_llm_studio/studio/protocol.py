@@ -1,10 +1,10 @@
 """What crosses the thread boundary between the window and the training worker, typed.
 
-Jobs go from the GUI thread to studio.ui.worker.TrainingWorker (through studio.ui.worker_host);
+Jobs go from the GUI thread to studio.ui.run.worker.TrainingWorker (through studio.ui.run.worker_host);
 session info and run results come back as the payload of the worker's signals. Every type is a
 frozen dataclass, so a job cannot change after it was queued and a result cannot be edited by
 one receiver under another's feet. `RunState` names where a run is, and `CONTROLS` says which
-controls each state enables (studio.ui.window_controls applies it; studio.ui.run_controller
+controls each state enables (studio.ui.window.window_controls applies it; studio.ui.run.run_controller
 moves the state). No Qt here (a contract in pyproject.toml): the protocol is testable without a display.
 """
 
@@ -120,7 +120,7 @@ class ChatRequest:
     @classmethod
     def from_panel(cls, messages: Sequence[Mapping[str, str]],
                    knobs: Mapping[str, Any]) -> ChatRequest:
-        """From studio.ui.chat_panel's sendRequested: [{"role", "content"}] and its knobs."""
+        """From studio.ui.panels.chat_panel's sendRequested: [{"role", "content"}] and its knobs."""
         return cls(tuple(Message(role=m["role"], content=m["content"]) for m in messages),
                    **knobs)
 
@@ -245,7 +245,7 @@ class FileTask(Enum):
 class RunState(Enum):
     """Where the run is. Moves: IDLE -train-> PREPARING -sessionReady-> RUNNING -pause->
     PAUSING -paused-> PAUSED -resume-> RUNNING; Stop from PREPARING..PAUSED -> STOPPING; the
-    worker's finished / stopped / failed -> IDLE (studio.ui.run_controller.RunController)."""
+    worker's finished / stopped / failed -> IDLE (studio.ui.run.run_controller.RunController)."""
     IDLE = "idle"
     PREPARING = "preparing"            # tokenizer, encoding, building the model
     RUNNING = "running"                # steps are being taken

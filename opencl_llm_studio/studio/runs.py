@@ -4,7 +4,7 @@ A run folder (studio.run_folder, which reads and writes its files) holds checkpo
 metrics.jsonl and, once the person names it, run.json ({"name": ...}, written atomically).
 Reading a run never loads its weights: the checkpoint's JSON header is one small member of the
 .npz archive, read from the file `--continue` would load (engine.files.checkpoint.read_header).
-Used by the Runs panel (studio.ui.runs_panel) and `llm-studio runs|plot`.
+Used by the Runs panel (studio.ui.panels.runs_panel) and `llm-studio runs|plot`.
 
 Status of a run (from the checkpoint header and metrics.jsonl):
   running   a process holds the folder's training lock (engine.training.run_lock; a run removes
@@ -42,7 +42,7 @@ from opencl_llm_studio.engine.model.params import param_count
 RUNNING_S = 60.0  # without a lock file: metrics.jsonl written this recently, still going
 _STAMP = re.compile(r"^(\d{8}-\d{6})")
 HEALTH_GROUPS = ("attention", "feed_forward", "embedding", "norms")
-# How the comparison plots draw runs (studio.ui.compare_plot in the window, studio.cli.plot in
+# How the comparison plots draw runs (studio.ui.panels.compare_plot in the window, studio.cli.plot in
 # a PNG): Tableau 10 (matplotlib's default cycle), distinct on white and readable by most
 # colour-blind eyes; one line style per parameter group (matplotlib's names).
 RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -314,7 +314,7 @@ def _choice(d: dict) -> GemmChoice:
 def default_plan(limits: DeviceLimits, vector_width: int | str | None = None) -> GemmPlan:
     """The hand table's plan for a device: variant by gemm_variant, vector width by
     pick_vector_width (vector_width overrides it and forces the vector GEMM on CPUs), 4x4
-    groups and 256-deep K slices on CPUs (benchmarks/RESULTS.md, tuning timings), the packed
+    groups and 256-deep K slices on CPUs (benchmarks/results/tuning-timings.md), the packed
     GEMM for large products where the vector one is the default and the runtime is not Intel's
     (its compiler vectorizes across work-items, and a packed work-group is one work-item),
     tiles by GemmPlan.edge_for, split-K slices at least 256 deep."""

@@ -4,7 +4,7 @@ with vector_defines()), and the launchers size their grids from the same entries
 
 Each tile is (rows, columns) of C one work-item computes (kernels/matmul.cl, matmul_vec.cl) or
 the edge of the square tile one 16 x 16 work-group computes (kernels/matmul_tiled.cl). Why
-each size: docs/DESIGN.md ("register-blocked GEMM") and benchmarks/RESULTS.md (tuning timings).
+each size: docs/DESIGN.md ("register-blocked GEMM") and benchmarks/results/tuning-timings.md.
 """
 
 from __future__ import annotations

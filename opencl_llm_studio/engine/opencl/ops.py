@@ -202,7 +202,8 @@ def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
     """dinp (R, C) += ...; dw (C,) += ... (both accumulate)."""
     _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)
     # dw walks columns of (R, C): in slices of >= 64 rows on every device (a GPU: 9% of a step
-    # unsplit; a CPU: 4-6x faster at R 4096, RESULTS.md tuning timings), summed by sum_slices
+    # unsplit; a CPU: 4-6x faster at R 4096, benchmarks/results/tuning-timings.md), summed by
+    # sum_slices
     slices = rmsnorm_dweight_slices(R)
     if slices == 1:
         rt.launch("rmsnorm_backward_dweight", (C, 1), dw, dout, inp, rstd, R, C, max(R, 1), 1)

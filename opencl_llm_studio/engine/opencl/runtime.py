@@ -223,7 +223,7 @@ class Runtime:
         self.local_1d = (16,) if self.is_cpu else (64,)
         # Long element-wise 1-D kernels (AdamW, split-K sums): PoCL pays per work-group, so on a
         # CPU they take big groups (with 16, adamw_update took a visible share of a step:
-        # benchmarks/RESULTS.md, tuning timings).
+        # benchmarks/results/tuning-timings.md).
         self.local_1d_long = (1024,) if self.is_cpu else (256,)
         # CPU: PoCL pays per work-group, so 2-D element-wise kernels take long rows
         # (swiglu ran several times faster with (64, 1) than (4, 4): benchmarks/RESULTS.md).

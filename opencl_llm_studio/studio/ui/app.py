@@ -1,4 +1,4 @@
-"""The application: name it, open the main window (studio.ui.main_window), run the event loop.
+"""The application: name it, open the main window (studio.ui.window.main_window), run the event loop.
 `llm-studio` with no command and `python -m opencl_llm_studio` come here (studio.cli)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from opencl_llm_studio.studio.app_settings import APP_NAME
-from opencl_llm_studio.studio.ui.main_window import MainWindow
+from opencl_llm_studio.studio.ui.window.main_window import MainWindow
 
 
 def configure_application(app: QApplication) -> None:

@@ -31,8 +31,8 @@ from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportR
                              RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
-from opencl_llm_studio.studio.ui.worker_tasks import ModelTasks
-from opencl_llm_studio.studio.ui.worker_tune import KernelTuning
+from opencl_llm_studio.studio.ui.run.worker_tasks import ModelTasks
+from opencl_llm_studio.studio.ui.run.worker_tune import KernelTuning
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -129,7 +129,7 @@ class TrainingWorker(QObject):
             tokenizer=tokenizer_name(s.tokenizer.kind, s.tokenizer.pre),
             **opened)
 
-    # -- a model between steps (studio.ui.worker_tasks.ModelTasks) ---------------------------
+    # -- a model between steps (studio.ui.run.worker_tasks.ModelTasks) ---------------------------
     @Slot(object)
     def chat(self, request: ChatRequest) -> None:
         self.chatDone.emit(self.tasks.chat(self.session, request, self.token.emit))

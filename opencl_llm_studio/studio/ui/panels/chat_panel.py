@@ -1,7 +1,7 @@
 """Chat with the current weights: conversation view, input, sampling knobs, streamed answers.
 
 The panel only keeps the conversation and shows it; generation runs on the training worker's
-thread (studio.ui.worker), so it never overlaps a training step.
+thread (studio.ui.run.worker), so it never overlaps a training step.
 """
 
 from __future__ import annotations

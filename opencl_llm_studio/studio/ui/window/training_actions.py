@@ -1,7 +1,7 @@
 """The main window's training runs: Train (or Continue an opened model), Pause, Stop, New model,
 and what comes back of a run (metrics, samples and stage-end recall, autosaves, the end of a
-run, an opened model). A part of studio.ui.main_window.MainWindow, composed: it holds the panels,
-the RunController and the window (studio.ui.window_face.WindowFace) it is given; clicks go to the
+run, an opened model). A part of studio.ui.window.main_window.MainWindow, composed: it holds the panels,
+the RunController and the window (studio.ui.window.window_face.WindowFace) it is given; clicks go to the
 controller, and what the worker reports comes from the controller's signals.
 
 Continue: after File › Open checkpoint (or an exported GGUF), the controller's `continue_from`
@@ -10,7 +10,7 @@ then asks the worker to `session.continue_training` to the step counts on the le
 going: in place, in the opened run folder (as `llm-studio train --out RUN --continue`), or, with
 "as a new run" ticked (always for a GGUF or transformers folder), into a new run folder that
 starts with the model's history (as `--continue-from RUN --out NEW`). The run's state lives in
-studio.ui.run_controller.
+studio.ui.run.run_controller.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from opencl_llm_studio.engine.config import run_steps
 from opencl_llm_studio.studio.protocol import (CONTROLS, ContinueJob, ModelSource, Outcome, RunPoint, RunResult,
                              RunState, SessionInfo, TrainJob)
 from opencl_llm_studio.studio.run_folder import new_run_dir
-from opencl_llm_studio.studio.ui.chat_panel import CLEARED_NOTE
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.window_face import WindowFace
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.panels.chat_panel import CLEARED_NOTE
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.window.window_face import WindowFace
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 from opencl_llm_studio.engine.model.params import param_count
 
 NO_HISTORY = "no training curves in this file (weights only): they fill as you train it further"
@@ -145,7 +145,7 @@ class TrainingActions:
             f"{info.device.name}", 10000)
 
     def _on_session(self, info: SessionInfo) -> None:
-        """Before the state moves on to RUNNING (studio.ui.run_controller)."""
+        """Before the state moves on to RUNNING (studio.ui.run.run_controller)."""
         self._adopt_model(info)
         if info.history is not None:  # continuing: frame the longer run, refill
             self._show_history(info, recall=False)
@@ -195,7 +195,7 @@ class TrainingActions:
         self.panels.run_bar.resume_pace()  # the time paused does not count in the ETA
 
     def _on_ended(self, result: RunResult) -> None:
-        """After the state went back to IDLE (studio.ui.run_controller); trainingFinished last."""
+        """After the state went back to IDLE (studio.ui.run.run_controller); trainingFinished last."""
         self.panels.plots.redraw()
         run_dir, saved, step = result.run_dir, result.saved_step, result.step
         text, note = self._end_text(result)

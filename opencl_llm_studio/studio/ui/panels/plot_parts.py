@@ -1,4 +1,4 @@
-"""What the live plots are made of besides the widget (studio.ui.plots.LivePlots): colours,
+"""What the live plots are made of besides the widget (studio.ui.panels.plots.LivePlots): colours,
 curve names and the titles that hold the legend and the dashed lines' meaning, the help note,
 the growing Series, the dot of a lone point, and where the stage names go on the top axis."""
 

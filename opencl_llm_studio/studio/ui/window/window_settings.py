@@ -9,7 +9,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 
 from opencl_llm_studio.engine.data.textio import bundled_corpus
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 
 
 def restore_settings(settings: QSettings, panels: Panels, window: QWidget, pretrain_path=None,

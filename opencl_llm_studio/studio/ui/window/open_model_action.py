@@ -1,4 +1,4 @@
-"""File › Open model…: the window shows studio.ui.open_model_dialog.OpenModelDialog and opens the
+"""File › Open model…: the window shows studio.ui.dialogs.open_model_dialog.OpenModelDialog and opens the
 choice with what it has for opening runs (RunController.load on the worker thread).
 
 A pretrained open model is imported into a new run folder under the runs folder (LoadJob.
@@ -17,10 +17,10 @@ from PySide6.QtCore import QSettings, Qt
 
 from opencl_llm_studio.studio.protocol import LoadJob, ModelSource
 from opencl_llm_studio.studio.run_folder import new_run_dir
-from opencl_llm_studio.studio.ui.open_model_dialog import OpenModelDialog
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.window_face import WindowFace
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.dialogs.open_model_dialog import OpenModelDialog
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.window.window_face import WindowFace
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 
 
 class OpenModelAction:

@@ -21,7 +21,7 @@ from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.engine.model.memory import training_bytes
 from opencl_llm_studio.engine.model.params import param_count
 from opencl_llm_studio.engine.training.presets import PRESETS
-from opencl_llm_studio.studio.ui.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
+from opencl_llm_studio.studio.ui.panels.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
     ADVANCED, FIELD_MIN_WIDTH, FLOAT_FIELDS, INVALID_STYLE, MODEL_FIELDS, SPIN_INT_MAX, TRAIN_FIELDS,
     add_field, float_spin, fold_button, human_bytes, human_count, make_form, note_label,
     preset_combo, restored_extra)

@@ -1,6 +1,6 @@
 """The main window's panels and where they sit: settings on the left (device, model and
 training, autosave), the run bar over the live plots in the middle, Data / Samples / Chat tabs on
-the right. Only layout: what the panels do is wired by studio.ui.main_window and its parts."""
+the right. Only layout: what the panels do is wired by studio.ui.window.main_window and its parts."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
-from opencl_llm_studio.studio.ui.chat_panel import ChatPanel
-from opencl_llm_studio.studio.ui.data_panel import DataPanel
-from opencl_llm_studio.studio.ui.device_panel import DevicePanel
-from opencl_llm_studio.studio.ui.plots import LivePlots
-from opencl_llm_studio.studio.ui.run_bar import RunBar
-from opencl_llm_studio.studio.ui.samples_panel import SamplesPanel
-from opencl_llm_studio.studio.ui.settings_panel import SettingsPanel
+from opencl_llm_studio.studio.ui.panels.autosave_box import AutosaveBox
+from opencl_llm_studio.studio.ui.panels.chat_panel import ChatPanel
+from opencl_llm_studio.studio.ui.panels.data_panel import DataPanel
+from opencl_llm_studio.studio.ui.panels.device_panel import DevicePanel
+from opencl_llm_studio.studio.ui.panels.plots import LivePlots
+from opencl_llm_studio.studio.ui.panels.run_bar import RunBar
+from opencl_llm_studio.studio.ui.panels.samples_panel import SamplesPanel
+from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
 from opencl_llm_studio.studio.ui.widgets import ColumnScrollArea
 
 
 @dataclass(frozen=True)
 class Panels:
-    """The window's panels, handed to the parts that use them (studio.ui.training_actions,
-    studio.ui.window_actions, studio.ui.window_controls, studio.ui.runs_actions)."""
+    """The window's panels, handed to the parts that use them (studio.ui.window.training_actions,
+    studio.ui.window.window_actions, studio.ui.window.window_controls, studio.ui.window.runs_actions)."""
     device_panel: DevicePanel
     data_panel: DataPanel
     settings_panel: SettingsPanel

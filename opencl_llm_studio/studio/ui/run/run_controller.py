@@ -21,7 +21,7 @@ from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.studio.protocol import (CONTROLS, ChatRequest, ContinueJob, ContinuePoint, ExportRequest,
                              FileTask, LoadJob, Outcome, RunPoint, RunResult, RunState, SaveRequest,
                              SessionInfo, TrainJob, TuneJob)
-from opencl_llm_studio.studio.ui.worker_host import WorkerHost
+from opencl_llm_studio.studio.ui.run.worker_host import WorkerHost
 
 
 class RunController(QObject):

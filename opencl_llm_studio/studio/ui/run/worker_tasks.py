@@ -1,6 +1,6 @@
 """What the training worker does with a model between steps: chat, export, save, open.
 
-A part of studio.ui.worker.TrainingWorker, composed (not a base class): the worker's chat /
+A part of studio.ui.run.worker.TrainingWorker, composed (not a base class): the worker's chat /
 export / save / load slots call these on the worker's thread, never beside a training step, and
 emit what they return (chatDone, exported, saved, loaded). ModelTasks holds only what it is given:
 the run's engine.progress.Monitor (long phases, and Stop ends them), the stop flag (Stop ends a

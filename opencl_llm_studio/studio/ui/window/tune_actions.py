@@ -2,14 +2,14 @@
 
 Device › Tune kernels for this model… times the GEMM and attention choices of the model the
 settings describe (d_model, heads, key-value heads, context, vocabulary, batch; an opened
-model's own) on the chosen device, on the worker's thread (studio.ui.worker_tune), within
+model's own) on the chosen device, on the worker's thread (studio.ui.run.worker_tune), within
 engine.model.gemm_tune.TUNE_SECONDS: the run bar shows the product being measured and the time
 against the bound, Stop cancels it (nothing is stored), and the end says what it found. `label`
 (the window puts it at the right end of its menu bar) says whether the device and shape on
 screen are tuned (the kernel tuning cache, engine.opencl.tune_cache). "Tune kernels before
 training…" (kept in the settings) makes Train and Continue tune first on a device and shape not yet
 tuned, as LLM_STUDIO_AUTOTUNE=1 does for the command line. A part of
-studio.ui.main_window.MainWindow, composed like the others.
+studio.ui.window.main_window.MainWindow, composed like the others.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from PySide6.QtGui import QAction, QResizeEvent
 from PySide6.QtWidgets import QApplication, QLabel, QMenuBar
 
 from opencl_llm_studio.studio.protocol import FileTask, RunState, TuneJob, TuneProgress, TuneReport
-from opencl_llm_studio.studio.ui.run_controller import RunController
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
-from opencl_llm_studio.studio.ui.reasons import NO_DEVICE_WHY, TASK_WHY
-from opencl_llm_studio.studio.ui.window_face import WindowFace
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.window.reasons import NO_DEVICE_WHY, TASK_WHY
+from opencl_llm_studio.studio.ui.window.window_face import WindowFace
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 
 AUTOTUNE_KEY = "device/autotune"   # the setting's key in the studio's settings file
 TUNE_TIP = ("Time the matrix-product and attention kernels for this model on this device (up "
@@ -40,7 +40,7 @@ INVALID_WHY = "Fix the setting marked in red to tune the kernels for it."
 
 @dataclass(frozen=True)
 class DeviceMenu:
-    """The Device menu's actions (studio.ui.window_controls enables them)."""
+    """The Device menu's actions (studio.ui.window.window_controls enables them)."""
     tune_action: QAction
     autotune_action: QAction
 
@@ -117,7 +117,7 @@ class TuneActions:
         return INVALID_WHY if self.shape() is None else None
 
     def update(self) -> None:
-        """Enable the actions (studio.ui.window_controls calls this with the other controls)."""
+        """Enable the actions (studio.ui.window.window_controls calls this with the other controls)."""
         why = self.why_not()
         enable_with_reason(self.menu.tune_action, why is None, why or "")
         self.menu.autotune_action.setEnabled(self.controller.state is RunState.IDLE)

@@ -1,7 +1,7 @@
 """Runs side by side: loss, held-out loss, grad norm, learning rate and training health of the
 ticked runs, one colour per run, against step, tokens seen or wall time.
 
-House style 6 (studio.ui.plots): each run's curves are created once, the first time it is shown,
+House style 6 (studio.ui.panels.plots): each run's curves are created once, the first time it is shown,
 and later fed with setData; a run that is unticked is hidden, not deleted.
 """
 
@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QSiz
 from opencl_llm_studio.studio.runs import (GROUP_LINES, GROUP_NAMES, HEALTH_GROUPS, X_AXES, RunInfo, curves,
                          run_colour)
 from opencl_llm_studio.studio.ui import theme
-from opencl_llm_studio.studio.ui.log_axis import LogAxis
-from opencl_llm_studio.studio.ui.plot_parts import show_lone_point
+from opencl_llm_studio.studio.ui.panels.log_axis import LogAxis
+from opencl_llm_studio.studio.ui.panels.plot_parts import show_lone_point
 
 _QT_LINES = {"solid": Qt.SolidLine, "dashed": Qt.DashLine, "dotted": Qt.DotLine,
              "dashdot": Qt.DashDotLine}

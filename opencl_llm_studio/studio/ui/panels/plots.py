@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QSizePoli
                                QWhatsThis, QWidget)
 
 from opencl_llm_studio.engine.config import run_steps
-from opencl_llm_studio.studio.ui.log_axis import LogAxis
-from opencl_llm_studio.studio.ui.plot_parts import (LINE_ONLY, LOSS_HELP, PALETTE, STAGE_NAMES, TITLE_STYLE,
+from opencl_llm_studio.studio.ui.panels.log_axis import LogAxis
+from opencl_llm_studio.studio.ui.panels.plot_parts import (LINE_ONLY, LOSS_HELP, PALETTE, STAGE_NAMES, TITLE_STYLE,
                                   VAL_ON_TRAINING_TEXT, Series, grad_title, loss_title,
                                   show_lone_point, stage_ticks)
 from opencl_llm_studio.studio.ui.widgets import ElidedLabel

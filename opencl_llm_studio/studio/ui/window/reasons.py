@@ -1,5 +1,5 @@
-"""Why a control of the main window is off: the tooltips studio.ui.window_controls and the
-Device menu (studio.ui.tune_actions) give. One module, so neither imports the other for them."""
+"""Why a control of the main window is off: the tooltips studio.ui.window.window_controls and the
+Device menu (studio.ui.window.tune_actions) give. One module, so neither imports the other for them."""
 
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."

@@ -1,7 +1,7 @@
 """What a part of the main window may ask of the window itself. The parts
-(studio.ui.training_actions, studio.ui.window_actions, studio.ui.runs_actions) take the panels
+(studio.ui.window.training_actions, studio.ui.window.window_actions, studio.ui.window.runs_actions) take the panels
 and the RunController they use explicitly, and the window only through this interface;
-studio.ui.main_window.MainWindow implements it."""
+studio.ui.window.main_window.MainWindow implements it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class WindowFace(Protocol):
         """A non-blocking error dialog; the app stays open."""
 
     def update_actions(self) -> None:
-        """Re-apply the controls of the run state (studio.ui.window_controls)."""
+        """Re-apply the controls of the run state (studio.ui.window.window_controls)."""
 
     def widget(self) -> QWidget:
         """The window as a widget: the parent of dialogs, the screen to fit them to."""

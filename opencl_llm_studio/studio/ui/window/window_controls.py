@@ -8,14 +8,14 @@ from __future__ import annotations
 from opencl_llm_studio.engine.errors import ConfigError, NothingToTrain
 from opencl_llm_studio.engine.training.session import check_continuation
 from opencl_llm_studio.studio.protocol import FileTask
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.reasons import (BUSY_MODEL_WHY, BUSY_WHY, NO_DEVICE_WHY, NO_MODEL_WHY,
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.window.reasons import (BUSY_MODEL_WHY, BUSY_WHY, NO_DEVICE_WHY, NO_MODEL_WHY,
                                                  OPENED_DATA_WHY, OPENED_WHY, TASK_WHY)
-from opencl_llm_studio.studio.ui.run_bar import STOP_TIP, STOP_TUNING_TIP
-from opencl_llm_studio.studio.ui.tune_actions import TuneActions
+from opencl_llm_studio.studio.ui.panels.run_bar import STOP_TIP, STOP_TUNING_TIP
+from opencl_llm_studio.studio.ui.window.tune_actions import TuneActions
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
-from opencl_llm_studio.studio.ui.window_actions import FileMenu
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.window.window_actions import FileMenu
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 
 class Guidance(str):
     """A reason Train waits that is the next step, not a fault (a run at its totals: raise

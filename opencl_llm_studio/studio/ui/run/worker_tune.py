@@ -2,7 +2,7 @@
 goal 4): engine.model.gemm_tune.tune on the job's device and model shape, its progress as
 studio.protocol.TuneProgress, the winners stored (gemm_tune.save) unless Stop cancelled it.
 
-A part of studio.ui.worker.TrainingWorker, composed like studio.ui.worker_tasks.ModelTasks: it
+A part of studio.ui.run.worker.TrainingWorker, composed like studio.ui.run.worker_tasks.ModelTasks: it
 holds the worker's stop flag (Stop cancels the tuning) and error reporter, and never
 runs beside a training step (the worker's slots run one at a time on its thread). No Qt here.
 """

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
                                QHBoxLayout, QLabel, QLineEdit, QPushButton)
 
 from opencl_llm_studio.engine.files.export_types import DTYPE_NAMES, TRANSFORMERS_NOTE, estimated_bytes, q8_0_fits
-from opencl_llm_studio.studio.ui.settings_panel import human_bytes
+from opencl_llm_studio.studio.ui.panels.settings_panel import human_bytes
 
 FORMATS = [("gguf", "GGUF file: llama.cpp, Ollama, LM Studio"),
            ("hf", "Hugging Face folder: transformers, PyTorch, torchrun")]

@@ -1,10 +1,10 @@
 """The Runs window of the main window (View › Runs, Ctrl+R) and the training-health warnings.
 
-A part of studio.ui.main_window.MainWindow, composed: it holds what it is given (the window as
-studio.ui.window_face.WindowFace, the RunController, the autosave box, the run bar and the file
+A part of studio.ui.window.main_window.MainWindow, composed: it holds what it is given (the window as
+studio.ui.window.window_face.WindowFace, the RunController, the autosave box, the run bar and the file
 part) and listens to the controller only, never to the worker.
 The Runs panel lists the runs folder of Autosave; Open, Continue and Export go through the main
-window's own File › Open checkpoint path (studio.ui.window_actions), so they behave exactly like
+window's own File › Open checkpoint path (studio.ui.window.window_actions), so they behave exactly like
 it (Continue then waits for Train, with the step counts on the left; Export opens the export
 dialog once the model is open). A health warning from the engine (StepMetrics.warnings) is shown
 once in the status bar and as a non-blocking message: training goes on, the person decides.
@@ -18,13 +18,13 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenuBar, QMessageBox
 
-from opencl_llm_studio.studio.ui.autosave_box import AutosaveBox
-from opencl_llm_studio.studio.ui.run_bar import RunBar
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.runs_panel import RunsPanel
+from opencl_llm_studio.studio.ui.panels.autosave_box import AutosaveBox
+from opencl_llm_studio.studio.ui.panels.run_bar import RunBar
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.panels.runs_panel import RunsPanel
 from opencl_llm_studio.studio.ui.widgets import fit_to_screen
-from opencl_llm_studio.studio.ui.window_actions import WindowActions
-from opencl_llm_studio.studio.ui.window_face import WindowFace
+from opencl_llm_studio.studio.ui.window.window_actions import WindowActions
+from opencl_llm_studio.studio.ui.window.window_face import WindowFace
 
 
 class RunsActions:

@@ -1,6 +1,6 @@
 """The Runs panel: every run folder under the autosave root and any folder the person adds, in a
 sortable table (name editable), with Open, Continue, Export, Rename and Delete (to the system
-trash, after a confirmation); ticked runs are compared below: curves (studio.ui.compare_plot)
+trash, after a confirmation); ticked runs are compared below: curves (studio.ui.panels.compare_plot)
 and the settings that differ between them. Reading runs is studio.runs (no Qt there)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.studio.runs import (RunInfo, config_diff, fmt_duration, rename, scan,
                                           short_device, short_tokenizer)
-from opencl_llm_studio.studio.ui.compare_plot import ComparePlots
+from opencl_llm_studio.studio.ui.panels.compare_plot import ComparePlots
 from opencl_llm_studio.studio.ui.widgets import ElidedLabel
 
 # Short headers (a 1200 px window shows every column with the name and device whole); each has

@@ -1,18 +1,18 @@
 """The main window, built from parts with explicit references: settings on the left, live plots
-in the middle, samples / chat / data on the right (studio.ui.window_layout).
+in the middle, samples / chat / data on the right (studio.ui.window.window_layout).
 
-One click of Train: TrainingActions.start_training (studio.ui.training_actions) -> RunController
-.train (studio.ui.run_controller) -> WorkerHost (studio.ui.worker_host) -> TrainingWorker.start
-on the worker's thread (studio.ui.worker). What the worker reports comes back the same way:
+One click of Train: TrainingActions.start_training (studio.ui.window.training_actions) -> RunController
+.train (studio.ui.run.run_controller) -> WorkerHost (studio.ui.run.worker_host) -> TrainingWorker.start
+on the worker's thread (studio.ui.run.worker). What the worker reports comes back the same way:
 worker -> controller (its only receiver, which re-emits each signal) -> the parts. The parts:
   - TrainingActions: Train / Continue, Pause, Stop, New model; metrics, samples, a run's end;
-  - WindowActions (studio.ui.window_actions): File menu, chat, export, checkpoints, drops;
-  - TuneActions (studio.ui.tune_actions): the Device menu (tune the kernels, tune before
+  - WindowActions (studio.ui.window.window_actions): File menu, chat, export, checkpoints, drops;
+  - TuneActions (studio.ui.window.tune_actions): the Device menu (tune the kernels, tune before
     training) and whether the device and model on screen are tuned;
-  - RunsActions (studio.ui.runs_actions): View › Runs and the training-health warnings;
-  - WindowControls (studio.ui.window_controls): which controls the run state enables.
-Each takes the panels, the controller and the window (studio.ui.window_face.WindowFace) it
-uses. The window itself only builds them, keeps its settings (studio.ui.window_settings) and
+  - RunsActions (studio.ui.window.runs_actions): View › Runs and the training-health warnings;
+  - WindowControls (studio.ui.window.window_controls): which controls the run state enables.
+Each takes the panels, the controller and the window (studio.ui.window.window_face.WindowFace) it
+uses. The window itself only builds them, keeps its settings (studio.ui.window.window_settings) and
 shows errors without ever closing the app."""
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ from PySide6.QtCore import QSettings, QSize, Qt, Signal
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QWidget
 
 from opencl_llm_studio.studio.app_settings import APP_NAME
-from opencl_llm_studio.studio.ui.settings_store import open_settings
+from opencl_llm_studio.studio.ui.window.settings_store import open_settings
 from opencl_llm_studio.studio.protocol import RunState
 from opencl_llm_studio.studio.ui import theme
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.runs_actions import RunsActions
-from opencl_llm_studio.studio.ui.training_actions import TrainingActions
-from opencl_llm_studio.studio.ui.tune_actions import TuneActions
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.window.runs_actions import RunsActions
+from opencl_llm_studio.studio.ui.window.training_actions import TrainingActions
+from opencl_llm_studio.studio.ui.window.tune_actions import TuneActions
 from opencl_llm_studio.studio.ui.widgets import fit_to_screen
-from opencl_llm_studio.studio.ui.window_actions import WindowActions
-from opencl_llm_studio.studio.ui.window_controls import WindowControls
-from opencl_llm_studio.studio.ui.window_layout import WindowLayout
-from opencl_llm_studio.studio.ui.window_settings import restore_settings, save_settings
+from opencl_llm_studio.studio.ui.window.window_actions import WindowActions
+from opencl_llm_studio.studio.ui.window.window_controls import WindowControls
+from opencl_llm_studio.studio.ui.window.window_layout import WindowLayout
+from opencl_llm_studio.studio.ui.window.window_settings import restore_settings, save_settings
 
 PREFERRED_SIZE = QSize(1400, 880)  # where the screen has room; less on a smaller one
 
@@ -111,7 +111,7 @@ class MainWindow(QMainWindow):
         self.tuning.show_status()
         self.training.preview_run()
 
-    # -- what the parts may ask of the window (studio.ui.window_face.WindowFace) ---------------
+    # -- what the parts may ask of the window (studio.ui.window.window_face.WindowFace) ---------------
     def widget(self) -> QWidget:
         return self
 

@@ -1,7 +1,7 @@
 """The main window's model files, chat and menu: File menu, chat, GGUF / Hugging Face export,
 checkpoints (save, open), opening a GGUF or Hugging Face folder, and dropped files. A part of
-studio.ui.main_window.MainWindow, composed: it holds the panels, the RunController and the window
-(studio.ui.window_face.WindowFace) it is given; every request goes to the controller, every
+studio.ui.window.main_window.MainWindow, composed: it holds the panels, the RunController and the window
+(studio.ui.window.window_face.WindowFace) it is given; every request goes to the controller, every
 answer comes back from it."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from opencl_llm_studio.studio.run_folder import HF_KINDS, ModelKind, path_kind
-from opencl_llm_studio.studio.ui.export_dialog import ExportDialog
-from opencl_llm_studio.studio.ui.open_model_action import OpenModelAction
-from opencl_llm_studio.studio.ui.run_controller import RunController
-from opencl_llm_studio.studio.ui.settings_panel import human_bytes
-from opencl_llm_studio.studio.ui.window_face import WindowFace
-from opencl_llm_studio.studio.ui.window_layout import Panels
+from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
+from opencl_llm_studio.studio.ui.window.open_model_action import OpenModelAction
+from opencl_llm_studio.studio.ui.run.run_controller import RunController
+from opencl_llm_studio.studio.ui.panels.settings_panel import human_bytes
+from opencl_llm_studio.studio.ui.window.window_face import WindowFace
+from opencl_llm_studio.studio.ui.window.window_layout import Panels
 
 CHECKPOINT_FILTER = ("Checkpoints and GGUF (*.npz *.gguf);;Checkpoints (*.npz);;"
                      "GGUF models (*.gguf)")
@@ -32,7 +32,7 @@ CHECKPOINT_FILTER = ("Checkpoints and GGUF (*.npz *.gguf);;Checkpoints (*.npz);;
 
 @dataclass(frozen=True)
 class FileMenu:
-    """The File menu's actions whose state follows the run (studio.ui.window_controls)."""
+    """The File menu's actions whose state follows the run (studio.ui.window.window_controls)."""
     save_action: QAction
     export_action: QAction
     new_model_action: QAction

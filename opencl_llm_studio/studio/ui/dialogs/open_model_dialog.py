@@ -11,7 +11,7 @@ step needs (engine.model.memory.training_bytes at the imported run's batch, for 
 and for the longest training window, engine.files.open_run.tuning_config), with how much of
 that fits the device (all, or dialogues up to a length). A
 model the engine cannot run shows the reason (the ModelImportError's message and hint) and Open
-stays off. The dialog only chooses: studio.ui.open_model_action opens the choice.
+stays off. The dialog only chooses: studio.ui.window.open_model_action opens the choice.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The GUI thread's handle on the training worker: starts its QThread and forwards requests as
-queued signals, so every slot of studio.ui.worker.TrainingWorker runs on the worker's thread. The
-requests are studio.protocol's frozen jobs; studio.ui.run_controller decides when to send them."""
+queued signals, so every slot of studio.ui.run.worker.TrainingWorker runs on the worker's thread. The
+requests are studio.protocol's frozen jobs; studio.ui.run.run_controller decides when to send them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from shiboken6 import isValid
 
 from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, SaveRequest,
                              TrainJob, TuneJob)
-from opencl_llm_studio.studio.ui.worker import TrainingWorker
+from opencl_llm_studio.studio.ui.run.worker import TrainingWorker
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The settings column's fields: which config field each spin box edits (the tables), how a
 field is built (its range from engine.limits.LIMITS, its error label), and the numbers shown
-beside them in words. Used by studio.ui.settings_panel.SettingsPanel."""
+beside them in words. Used by studio.ui.panels.settings_panel.SettingsPanel."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The dialogs: export, and opening a pretrained model."""

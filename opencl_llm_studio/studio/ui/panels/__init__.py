@@ -1,0 +1,1 @@
+"""The panels of the window: settings, data, device, run bar, plots, samples, chat, runs, autosave."""
