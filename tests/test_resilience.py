@@ -220,13 +220,13 @@ def test_export_then_import_gives_identical_logits(session, tmp_path_factory, d_
                                                    n_layer, tied, seed):
     from opencl_llm_studio.engine.files.gguf_export import ModelBundle, export_gguf
     from opencl_llm_studio.engine.model.transformer import Model
-    from opencl_llm_studio.engine.training.session import TrainingSession as S
+    from opencl_llm_studio.engine.training.opening import session_from_gguf
     cfg = session.model_config.replace(d_model=d_head * n_head, n_head=n_head, n_layer=n_layer,
                                        tie_embeddings=tied)
     model = Model(session.rt, cfg, seed=seed)
     path = tmp_path_factory.mktemp("gg") / "m.gguf"
     export_gguf(ModelBundle(cfg, session.tokenizer, model.weights(), {}), path)
-    back = S.from_gguf(path, session.pretrain_text, runtime=session.rt)
+    back = session_from_gguf(path, session.pretrain_text, runtime=session.rt)
     ids = np.random.default_rng(seed).integers(0, cfg.vocab_size, (2, 9)).astype(np.int32)
     np.testing.assert_array_equal(back.model.logits(ids), model.logits(ids))
 

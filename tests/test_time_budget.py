@@ -12,7 +12,7 @@ import pytest
 from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan
 from opencl_llm_studio.engine.progress import Clock
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
-from opencl_llm_studio.engine.training.schedule import Rewarm, StageSchedule, decay_factor
+from opencl_llm_studio.engine.training.schedule import Rewarm, StageSchedule, decay_factor, planned_lr
 from opencl_llm_studio.engine.training.opening import create_session, load_session
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.training.trainer import Trainer
@@ -133,7 +133,7 @@ def test_a_first_step_that_builds_kernels_does_not_end_the_run():
     # estimate put it at the floor from step 2, where the no-rise rule kept it all run)
     lrs = [m.lr for m in records]
     assert max(lrs) == pytest.approx(TC.learning_rate)
-    assert trainer._warmup["pretrain"] == TC.warmup_steps
+    assert trainer.rate.warmup["pretrain"] == TC.warmup_steps
     assert lrs[-1] == pytest.approx(TC.learning_rate * TC.min_lr_ratio, rel=0.05)
 
 
@@ -219,10 +219,10 @@ def test_a_rewarm_stays_in_its_stage():
             break
     p.continue_training(pretrain_steps=18)         # re-warm in pretraining, near its end
     assert p.rewarm is not None
-    assert p.lr_at(16) <= p._plan_lr(16)
+    assert p.lr_at(16) <= planned_lr(p.train_config, p.has_tune, 16)
     p.train_config = p.train_config.replace(tune_steps=5)
     p.tune = s.tune                                # a tuning stage after it
-    assert p.lr_at(18) == p._plan_lr(18)           # the tuning warmup is its own
+    assert p.lr_at(18) == planned_lr(p.train_config, p.has_tune, 18)           # the tuning warmup is its own
 
 
 def test_continue_rewarm_survives_a_checkpoint(tmp_path):

@@ -162,14 +162,17 @@ def model_path_kind(path) -> ModelPathKind | None:
 def open_session(path, pretrain_text: str | None = None, tune_text: str | None = None,
                  train_cfg: TrainConfig | None = None, device=None,
                  runtime: Runtime | None = None, monitor: Monitor | None = None,
-                 autotune: bool | None = None) -> TrainingSession:
+                 autotune: bool | None = None, kind: ModelPathKind | None = None
+                 ) -> TrainingSession:
     """The session of any model path: a run folder or checkpoint file (load_session: its own
     texts and settings; the texts and train_cfg given are not used), a GGUF (session_from_gguf)
     or a transformers folder (session_from_hf: a folder this app exported with its texts keeps
     them). A GGUF or a folder without texts trains on `pretrain_text` / `tune_text`, by default
-    the bundled pretraining text. Raises ModelImportError for a path that holds no model, and what the
-    opener raises."""
-    kind = model_path_kind(path)
+    the bundled pretraining text. kind: what the caller asked to open (the studio's Open
+    checkpoint, Open GGUF, Open Hugging Face folder), so a path of another kind is refused as
+    that kind ("not a transformers model folder"); None: what the path holds. Raises
+    ModelImportError for a path that holds no model, and what the opener raises."""
+    kind = kind or model_path_kind(path)
     if kind in (ModelPathKind.RUN_FOLDER, ModelPathKind.CHECKPOINT):
         return load_session(path, device=device, runtime=runtime, monitor=monitor,
                             autotune=autotune)

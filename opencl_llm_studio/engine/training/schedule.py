@@ -103,3 +103,87 @@ def last_lr(history: list[dict]) -> float | None:
         if isinstance(lr, (int, float)) and math.isfinite(lr):
             return float(lr)
     return None
+
+
+# ------------------------------------------------------------------ a run's rate, step by step
+def stage_of(tc: TrainConfig, has_tune: bool, step: int) -> str:
+    """The stage global `step` is in: "pretrain" before tc.pretrain_steps (or always, for a run
+    without dialogues to tune on), else "tune"."""
+    return "pretrain" if step < tc.pretrain_steps or not has_tune else "tune"
+
+
+def stage_peak(tc: TrainConfig, stage: str) -> float:
+    """A stage's peak rate: learning_rate while pretraining, TrainConfig.tune_peak while tuning."""
+    return tc.learning_rate if stage == "pretrain" else tc.tune_peak
+
+
+def planned_lr(tc: TrainConfig, has_tune: bool, step: int) -> float:
+    """The rate of global `step` under the step plan: its stage's lr_at at its peak."""
+    if stage_of(tc, has_tune, step) == "pretrain":
+        return lr_at(tc, step, 0, tc.pretrain_steps, tc.learning_rate)
+    return lr_at(tc, step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+
+
+def rewarm_cap(rewarm: Rewarm | None, tc: TrainConfig, has_tune: bool, step: int,
+               lr: float) -> float:
+    """lr held to a continued run's re-warm ramp, within the stage it was continued in (the
+    next stage warms up on its own)."""
+    if rewarm is None or stage_of(tc, has_tune, step) != stage_of(tc, has_tune, rewarm.step):
+        return lr
+    return rewarm.cap(step, lr)
+
+
+def run_lr(tc: TrainConfig, has_tune: bool, rewarm: Rewarm | None, step: int) -> float:
+    """The learning rate of global `step` of a run planned in steps: planned_lr, held to its
+    re-warm ramp."""
+    return rewarm_cap(rewarm, tc, has_tune, step, planned_lr(tc, has_tune, step))
+
+
+def rewarm_on_continue(tc: TrainConfig, has_tune: bool, step: int, history: list[dict],
+                       budget_given: bool) -> tuple[Rewarm | None, str | None]:
+    """The re-warm of a run continued at `step` under its new settings `tc` (budget_given: a
+    time budget was set, which plans the rate anew): none when nothing was trained or the step
+    plan's rate goes on where the run's last rate stood; else a ramp from that rate over
+    warmup_steps, and a note for the person when the rate had decayed below the stage's peak."""
+    last = last_lr(history)
+    same = (not budget_given and last is not None and step > 0
+            and abs(planned_lr(tc, has_tune, step - 1) - last) <= 1e-6 * last)
+    if last is None or step == 0 or same:   # nothing done, or the schedule goes on
+        return None, None
+    rewarm = Rewarm(step, last, max(tc.warmup_steps, 1))
+    peak = stage_peak(tc, stage_of(tc, has_tune, step))
+    if last >= 0.999 * peak:
+        return rewarm, None
+    return rewarm, (f"The learning rate was {last:.2e} at step {step}; it re-warms from there "
+                    f"over {rewarm.steps} steps, then follows the schedule (peak {peak:.2e}).")
+
+
+class BudgetRate:
+    """The learning rate of a run with a time budget (engine.training.budget.TimePlan gives the
+    progress): each stage's StageSchedule at the share of its time used, its warmup fixed once
+    the plan's estimates have settled (TrainConfig.warmup_for of the steps then planned), held
+    to a re-warm ramp, and after warmup never rising (an estimate that moves must not raise the
+    rate: the no-rise rule)."""
+
+    def __init__(self):
+        self.warmup: dict[str, int] = {}   # stage -> its warmup steps, once fixed
+        self._last: tuple[str, float] | None = None   # (stage, the last rate given)
+
+    def lr(self, tc: TrainConfig, has_tune: bool, rewarm: Rewarm | None, stage: str, step: int,
+           progress: float, planned_steps: int | None = None) -> float:
+        """The rate of global `step` in `stage` at `progress` (0-1) of the stage's time.
+        planned_steps: the steps the stage will have by the plan's settled estimate (None
+        before it settles); the first one given fixes the stage's warmup."""
+        into = step - (0 if stage == "pretrain" else tc.pretrain_steps)
+        if stage not in self.warmup and planned_steps is not None:
+            self.warmup[stage] = tc.warmup_for(max(planned_steps, 1))
+        warm = self.warmup.get(stage, tc.warmup_steps)
+        rate = StageSchedule(stage_peak(tc, stage), warm, tc.decay_fraction,
+                             tc.min_lr_ratio).lr(into, progress)
+        capped = rewarm_cap(rewarm, tc, has_tune, step, rate)
+        rewarming, rate = capped < rate, capped
+        if self._last and self._last[0] == stage and into + 1 > warm and not rewarming:
+            rate = min(rate, self._last[1])
+        self._last = (stage, rate)
+        return rate
+

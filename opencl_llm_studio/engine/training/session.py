@@ -247,19 +247,9 @@ class TrainingSession:
             budget = self.elapsed_s() + more_seconds
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
                                        time_budget_s=budget).validate()
-        last = schedule.last_lr(self.history)
-        same = (more_seconds is None and last is not None and self.step > 0
-                and abs(self._plan_lr(self.step - 1) - last) <= 1e-6 * last)
-        if last is None or self.step == 0 or same:   # nothing done, or the schedule goes on
-            self.rewarm = None
-            return None
-        self.rewarm = Rewarm(self.step, last, max(self.train_config.warmup_steps, 1))
-        peak = tc.learning_rate if self.stage_at(self.step) == "pretrain" else tc.tune_peak
-        if last >= 0.999 * peak:
-            return None
-        return (f"The learning rate was {last:.2e} at step {self.step}; it re-warms from there "
-                f"over {self.rewarm.steps} steps, then follows the schedule "
-                f"(peak {peak:.2e}).")
+        self.rewarm, note = schedule.rewarm_on_continue(
+            self.train_config, self.has_tune, self.step, self.history, more_seconds is not None)
+        return note
 
     # TrainConfig fields a continued run may change: how it trains from here, not what the
     # model or its data are (those stay the run's own)
@@ -350,8 +340,8 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ training
     def stage_at(self, step: int) -> str:
-        pretraining = step < self.train_config.pretrain_steps or not self.has_tune
-        return "pretrain" if pretraining else "tune"
+        """"pretrain" or "tune" (engine.training.schedule.stage_of)."""
+        return schedule.stage_of(self.train_config, self.has_tune, step)
 
     @property
     def total_steps(self) -> int:
@@ -359,23 +349,9 @@ class TrainingSession:
         return run_steps(tc.pretrain_steps, tc.tune_steps, self.has_tune)
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of global `step` under the step plan (engine.config.TrainConfig.
-        lr_at per stage), held to a continued run's re-warm ramp (rewarm_cap)."""
-        return self.rewarm_cap(step, self._plan_lr(step))
-
-    def _plan_lr(self, step: int) -> float:
-        tc = self.train_config
-        if self.stage_at(step) == "pretrain":
-            return schedule.lr_at(tc, step, 0, tc.pretrain_steps, tc.learning_rate)
-        return schedule.lr_at(tc, step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
-
-    def rewarm_cap(self, step: int, lr: float) -> float:
-        """lr held to the re-warm ramp of a continued run (engine.training.schedule.Rewarm), within the
-        stage it was continued in (the next stage warms up on its own)."""
-        r = self.rewarm
-        if r is None or self.stage_at(step) != self.stage_at(r.step):
-            return lr
-        return r.cap(step, lr)
+        """The learning rate of global `step` under the step plan, held to a continued run's
+        re-warm ramp (engine.training.schedule.run_lr)."""
+        return schedule.run_lr(self.train_config, self.has_tune, self.rewarm, step)
 
     def pretrain_val(self, max_tokens: int | None = None, stage: str | None = None) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and

@@ -31,7 +31,7 @@ from opencl_llm_studio.engine.training.evaluate import (answer_accuracy, fact_re
 from opencl_llm_studio.engine.training.health import HealthMonitor
 from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
-from opencl_llm_studio.engine.training.schedule import StageSchedule
+from opencl_llm_studio.engine.training.schedule import BudgetRate
 from opencl_llm_studio.engine.training.snapshot import Snapshot
 
 MAX_BAD_STEPS = 3          # consecutive NaN/Inf steps before the run is stopped and restored
@@ -55,8 +55,7 @@ class Trainer:
         self.pacer = EvalPacer(tc.eval_share if tc.time_budget_s > 0 else 0.0)
         self._good: Snapshot | None = None   # last finite state, for the NaN guard
         self._step_s: float | None = None
-        self._stage_lr: tuple[str, float] | None = None  # (stage, last lr) for monotone decay
-        self._warmup: dict[str, int] = {}
+        self.rate = BudgetRate()   # the learning rate with a time budget (engine.training.schedule)
         self._tunes = False
         self._bad = 0                     # steps in a row with a non-finite loss or gradient
         self._eval_tokens = 0             # targets the last validation scored
@@ -206,31 +205,20 @@ class Trainer:
         return self.clock.now()
 
     def _lr(self, stage: str, stage_start: float) -> float:
-        """This step's learning rate: the session's step schedule, or with a time budget the
-        stage schedule at the share of the stage's time used; never rising after warmup."""
+        """This step's learning rate (engine.training.schedule): the session's step plan, or
+        with a time budget the stage schedule at the share of the stage's time used."""
         s = self.session
         if self.plan is None:
             return s.lr_at(s.step)
-        tc = s.train_config
-        first = 0 if stage == "pretrain" else tc.pretrain_steps
-        into = s.step - first
-        if stage not in self._warmup and self.plan.settled:   # frozen once estimates hold
-            planned = into + self.plan.steps_left(stage, self.clock.now(),
-                                                  self.pacer.share(self.clock.now()))
-            self._warmup[stage] = tc.warmup_for(max(planned, 1))
-        warm = self._warmup.get(stage, tc.warmup_steps)
-        peak = tc.learning_rate if stage == "pretrain" else tc.tune_peak
-        sched = StageSchedule(peak, warm, tc.decay_fraction, tc.min_lr_ratio)
+        now = self.clock.now()
+        planned = None
+        if stage not in self.rate.warmup and self.plan.settled:   # frozen once estimates hold
+            first = 0 if stage == "pretrain" else s.train_config.pretrain_steps
+            planned = s.step - first + self.plan.steps_left(stage, now, self.pacer.share(now))
         # progress at the step's end, as a step plan's (s + 1) / n: the last step is at the floor
-        ends = self.clock.now() + (self.plan.step_s or 0.0)
-        lr = sched.lr(into, self.plan.progress(stage, stage_start, ends))
-        capped = s.rewarm_cap(s.step, lr)
-        rewarming, lr = capped < lr, capped
-        last = self._stage_lr
-        if last and last[0] == stage and into + 1 > warm and not rewarming:
-            lr = min(lr, last[1])
-        self._stage_lr = (stage, lr)
-        return lr
+        progress = self.plan.progress(stage, stage_start, now + (self.plan.step_s or 0.0))
+        return self.rate.lr(s.train_config, s.has_tune, s.rewarm, stage, s.step, progress,
+                            planned)
 
     # ------------------------------------------------------------------ the time plan
     def _time_plan(self) -> TimePlan:

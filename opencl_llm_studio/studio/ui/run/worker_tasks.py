@@ -81,7 +81,10 @@ class ModelTasks:
         """Open the job's model (a GGUF or a folder without texts is trained further on the
         job's texts and train_config): (session, ModelSource, the path opened: the new run
         folder of an import), or None."""
-        from opencl_llm_studio.engine.training.opening import open_session
+        from opencl_llm_studio.engine.training.opening import ModelPathKind, open_session
+        # the opener of what the person asked to open, whatever the path holds
+        opens = {ModelSource.CHECKPOINT: ModelPathKind.RUN_FOLDER, ModelSource.GGUF:
+                 ModelPathKind.GGUF, ModelSource.HF: ModelPathKind.HF_FOLDER}
         path = Path(job.path)
         try:   # Open checkpoint (no source): the path's kind tells
             source = ModelSource.CHECKPOINT if job.import_to else job.source or ModelSource.of(path)
@@ -96,7 +99,7 @@ class ModelTasks:
             # without texts of its own: those loaded, and the job's train_config for a GGUF
             session = open_session(path, job.pretrain_text, job.tune_text or None,
                                    train_cfg=job.train_config, device=job.device,
-                                   monitor=self.monitor)
+                                   monitor=self.monitor, kind=opens[source])
         except Cancelled:  # the window closes while a large checkpoint is read
             return None
         except Exception as e:
