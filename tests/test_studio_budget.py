@@ -102,3 +102,33 @@ def test_continue_for_minutes_trains_that_much_longer(qtbot, tmp_path, monkeypat
     assert before == pytest.approx(10 * 0.05)
     assert abs(s.elapsed_s() - (before + 3.0)) <= 0.1
     assert s.step - 10 >= 3.0 / 0.05 * 0.9              # the 3 s were spent training
+
+
+def test_an_opened_budgeted_run_continues_for_the_minutes_given(qtbot, window, monkeypatch):
+    """A run trained for 1 minute, opened: "Train for" was greyed out at "1 min" ("The opened
+    model fixes this") and Continue trained 1 minute more whatever the person wanted; after it,
+    the step fields kept the old totals. Now the field is editable, reads "min more", starts
+    off, Continue trains the minutes set, and the fields show the run's totals after it.
+    Training time is fake: each step takes 1 s of it."""
+    fake_training_time(monkeypatch, step_s=1.0)
+    configure(window, pretrainStepsSpin=300, tuneStepsSpin=0, sampleIntervalSpin=0,
+              evalIntervalSpin=1000, contextLengthSpin=32, trainMinutesSpin=1)
+    with qtbot.waitSignal(window.trainingFinished, timeout=300_000) as blocker:
+        window.run_bar.train_button.click()
+    first = blocker.args[0]
+    assert first.outcome is Outcome.FINISHED
+    with qtbot.waitSignal(window.modelOpened, timeout=60_000):
+        window.files.open_checkpoint(first.run_dir)
+    sp = window.settings_panel
+    minutes = sp.spins["trainMinutesSpin"]
+    assert minutes.isEnabled() and minutes.value() == 0 and minutes.suffix() == " min more"
+    before = window.controller.worker.session.elapsed_s()
+    assert before == pytest.approx(60.0, abs=2.0)
+    minutes.setValue(2)
+    with qtbot.waitSignal(window.trainingFinished, timeout=300_000) as blocker:
+        window.run_bar.train_button.click()
+    assert blocker.args[0].outcome is Outcome.FINISHED
+    s = window.controller.worker.session
+    assert s.elapsed_s() == pytest.approx(before + 120.0, abs=2.0)   # 2 minutes more
+    assert sp.spins["pretrainStepsSpin"].value() == s.train_config.pretrain_steps == s.step
+

@@ -367,5 +367,10 @@ def test_studio_train_for_minutes(qtbot):
     assert w.train_config().time_budget_s == 0
     w.set_value("trainMinutesSpin", 3)
     assert w.train_config().time_budget_s == 180.0
+    # an opened run: the field means minutes more (Continue), said beside it, off at first
     w.set_from_configs(ModelConfig(), TrainConfig(time_budget_s=120.0))
-    assert w.spins["trainMinutesSpin"].value() == 2
+    minutes = w.spins["trainMinutesSpin"]
+    assert minutes.value() == 0 and minutes.suffix() == " min more"
+    assert minutes.toolTip().startswith("Minutes more")
+    w.forget_opened()   # New model: the whole run's minutes again
+    assert minutes.suffix() == " min" and minutes.toolTip().startswith("Minutes of training")

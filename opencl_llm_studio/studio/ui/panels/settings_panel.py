@@ -28,6 +28,13 @@ from opencl_llm_studio.studio.ui.panels.settings_fields import (  # noqa: F401 (
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 
 
+MINUTES_TIP = ("Minutes of training (evaluations included); the step counts and the "
+               "learning-rate schedule are fitted to end on time. Off: use the step counts.")
+MORE_MINUTES_TIP = ("Minutes more of training for the opened model, on top of what it has had "
+                    "(evaluations included; as `llm-studio train --continue --time-budget`). "
+                    "Off: train to the step counts.")
+
+
 class SettingsPanel(QWidget):
     changed = Signal()
     validityChanged = Signal(bool)
@@ -112,9 +119,7 @@ class SettingsPanel(QWidget):
         row, _ = form.getWidgetPosition(self._errors["warmup_steps"])
         form.insertRow(row + 1, self.warmup_note)
         self._add(form, QSpinBox(), "trainMinutesSpin", "time_budget_s", "Train for",
-                  1, "Minutes of training (evaluations included); the step counts and the "
-                  "learning-rate schedule are fitted to end on time. Off: use the step counts.",
-                  round(defaults.time_budget_s / 60), unit_s=60)
+                  1, MINUTES_TIP, round(defaults.time_budget_s / 60), unit_s=60)
         self.spins["trainMinutesSpin"].setSpecialValueText("off (use the steps)")
         self.spins["trainMinutesSpin"].setSuffix(" min")
         self.spins["sampleIntervalSpin"].setSuffix(" steps")
@@ -169,6 +174,7 @@ class SettingsPanel(QWidget):
     def forget_opened(self) -> None:
         """New model: the fields describe the model again."""
         self._opened = None
+        self._minutes_mean_more(False)
         self.opened_label.setVisible(False)
         self._show_tokenizer("")
         self._on_change()
@@ -245,7 +251,20 @@ class SettingsPanel(QWidget):
             keys = {k for name in PRESETS for k in self._extras(name)}
             self._set_extra({k: getattr(train_cfg, k) for k in sorted(keys)
                              if getattr(train_cfg, k) != getattr(default, k)})
-            self.spins["trainMinutesSpin"].setValue(round(train_cfg.time_budget_s / 60))
+        # Continue: "Train for N min more" (as `train --continue --time-budget`), off at first
+        self._minutes_mean_more(True)
+        self.spins["trainMinutesSpin"].setValue(0)
+
+    def _minutes_mean_more(self, more: bool) -> None:
+        """The minutes field means the whole run's time (a new model) or time more (Continue)."""
+        spin = self.spins["trainMinutesSpin"]
+        spin.setSuffix(" min more" if more else " min")
+        spin.setToolTip(MORE_MINUTES_TIP if more else MINUTES_TIP)
+
+    def show_run_totals(self, train_cfg: TrainConfig) -> None:
+        """After a continued run: its step totals as they are now (a time budget plans them)."""
+        self.spins["pretrainStepsSpin"].setValue(train_cfg.pretrain_steps)
+        self.spins["tuneStepsSpin"].setValue(train_cfg.tune_steps)
 
     def is_valid(self) -> bool:
         return self._valid

@@ -8,8 +8,8 @@ TASK_WHY = "Wait for the export, save, opening or kernel tuning in progress."
 NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 # Why an input of a run is off (its tooltip):
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."
-OPENED_WHY = ("The opened model fixes this: its step counts, batch size and learning rate can "
-              "change. New model (beside Continue) trains one from scratch with other "
-              "settings.")
+OPENED_WHY = ("The opened model fixes this: its step counts, batch size, learning rate and "
+              "minutes more can change. New model (beside Continue) trains one from scratch "
+              "with other settings.")
 OPENED_DATA_WHY = ("The opened model keeps its texts. A model without dialogues can take a tune "
                    "file: its tuning stage then tunes on it.")

@@ -206,8 +206,9 @@ class TrainingActions:
             self.panels.run_bar.hide_run_folder()
         opened = self.controller.continue_from
         if opened is not None and result.train_config is not None:
-            # it goes on from here
+            # it goes on from here, and the fields show where it stands
             self.panels.run_bar.set_continue(step, opened.run_dir is not None)
+            self.panels.settings_panel.show_run_totals(result.train_config)
         if self.controller.has_model and result.outcome is not Outcome.FAILED:
             self.panels.tabs.setCurrentWidget(self.panels.samples_panel)
         self.window.trainingFinished.emit(result)

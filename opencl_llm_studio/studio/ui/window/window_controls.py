@@ -96,7 +96,8 @@ class WindowControls:
         p, opened = self.panels, self.controller.continue_from
         only, why = None, {"": BUSY_WHY}
         if opened is not None:
-            only = ("pretrainStepsSpin", "tuneStepsSpin", "batchSizeSpin", "learningRateSpin")
+            only = ("pretrainStepsSpin", "tuneStepsSpin", "batchSizeSpin", "learningRateSpin",
+                    "trainMinutesSpin")
             if edit:
                 why = {"": OPENED_WHY}
         p.settings_panel.set_editable(edit, only, why)
