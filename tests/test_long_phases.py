@@ -15,7 +15,6 @@ from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.data.longtext import ENCODE_CHUNK_CHARS, chunks, encode_text
 from opencl_llm_studio.engine.progress import Cancelled, Monitor
-from opencl_llm_studio.engine.training.session import TrainingSession
 from opencl_llm_studio.engine.training.opening import create_session, load_session
 from opencl_llm_studio.engine.data.textio import read_text
 from opencl_llm_studio.engine.data.tokenizer import TRAIN_SENTENCE_CHARS, Tokenizer, _sentences
@@ -244,12 +243,13 @@ def test_ctrl_c_before_the_first_step_leaves_the_folder_as_it_was(tmp_path, monk
     if continued:
         assert main(["train", "--out", str(out), "--steps", "2", "--no-tune", *TINY]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()} if continued else None
-    real_train = TrainingSession.train
+    from opencl_llm_studio.engine.training.trainer import Trainer
+    real_run = Trainer.run
 
-    def ctrl_c_then_train(self, *a, **k):
+    def ctrl_c_then_run(self, *a, **k):   # the run is set up; its steps are about to start
         os.kill(os.getpid(), signal.SIGINT)
-        return real_train(self, *a, **k)
-    monkeypatch.setattr(TrainingSession, "train", ctrl_c_then_train)
+        return real_run(self, *a, **k)
+    monkeypatch.setattr(Trainer, "run", ctrl_c_then_run)
     capsys.readouterr()
     argv = (["--continue", "--steps", "4"] if continued else ["--steps", "4", "--no-tune"])
     rc = main(["train", "--out", str(out), *argv, *TINY])

@@ -224,20 +224,29 @@ def _kept_lines(path: Path, keep_until: int) -> list[str]:
 
 
 class RunRecorder:
-    """metrics.jsonl and checkpoints of one run. `history` (a continued session's records)
-    starts metrics.jsonl, so the folder is complete on its own."""
+    """metrics.jsonl and checkpoints of one run, under the folder's lock. metrics.jsonl starts
+    with the lines of steps <= keep_until already there (a run continued in place; None: none)
+    and then `history` (a continued session's records), so the folder is complete on its own.
+    lock: the folder's RunLock when the caller already holds it (`llm-studio train` takes it
+    before it makes the folder); None: taken here (RunFolderBusy when a CLI run trains there),
+    and given back by close(). live: each line is flushed as it is written (a `runs` or `plot`
+    of another process reads the run as it trains)."""
 
-    def __init__(self, folder, every: int = DEFAULT_EVERY, history=()):
+    def __init__(self, folder, every: int = DEFAULT_EVERY, history=(),
+                 keep_until: int | None = None, lock: RunLock | None = None, live: bool = False):
         self.folder = Path(folder)
         self.every = max(int(every), 0)
+        self.live = live
         self.saved_step: int | None = None  # step of the checkpoint on disk, None before one
         self.warned = False                 # an autosave problem is reported once per run
         self._log: MetricsLog | None = None
-        self._lock = RunLock(self.folder).acquire()  # RunFolderBusy: a CLI run is training there
+        self._own_lock = lock is None
+        self._lock = lock or RunLock(self.folder).acquire()
         try:
-            self._log = MetricsLog(self.folder, history)
+            self._log = MetricsLog(self.folder, history, keep_until)
         except OSError as e:
-            self._lock.release()
+            if self._own_lock:
+                self._lock.release()
             raise CheckpointError(
                 f"Cannot write the run folder {self.folder}: {e.strerror or e}.",
                 "Choose another folder under Autosave › Runs folder, or free disk space.") from e
@@ -246,6 +255,8 @@ class RunRecorder:
         """One line per step; a write error (full disk) is left to the next checkpoint's save
         to report, the training goes on."""
         self._do(lambda log_: log_.write(m), "writing")
+        if self.live:
+            self.flush()
 
     def _do(self, action, what: str) -> None:
         """action(the MetricsLog); on an OSError/ValueError log it and stop writing."""
@@ -279,10 +290,11 @@ class RunRecorder:
         self._do(lambda log_: log_.truncate(keep_until), "truncating")
 
     def close(self) -> None:
-        """Close metrics.jsonl and give the folder's lock back."""
+        """Close metrics.jsonl and give the folder's lock back (when it was taken here)."""
         self._do(MetricsLog.close, "closing")
         self._log = None
-        self._lock.release()
+        if self._own_lock:
+            self._lock.release()
 
     def discard(self) -> None:
         """The run never started (the session could not be built): remove what was written."""

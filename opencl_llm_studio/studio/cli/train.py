@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from pathlib import Path
 
 from opencl_llm_studio.engine.config import run_steps
@@ -18,8 +17,9 @@ from opencl_llm_studio.studio.cli.options import (CONTINUE_OPTIONS, MODEL_OPTION
                                                    shell_arg)
 from opencl_llm_studio.studio.cli.progress import ProgressLine
 from opencl_llm_studio.studio.cli.runs import TrainWatch
-from opencl_llm_studio.studio.run_folder import (RUN_HINT, MetricsLog, ModelKind, holds_run, make_run_folder,
-                               path_kind, recall_text)
+from opencl_llm_studio.studio.run_driver import RunDriver
+from opencl_llm_studio.studio.run_folder import (RUN_HINT, ModelKind, RunRecorder, holds_run,
+                                                make_run_folder, path_kind, recall_text)
 from opencl_llm_studio.engine.model.params import param_count
 
 
@@ -65,7 +65,7 @@ def cmd_train(args) -> int:
         before.undo()  # folders made before the lock file could not be written
         raise
     try:
-        return _train(args)
+        return _train(args, lock)
     finally:
         lock.release()   # first: Windows cannot delete an open file
         if _file_mark(checkpoint.checkpoint_path(out)) == saved:   # nothing was saved
@@ -81,7 +81,8 @@ def _file_mark(path: Path):
     return st.st_size, st.st_mtime_ns
 
 
-def _train(args) -> int:
+def _train(args, lock=None) -> int:
+    """lock: --out's RunLock, held by cmd_train (None only where --out is no folder: refused)."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise StudioError(f"--out {out} is a file, not a folder.",
@@ -101,7 +102,7 @@ def _train(args) -> int:
             return 130
         if (args.continue_run or args.continue_from) and _nothing_left(session, line):
             return 0
-        return _train_loop(session, args, out, monitor, line)
+        return _train_loop(session, args, out, monitor, line, lock)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -214,21 +215,32 @@ def _check_continuable(source: Path) -> None:
                           " then continue RUN.")
 
 
-def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> int:
-    """Train to the end or to a stop; every way out saves the steps done (SIGKILL loses at
-    most --checkpoint-every steps)."""
+def _train_loop(session, args, out: Path, monitor: Monitor, line: ProgressLine, lock) -> int:
+    """Train to the end or to a stop through studio.run_driver (metrics.jsonl, a checkpoint
+    every --checkpoint-every steps); every way out saves the steps done (SIGKILL loses at most
+    --checkpoint-every steps)."""
     first_step = session.step
     line.pace.start(first_step)
     _announce(session, line)
-    save_s = _steps(session, args, out, monitor, line)
-    if monitor.cancelled and session.step == first_step:   # nothing new to save
-        line.say(STOPPED_BEFORE.format(out=out))   # cmd_train removes what a new run made
-        return 130
-    if monitor.cancelled:
-        mb = session.model.table.size * 12 / 2**20   # weights and both AdamW moments, float32
-        took = f", about {save_s:.0f} s as the last one" if save_s and save_s >= 1 else ""
-        line.say(f"Stopping: saving the checkpoint ({mb:,.0f} MB{took})…")
-    session.save(out)
+    # a continued run: what the checkpoint covers; a new run continued from another: its history
+    recorder = RunRecorder(out, args.checkpoint_every,
+                           history=session.history if args.continue_from else (),
+                           keep_until=None if args.continue_from else session.step,
+                           lock=lock, live=True)
+    driver = RunDriver(session, recorder)   # a checkpoint that cannot be written ends the command
+    try:
+        _steps(driver, args, monitor, line, TrainWatch(out, args.tensorboard))
+        if monitor.cancelled and session.step == first_step:   # nothing new to save
+            line.say(STOPPED_BEFORE.format(out=out))   # cmd_train removes what a new run made
+            return 130
+        if monitor.cancelled:
+            mb = session.model.table.size * 12 / 2**20   # weights and both AdamW moments, float32
+            took = (f", about {driver.save_s:.0f} s as the last one"
+                    if driver.save_s and driver.save_s >= 1 else "")
+            line.say(f"Stopping: saving the checkpoint ({mb:,.0f} MB{took})…")
+        driver.autosave()
+    finally:
+        recorder.close()
     if monitor.cancelled:
         line.say(f"Stopped at step {session.step}; saved to {out}. Go on with --continue.")
         return 130
@@ -252,32 +264,21 @@ def _announce(session, line: ProgressLine) -> None:
                  f"(evaluations included{split}); the step count follows the measured speed.")
 
 
-def _steps(session, args, out: Path, monitor: Monitor, line: ProgressLine) -> float | None:
-    """The training steps, each written to metrics.jsonl and the progress line, checkpoints
-    every --checkpoint-every steps, until the end or a stop. Returns the seconds the last
-    checkpoint took (None if none was saved)."""
-    # a continued run: what the checkpoint covers; a new run continued from another: its history
-    metrics = (MetricsLog(out, history=session.history) if args.continue_from
-               else MetricsLog(out, keep_until=session.step))
-    watch = TrainWatch(out, args.tensorboard)  # health warnings; TensorBoard events
-    save_s = None   # seconds the last checkpoint took (said when a stop saves)
+def _steps(driver: RunDriver, args, monitor: Monitor, line: ProgressLine, watch) -> None:
+    """The training steps, each on the progress line (and TensorBoard), until the end or a
+    stop (Ctrl-C: between two steps, or inside one, which is then not taken)."""
     try:
-        for m in session.train():
-            metrics.write(m)
-            metrics.flush()
+        while (m := driver.step()) is not None:
             line.step(m)
             watch(m)
             _say_checks(m, args, line)
             if monitor.cancelled:
                 break
-            if args.checkpoint_every and m.step % args.checkpoint_every == 0:
-                save_s = _timed_save(session, out)
-    except Cancelled:  # a stop between two steps, or inside one (the step is not taken)
+    except Cancelled:
         pass
     finally:
-        metrics.close()
+        driver.close()
         watch.close()
-    return save_s
 
 
 def _say_checks(m, args, line: ProgressLine) -> None:
@@ -314,13 +315,6 @@ def _final_validation(session) -> str | None:
     cover = "all of it" if tokens is not None and tokens >= size else f"{tokens:,} tokens"
     return (f"Final validation on the {where}: {loss:.4f} nats per token, "
             f"{last['val_bpb']:.4f} bits per byte ({cover}).")
-
-
-def _timed_save(session, out: Path) -> float:
-    """session.save(out); its wall seconds."""
-    t0 = time.perf_counter()
-    session.save(out)
-    return time.perf_counter() - t0
 
 
 def _nothing_left(session, line: ProgressLine) -> bool:

@@ -30,6 +30,7 @@ from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
                              RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
+from opencl_llm_studio.studio.run_driver import RunDriver
 from opencl_llm_studio.studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from opencl_llm_studio.studio.ui.run.worker_tasks import ModelTasks
 from opencl_llm_studio.studio.ui.run.worker_tune import KernelTuning
@@ -74,8 +75,7 @@ class TrainingWorker(QObject):
         super().__init__()
         self.session = None
         self.recorder: RunRecorder | None = None  # the run folder of the run in progress
-        self._steps = None          # the suspended Trainer.run() generator
-        self.trainer = None         # its engine.training.trainer.Trainer (its clock stops while paused)
+        self.driver: RunDriver | None = None   # the run's steps (studio.run_driver), kept while paused
         self._stop = threading.Event()
         self._pause = threading.Event()
         self.monitor = Monitor(on_phase=self._on_phase, event=self._stop)
@@ -187,7 +187,7 @@ class TrainingWorker(QObject):
             return self._not_started("Could not start training", e)
         self.recorder = recorder
         self.sessionReady.emit(self._info(encoded=True))
-        self._steps = self._trainer(self.session)
+        self.driver = RunDriver(self.session, recorder, self._saved, self._autosave_failed)
         self._run()
 
     @Slot(object)
@@ -225,15 +225,8 @@ class TrainingWorker(QObject):
             remove_if_empty(job.run_dir)
             return self._not_started("Could not continue training", e)
         self.sessionReady.emit(self._info(history=True))
-        self._steps = self._trainer(s)
+        self.driver = RunDriver(s, self.recorder, self._saved, self._autosave_failed)
         self._run()
-
-    def _trainer(self, session):
-        """The run's generator, keeping its Trainer (Pause stops its clock: a pause never
-        counts as training time, so a time budget is not shortened by it)."""
-        from opencl_llm_studio.engine.training.trainer import Trainer
-        self.trainer = Trainer(session)
-        return self.trainer.run()
 
     def _not_started(self, title: str, exc: BaseException) -> None:
         self._fail(title, exc)
@@ -249,8 +242,8 @@ class TrainingWorker(QObject):
     def resume(self) -> None:
         """Go on after a pause (the flag was cleared by cancel_pause; set again, the run holds
         again after one step's check: paused follows resumed)."""
-        if self._steps is not None:
-            self.trainer.clock.resume()
+        if self.driver is not None and self.driver.running:
+            self.driver.resume()   # a pause never counts as training time (a time budget)
             self.resumed.emit(self._point())
             self._run()
 
@@ -258,7 +251,7 @@ class TrainingWorker(QObject):
     def finish(self) -> None:
         """Stop pressed while paused (or queued after a stop already handled by _run, or after
         the run ended on its own: then the flag must not linger and cancel the next chat)."""
-        if self._steps is not None and self._stop.is_set():
+        if self.driver is not None and self.driver.running and self._stop.is_set():
             self._close_steps()
             self.stopped.emit(self._result(Outcome.STOPPED))
         self._stop.clear()
@@ -296,19 +289,15 @@ class TrainingWorker(QObject):
         try:
             while not self._stop.is_set():
                 if self._pause.is_set():
-                    self.trainer.clock.pause()
+                    self.driver.pause()
                     return None
                 try:
-                    record = next(self._steps)
-                except StopIteration:
-                    return Outcome.FINISHED
+                    record = self.driver.step()   # recorded; a checkpoint when due
                 except Cancelled:  # Stop landed between the flag check and the step
                     break
+                if record is None:
+                    return Outcome.FINISHED
                 batch.append(record)
-                if self.recorder is not None:  # between steps: the generator is suspended
-                    self.recorder.record(record)
-                    if self.recorder.due(record.step):
-                        self._autosave()
                 now = time.monotonic()
                 if now - last_emit >= EMIT_INTERVAL_S or record.samples or record.recall:
                     self.metrics.emit(batch)
@@ -334,8 +323,8 @@ class TrainingWorker(QObject):
         device_failed = _is_device_failure(exc)
         if isinstance(exc, TrainingDiverged):
             title = "Training diverged"
-            if rec is not None:  # the engine restored the last good state: save exactly that
-                rec.truncate(s.step)
+            if self.driver is not None:  # the engine restored the last good state: save that
+                self.driver.diverged()
         elif device_failed:
             title = "The OpenCL device failed"
         else:
@@ -357,23 +346,23 @@ class TrainingWorker(QObject):
         self.failed.emit(result)
 
     def _autosave(self) -> bool:
-        """Checkpoint into the run folder if the session moved since the last one. A failure
-        (full disk, unwritable folder) is reported once and training goes on."""
-        rec, s = self.recorder, self.session
-        if rec is None or not rec.dirty(s):
-            return rec is not None
-        try:
-            rec.save(s)
-        except Exception as e:
-            if not rec.warned:
-                rec.warned = True
-                where = (f"The checkpoint of step {rec.saved_step} is unchanged."
-                         if rec.saved_step is not None else "No checkpoint was written yet.")
-                self._fail("Autosave failed", e, f"{where} Training goes on; use File › Save "
-                                                 "checkpoint to save elsewhere.")
-            return False
-        self.autosaved.emit(str(rec.folder), s.step)
-        return True
+        """Checkpoint into the run folder if the session moved since the last one
+        (studio.run_driver.RunDriver.autosave); a failure is reported once, training goes on."""
+        return self.driver is not None and self.driver.autosave()
+
+    def _saved(self, step: int) -> None:
+        self.autosaved.emit(str(self.recorder.folder), step)
+
+    def _autosave_failed(self, exc: BaseException) -> None:
+        """A checkpoint could not be written (full disk, unwritable folder): said once a run."""
+        rec = self.recorder
+        if rec is None or rec.warned:
+            return
+        rec.warned = True
+        where = (f"The checkpoint of step {rec.saved_step} is unchanged."
+                 if rec.saved_step is not None else "No checkpoint was written yet.")
+        self._fail("Autosave failed", exc, f"{where} Training goes on; use File › Save "
+                                           "checkpoint to save elsewhere.")
 
     def _end_run(self, save: bool = True) -> None:
         if self.recorder is not None:
@@ -381,6 +370,7 @@ class TrainingWorker(QObject):
                 self._autosave()
             self.recorder.close()
             self.recorder = None
+        self.driver = None
 
     def _close_run(self) -> None:
         """End the run in progress, if any: its generator, then its folder (saved)."""
@@ -388,9 +378,5 @@ class TrainingWorker(QObject):
         self._end_run()
 
     def _close_steps(self) -> None:
-        if self._steps is not None:
-            try:
-                self._steps.close()
-            except Exception:  # closing must not raise into the GUI; log it
-                log.exception("closing the training generator")
-            self._steps = None
+        if self.driver is not None:
+            self.driver.close()
