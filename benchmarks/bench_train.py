@@ -306,7 +306,7 @@ def main(argv=None):
               f"PyTorch {torch.__version__} {torch_mode(args)} on {tdev}; attention "
               f"{'explicit softmax' if args.no_sdpa else 'scaled_dot_product_attention'}.",
               f"Data: {args.data} (vocab {args.vocab}); AdamW betas (0.9, 0.95), eps 1e-8, "
-              f"weight decay 0.1 on matrices, clip 1.0, warmup + cosine lr; fp32. Steps: "
+              f"weight decay 0.1 on matrices, clip 1.0, the engine's WSD lr; fp32. Steps: "
               f"{args.check_steps} checked, {args.warmup} warm-up, up to {args.steps} timed per "
               f"side in alternating blocks of {args.block}.",
               f"Model FLOPs per token: 6N + 12*n_layer*d_model*T with N = all parameters."]

@@ -1,6 +1,6 @@
 """The engine's side of benchmarks/quality_nanogpt.py: an engine.training.presets preset trained with the engine's
 own training step (Model.train_step: forward, backward, clipping, AdamW on the device, dropout)
-and its warmup + cosine schedule (engine.training.schedule.lr_at), on quality_nanogpt.CharData's split.
+and its WSD schedule (engine.training.schedule.lr_at), on quality_nanogpt.CharData's split.
 
 Ids come from the engine's own character tokenizer (`llm-studio train --tokenizer char`: one
 token per character, "\n" the byte token <0x0A>), trained on the whole text as the CLI does, so

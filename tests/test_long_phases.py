@@ -260,3 +260,27 @@ def test_ctrl_c_before_the_first_step_leaves_the_folder_as_it_was(tmp_path, monk
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:
         assert not out.exists()
+
+
+def test_a_kernel_build_broken_by_ctrl_c_in_the_first_step_is_a_stop(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Ctrl-C while the first step builds its kernels: the compiler gets the signal too and the
+    build fails. That is the person's stop, not a device fault: exit 130, "Stopped before
+    training began", the folder left as it was (was: exit 2, "The OpenCL kernels failed to
+    compile", seen in a full test run on a 2-core AMD machine)."""
+    from opencl_llm_studio.engine.errors import DeviceError
+    from opencl_llm_studio.engine.training.trainer import Trainer
+
+    def ctrl_c_breaks_the_build(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        raise DeviceError("The OpenCL kernels failed to compile on this device.",
+                          "Give another --device.")
+        yield   # a generator, as Trainer.run
+    monkeypatch.setattr(Trainer, "run", ctrl_c_breaks_the_build)
+    out = tmp_path / "run"
+    rc = main(["train", "--out", str(out), "--steps", "4", "--no-tune", *TINY])
+    err = capsys.readouterr().err
+    assert rc == 130, err
+    assert "Stopped before training began" in err and "failed to compile" not in err, err
+    assert not out.exists()
+

@@ -276,6 +276,11 @@ def _steps(driver: RunDriver, args, monitor: Monitor, line: ProgressLine, watch)
                 break
     except Cancelled:
         pass
+    except StudioError:
+        # after a stop signal, a kernel build of the first step that the signal broke (the
+        # compiler got Ctrl-C too) is a stop, as it is while the run opens (_train)
+        if not monitor.cancelled:
+            raise
     finally:
         driver.close()
         watch.close()
