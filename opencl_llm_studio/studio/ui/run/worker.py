@@ -157,8 +157,12 @@ class TrainingWorker(QObject):
     @Slot(object)
     def tune_kernels(self, job: TuneJob) -> None:
         """Tune the kernels for the job's device and shape; tuneProgress, then tuned. Stop
-        cancels it (the flag is cleared by finish(), queued behind this slot)."""
-        self.tuned.emit(self.tuning.tune(job, self.tuneProgress.emit))
+        cancels it; the flag is cleared before tuned, so whatever the window does next is not
+        cancelled by it (finish(), queued behind this slot, cleared it only after the window
+        had heard the result)."""
+        report = self.tuning.tune(job, self.tuneProgress.emit)
+        self._stop.clear()
+        self.tuned.emit(report)
 
     # -- training ----------------------------------------------------------------------------
     @Slot(object)
