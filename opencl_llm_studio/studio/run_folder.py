@@ -18,14 +18,13 @@ import json
 import logging
 import math
 import time
-from enum import Enum
 from pathlib import Path
 
 from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine import fsutil
 from opencl_llm_studio.engine.config import CHECKPOINT_EVERY
 from opencl_llm_studio.engine.errors import CheckpointError, StudioError
-from opencl_llm_studio.engine.files.hf.export import STUDIO_FILE
+from opencl_llm_studio.engine.files.model_path import ModelPathKind, model_path_kind
 from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.training.run_lock import RunLock
 
@@ -35,13 +34,7 @@ METRICS = "metrics.jsonl"
 RUN_JSON = "run.json"
 
 
-class ModelKind(str, Enum):
-    """What a model path holds (path_kind)."""
-    RUN_FOLDER = "run folder"          # checkpoint.npz / checkpoint.prev.npz / metrics.jsonl
-    CHECKPOINT = "checkpoint file"     # a checkpoint .npz on its own
-    GGUF = "GGUF file"                 # this app's export or a pretrained open model's
-    HF_FOLDER = "transformers folder"  # config.json + weights, from elsewhere
-    APP_HF_FOLDER = "transformers folder exported by this app"   # with studio.json
+ModelKind = ModelPathKind   # what a model path holds (engine.files.model_path), by this name here
 
 
 HF_KINDS = (ModelKind.HF_FOLDER, ModelKind.APP_HF_FOLDER)
@@ -57,26 +50,21 @@ IMPORT_HINT = "Give a .gguf file or a transformers model folder (config.json)."
 
 
 def path_kind(path, hint: str = PATH_HINT) -> ModelKind:
-    """What `path` holds, from its names alone (no file is read). Raises StudioError naming the
-    path when it does not exist or is none of ModelKind, with `hint` (what the command takes:
-    PATH_HINT, RUN_OR_GGUF_HINT, RUN_HINT, IMPORT_HINT)."""
+    """What `path` holds, from its names alone (no file is read: engine.files.model_path). Raises
+    StudioError naming the path when it does not exist or is none of ModelKind (a folder
+    without a run: no checkpoint, metrics.jsonl or config.json), with `hint` (what the command
+    takes: PATH_HINT, RUN_OR_GGUF_HINT, RUN_HINT, IMPORT_HINT)."""
     p = Path(path)
-    if p.is_dir():
-        if (p / "config.json").is_file():
-            return ModelKind.APP_HF_FOLDER if (p / STUDIO_FILE).is_file() else ModelKind.HF_FOLDER
-        if is_run_folder(p):
-            return ModelKind.RUN_FOLDER
+    kind = model_path_kind(p)
+    if kind is ModelKind.RUN_FOLDER and not is_run_folder(p):
         raise StudioError(f"{p} is a folder without a model: no checkpoint.npz, metrics.jsonl "
                           "or config.json in it.", hint)
-    if p.is_file():
-        suffix = p.suffix.lower()
-        if suffix == ".gguf":
-            return ModelKind.GGUF
-        if suffix == ".npz":
-            return ModelKind.CHECKPOINT
+    if kind is None and p.is_file():
         raise StudioError(f"{p} is neither a checkpoint (.npz) nor a GGUF (.gguf) file.",
                           hint)
-    raise StudioError(f"{p} does not exist.", hint)
+    if kind is None:
+        raise StudioError(f"{p} does not exist.", hint)
+    return kind
 
 
 def is_run_folder(path) -> bool:

@@ -95,18 +95,17 @@ def _byte_level(get: Callable[[str, Any], Any], fname: str, tokens: list) -> tup
 
 
 def _sentencepiece_vocab(get: Callable[[str, Any], Any], fname: str, tokens: list, types: list,
-                         ids: dict) -> tuple:
-    """(tokenizers.Tokenizer, scores) of a SentencePiece vocabulary (tokenizer.ggml.model
-    "llama"); sets ids["unknown"] to the unknown token found by type when the file names none."""
+                         unk: int | None) -> tuple:
+    """(tokenizers.Tokenizer, scores, unknown id) of a SentencePiece vocabulary
+    (tokenizer.ggml.model "llama"); unk: the file's unknown token, else the one found by type."""
     scores = [float(s) for s in get("tokenizer.ggml.scores", [])]
     if len(scores) != len(tokens):
         raise ModelImportError(f"{fname} has {len(scores)} scores for {len(tokens)} "
                                "tokens.", "The file is damaged.")
-    unk = ids["unknown"] if ids["unknown"] is not None else (
-        types.index(TOKEN_UNKNOWN) if TOKEN_UNKNOWN in types else None)
-    ids["unknown"] = unk
+    if unk is None:
+        unk = types.index(TOKEN_UNKNOWN) if TOKEN_UNKNOWN in types else None
     return _sentencepiece(tokens, scores, types, unk,
-                          bool(get("tokenizer.ggml.add_space_prefix", True))), scores
+                          bool(get("tokenizer.ggml.add_space_prefix", True))), scores, unk
 
 
 def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenTokenizer:
@@ -125,8 +124,9 @@ def tokenizer_from_gguf(get: Callable[[str, Any], Any], fname: str) -> OpenToken
     if model == "gpt2":
         (hf, pre, add_bos_default), scores = _byte_level(get, fname, tokens), None
     else:
-        (hf, scores), pre, add_bos_default = (_sentencepiece_vocab(get, fname, tokens, types, ids),
-                                              "default", True)
+        hf, scores, ids["unknown"] = _sentencepiece_vocab(get, fname, tokens, types,
+                                                          ids["unknown"])
+        pre, add_bos_default = "default", True
     _added_tokens(hf, tokens, types)
     add_bos = bool(get("tokenizer.ggml.add_bos_token", add_bos_default))
     if add_bos and ids["bos"] is not None:   # as the folders' tokenizer.json add it

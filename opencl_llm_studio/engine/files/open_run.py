@@ -17,6 +17,8 @@ import numpy as np
 from opencl_llm_studio.engine.files import checkpoint
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig, pretrained_train_config
 from opencl_llm_studio.engine.data.dialogue import MODEL_FORMAT as MODEL_TEMPLATE   # header chat_format: its own template
+from opencl_llm_studio.engine.files.gguf_export import is_open
+from opencl_llm_studio.engine.files.model_card import model_card
 from opencl_llm_studio.engine.model.params import ParamTable
 from opencl_llm_studio.engine.data.textio import sha256_text
 
@@ -30,12 +32,21 @@ def tuning_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(context_length=min(cfg.context_length, TUNE_CONTEXT))
 
 
+def run_form(bundle, chat_format: int) -> tuple[ModelConfig, int, dict | None]:
+    """(ModelConfig, chat format, source) of a run of `bundle` (an engine.files.gguf_export.
+    ModelBundle): a pretrained open model trains and chats in its tuning window (tuning_config)
+    and its own template (MODEL_TEMPLATE), its model card the run's source; a model this app
+    made keeps its config and `chat_format`, with no source."""
+    if is_open(bundle):
+        return tuning_config(bundle.config), MODEL_TEMPLATE, model_card(bundle)
+    return bundle.config, chat_format, None
+
+
 def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None,
                    train_config: TrainConfig | None = None) -> Path:
     """Write `bundle` (engine.files.gguf_export.ModelBundle) as checkpoint.npz in folder `out`; returns
     the file. pretrain_text: the general text kept for replay and the held-out general loss;
     tune_text: the dialogue text (or None); train_config: default pretrained_train_config(). Raises CheckpointError (engine.files.checkpoint.save)."""
-    from opencl_llm_studio.engine.files.model_card import model_card
     tc = train_config or pretrained_train_config()
     flat = ParamTable(bundle.config).flatten(bundle.weights)
     header = {

@@ -11,8 +11,7 @@ from opencl_llm_studio.engine.errors import ModelImportError
 from opencl_llm_studio.engine.files.gguf_export import is_open
 from opencl_llm_studio.engine.files.hf.export import DATA
 from opencl_llm_studio.engine.files.hf.load import has_texts, import_hf, read_moments
-from opencl_llm_studio.engine.files.model_card import model_card
-from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
+from opencl_llm_studio.engine.files.open_run import run_form
 from opencl_llm_studio.engine.model.params import ParamTable
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from opencl_llm_studio.engine.training.session import TrainingSession
@@ -40,16 +39,14 @@ def session_from_hf(folder, pretrain_text: str | None = None, tune_text: str | N
                  if k in TrainConfig.__dataclass_fields__}
         tc = TrainConfig(**known)
     rt = runtime or Runtime(device)
-    cfg, fmt = bundle.config, studio.get("chat_format", CHAT_FORMAT)
-    if is_open(bundle):   # a pretrained open model: its own template, a training window
-        cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+    # a pretrained open model: a training window, its own template, its card as the source
+    cfg, fmt, source = run_form(bundle, studio.get("chat_format", CHAT_FORMAT))
     s = TrainingSession(rt, cfg, tc, bundle.tokenizer, pretrain_text, tune_text,
                         flat_weights=ParamTable(cfg).flatten(bundle.weights), chat_format=fmt,
                         short_text_ok=True, opened=True)   # made elsewhere: its window, not
     #                                                            the text's; training checks
     #                                                            its batch when it starts
-    if is_open(bundle):
-        s.source = model_card(bundle)
+    s.source = source
     s.adopt_progress(studio.get("step", bundle.metadata.get("steps_done", 0)))
     s.history = list(studio.get("history", []))
     s.last_loss = bundle.metadata.get("final_loss")

@@ -1,7 +1,8 @@
 """Opening a TrainingSession, whatever it comes from: a new run (create_session), a saved run
 (load_session: a run folder or its checkpoint), a GGUF (session_from_gguf, session_from_bundle),
 a transformers folder (engine.training.open_hf.session_from_hf), and open_session(path), which
-takes any of these paths and tells them apart by what the path holds (model_path_kind).
+takes any of these paths and tells them apart by what the path holds
+(engine.files.model_path.model_path_kind).
 
 Each raises ConfigError / DataError / DeviceError / CheckpointError / ModelImportError with a
 message for the person, and engine.progress.Cancelled when its monitor is cancelled.
@@ -10,8 +11,6 @@ message for the person, and engine.progress.Cancelled when its monitor is cancel
 from __future__ import annotations
 
 import dataclasses
-from enum import Enum
-from pathlib import Path
 
 from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
                                              pretrained_train_config)
@@ -20,12 +19,10 @@ from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.engine.errors import CheckpointError, ModelImportError
 from opencl_llm_studio.engine.files import checkpoint
-from opencl_llm_studio.engine.files.gguf_export import is_open
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
-from opencl_llm_studio.engine.files.hf.export import STUDIO_FILE
 from opencl_llm_studio.engine.files.hf.load import has_texts
-from opencl_llm_studio.engine.files.model_card import model_card
-from opencl_llm_studio.engine.files.open_run import MODEL_TEMPLATE, tuning_config
+from opencl_llm_studio.engine.files.model_path import ModelPathKind, model_path_kind
+from opencl_llm_studio.engine.files.open_run import run_form
 from opencl_llm_studio.engine.limits import MIN_VOCAB
 from opencl_llm_studio.engine.model.params import ParamTable
 from opencl_llm_studio.engine.opencl.runtime import Runtime
@@ -121,42 +118,20 @@ def session_from_bundle(bundle, pretrain_text: str, tune_text: str | None = None
     ModelBundle `bundle`, weights included), so a caller that read it once need not read it
     again."""
     rt = runtime or Runtime(device)
-    cfg, fmt = bundle.config, bundle.metadata.get("chat_format", 1)   # exported before it: 1
-    if is_open(bundle):   # a pretrained open model: its own template, a training window
-        cfg, fmt = tuning_config(cfg), MODEL_TEMPLATE
+    # a pretrained open model: a training window, its own template, its card; an app's export:
+    # its chat format (exported before the key: 1)
+    cfg, fmt, source = run_form(bundle, bundle.metadata.get("chat_format", 1))
+    if source is not None:
         train_cfg = train_cfg or pretrained_train_config()
     s = TrainingSession(rt, cfg, train_cfg or TrainConfig(), bundle.tokenizer, pretrain_text,
                         tune_text, flat_weights=ParamTable(cfg).flatten(bundle.weights),
                         chat_format=fmt, monitor=monitor, short_text_ok=True, opened=True)
     s.last_loss = bundle.metadata.get("final_loss")
-    if is_open(bundle):
-        s.source = model_card(bundle)
+    s.source = source
     if "steps_done" in bundle.metadata:   # exported by this app: where its training stood
         s.adopt_progress(bundle.metadata["steps_done"], bundle.metadata.get("pretrain_steps"),
                          bundle.metadata.get("tune_steps"))
     return s
-
-
-class ModelPathKind(str, Enum):
-    """What a model path holds (model_path_kind)."""
-    RUN_FOLDER = "run folder"          # checkpoint.npz / checkpoint.prev.npz: any other folder
-    CHECKPOINT = "checkpoint file"     # a checkpoint .npz on its own
-    GGUF = "GGUF file"                 # this app's export or a pretrained open model's
-    HF_FOLDER = "transformers folder"  # config.json + weights, from elsewhere
-    APP_HF_FOLDER = "transformers folder exported by this app"   # with studio.json
-
-
-def model_path_kind(path) -> ModelPathKind | None:
-    """What `path` holds, from its names alone (no file is read); None for a path that does not
-    exist or a file that is neither a .gguf nor a .npz."""
-    p = Path(path)
-    if p.is_dir():
-        if (p / "config.json").is_file():
-            return (ModelPathKind.APP_HF_FOLDER if (p / STUDIO_FILE).is_file()
-                    else ModelPathKind.HF_FOLDER)
-        return ModelPathKind.RUN_FOLDER   # load_session says what a folder without a run lacks
-    suffix = p.suffix.lower() if p.is_file() else ""
-    return {".gguf": ModelPathKind.GGUF, ".npz": ModelPathKind.CHECKPOINT}.get(suffix)
 
 
 def open_session(path, pretrain_text: str | None = None, tune_text: str | None = None,
@@ -180,13 +155,11 @@ def open_session(path, pretrain_text: str | None = None, tune_text: str | None =
         raise ModelImportError(f"{path} holds no model the engine can open.",
                                "Give a run folder (it holds checkpoint.npz), a checkpoint .npz, "
                                "a .gguf file or a transformers model folder (config.json).")
-    if kind is ModelPathKind.GGUF:
-        if pretrain_text is None:
-            pretrain_text = read_text(bundled_corpus("pretrain"))
-        return session_from_gguf(path, pretrain_text, tune_text, train_cfg, device, runtime,
-                                 monitor)
-    if has_texts(path):   # a folder this app exported with its run's texts: those
+    if kind is not ModelPathKind.GGUF and has_texts(path):   # this app's export with its texts
         return session_from_hf(path, device=device, runtime=runtime)
     if pretrain_text is None:
         pretrain_text = read_text(bundled_corpus("pretrain"))
+    if kind is ModelPathKind.GGUF:
+        return session_from_gguf(path, pretrain_text, tune_text, train_cfg, device, runtime,
+                                 monitor)
     return session_from_hf(path, pretrain_text, tune_text, device=device, runtime=runtime)

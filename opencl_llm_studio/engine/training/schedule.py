@@ -117,11 +117,16 @@ def stage_peak(tc: TrainConfig, stage: str) -> float:
     return tc.learning_rate if stage == "pretrain" else tc.tune_peak
 
 
+def stage_start(tc: TrainConfig, stage: str) -> int:
+    """The global step a stage begins at: 0 for pretraining, tc.pretrain_steps for tuning."""
+    return 0 if stage == "pretrain" else tc.pretrain_steps
+
+
 def planned_lr(tc: TrainConfig, has_tune: bool, step: int) -> float:
     """The rate of global `step` under the step plan: its stage's lr_at at its peak."""
-    if stage_of(tc, has_tune, step) == "pretrain":
-        return lr_at(tc, step, 0, tc.pretrain_steps, tc.learning_rate)
-    return lr_at(tc, step, tc.pretrain_steps, tc.tune_steps, tc.tune_peak)
+    stage = stage_of(tc, has_tune, step)
+    steps = tc.pretrain_steps if stage == "pretrain" else tc.tune_steps
+    return lr_at(tc, step, stage_start(tc, stage), steps, stage_peak(tc, stage))
 
 
 def rewarm_cap(rewarm: Rewarm | None, tc: TrainConfig, has_tune: bool, step: int,
@@ -174,7 +179,7 @@ class BudgetRate:
         """The rate of global `step` in `stage` at `progress` (0-1) of the stage's time.
         planned_steps: the steps the stage will have by the plan's settled estimate (None
         before it settles); the first one given fixes the stage's warmup."""
-        into = step - (0 if stage == "pretrain" else tc.pretrain_steps)
+        into = step - stage_start(tc, stage)
         if stage not in self.warmup and planned_steps is not None:
             self.warmup[stage] = tc.warmup_for(max(planned_steps, 1))
         warm = self.warmup.get(stage, tc.warmup_steps)

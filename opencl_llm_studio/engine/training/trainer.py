@@ -31,6 +31,7 @@ from opencl_llm_studio.engine.training.evaluate import (answer_accuracy, fact_re
 from opencl_llm_studio.engine.training.health import HealthMonitor
 from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
+from opencl_llm_studio.engine.training import schedule
 from opencl_llm_studio.engine.training.schedule import BudgetRate
 from opencl_llm_studio.engine.training.snapshot import Snapshot
 
@@ -213,8 +214,8 @@ class Trainer:
         now = self.clock.now()
         planned = None
         if stage not in self.rate.warmup and self.plan.settled:   # frozen once estimates hold
-            first = 0 if stage == "pretrain" else s.train_config.pretrain_steps
-            planned = s.step - first + self.plan.steps_left(stage, now, self.pacer.share(now))
+            into = s.step - schedule.stage_start(s.train_config, stage)
+            planned = into + self.plan.steps_left(stage, now, self.pacer.share(now))
         # progress at the step's end, as a step plan's (s + 1) / n: the last step is at the floor
         progress = self.plan.progress(stage, stage_start, now + (self.plan.step_s or 0.0))
         return self.rate.lr(s.train_config, s.has_tune, s.rewarm, stage, s.step, progress,

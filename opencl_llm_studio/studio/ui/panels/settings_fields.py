@@ -136,13 +136,14 @@ def float_spin(decimals: int) -> QDoubleSpinBox:
     return spin
 
 
-def note_label(name: str, role: str = "muted") -> QLabel:
-    """A wrapped label of a style role ("muted", "estimate"), hidden until it has something."""
+def note_label(name: str, role: str = "muted", shown: bool = False) -> QLabel:
+    """A wrapped label of a style role ("muted", "estimate"); hidden until it has something
+    unless `shown`."""
     label = QLabel()
     label.setObjectName(name)
     label.setProperty("role", role)
     label.setWordWrap(True)
-    label.setVisible(role == "estimate")
+    label.setVisible(shown)
     return label
 
 

@@ -90,7 +90,7 @@ class SettingsPanel(QWidget):
         form.addRow(self.tie_check)
         self.opened_label = note_label("openedModelLabel")
         form.addRow(self.opened_label)
-        self.estimate_label = note_label("estimateLabel", "estimate")
+        self.estimate_label = note_label("estimateLabel", "estimate", shown=True)
         form.addRow(self.estimate_label)
         return box
 
