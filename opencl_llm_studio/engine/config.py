@@ -6,6 +6,7 @@ The defaults train the bundled corpora on PoCL's 2-core CPU device in a few minu
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from opencl_llm_studio.engine.errors import ConfigError
@@ -107,6 +108,68 @@ class ModelConfig:
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)
+
+
+# The linear weights of a block a LoRA adapter can sit on (GGUF names; transformers: q_proj,
+# k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)
+LORA_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+LORA_MAX_RANK = 256
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"):
+    each target weight W (out, in) of every block gets A (rank, in) and B (out, rank), the layer
+    computes x W^T + (alpha / rank) dropout(x) A^T B^T, and only A and B train. Defaults follow
+    "LoRA without regret" (Schulman et al., Thinking Machines 2025): every linear layer of a
+    block, MLP included; rank 8 with alpha 16 (the QLoRA and llama.cpp-finetune defaults)."""
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0                 # on the adapter's input only (PEFT's lora_dropout)
+    targets: tuple = LORA_TARGETS
+
+    @property
+    def scale(self) -> float:
+        """alpha / rank: the factor on B A (Hu et al. 2021, section 4.1)."""
+        return self.alpha / self.rank
+
+    def validate(self) -> "LoraConfig":
+        """Raise ConfigError naming the bad setting and a fix; return self when valid."""
+        if not (isinstance(self.rank, int) and 1 <= self.rank <= LORA_MAX_RANK):
+            raise ConfigError(f"LoRA rank {self.rank!r} is outside 1..{LORA_MAX_RANK}.",
+                              "Use a rank of 8-16 (enough for small data) up to 64.",
+                              cli_hint="Give --lora-rank 8 (or 16, 32, 64).", field="lora_rank")
+        if not (self.alpha > 0 and math.isfinite(self.alpha)):
+            raise ConfigError(f"LoRA alpha must be a positive number, got {self.alpha!r}.",
+                              "Use twice the rank (alpha 16 for rank 8).",
+                              cli_hint="Give --lora-alpha 16 (twice the rank).",
+                              field="lora_alpha")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"LoRA dropout {self.dropout!r} is outside [0, 1).",
+                              "Use 0 or a small value such as 0.05.", field="lora_dropout")
+        unknown = [t for t in self.targets if t not in LORA_TARGETS]
+        if unknown or not self.targets or len(set(self.targets)) != len(self.targets):
+            raise ConfigError(
+                f"LoRA targets {', '.join(map(str, self.targets)) or '(none)'} are not a list "
+                f"of distinct names from {', '.join(LORA_TARGETS)}.",
+                "Name one or more of them, e.g. attn_q,attn_v, or all (the default).",
+                cli_hint="Give --lora-targets as names separated by commas, e.g. "
+                         "attn_q,attn_v, or leave it out for all.", field="lora_targets")
+        return self
+
+    def replace(self, **changes) -> "LoraConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (a checkpoint header, a run's settings)."""
+        return {"rank": self.rank, "alpha": self.alpha, "dropout": self.dropout,
+                "targets": list(self.targets)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LoraConfig":
+        """The inverse of to_dict (targets back to a tuple); validated."""
+        return cls(int(d["rank"]), float(d["alpha"]), float(d.get("dropout", 0.0)),
+                   tuple(d.get("targets", LORA_TARGETS))).validate()
 
 
 # ModelConfig's fields with a range in engine.limits (checked first, in this order)

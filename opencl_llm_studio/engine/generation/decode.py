@@ -55,22 +55,22 @@ class KVDecoder:
         C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
         KVH, W = cfg.kv_heads, self.width
         rt.write(self.tok, np.array([token], np.int32))
-        ops.embedding_forward(rt, self.x, self.tok, p["token_embd"], 1, C)
+        m.embed(self.x, self.tok, 1)
         x = self.x
         ops.rmsnorm_forward(rt, self.xn, self.rstd, x, p["blk.0.attn_norm"], 1, C, cfg.rms_eps)
         for l in range(cfg.n_layer):
             b, cache = f"blk.{l}.", self.cache.qkv[l]
-            ops.matmul_forward(rt, self.qkv, self.xn, p[b + "attn_qkv"], m.w_t, 1, W, C)
+            m.linear(l, "attn_qkv", self.qkv, self.xn, 1, W, C)
             attention.rope_forward(rt, self.qkv, m.rope_cos, m.rope_sin, 1, 1, C, hd, pos, KVH)
             cl.enqueue_copy(rt.queue, cache, self.qkv, byte_count=W * 4, dst_offset=pos * W * 4)
             attention.attention_decode(rt, self.y, self.scores, self.qkv, cache, pos, self.T, C, H,
                                        KVH)
-            ops.matmul_forward(rt, self.proj, self.y, p[b + "attn_output"], m.w_t, 1, C, C)
+            m.linear(l, "attn_output", self.proj, self.y, 1, C, C)
             ops.residual_rmsnorm_forward(rt, self.xmid, self.xn2, self.rstd2, x, self.proj,
                                          p[b + "ffn_norm"], 1, C, cfg.rms_eps)
-            ops.matmul_forward(rt, self.gu, self.xn2, p[b + "ffn_gate_up"], m.w_t, 1, 2 * F, C)
+            m.linear(l, "ffn_gate_up", self.gu, self.xn2, 1, 2 * F, C)
             ops.swiglu_forward(rt, self.h, self.gu, 1, F)
-            ops.matmul_forward(rt, self.proj, self.h, p[b + "ffn_down"], m.w_t, 1, C, F)
+            m.linear(l, "ffn_down", self.proj, self.h, 1, C, F)
             # the residual, then the next block's attn_norm (or the final norm) on it
             last = l + 1 == cfg.n_layer
             out, rstd = (self.xf, self.rstdf) if last else (self.xn, self.rstd)
@@ -79,5 +79,5 @@ class KVDecoder:
                                          C, cfg.rms_eps)
             x, self.xnext = self.xnext, x  # ping-pong the residual rows
         self.x = x
-        ops.matmul_forward(rt, self.logits, self.xf, p[m.table.output_group], m.w_t, 1, V, C)
+        m.head(self.logits, self.xf, 1)
         return rt.read(self.logits, V)

@@ -45,12 +45,10 @@ class _Projector:
         """a.logits[:n] = rows r0..r0+n of a.xf @ W^T; returns the xf rows buffer."""
         model, a = self.model, self.a
         rt, cfg = model.rt, model.cfg
-        BT, C, V = a.B * a.T, cfg.d_model, cfg.vocab_size
-        rows = _rows(rt, a.xf, r0, n, C, BT)
+        rows = _rows(rt, a.xf, r0, n, cfg.d_model, a.B * a.T)
         rt.before_write(a.logits)  # the previous chunk's dW (side queue) may still read it
-        ops.matmul_forward(rt, a.logits, rows, model.p[model.table.output_group], model.w_t, n,
-                           V, C, w_t_ready=self.transposed)
-        self.transposed = self.transposed or not ops.reads_weight_in_place(rt, n, V, C)
+        model.head(a.logits, rows, n, w_t_ready=self.transposed)
+        self.transposed = self.transposed or not model.head_reads_in_place(n)
         return rows
 
 
@@ -60,7 +58,6 @@ def cross_entropy(model, a, n_counted: int, want_grad: bool):
     model.grads (the gradient of the mean over n_counted rows)."""
     rt, cfg = model.rt, model.cfg
     BT, C, V = a.B * a.T, cfg.d_model, cfg.vocab_size
-    out = model.table.output_group
     project = _Projector(model, a)
     for r0, n in _chunks(a):
         rows = project(r0, n)
@@ -68,8 +65,7 @@ def cross_entropy(model, a, n_counted: int, want_grad: bool):
                                           _rows(rt, a.targets, r0, n, 1, BT), n, V, n_counted,
                                           want_grad)
         if want_grad:
-            ops.matmul_backward(rt, _rows(rt, a.dtmp, r0, n, C, BT), model.g[out], a.logits,
-                                rows, model.p[out], n, V, C)
+            model.head_backward(_rows(rt, a.dtmp, r0, n, C, BT), a.logits, rows, n)
 
 
 def logits(model, a, first_row: int = 0, last_row: int | None = None) -> np.ndarray:

@@ -56,7 +56,43 @@ def tensors_per_layer(cfg: ModelConfig) -> int:
     return len(one.entries) - len(none.entries)
 
 
-class ParamTable:
+class Layout:
+    """Named tensors in one flat float32 buffer: `entries` (Entry by name, in buffer order),
+    `size` (floats, padding included). ParamTable (the model) and engine.model.lora_table.
+    LoraTable (its adapters) are layouts."""
+
+    entries: dict[str, Entry]
+    size: int
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """GGUF tensor name -> numpy shape (linear weights (out, in)), in table order: the one
+        list of the model's tensors that GGUF export and import, the Hugging Face round trip and
+        tests/reference.py use."""
+        return {n: e.shape for n, e in self.entries.items()}
+
+    @property
+    def n_params(self) -> int:
+        """Trainable parameters (elements), padding excluded."""
+        return sum(e.size for e in self.entries.values())
+
+    def unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Flat host array -> {name: array of the entry's shape} (copies)."""
+        return {n: flat[e.offset:e.offset + e.size].reshape(e.shape).copy()
+                for n, e in self.entries.items()}
+
+    def flatten(self, weights: dict[str, np.ndarray]) -> np.ndarray:
+        """{name: array} -> flat float32 host array (padding zero). Raises KeyError/ValueError
+        when a name is missing or a shape differs."""
+        flat = np.zeros(self.size, np.float32)
+        for n, e in self.entries.items():
+            w = np.asarray(weights[n], np.float32)
+            if w.shape != e.shape:
+                raise ValueError(f"{n}: shape {w.shape}, expected {e.shape}")
+            flat[e.offset:e.offset + e.size] = w.reshape(-1)
+        return flat
+
+
+class ParamTable(Layout):
     """Layout of all parameters of a ModelConfig. `entries` by name, `groups` by name."""
 
     def __init__(self, cfg: ModelConfig):
@@ -95,36 +131,9 @@ class ParamTable:
             self._cursor += e.size
         self.groups[name] = Group(name, start, self._cursor - start)
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        """GGUF tensor name -> numpy shape (linear weights (out, in)), in table order: the one
-        list of the model's tensors that GGUF export and import, the Hugging Face round trip and
-        tests/reference.py use."""
-        return {n: e.shape for n, e in self.entries.items()}
-
-    @property
-    def n_params(self) -> int:
-        """Trainable parameters (elements), padding excluded."""
-        return sum(e.size for e in self.entries.values())
-
     @property
     def output_group(self) -> str:
         return "token_embd" if self.cfg.tie_embeddings else "output"
-
-    def unflatten(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Flat host array -> {name: array of the entry's shape} (copies)."""
-        return {n: flat[e.offset:e.offset + e.size].reshape(e.shape).copy()
-                for n, e in self.entries.items()}
-
-    def flatten(self, weights: dict[str, np.ndarray]) -> np.ndarray:
-        """{name: array} -> flat float32 host array (padding zero). Raises KeyError/ValueError
-        when a name is missing or a shape differs."""
-        flat = np.zeros(self.size, np.float32)
-        for n, e in self.entries.items():
-            w = np.asarray(weights[n], np.float32)
-            if w.shape != e.shape:
-                raise ValueError(f"{n}: shape {w.shape}, expected {e.shape}")
-            flat[e.offset:e.offset + e.size] = w.reshape(-1)
-        return flat
 
     def init_weights(self, rng: np.random.Generator) -> np.ndarray:
         """Flat float32 initial weights: N(0, 0.02) matrices, residual projections (attn_output,

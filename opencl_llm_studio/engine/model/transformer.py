@@ -16,6 +16,7 @@ from opencl_llm_studio.engine.model import (activations, attention, attention_ge
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.model.dropout import StepDropout
+from opencl_llm_studio.engine.model.flat_state import FlatState
 from opencl_llm_studio.engine.model.params import ParamTable, qkv_width
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 
@@ -39,7 +40,7 @@ class Activations:
                     else b.layer_list(bufs, d))
 
 
-class Model:
+class Model(FlatState):
     """Weights, gradients and AdamW state of one ModelConfig on one Runtime."""
 
     def __init__(self, rt: Runtime, cfg: ModelConfig, flat_weights: np.ndarray | None = None,
@@ -69,64 +70,6 @@ class Model:
         self._g: dict[str, cl.Buffer] | None = None
         self._acts: dict[tuple, Activations] = {}
         self.adam_t = 0  # AdamW steps taken (bias correction)
-
-    # the training state (activations.ModelBuffer.training): zeros made at the first training
-    # step, load or read, so a model opened to chat or export holds its weights alone (a 135M
-    # model's chat took 3.9 GB with gradients and both moments allocated; a 1.1B one, 17.6 GB)
-    @property
-    def grads(self) -> cl.Buffer:
-        return self._state("grads")
-
-    @property
-    def m(self) -> cl.Buffer:
-        return self._state("m")
-
-    @property
-    def v(self) -> cl.Buffer:
-        return self._state("v")
-
-    @property
-    def g(self) -> dict[str, cl.Buffer]:
-        """Views of self.grads per ParamTable group."""
-        if self._g is None:
-            self._g = self._views(self.grads)
-        return self._g
-
-    @property
-    def holds_training_state(self) -> bool:
-        """Whether the gradients and AdamW moments are allocated (after a step or a load)."""
-        return bool(self._training_state)
-
-    def _buffer(self, which: str) -> cl.Buffer:
-        """params, grads, m or v, without making the others (the training state is lazy)."""
-        if which == "params":
-            return self.params
-        if which not in ("grads", "m", "v"):
-            raise KeyError(which)
-        return self._state(which)
-
-    def defer_moments(self, source) -> None:
-        """Read the AdamW moments from `source` when they are first used, not now: source has
-        pieces("adam_m" / "adam_v") -> (offset, float32 piece) pairs
-        (engine.files.checkpoint.MomentSource), so a trained run opened to chat or export
-        holds its weights alone."""
-        self._moments = source
-
-    def _state(self, name: str) -> cl.Buffer:
-        buf = self._training_state.get(name)
-        if buf is None:
-            buf = self._training_state[name] = self.rt.zeros(self.table.size)
-            if name in ("m", "v") and self._moments is not None:
-                try:
-                    self.write_pieces(name, self._moments.pieces("adam_" + name))
-                except BaseException:   # never zeros standing in for moments not read
-                    del self._training_state[name]
-                    raise
-        return buf
-
-    def _views(self, buf) -> dict[str, cl.Buffer]:
-        return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
-                for name, g in self.table.groups.items()}
 
     def activations(self, B: int, T: int, with_grad: bool) -> Activations:
         """The activation set of batch B, context T: a training set (with_grad) also serves
@@ -162,10 +105,10 @@ class Model:
         project it a chunk at a time (engine/model/output_head.py). check: called between blocks
         (Runtime.stop_point); raises to abandon the step."""
         rt, cfg, p = self.rt, self.cfg, self.p
-        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        C, F, H, hd = cfg.d_model, cfg.hidden_dim, cfg.n_head, cfg.head_dim
         KVH, W = cfg.kv_heads, qkv_width(cfg)  # key/value heads; qkv row width (C + 2 kv_dim)
         BT = B * T
-        ops.embedding_forward(rt, a.x[0], a.ids, p["token_embd"], BT, C)         # (B, T, C)
+        self.embed(a.x[0], a.ids, BT)                                               # (B, T, C)
         L = cfg.n_layer
         ops.rmsnorm_forward(rt, a.xn[0], a.rstd1[0], a.x[0], p["blk.0.attn_norm"], BT, C,
                             cfg.rms_eps)
@@ -173,18 +116,18 @@ class Model:
             if check is not None:
                 rt.stop_point(check)
             b = f"blk.{l}."
-            ops.matmul_forward(rt, a.qkv[l], a.xn[l], p[b + "attn_qkv"], self.w_t, BT, W, C)
+            self.linear(l, "attn_qkv", a.qkv[l], a.xn[l], BT, W, C)
             attention.rope_forward(rt, a.qkv[l], self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
                                    KVH)
             a.attend.attention_forward(rt, a.y[l], a.lse[l], a.qkv[l], B, T, C, H, KVH)  # (B,T,C)
-            ops.matmul_forward(rt, a.proj, a.y[l], p[b + "attn_output"], self.w_t, BT, C, C)
+            self.linear(l, "attn_output", a.proj, a.y[l], BT, C, C)
             dropout.forward_at(rt, a.proj, drop, l, "attn", BT * C)
             # xmid = x + attention, and its ffn_norm, in one pass
             ops.residual_rmsnorm_forward(rt, a.xmid[l], a.xn2[l], a.rstd2[l], a.x[l], a.proj,
                                          p[b + "ffn_norm"], BT, C, cfg.rms_eps)
-            ops.matmul_forward(rt, a.gu[l], a.xn2[l], p[b + "ffn_gate_up"], self.w_t, BT, 2 * F, C)
+            self.linear(l, "ffn_gate_up", a.gu[l], a.xn2[l], BT, 2 * F, C)
             ops.swiglu_forward(rt, a.h[l], a.gu[l], BT, F)                      # (B, T, F)
-            ops.matmul_forward(rt, a.proj, a.h[l], p[b + "ffn_down"], self.w_t, BT, C, F)
+            self.linear(l, "ffn_down", a.proj, a.h[l], BT, C, F)
             dropout.forward_at(rt, a.proj, drop, l, "ffn", BT * C)
             # x[l+1] = xmid + feed-forward, and the next norm (the next block's, or the final)
             if l + 1 < L:
@@ -194,8 +137,7 @@ class Model:
             ops.residual_rmsnorm_forward(rt, a.x[l + 1], nxt[0], nxt[1], a.xmid[l], a.proj,
                                          nxt[2], BT, C, cfg.rms_eps)
         if not output_head.chunked(a):
-            ops.matmul_forward(rt, a.logits, a.xf, p[self.table.output_group], self.w_t, BT, V,
-                               C)
+            self.head(a.logits, a.xf, BT)
 
     def cross_entropy(self, a: Activations, n_counted: int, want_grad: bool):
         """a.losses (B*T,) from the forward's logits and a.targets; with want_grad the gradient
@@ -214,48 +156,86 @@ class Model:
         """Gradients of the loss into self.grads, from dlogits already in a.logits (chunked
         logits: from dxf already in a.dtmp, see cross_entropy); drop: the dropout that forward
         applied; check: as in forward."""
-        rt, cfg, p, g = self.rt, self.cfg, self.p, self.g
-        C, F, V, H, hd = cfg.d_model, cfg.hidden_dim, cfg.vocab_size, cfg.n_head, cfg.head_dim
+        rt, cfg, p = self.rt, self.cfg, self.p
+        C, F, H, hd = cfg.d_model, cfg.hidden_dim, cfg.n_head, cfg.head_dim
         BT, L = B * T, cfg.n_layer
         KVH, W = cfg.kv_heads, qkv_width(cfg)
-        out = self.table.output_group
         # Weight gradients run on the side queue (GPUs): before_write holds the main queue
         # until those reading a buffer are done with it (Runtime.side).
         if not output_head.chunked(a):
-            ops.matmul_backward(rt, a.dtmp, g[out], a.logits, a.xf, p[out], BT, V, C)  # dxf
+            self.head_backward(a.dtmp, a.logits, a.xf, BT)                       # dxf
         rt.fill_zero(a.dres, BT * C)
-        ops.rmsnorm_backward(rt, a.dres, g["output_norm"], a.dtmp, a.x[L], p["output_norm"],
-                             a.rstdf, BT, C)
+        ops.rmsnorm_backward(rt, a.dres, self.norm_grad("output_norm"), a.dtmp, a.x[L],
+                             p["output_norm"], a.rstdf, BT, C)
         for l in reversed(range(L)):
             if check is not None:
                 rt.stop_point(check)
             b = f"blk.{l}."
             dproj = dropout.backward_at(rt, a, drop, l, "ffn", BT * C)
-            ops.matmul_backward(rt, a.dh, g[b + "ffn_down"], dproj, a.h[l], p[b + "ffn_down"],
-                                BT, C, F)                                          # (B, T, F)
+            self.linear_backward(l, "ffn_down", a.dh, dproj, a.h[l], BT, C, F)    # (B, T, F)
             rt.before_write(a.dgu)
             ops.swiglu_backward(rt, a.dgu, a.dh, a.gu[l], BT, F)                   # (B, T, 2F)
-            ops.matmul_backward(rt, a.dtmp, g[b + "ffn_gate_up"], a.dgu, a.xn2[l],
-                                p[b + "ffn_gate_up"], BT, 2 * F, C)                # (B, T, C)
+            self.linear_backward(l, "ffn_gate_up", a.dtmp, a.dgu, a.xn2[l], BT, 2 * F,
+                                 C)                                                # (B, T, C)
             rt.before_write(a.dres)
-            ops.rmsnorm_backward(rt, a.dres, g[b + "ffn_norm"], a.dtmp, a.xmid[l],
+            ops.rmsnorm_backward(rt, a.dres, self.norm_grad(b + "ffn_norm"), a.dtmp, a.xmid[l],
                                  p[b + "ffn_norm"], a.rstd2[l], BT, C)
             dproj = dropout.backward_at(rt, a, drop, l, "attn", BT * C)
-            ops.matmul_backward(rt, a.dy, g[b + "attn_output"], dproj, a.y[l],
-                                p[b + "attn_output"], BT, C, C)
+            self.linear_backward(l, "attn_output", a.dy, dproj, a.y[l], BT, C, C)
             rt.before_write(a.dqkv)
             a.attend.attention_backward(rt, a.dqkv, a.dsum, a.dy, a.qkv[l], a.y[l], a.lse[l],
                                         B, T, C, H, KVH)                          # (B, T, W)
             attention.rope_backward(rt, a.dqkv, self.rope_cos, self.rope_sin, BT, T, C, hd, 0,
                                     KVH)
-            ops.matmul_backward(rt, a.dtmp, g[b + "attn_qkv"], a.dqkv, a.xn[l],
-                                p[b + "attn_qkv"], BT, W, C)
+            self.linear_backward(l, "attn_qkv", a.dtmp, a.dqkv, a.xn[l], BT, W, C)
             rt.before_write(a.dres)
-            ops.rmsnorm_backward(rt, a.dres, g[b + "attn_norm"], a.dtmp, a.x[l],
+            ops.rmsnorm_backward(rt, a.dres, self.norm_grad(b + "attn_norm"), a.dtmp, a.x[l],
                                  p[b + "attn_norm"], a.rstd1[l], BT, C)
         rt.join()  # every weight gradient done (token_embd may be tied to the output)
-        ops.embedding_backward(rt, g["token_embd"], a.dres, a.uniq, a.starts, a.order,
-                               a.n_unique, C)
+        self.embed_backward(a)
+
+    # ------------------------------------------------------------- the weights' products
+    # One place per use of a weight, so a model whose base is frozen, quantized or carries
+    # LoRA adapters (engine.model.lora.LoraModel) changes these and not the passes above.
+    def embed(self, out, ids, n: int):
+        """out (n, C) = token_embd rows of ids (n,)."""
+        ops.embedding_forward(self.rt, out, ids, self.p["token_embd"], n, self.cfg.d_model)
+
+    def linear(self, layer: int, group: str, out, inp, M: int, N: int, K: int):
+        """out (M, N) = inp (M, K) @ W^T, W (N, K) the weight group `group` of block `layer`
+        (attn_qkv, attn_output, ffn_gate_up, ffn_down)."""
+        ops.matmul_forward(self.rt, out, inp, self.p[f"blk.{layer}.{group}"], self.w_t, M, N, K)
+
+    def linear_backward(self, layer: int, group: str, dinp, dout, inp, M: int, N: int, K: int):
+        """dinp (M, K) = dout (M, N) @ W; the weight's gradient += dout^T @ inp (M, K)."""
+        name = f"blk.{layer}.{group}"
+        ops.matmul_backward(self.rt, dinp, self.g[name], dout, inp, self.p[name], M, N, K)
+
+    def head(self, out, inp, M: int, w_t_ready: bool = False):
+        """logits out (M, V) = inp (M, C) @ W_out^T (w_t_ready: as ops.matmul_forward's)."""
+        cfg = self.cfg
+        ops.matmul_forward(self.rt, out, inp, self.p[self.table.output_group], self.w_t, M,
+                           cfg.vocab_size, cfg.d_model, w_t_ready=w_t_ready)
+
+    def head_reads_in_place(self, M: int) -> bool:
+        """Whether head() of M rows reads W_out as it is (no transpose into w_t kept between
+        calls: engine.model.output_head projects chunks with it)."""
+        return ops.reads_weight_in_place(self.rt, M, self.cfg.vocab_size, self.cfg.d_model)
+
+    def head_backward(self, dinp, dout, inp, M: int):
+        """dinp (M, C) = dout (M, V) @ W_out; W_out's gradient += dout^T @ inp."""
+        out = self.table.output_group
+        ops.matmul_backward(self.rt, dinp, self.g[out], dout, inp, self.p[out], M,
+                            self.cfg.vocab_size, self.cfg.d_model)
+
+    def norm_grad(self, name: str):
+        """Where an RMSNorm weight's gradient accumulates (None: not trained)."""
+        return self.g[name]
+
+    def embed_backward(self, a: Activations):
+        """token_embd's gradient from dres (the gradient of the first residual)."""
+        ops.embedding_backward(self.rt, self.g["token_embd"], a.dres, a.uniq, a.starts, a.order,
+                               a.n_unique, self.cfg.d_model)
 
     # -------------------------------------------------------------------------- steps
     def upload_batch(self, a: Activations, inputs: np.ndarray, targets: np.ndarray | None):
@@ -347,39 +327,6 @@ class Model:
         if output_head.chunked(a):
             return output_head.logits(self, a, length - 1, length)[0]
         return self.rt.read(a.logits, V, offset_elems=(length - 1) * V)
-
-    # -------------------------------------------------------------------------- host copies
-    def read_flat(self, which: str = "params") -> np.ndarray:
-        buf = self._buffer(which)
-        return self.rt.read(buf, self.table.size)
-
-    def write_flat(self, which: str, flat: np.ndarray):
-        """Set params, grads, m or v to `flat` (self.table.size floats). Raises ValueError
-        for another size."""
-        if np.size(flat) != self.table.size:   # the caller's data and the layout disagree
-            raise ValueError(f"{np.size(flat)} floats for a {which} buffer of {self.table.size}")
-        buf = self._buffer(which)
-        self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
-
-    def write_pieces(self, which: str, pieces) -> None:
-        """Set params, grads, m or v from (offset, float32 piece) pairs that cover it in order
-        (engine.files.checkpoint.Members.chunks), so the whole vector is never on the host.
-        Raises ValueError when the pieces do not cover exactly self.table.size floats."""
-        buf = self._buffer(which)
-        end = 0
-        for offset, piece in pieces:
-            if offset != end or end + piece.size > self.table.size:
-                raise ValueError(f"a piece at {offset} of {piece.size} floats after {end} "
-                                 f"of a {which} buffer of {self.table.size}")
-            self.rt.write(buf, np.ascontiguousarray(piece, np.float32), offset, wait=True)
-            end += piece.size
-        if end != self.table.size:
-            raise ValueError(f"{end} floats for a {which} buffer of {self.table.size}")
-
-    def read_piece(self, which: str, offset: int, n: int) -> np.ndarray:
-        """Elements [offset, offset + n) of params, grads, m or v (a checkpoint Stream's read)."""
-        buf = self._buffer(which)
-        return self.rt.read(buf, n, offset_elems=offset)
 
     def weights(self) -> dict[str, np.ndarray]:
         """{GGUF name: float32 array} copied from the device."""

@@ -199,8 +199,11 @@ def residual_rmsnorm_forward(rt: Runtime, xsum, out, rstd, a, b, w, R: int, C: i
 
 
 def rmsnorm_backward(rt: Runtime, dinp, dw, dout, inp, w, rstd, R: int, C: int):
-    """dinp (R, C) += ...; dw (C,) += ... (both accumulate)."""
+    """dinp (R, C) += ...; dw (C,) += ... (both accumulate); dw None: the weight is frozen
+    (LoRA), its gradient not computed."""
     _rows_launch(rt, "rmsnorm_backward", R, dinp, dout, inp, w, rstd, R, C)
+    if dw is None:
+        return
     # dw walks columns of (R, C): in slices of >= 64 rows on every device (a GPU: 9% of a step
     # unsplit; a CPU: 4-6x faster at R 4096, benchmarks/results/tuning-timings.md), summed by
     # sum_slices
