@@ -77,6 +77,8 @@ def import_gguf(path, weights: bool = True) -> ModelBundle:
                 _check_layout(buf, size)
         reader = gguf.GGUFReader(path)
         bundle = _read_bundle(reader, path.name, weights)
+        if "source" in bundle.metadata:   # an open model: where it is, for a LoRA run's base
+            bundle.metadata["source"]["path"] = str(path.resolve())
         del reader                                     # drops the memmap; weights are copies
         return bundle
     except _Broken as e:

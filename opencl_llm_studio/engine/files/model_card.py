@@ -50,8 +50,8 @@ def model_card(bundle) -> dict:
     heads, kv_heads, head_dim, ffn_dim, context_length (tokens), vocab_size, tokenizer (in
     words, tokenizer_name), tokenizer_kind and tokenizer_pre (as stored), tied_embeddings,
     rope_base, rope_scaling ("" or "llama3 xFACTOR"), chat_template (bool), template_head (its
-    first TEMPLATE_LINES lines, "" for none), stop_tokens (their texts) and file_type ("" when
-    unknown)."""
+    first TEMPLATE_LINES lines, "" for none), stop_tokens (their texts), file_type ("" when
+    unknown) and path (a GGUF's absolute path, "" otherwise)."""
     from opencl_llm_studio.engine.data.open_tokenizer import OpenTokenizer
     c, tok = bundle.config, bundle.tokenizer
     source = bundle.metadata.get("source") or {}
@@ -72,6 +72,8 @@ def model_card(bundle) -> dict:
         "template_head": "\n".join(template.strip().splitlines()[:TEMPLATE_LINES]),
         "stop_tokens": [tok.id_to_piece(i) for i in stops],
         "file_type": file_type_name(source),
+        # the file it came from (a GGUF's absolute path; "" for others): a LoRA run's base
+        "path": str(source.get("path", "")) if source.get("format") == "gguf" else "",
     }
 
 

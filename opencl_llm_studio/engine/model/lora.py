@@ -173,6 +173,18 @@ class LoraModel(Model):
         finally:
             self._drop = None
 
+    def own_bytes(self, M: int) -> tuple[int, int]:
+        """(total, largest single buffer) bytes of this model's own device buffers when it
+        trains M = B*T rows: the base, params / grads / m / v of the adapters, w_t, the adapter
+        scratch (engine.model.memory.check_fits' model_part)."""
+        slots = [slot(self.cfg, t) for t in self.lora.targets]
+        n_max, k_max = max(s.n for s in slots), max(s.k for s in slots)
+        scratch = [2 * M * self.lora.rank, M * n_max] + [M * k_max] * (
+            2 * (self.lora.dropout > 0))
+        floats = [4 * self.table.size, self.w_t.size // 4, *scratch]
+        base = getattr(self.base, "nbytes", 0)
+        return base + 4 * sum(floats), max(4 * max(floats), getattr(self.base, "largest", 0))
+
     # ----------------------------------------------------------------- host copies
     def adapters(self) -> dict[str, np.ndarray]:
         """{"blk.l.target.weight.lora_a" / ".lora_b": float32 array} from the device."""

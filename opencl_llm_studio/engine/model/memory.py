@@ -36,7 +36,8 @@ def activation_floats(cfg: ModelConfig, B: int, T: int, with_grad: bool,
 
 def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None = None,
                    attention_path: str | None = None, rt: Runtime | None = None,
-                   window: int | None = None) -> tuple[int, int]:
+                   window: int | None = None, model_part: tuple[int, int] | None = None
+                   ) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) for training `cfg` at `batch_size`: what
     engine.model.transformer.Model, its activation sets (training, which evaluation shares, and
     generation), a KVDecoder and the runtime's scratch allocate on `device`; each activation
@@ -46,7 +47,9 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     without one only the largest, the GPU backward's dS^T (the K split partial products,
     which follow the runtime's GEMM plan, are left out: a few MB to tens of MB).
     window: the training set's T (None: cfg.context_length; a tuning stage trains in its
-    dialogues' window, engine.data.dialogue.tune_window); generation keeps cfg's."""
+    dialogues' window, engine.data.dialogue.tune_window); generation keeps cfg's.
+    model_part: (total, largest) bytes of the model's own buffers where they are not a full
+    model's (a LoRA model: its base and adapters, lora_model_bytes)."""
     T = window or cfg.context_length
     device = rt.info if rt is not None else device
     # train (evaluation shares its set: Model.activations) and generate; at batch size 1 the
@@ -61,7 +64,7 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
     elif device is not None and paths[0] == "fused":   # the training set's backward's dS
         ds = attention_flash.ds_scratch_bytes(device, cfg, batch_size, T)
         parts.append((ds, ds))
-    parts.append(activations.model_bytes(cfg))
+    parts.append(model_part or activations.model_bytes(cfg))
     parts.append(activations.decode_bytes(cfg))
     return sum(n for n, _ in parts), max(b for _, b in parts)
 
@@ -135,10 +138,11 @@ def usable_bytes(device: DeviceInfo) -> int:
 
 def fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
          attention_path: str | None = None, rt: Runtime | None = None,
-         window: int | None = None) -> bool:
+         window: int | None = None, model_part: tuple[int, int] | None = None) -> bool:
     """Whether training cfg at batch_size fits device: at most 90% of usable_bytes(device), no
     buffer above its largest single allocation (rt, window: as training_bytes)."""
-    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window)
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window,
+                                   model_part)
     return need <= 0.9 * usable_bytes(device) and biggest <= device.max_alloc_bytes
 
 
@@ -153,32 +157,38 @@ def _largest(ok, hi: int) -> int:
 
 def largest_fit(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
                 attention_path: str | None = None, rt: Runtime | None = None,
-                window: int | None = None) -> tuple[int, int]:
+                window: int | None = None, model_part: tuple[int, int] | None = None
+                ) -> tuple[int, int]:
     """(largest batch size at the training window, largest training window at batch_size)
     that fit device (0 where none does), by bisection on training_bytes. window: as there;
     without one the window is cfg's context_length and the search changes the model's."""
-    batch = _largest(lambda b: fits(cfg, b, device, attention_path, rt, window), batch_size)
+    batch = _largest(lambda b: fits(cfg, b, device, attention_path, rt, window, model_part),
+                     batch_size)
     if window is None:
         context = _largest(lambda t: fits(cfg.replace(context_length=t), batch_size, device,
-                                          attention_path, rt), cfg.context_length)
+                                          attention_path, rt, None, model_part),
+                           cfg.context_length)
     else:
-        context = _largest(lambda t: fits(cfg, batch_size, device, attention_path, rt, t),
-                           window)
+        context = _largest(lambda t: fits(cfg, batch_size, device, attention_path, rt, t,
+                                          model_part), window)
     return batch, context
 
 
 def check_fits(cfg: ModelConfig, batch_size: int, device: DeviceInfo,
                attention_path: str | None = None, rt: Runtime | None = None,
-               window: int | None = None) -> int:
+               window: int | None = None, model_part: tuple[int, int] | None = None) -> int:
     """Raise ConfigError when training would not fit the device, naming the largest batch size
     and context length (or training window) that do; return the bytes needed. attention_path:
     as engine.model.attention_gemm.choose's `forced` (default: its rule); rt: the runtime that
-    will train (its scratch counted, training_bytes); window: the training set's T, as there."""
-    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window)
+    will train (its scratch counted, training_bytes); window: the training set's T, and
+    model_part the model's own bytes, as there."""
+    need, biggest = training_bytes(cfg, batch_size, device, attention_path, rt, window,
+                                   model_part)
     have = usable_bytes(device)
     gib = 2 ** 30
-    if not fits(cfg, batch_size, device, attention_path, rt, window):
-        batch, context = largest_fit(cfg, batch_size, device, attention_path, rt, window)
+    if not fits(cfg, batch_size, device, attention_path, rt, window, model_part):
+        batch, context = largest_fit(cfg, batch_size, device, attention_path, rt, window,
+                                     model_part)
         at = (f"context length {cfg.context_length}" if window is None else
               f"a training window of {window} tokens")
         size = (f"context length {context}" if window is None else

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, ModelConfig, TrainConfig,
-                                             pretrained_train_config)
+from opencl_llm_studio.engine.config import (DEFAULT_TOKENIZER, LORA_LR_FACTOR, LoraConfig,
+                                             ModelConfig, TrainConfig, pretrained_train_config)
 from opencl_llm_studio.engine.data.open_tokenizer import tokenizer_from_bytes
 from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
-from opencl_llm_studio.engine.errors import CheckpointError, ModelImportError
+from opencl_llm_studio.engine.errors import CheckpointError, ConfigError, ModelImportError
 from opencl_llm_studio.engine.files import checkpoint
+from opencl_llm_studio.engine.files.gguf_base import base_reference, open_quant_base
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
 from opencl_llm_studio.engine.files.hf.load import has_texts
 from opencl_llm_studio.engine.files.model_path import ModelPathKind, model_path_kind
 from opencl_llm_studio.engine.files.open_run import run_form
 from opencl_llm_studio.engine.limits import MIN_VOCAB
+from opencl_llm_studio.engine.model.lora_table import LoraTable
 from opencl_llm_studio.engine.model.params import ParamTable
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from opencl_llm_studio.engine.progress import Monitor
@@ -73,19 +75,22 @@ def _from_checkpoint(ck: dict, members, device, runtime, monitor, autotune) -> T
     except TypeError as e:
         raise CheckpointError(f"The checkpoint's configuration is not understood: {e}") from e
     tok = tokenizer_from_bytes(ck["tokenizer"])   # the app's, or an imported model's
-    size = ParamTable(mc.validate()).size
+    lora = LoraConfig.from_dict(h["lora"]) if h.get("lora") else None
+    size = (LoraTable(mc.validate(), lora) if lora else ParamTable(mc.validate())).size
     trained = int(h["adam_t"]) > 0   # before the first step the moments are the model's zeros
     names = ("params", "adam_m", "adam_v") if trained else ("params",)
     if any(members.size(k) != size for k in names):
         raise CheckpointError("The checkpoint's weights do not match its configuration.")
     rt = runtime or Runtime(device)
+    base = open_quant_base(rt, mc, h["lora"]["base"]) if lora else None
     # the model is built from the saved weights (a random init first would cost a second
     # copy of them on the host), and no whole array is on the host: a 135M model's load
     # held 1.5 GiB beside the model when params, m and v were read whole
     s = TrainingSession(rt, mc, tc, tok, ck["pretrain_text"], ck["tune_text"],   # saved before
                         flat_weights=members.chunks("params"),                    # the key: 1
                         chat_format=h.get("chat_format", 1), monitor=monitor,
-                        autotune=autotune, short_text_ok=True, opened=True)
+                        autotune=autotune, short_text_ok=True, opened=True,
+                        lora=lora, base=base, base_ref=h["lora"]["base"] if lora else None)
     if trained:   # read when it trains: opened to chat or export, it holds its weights alone
         s.model.defer_moments(members.moment_source())
     s.model.adam_t = int(h["adam_t"])
@@ -163,3 +168,58 @@ def open_session(path, pretrain_text: str | None = None, tune_text: str | None =
         return session_from_gguf(path, pretrain_text, tune_text, train_cfg, device, runtime,
                                  monitor)
     return session_from_hf(path, pretrain_text, tune_text, device=device, runtime=runtime)
+
+
+def lora_session(path, lora: LoraConfig, device=None, runtime: Runtime | None = None,
+                 monitor: Monitor | None = None, autotune: bool | None = None,
+                 base_path=None) -> tuple[TrainingSession, str | None]:
+    """A saved run to tune with LoRA adapters (Hu et al. 2021) on its model as the frozen,
+    still-quantized base (engine.model.quant_base.QuantBase): a run imported from a GGUF and
+    not trained since (its weights are the file's), whose GGUF is at base_path or where the
+    import found it; or a LoRA run already, continued when `lora` is its own. Its learning rate
+    becomes LORA_LR_FACTOR times the run's (LoRA wants about 10x full fine-tuning's: "LoRA
+    without regret", 2025). Returns (session, a note for the person or None). Raises
+    ConfigError for a run LoRA cannot start on, with the way there; ModelImportError when the
+    base GGUF is missing or changed."""
+    ck = checkpoint.load(path, arrays=False)
+    h = ck["header"]
+    with ck["members"] as members:
+        if h.get("lora"):
+            kept = LoraConfig.from_dict(h["lora"])
+            if kept != lora.validate():
+                raise ConfigError(
+                    f"This run already tunes LoRA adapters of rank {kept.rank} (alpha "
+                    f"{kept.alpha:g}) on {', '.join(kept.targets)}.",
+                    "A LoRA run keeps its adapters' shape: leave out the LoRA options to train "
+                    "it further, or start a new run from the base model.")
+            return _from_checkpoint(ck, members, device, runtime, monitor, autotune), None
+    lora.validate()
+    source = h.get("source") or {}
+    if int(h["step"]) > 0:
+        raise ConfigError(
+            f"This run has trained {h['step']} steps, so its weights are no longer its base "
+            "model's file, and LoRA keeps the base as that file.",
+            "Export it (`llm-studio export RUN model.gguf --dtype q8_0`), import that file "
+            "into a new run, and tune that one with LoRA.")
+    base_path = base_path or source.get("path")
+    if not base_path:
+        raise ConfigError(
+            "LoRA tunes a model imported from a GGUF file, which stays quantized as its base; "
+            "this run was not imported from one (or before the app recorded the file).",
+            "Import the GGUF again (`llm-studio import model.gguf --out RUN`) and tune that "
+            "run with --lora-rank.")
+    mc = ModelConfig(**h["model_config"]).validate()
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    tc = TrainConfig(**{k: v for k, v in h["train_config"].items() if k in known})
+    tc = tc.replace(learning_rate=tc.learning_rate * LORA_LR_FACTOR,
+                    tune_learning_rate=tc.tune_learning_rate * LORA_LR_FACTOR)
+    rt = runtime or Runtime(device)
+    ref = base_reference(base_path)
+    s = TrainingSession(rt, mc, tc, tokenizer_from_bytes(ck["tokenizer"]), ck["pretrain_text"],
+                        ck["tune_text"], chat_format=h.get("chat_format", 1), monitor=monitor,
+                        autotune=autotune, short_text_ok=True, opened=True, lora=lora,
+                        base=open_quant_base(rt, mc, ref), base_ref=ref)
+    s.source, s.history = source, h.get("history", [])
+    return s, (f"LoRA rank {lora.rank} (alpha {lora.alpha:g}) on {', '.join(lora.targets)} "
+               f"of {ref['name']}, kept quantized; learning rate {tc.learning_rate:g} "
+               f"({LORA_LR_FACTOR}x the run's)")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from opencl_llm_studio.engine.files import checkpoint
-from opencl_llm_studio.engine.config import ModelConfig, TrainConfig, run_steps
+from opencl_llm_studio.engine.config import LoraConfig, ModelConfig, TrainConfig, run_steps
 from opencl_llm_studio.engine.data.corpus import PretrainData
 from opencl_llm_studio.engine.opencl.device import DeviceInfo
 from opencl_llm_studio.engine.data.dialogue import CHAT_FORMAT, TuneData, check_chat_format
@@ -26,6 +26,7 @@ from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.generation.generator import Generator, delegate
 from opencl_llm_studio.engine.model.memory import check_chat_fits, check_fits
 from opencl_llm_studio.engine.metrics import ValScore
+from opencl_llm_studio.engine.model.lora import LoraModel
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
@@ -91,7 +92,8 @@ class TrainingSession:
                  tokenizer: Tokenizer, pretrain_text: str, tune_text: str | None,
                  flat_weights: np.ndarray | None = None, chat_format: int = CHAT_FORMAT,
                  monitor: Monitor | None = None, autotune: bool | None = None,
-                 short_text_ok: bool = False, opened: bool = False):
+                 short_text_ok: bool = False, opened: bool = False,
+                 lora: LoraConfig | None = None, base=None, base_ref: dict | None = None):
         """autotune: tune the kernels for this device and shape first when none are cached
         (engine.model.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
         short_text_ok: a pretraining text shorter than one window is used as it is, padded
@@ -100,7 +102,10 @@ class TrainingSession:
         opened: a model opened to chat, export or train on (a loaded or imported run): before
         anything is allocated only chatting is checked (engine.model.memory.check_chat_fits),
         since its gradients and moments are made when it trains, which checks its batch then
-        (check_training_fits); a new run checks its training (check_fits)."""
+        (check_training_fits); a new run checks its training (check_fits).
+        lora: tune LoRA adapters (engine.model.lora.LoraModel) on `base`, the frozen model
+        (engine.model.quant_base.QuantBase or lora_base.FlatBase) that base_ref names in the
+        checkpoint; flat_weights are then the adapters (None: new ones)."""
         self.chat_format = check_chat_format(chat_format)  # engine.data.dialogue: how turns render
         self.monitor = monitor or Monitor()
         # the kernel tuner's cached plan for this device and shape (engine/model/gemm_tune.py)
@@ -121,7 +126,11 @@ class TrainingSession:
             #     and moments are made (and training's need checked) when it trains
             check_chat_fits(model_cfg, rt.info, rt.plan.attention_path)
         self.monitor.tick("building the model", 0, 1)
-        self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
+        self.lora, self.base_ref = lora, base_ref
+        if lora is None:
+            self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
+        else:
+            self.model = LoraModel(rt, model_cfg, base, lora, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
         self.step = 0
         self.last_loss: float | None = None
@@ -183,6 +192,8 @@ class TrainingSession:
         }
         if self.source is not None:
             header["source"] = self.source
+        if self.lora is not None:   # params, m and v are then the adapters'
+            header["lora"] = {**self.lora.to_dict(), "base": self.base_ref}
         m = self.model
         trained = m.adam_t > 0   # before the first step the moments are zeros: not stored
         size = m.table.size   # each array read from the device piece by piece as it is written
@@ -278,8 +289,11 @@ class TrainingSession:
         on from this run's step at its batch size would not fit the device; the Trainer asks
         before a step. The window counted is the largest the run will still use
         (training_window)."""
+        window = self.training_window()
+        own = (self.model.own_bytes(self.train_config.batch_size * window)
+               if self.lora is not None else None)
         check_fits(self.model_config, self.train_config.batch_size, self.rt.info,
-                   self.rt.plan.attention_path, self.rt, window=self.training_window())
+                   self.rt.plan.attention_path, self.rt, window=window, model_part=own)
 
     def training_window(self) -> int:
         """The largest T of the batches training from session.step on will run: the model's

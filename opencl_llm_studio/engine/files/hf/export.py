@@ -187,7 +187,7 @@ def export_hf(bundle, folder, force: bool = False, studio: dict | None = None,
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-        _replace_folder(tmp, folder)
+        replace_folder(tmp, folder)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         made.undo()   # refused means nothing changed: no folder made for it stays
@@ -217,7 +217,7 @@ def _check_target(folder: Path, force: bool) -> None:
                           "Choose a new folder.", "Give a new folder.")
 
 
-def _replace_folder(tmp: Path, folder: Path) -> None:
+def replace_folder(tmp: Path, folder: Path) -> None:
     """Rename tmp onto folder; an existing folder (force) is moved aside first and removed only
     after the new one is in place. Raises OSError (then the old folder is back in place), or
     ExportError when the new folder is in place but the old copy could not all be removed."""
