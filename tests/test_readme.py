@@ -32,6 +32,16 @@ ELSEWHERE = {
     "--tune-steps 2000": "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
     "llm-studio import ~/big-run/continued back":
         "tests/test_hf.py::test_scale_out_continues_under_torchrun_and_comes_back",
+    # LoRA on an imported quantized GGUF: the same commands on a small open model of SmolLM2's
+    # kind, with llama.cpp loading the adapter beside its base
+    "llm-studio train --out smol --continue --tune my-dialogues.txt --tune-steps 60 --lora-rank 8":
+        "tests/test_lora_run.py::lora_run",
+    "llm-studio export smol smol-lora.gguf --adapter":
+        "tests/test_lora_run.py::test_adapter_and_merged_exports_are_the_tuned_model_in_llama_cpp",
+    "llm-studio export smol peft --format peft":
+        "tests/test_lora_run.py::test_peft_export_names_the_base_without_a_path",
+    "llm-studio export smol smol-merged.gguf":
+        "tests/test_lora_run.py::test_adapter_and_merged_exports_are_the_tuned_model_in_llama_cpp",
     # no real SmolLM2 file here (no network): small models of its shape and tokenizer kind
     "llm-studio import SmolLM2-135M-Instruct-Q8_0.gguf smol --tune my-dialogues.txt":
         "tests/test_open_session.py::smol_run",

@@ -292,7 +292,7 @@ def _make_folder(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ExportError(f"Cannot create the folder {folder}: {e.strerror or e}.",
-                          "Choose a folder you can write to.") from None
+                          "Write into a folder you can write to.") from None
 
 
 def _final_name(name: str) -> str:
@@ -393,7 +393,7 @@ def export_peft(adapters: LoraAdapters, cfg: ModelConfig, folder: str | os.PathL
         replace_folder(tmp, folder)
     except OSError as e:
         raise ExportError(f"Writing {folder} failed: {e.strerror or e}.",
-                          "Choose a folder you can write to and check free disk space.") from e
+                          "Write into a folder you can write to and check free disk space.") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder

@@ -182,8 +182,7 @@ class LoraModel(Model):
         scratch = [2 * M * self.lora.rank, M * n_max] + [M * k_max] * (
             2 * (self.lora.dropout > 0))
         floats = [4 * self.table.size, self.w_t.size // 4, *scratch]
-        base = getattr(self.base, "nbytes", 0)
-        return base + 4 * sum(floats), max(4 * max(floats), getattr(self.base, "largest", 0))
+        return self.base.nbytes + 4 * sum(floats), max(4 * max(floats), self.base.largest)
 
     # ----------------------------------------------------------------- host copies
     def adapters(self) -> dict[str, np.ndarray]:

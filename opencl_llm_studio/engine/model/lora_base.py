@@ -30,7 +30,7 @@ class FlatBase:
         self.params = rt.to_device(np.asarray(flat_weights, np.float32).reshape(-1))
         self.views = {name: self.params.get_sub_region(g.offset * 4, g.size * 4)
                       for name, g in self.table.groups.items()}
-        self.nbytes = 4 * self.table.size
+        self.nbytes = self.largest = 4 * self.table.size   # device bytes; one buffer
 
     @property
     def w_t_floats(self) -> int:

@@ -96,13 +96,19 @@ def default_export_path(model: str, fmt: str, dtype: str) -> Path:
                           f"Give the output: `llm-studio export {shell_arg(model)} OUT.gguf`.")
     run = path if kind is ModelKind.RUN_FOLDER else path.parent
     folder = run.resolve() / EXPORT_FOLDER
-    return folder / "hf" if fmt == "hf" else folder / f"{run.resolve().name}-{dtype}.gguf"
+    if fmt in ("hf", "peft"):
+        return folder / fmt
+    return folder / f"{run.resolve().name}-{dtype}.gguf"
 
 
 def cmd_export(args) -> int:
     if args.output is None:
-        args.output = str(default_export_path(args.dir, args.format, args.dtype))
+        args.output = str(default_export_path(args.dir, args.format,
+                                              "lora" if args.adapter else args.dtype))
     s = load_model(args)
+    if args.adapter or args.format == "peft":
+        from opencl_llm_studio.studio.cli.adapter_export import export_adapter
+        return export_adapter(s, args)
     if args.format == "hf":
         return _export_hf(s, args)
     r = s.export_gguf(args.output, dtype=args.dtype, force=args.force)

@@ -107,6 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
+    t.add_argument("--lora-rank", type=int, metavar="R",
+                   help="with --continue on a run imported from a GGUF: tune LoRA adapters of "
+                   "rank R on the model kept quantized, not the whole model (8-16)")
+    t.add_argument("--lora-alpha", type=float, metavar="A",
+                   help="LoRA scale alpha (the update is alpha/R B A; default twice the rank)")
+    t.add_argument("--lora-targets", metavar="NAMES",
+                   help="comma-separated weights to adapt: attn_q, attn_k, attn_v, attn_output, "
+                   "ffn_gate, ffn_up, ffn_down (default: all)")
+    t.add_argument("--lora-dropout", type=float, metavar="P",
+                   help="dropout on the adapters' input (0)")
+    t.add_argument("--base", metavar="GGUF", help="with --lora-rank: the imported model's GGUF "
+                   "file, where it is no longer where it was imported from")
     t.add_argument("--checkpoint-every", type=limited("checkpoint_every"), default=CHECKPOINT_EVERY,
                    help=f"steps between checkpoints; 0 = only at the end ({CHECKPOINT_EVERY})")
     t.add_argument("--autotune", action="store_true",
@@ -154,8 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("dir", help="run folder or checkpoint file")
     e.add_argument("output", nargs="?", help="the .gguf file to write (a folder with --format "
                    "hf); default: in the run folder, RUN/export/NAME-DTYPE.gguf (RUN/export/hf)")
-    e.add_argument("--format", choices=["gguf", "hf"], default="gguf",
-                   help="gguf (llama.cpp, Ollama, LM Studio) or hf (transformers) (gguf)")
+    e.add_argument("--format", choices=["gguf", "hf", "peft"], default="gguf",
+                   help="gguf (llama.cpp, Ollama, LM Studio), hf (transformers) or, for a LoRA "
+                   "run, peft (its adapters as a PEFT folder) (gguf)")
+    e.add_argument("--adapter", action="store_true",
+                   help="a LoRA run's adapters alone, as a GGUF LoRA adapter for llama.cpp's "
+                   "--lora and an Ollama Modelfile with FROM the base and ADAPTER it")
     e.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE,
                    help="weight type: f32 exact, f16 half size, q8_0 quarter size (f32)")
     e.add_argument("--force", action="store_true", help="overwrite existing files")

@@ -129,8 +129,16 @@ def _continue_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     from opencl_llm_studio.engine.training.opening import load_session
     source = Path(args.continue_from) if args.continue_from else out
     _check_continuable(source)
-    session = load_session(source, device=args.device, monitor=monitor,
-                           autotune=args.autotune or None)
+    lora = lora_options(args)
+    if lora is None:
+        session = load_session(source, device=args.device, monitor=monitor,
+                               autotune=args.autotune or None)
+    else:
+        from opencl_llm_studio.engine.training.opening import lora_session
+        session, note = lora_session(source, lora, device=args.device, monitor=monitor,
+                                     autotune=args.autotune or None, base_path=args.base)
+        if note:
+            line.say(note)
     note_fallback(session)
     _take_continue_options(session, args, line)
     if args.steps is not None or args.tune_steps is not None or args.time_budget:
@@ -143,6 +151,24 @@ def _continue_run(args, out: Path, monitor: Monitor, line: ProgressLine):
              f"{session.rt.info.name}" + (f", as a new run in {out}" if args.continue_from
                                           else ""))
     return session
+
+
+def lora_options(args):
+    """The LoraConfig the --lora-* options give (None without --lora-rank); ConfigError for
+    a bad value, and for --lora-alpha/--lora-targets/--lora-dropout/--base without a rank."""
+    from opencl_llm_studio.engine.config import LORA_TARGETS, LoraConfig
+    from opencl_llm_studio.engine.errors import ConfigError
+    rest = [o for o in ("lora_alpha", "lora_targets", "lora_dropout", "base")
+            if getattr(args, o, None) is not None]
+    if args.lora_rank is None:
+        if rest:
+            raise ConfigError(f"--{rest[0].replace('_', '-')} needs --lora-rank.",
+                              "Add --lora-rank 8 (or 16) to tune LoRA adapters.")
+        return None
+    targets = (tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+               if args.lora_targets else LORA_TARGETS)
+    alpha = args.lora_alpha if args.lora_alpha is not None else 2.0 * args.lora_rank
+    return LoraConfig(args.lora_rank, alpha, args.lora_dropout or 0.0, targets).validate()
 
 
 def _take_continue_options(session, args, line: ProgressLine) -> None:
@@ -172,6 +198,11 @@ def _new_run(args, out: Path, monitor: Monitor, line: ProgressLine):
     from opencl_llm_studio.engine.data.dialogue import read_dialogues
     from opencl_llm_studio.engine.training.opening import create_session
     from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
+    if lora_options(args) is not None:
+        from opencl_llm_studio.engine.errors import ConfigError
+        raise ConfigError("LoRA tunes adapters on a model that exists; a new run has none yet.",
+                          "Import a GGUF (`llm-studio import model.gguf --out RUN`), then "
+                          "`llm-studio train --continue --out RUN --tune FILE --lora-rank 8`.")
     mc, tc = configs(args)
     if args.preset:
         from opencl_llm_studio.engine.training.presets import get_preset

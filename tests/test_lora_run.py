@@ -1,0 +1,114 @@
+"""A LoRA run end to end through the command line: a quantized open model imported, tuned with
+adapters on its still-quantized base, saved and continued, exported as an adapter that llama.cpp
+loads beside the base, as a merged GGUF and as a PEFT folder."""
+
+import json
+
+import numpy as np
+import pytest
+
+from opencl_llm_studio.engine.files import checkpoint
+from opencl_llm_studio.studio.cli import main
+from tests.helpers import metrics
+
+DIALOGUES = "\n\n".join(f"User: What is the code word {i}?\nAssistant: The code word {i} is "
+                        f"{w}." for i, w in enumerate(["amber", "basalt", "cobalt", "dune"]))
+
+
+@pytest.fixture(scope="module")
+def lora_run(open_folders, tmp_path_factory):
+    """(run folder, base q8_0 GGUF, tune file) after `train --continue --lora-rank 4`."""
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
+    root = tmp_path_factory.mktemp("lora_run")
+    base = export_gguf(import_hf(open_folders["smollm2"])[0], root / "base-q8.gguf",
+                       dtype="q8_0").path
+    tune = root / "tune.txt"
+    tune.write_text(DIALOGUES)
+    run = root / "run"
+    assert main(["import", str(base), str(run), "--tune", str(tune)]) == 0
+    assert main(["train", "--out", str(run), "--continue", "--tune", str(tune), "--tune-steps",
+                 "6", "--batch-size", "2", "--lora-rank", "4", "--quiet"]) == 0
+    return run, base, tune
+
+
+def test_the_run_holds_adapters_and_names_its_base(lora_run):
+    run, base, _ = lora_run
+    ck = checkpoint.load(run, arrays=True)
+    lora = ck["header"]["lora"]
+    assert (lora["rank"], lora["alpha"], len(lora["targets"])) == (4, 8.0, 7)
+    assert lora["base"]["path"] == str(base.resolve())
+    from opencl_llm_studio.engine.config import LoraConfig, ModelConfig
+    from opencl_llm_studio.engine.model.lora_table import LoraTable
+    cfg = ModelConfig(**ck["header"]["model_config"])
+    assert ck["params"].size == LoraTable(cfg, LoraConfig.from_dict(lora)).size   # adapters only
+    assert [r["step"] for r in metrics(run)][-1] == 6
+
+
+def test_continue_keeps_the_adapters_and_refuses_another_rank(lora_run, tmp_path, capsys):
+    import shutil
+    run, _, tune = lora_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    assert main(["train", "--out", str(copy), "--continue", "--tune-steps", "8", "--quiet"]) == 0
+    assert [r["step"] for r in metrics(copy)][-2:] == [7, 8]
+    assert checkpoint.load(copy)["header"]["lora"]["rank"] == 4
+    capsys.readouterr()
+    assert main(["train", "--out", str(copy), "--continue", "--tune-steps", "9",
+                 "--lora-rank", "8", "--quiet"]) == 2
+    assert "keeps its adapters' shape" in capsys.readouterr().err
+
+
+def _llama_logits(path, ids, lora=None):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from tests.gguf_helpers import load
+    if lora is None:
+        llm = load(llama_cpp, path)
+    else:
+        import os
+        llm = llama_cpp.Llama(str(path), n_ctx=64, logits_all=True, verbose=False, seed=0,
+                              type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32,
+                              n_threads=min(4, os.cpu_count() or 1), lora_path=str(lora))
+    llm.eval(list(ids))
+    out = np.array(llm.scores[:len(ids)], np.float64)
+    llm.close()
+    return out
+
+
+def _nmse(a, b):
+    return float(((a - b) ** 2).mean() / (b ** 2).mean())
+
+
+def test_adapter_and_merged_exports_are_the_tuned_model_in_llama_cpp(lora_run, tmp_path):
+    from opencl_llm_studio.engine.training.opening import load_session
+    run, base, _ = lora_run
+    s = load_session(run)
+    ids = s.tokenizer.encode("What is the code word 2?")[:20]
+    ours = s.model.logits(np.array([ids], np.int32))[0].astype(np.float64)
+    base_logits = _llama_logits(base, ids)
+    assert _nmse(base_logits, ours) > 1e-4   # the adapters changed the model
+    adapter = tmp_path / "adapter.gguf"
+    assert main(["export", str(run), str(adapter), "--adapter"]) == 0
+    assert adapter.with_suffix(".Modelfile").read_text().count("ADAPTER") == 1
+    with_adapter = _llama_logits(base, ids, adapter)
+    assert _nmse(with_adapter, ours) < 1e-3   # llama.cpp's q8_0 products round activations
+    assert (with_adapter.argmax(-1) == ours.argmax(-1)).mean() >= 0.9
+    merged = tmp_path / "merged.gguf"
+    assert main(["export", str(run), str(merged), "--dtype", "f32"]) == 0
+    assert _nmse(_llama_logits(merged, ids), ours) < 1e-6
+
+
+def test_peft_export_names_the_base_without_a_path(lora_run, tmp_path):
+    run, _, _ = lora_run
+    out = tmp_path / "peft"
+    assert main(["export", str(run), str(out), "--format", "peft"]) == 0
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["r"] == 4 and "/" not in cfg["base_model_name_or_path"]
+    assert (out / "adapter_model.safetensors").stat().st_size > 0
+
+
+def test_lora_options_are_refused_where_they_cannot_apply(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "new"), "--lora-rank", "4", "--quiet"]) == 2
+    assert "Import a GGUF" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "new"), "--lora-alpha", "4", "--quiet"]) == 2
+    assert "needs --lora-rank" in capsys.readouterr().err
