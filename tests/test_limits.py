@@ -22,7 +22,9 @@ TRAIN_OPTIONS = {"d_model": "d_model", "n_layer": "n_layer", "n_head": "n_head",
                  "steps": "pretrain_steps",
                  "tune_steps": "tune_steps", "batch_size": "batch_size", "seed": "seed",
                  "replay": "replay_fraction", "dropout": "dropout",
-                 "time_budget": "time_budget_s", "checkpoint_every": "checkpoint_every"}
+                 "time_budget": "time_budget_s", "checkpoint_every": "checkpoint_every",
+                 "lora_rank": "lora_rank", "lora_alpha": "lora_alpha",
+                 "lora_dropout": "lora_dropout"}
 GEN_OPTIONS = {"max_tokens": "max_new_tokens", "temperature": "temperature", "top_k": "top_k",
                "top_p": "top_p", "repeat_penalty": "repetition_penalty", "seed": "seed"}
 
@@ -99,6 +101,19 @@ def test_train_validate_uses_the_table(field):
     for value in outside(lim) + [math.nan, math.inf]:
         with pytest.raises(ConfigError) as e:
             TrainConfig(**{field: value}).validate()
+        assert e.value.field == field and lim.range_text() in e.value.hint
+
+
+@pytest.mark.parametrize("field", ["lora_rank", "lora_alpha", "lora_dropout"])
+def test_lora_validate_uses_the_table(field):
+    """LoraConfig.validate refuses with the table's range, naming the CLI option's field."""
+    from opencl_llm_studio.engine.config import LoraConfig
+    lim, attr = LIMITS[field], field.removeprefix("lora_")
+    for value in inside(lim):
+        LoraConfig(**{attr: value}).validate()
+    for value in outside(lim) + ([] if lim.integer else [math.nan, math.inf]):
+        with pytest.raises(ConfigError) as e:
+            LoraConfig(**{attr: value}).validate()
         assert e.value.field == field and lim.range_text() in e.value.hint
 
 

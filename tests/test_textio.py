@@ -97,6 +97,15 @@ def test_control_bytes_mean_binary(tmp_path):
 def test_known_binary_formats(tmp_path):
     raises(write(tmp_path, b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj"), "PDF")
     raises(write(tmp_path, b"PK\x03\x04\x14\x00\x06\x00"), "ZIP")
+    raises(write(tmp_path, b"GGUF\x03\x00\x00\x00\x05" + bytes(15)), "GGUF model")
+    raises(write(tmp_path, b"{\\rtf1\\ansi\\deff0 {\\fonttbl}}"), "RTF")
+
+
+@pytest.mark.parametrize("text", ["GGUF", "GGUF files hold a model.\n", "%PDF is a format",
+                                  "{\\rtf is how RTF starts"])
+def test_text_that_starts_with_a_formats_name_is_text(tmp_path, text):
+    """A signature that is printable counts only with the bytes that follow it in the format."""
+    assert read_text(write(tmp_path, text.encode())) == text
 
 
 @pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be"])   # with and without BOM

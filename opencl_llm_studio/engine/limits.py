@@ -31,6 +31,7 @@ MAX_SEED = 2**32 - 1     # numpy's legacy seed range (the studio's field holds u
 MAX_WIDTH = 65_536       # d_model, batch_size
 MAX_CONTEXT = 2**20      # tokens per window: 8x Llama 3.1's 131,072
 MAX_VOCAB = 1_000_000    # SentencePiece vocabularies stay far below this (Gemma: 256,000)
+MAX_LORA_RANK = 256      # past this an adapter costs as much as the weight it adapts (d 576)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,12 @@ LIMITS: dict[str, Limit] = _table(
     Limit("top_p", 0.0, 1.0, lo_open=True, hint="1 = off.", **_FLOAT),
     Limit("repetition_penalty", 0.0, 100.0, lo_open=True, hint="1 = off.", **_FLOAT),
     Limit("max_new_tokens", 1, 1_000_000, "tokens"),
+    # LoRA adapters (engine.config.LoraConfig)
+    Limit("lora_rank", 1, MAX_LORA_RANK, hint="8-16 is enough for small data (LoRA without regret)."),
+    Limit("lora_alpha", 0.0, 1e6, lo_open=True, hint="twice the rank is usual (16 for rank 8).",
+          **_FLOAT),
+    Limit("lora_dropout", 0.0, 1.0, hi_open=True, hint="0 or a small value such as 0.05.",
+          **_FLOAT),
     # the run folder, and `llm-studio plot`'s image
     Limit("checkpoint_every", 0, MAX_STEPS, "steps", "0 = only at the end."),
     Limit("plot_width", 64, 16_384, "pixels"),
@@ -172,7 +179,8 @@ def limit(field: str) -> Limit:
     return LIMITS[field]
 
 
-def check_fields(obj, fields) -> None:
-    """Raise the first ConfigError of obj's `fields` (attribute names) out of range."""
+def check_fields(obj, fields, prefix: str = "") -> None:
+    """Raise the first ConfigError of obj's `fields` (attribute names) out of range; the
+    setting of attribute `name` is LIMITS[prefix + name] (LoraConfig.rank: "lora_rank")."""
     for name in fields:
-        LIMITS[name].check(getattr(obj, name))
+        LIMITS[prefix + name].check(getattr(obj, name))

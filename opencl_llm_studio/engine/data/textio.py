@@ -26,16 +26,18 @@ _CONTROL_BYTES = bytes(sorted(set(range(0x20)) - _TEXT_CONTROLS | {0x7F}))
 # A byte of 0x80-0x9F (C1 controls in Latin-1, cp1252 punctuation) or two non-ASCII bytes in a row.
 _NOT_LATIN1 = re.compile(rb"[\x80-\x9f]|[\x80-\xff]{2}")
 _BINARY_CONTROL_FRACTION = 0.10  # more than this share of control bytes: not text
-# Magic numbers of files people often pick by mistake, for a more useful hint.
+# Signatures (first bytes) of files people often pick by mistake, for a more useful hint. Those that are printable text
+# ("%PDF", "GGUF", "{\\rtf") are taken with the bytes that must follow them, so a text that
+# merely begins with the word ("GGUF files hold ...") is still read as text.
 _MAGIC = (
-    (b"%PDF", "a PDF document"),
-    (b"PK\x03\x04", "a ZIP archive (or a .docx/.odt/.xlsx document, which are ZIP files)"),
-    (b"\xd0\xcf\x11\xe0", "an old Microsoft Office document (.doc/.xls)"),
-    (b"{\\rtf", "an RTF document"),
-    (b"\x89PNG", "a PNG image"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"\x1f\x8b", "a gzip-compressed file"),
-    (b"GGUF", "a GGUF model file"),
+    (re.compile(rb"%PDF-\d"), "a PDF document"),
+    (re.compile(rb"PK\x03\x04"), "a ZIP archive (or a .docx/.odt/.xlsx document, which are ZIP files)"),
+    (re.compile(rb"\xd0\xcf\x11\xe0"), "an old Microsoft Office document (.doc/.xls)"),
+    (re.compile(rb"\{\\rtf\d"), "an RTF document"),
+    (re.compile(rb"\x89PNG"), "a PNG image"),
+    (re.compile(rb"\xff\xd8\xff"), "a JPEG image"),
+    (re.compile(rb"\x1f\x8b"), "a gzip-compressed file"),
+    (re.compile(rb"GGUF[\x01-\x03]\x00\x00\x00"), "a GGUF model file"),   # + uint32 version 1-3
 )
 _SAVE_AS_TEXT = ("Open it in a text editor (or the program that made it) and save or export it as "
                  "plain text (.txt) with UTF-8 encoding.")
@@ -140,7 +142,7 @@ def _read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
 def _check_not_binary(data: bytes, path: Path, what: str) -> None:
     """Raise DataError when the bytes are clearly not text (NUL bytes, many control bytes)."""
     for magic, kind in _MAGIC:
-        if data.startswith(magic):
+        if magic.match(data):
             raise DataError(f"The {what} file {str(path)!r} is {kind}, not plain text.",
                             _SAVE_AS_TEXT)
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):

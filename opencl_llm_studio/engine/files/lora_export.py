@@ -41,6 +41,7 @@ import numpy as np
 from opencl_llm_studio.engine.config import LORA_TARGETS, LoraConfig, ModelConfig
 from opencl_llm_studio.engine.errors import ExportError
 from opencl_llm_studio.engine.fsutil import FolderSnapshot
+from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.files.gguf_export import ARCH, atomic_write, gguf_text
 from opencl_llm_studio.engine.files.hf.names import hf_name, to_hf_tensor
 from opencl_llm_studio.engine.files.modelfile import from_value, modelfile_text
@@ -192,7 +193,7 @@ class LoraAdapters:
 
 
 def export_adapter_gguf(adapters: LoraAdapters, cfg: ModelConfig, path: str | os.PathLike,
-                        base_name: str, dtype: str = "f32", force: bool = False) -> Path:
+                        base_name: str, dtype: str = DEFAULT_DTYPE, force: bool = False) -> Path:
     """Write `adapters` as a llama.cpp LoRA adapter GGUF (module docstring: keys, names,
     shapes) for the base model `cfg` named `base_name` (general.base_model.0.name; a path is
     reduced to its final name). dtype "f32" or "f16" for A and B. Missing folders are made.

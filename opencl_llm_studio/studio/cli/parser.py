@@ -107,15 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
                    f"and feed-forward projections, training only ({d['dropout']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
-    t.add_argument("--lora-rank", type=int, metavar="R",
+    t.add_argument("--lora-rank", type=limited("lora_rank"), metavar="R",
                    help="with --continue on a run imported from a GGUF: tune LoRA adapters of "
                    "rank R on the model kept quantized, not the whole model (8-16)")
-    t.add_argument("--lora-alpha", type=float, metavar="A",
+    t.add_argument("--lora-alpha", type=limited("lora_alpha"), metavar="A",
                    help="LoRA scale alpha (the update is alpha/R B A; default twice the rank)")
     t.add_argument("--lora-targets", metavar="NAMES",
                    help="comma-separated weights to adapt: attn_q, attn_k, attn_v, attn_output, "
                    "ffn_gate, ffn_up, ffn_down (default: all)")
-    t.add_argument("--lora-dropout", type=float, metavar="P",
+    t.add_argument("--lora-dropout", type=limited("lora_dropout"), metavar="P",
                    help="dropout on the adapters' input (0)")
     t.add_argument("--base", metavar="GGUF", help="with --lora-rank: the imported model's GGUF "
                    "file, where it is no longer where it was imported from")
