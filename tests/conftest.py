@@ -101,3 +101,14 @@ def open_ggufs(open_folders, tmp_path_factory):
     root = tmp_path_factory.mktemp("open_ggufs")
     return {f: export_gguf(import_hf(p)[0], root / f"{f}.gguf").path
             for f, p in open_folders.items()}
+
+
+@pytest.fixture(scope="session")
+def lora_base_gguf(open_folders, tmp_path_factory):
+    """A Q8_0 GGUF of the small smollm2-family model (open_folders): the quantized base LoRA
+    tunes (tests/test_lora_run.py, tests/test_studio_lora.py)."""
+    from opencl_llm_studio.engine.files.gguf_export import export_gguf
+    from opencl_llm_studio.engine.files.hf.load import import_hf
+    root = tmp_path_factory.mktemp("lora_base")
+    return export_gguf(import_hf(open_folders["smollm2"])[0], root / "base-q8.gguf",
+                       dtype="q8_0").path

@@ -249,7 +249,7 @@ def test_bad_adapters_are_refused_with_a_message(bundle):
     ]
     fields = dict(rank=2, alpha=3.0, targets=SUBSET, tensors=good.tensors)
     for change, words in bad:
-        with pytest.raises(ValueError, match=words) as e:
+        with pytest.raises(AdapterError, match=words) as e:
             LoraAdapters(**{**fields, **change})
         assert isinstance(e.value, ExportError) and e.value.hint
 
@@ -299,9 +299,9 @@ def test_existing_paths(bundle, base_gguf, tmp_path):
     ad2 = random_adapters(cfg, SUBSET, 2, 5.0, seed=2)
     export_adapter_gguf(ad2, cfg, path, "base", force=True)
     assert gguf.GGUFReader(path).fields["adapter.lora.alpha"].contents() == 5.0
-    with pytest.raises(ValueError, match="Unknown adapter type"):
+    with pytest.raises(AdapterError, match="Unknown adapter type"):
         export_adapter_gguf(ad, cfg, tmp_path / "q.gguf", "base", dtype="q8_0")
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(AdapterError, match="empty"):
         export_adapter_gguf(ad, cfg, tmp_path / "e.gguf", " ")
     assert sorted(os.listdir(tmp_path)) == ["base.gguf", "new", "notes.gguf"]
     assert os.listdir(tmp_path / "new") == ["a.gguf"]           # no temp files left

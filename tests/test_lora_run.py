@@ -16,13 +16,10 @@ DIALOGUES = "\n\n".join(f"User: What is the code word {i}?\nAssistant: The code 
 
 
 @pytest.fixture(scope="module")
-def lora_run(open_folders, tmp_path_factory):
+def lora_run(lora_base_gguf, tmp_path_factory):
     """(run folder, base q8_0 GGUF, tune file) after `train --continue --lora-rank 4`."""
-    from opencl_llm_studio.engine.files.gguf_export import export_gguf
-    from opencl_llm_studio.engine.files.hf.load import import_hf
     root = tmp_path_factory.mktemp("lora_run")
-    base = export_gguf(import_hf(open_folders["smollm2"])[0], root / "base-q8.gguf",
-                       dtype="q8_0").path
+    base = lora_base_gguf
     tune = root / "tune.txt"
     tune.write_text(DIALOGUES)
     run = root / "run"

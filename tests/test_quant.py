@@ -136,6 +136,30 @@ def test_linear_products_match_the_reference(rt, qtype):
         close(down(rt, dinp, (M, cols)), d0 + dx)
 
 
+@pytest.mark.parametrize("form", ["cpu", "lanes"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_decoding_reads_the_codes_in_place(rt, rt_lanes, form, qtype):
+    """At most ops.MATVEC_ROWS rows of x (KV decoding) the product reads W's codes
+    (kernels/quant_matvec.cl: the CPU form and the row-lanes form GPUs run) and needs no
+    panel: the scratch is sized for nothing. Odd row counts, one row, and for the float forms
+    columns past the last whole 16 (the kernel's tail)."""
+    from opencl_llm_studio.engine.opencl import ops
+    r = rt if form == "cpu" else rt_lanes
+    rng = np.random.default_rng(3)
+    for M, rows, cols in [(1, 67, cols_for(qtype, 1)), (ops.MATVEC_ROWS, 5, cols_for(qtype, 3)),
+                          (2, 1, cols_for(qtype, 2) + (5 if qtype in HALF_FORMS else 0))]:
+        raw = raw_tensor(qtype, rows, cols, seed=M)
+        qm = QuantMatrix.from_gguf(r, raw, qtype, (rows, cols))
+        W = device_weights(r, qm)
+        x = rng.normal(size=(M, cols))
+        out = up(r, np.full(M * rows, np.nan))
+        linear_forward(r, out, up(r, x), qm, M, PanelScratch(r, [], M))
+        close(down(r, out, (M, rows)), ref.matmul_forward(x, W))
+
+
+HALF_FORMS = (T.F16, T.BF16)   # 16-bit files: any column count (block types: whole blocks)
+
+
 def test_the_module_panel_limit_applies(rt, monkeypatch):
     """PANEL_FLOATS (the default) can be lowered for a whole test: then W takes several panels."""
     monkeypatch.setattr(quant, "PANEL_FLOATS", 10 * 64)

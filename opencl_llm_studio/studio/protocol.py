@@ -76,6 +76,9 @@ class ContinueJob:
     retrain: tuple = ()                # (TrainConfig field, value) pairs of how the run trains
     #                                    from here: batch size, learning rate
     #                                    (TrainingSession.retrain_with)
+    lora: dict | None = None           # Tuning method LoRA: engine.config.LoraConfig.to_dict();
+    #                                    the run becomes (or stays) a LoRA run over its GGUF
+    #                                    (engine.training.opening.lora_session); None: as it is
 
 
 @dataclass(frozen=True)
@@ -133,8 +136,11 @@ class ChatRequest:
 @dataclass(frozen=True)
 class ExportRequest:
     """Write the current weights (TrainingWorker.export)."""
-    path: str                          # the .gguf file, or the folder for dtype "hf"
-    dtype: str = DEFAULT_DTYPE         # GGUF tensor type ("f32", "f16", "q8_0") or "hf"
+    path: str                          # the .gguf file, or the folder for "hf" and "peft"
+    # GGUF tensor type ("f32", "f16", "q8_0"), "hf" (a transformers folder), or for a LoRA run
+    # its adapters alone (studio.adapter_files.ADAPTER_FORMS): "adapter" (a GGUF LoRA adapter
+    # for llama.cpp --lora and Ollama ADAPTER) or "peft" (a PEFT folder)
+    dtype: str = DEFAULT_DTYPE
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,16 @@ class SaveRequest:
 
 
 # -- what comes back: worker -> GUI thread ---------------------------------------------------
+@dataclass(frozen=True)
+class LoraOption:
+    """Whether LoRA can tune the worker's model (the settings column's Tuning method): a run
+    imported from a GGUF and not trained since, or a LoRA run (its adapters' shape fixed)."""
+    why_not: str = ""                  # why LoRA cannot tune it ("": it can)
+    config: dict | None = None         # a LoRA run's LoraConfig.to_dict(); None: not one yet
+    base_bytes: int = 0                # the base GGUF's size in bytes (the estimate's base)
+    base_name: str = ""                # its file name
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     """The worker's session as the window shows it: the payload of sessionReady (a run is about
@@ -161,6 +177,7 @@ class SessionInfo:
     path: str | None = None            # the file or folder opened (loaded only)
     source: ModelSource | None = None  # what it was (loaded only)
     tokenizer: str = ""                # the tokenizer in words (engine.files.model_card.tokenizer_name)
+    lora: LoraOption | None = None     # whether LoRA can tune it; None: not told (a new model)
 
 
 class Outcome(Enum):
@@ -178,6 +195,7 @@ class RunResult:
     run_dir: str | None = None         # the run folder, None when the run never started
     saved_step: int | None = None      # step of the last checkpoint in run_dir, None if none
     train_config: TrainConfig | None = None  # the session's, with its final step totals
+    lora: LoraOption | None = None     # whether LoRA can tune it now (None: not told)
 
 
 @dataclass(frozen=True)

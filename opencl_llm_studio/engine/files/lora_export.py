@@ -58,9 +58,9 @@ PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 _KEY = re.compile(r"blk\.(\d+)\.(\w+)$")
 
 
-class AdapterError(ExportError, ValueError):
+class AdapterError(ExportError):
     """LoRA adapters that do not fit their model or cannot be written (message and hint as
-    every ExportError; a ValueError too, for callers that pass them in from code)."""
+    every ExportError)."""
 
 
 @dataclass

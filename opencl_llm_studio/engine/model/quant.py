@@ -41,6 +41,9 @@ Q4_GROUP = 32          # values per scale and min of the q4 form (Q4_GROUP in ke
 Q8_GROUPS = {T.Q8_0: 32, T.Q6_K: 16}   # values per scale of the q8 form, by source type
 Q4_TYPES = (T.Q4_0, T.Q4_1, T.Q4_K)
 EXACT_16 = {T.F16: "f16", T.BF16: "bf16"}
+# Rows of x up to which linear_forward reads W's codes in place (kernels/quant_matvec.cl)
+# instead of dequantizing panels (benchmarks/bench_lora.py --decode sets it to 0 to compare)
+MATVEC_MAX_ROWS = ops.MATVEC_ROWS
 
 
 def _half(b: np.ndarray) -> np.ndarray:
@@ -222,7 +225,7 @@ class QuantMatrix:
         return cls.from_gguf(rt, raw, qtype, w.shape)
 
     # -- launches ---------------------------------------------------------------------------
-    def _args(self) -> tuple:
+    def kernel_args(self) -> tuple:
         if self.form == "q4":
             return self.codes, self.scales, self.mins
         if self.form == "q8":
@@ -237,7 +240,7 @@ class QuantMatrix:
         if out.size < n * self.cols * 4:   # a kernel writing past a buffer corrupts memory
             raise ValueError(f"out holds {out.size // 4} floats; {n} rows need {n * self.cols}")
         columns = self.cols // 2 if self.form == "q4" else self.cols
-        rt.launch_elementwise(f"dequant_{self.form}", columns, n, out, *self._args(), r0, n,
+        rt.launch_elementwise(f"dequant_{self.form}", columns, n, out, *self.kernel_args(), r0, n,
                               self.cols)
 
     def gather_rows(self, rt: Runtime, out, ids, n: int):
@@ -247,7 +250,7 @@ class QuantMatrix:
             ops.embedding_forward(rt, out, ids, self.codes, n, self.cols)
             return
         columns = self.cols // 2 if self.form == "q4" else self.cols
-        rt.launch_elementwise(f"gather_{self.form}", columns, n, out, ids, *self._args(), n,
+        rt.launch_elementwise(f"gather_{self.form}", columns, n, out, ids, *self.kernel_args(), n,
                               self.cols)
 
 
@@ -353,10 +356,14 @@ def copy_columns(rt: Runtime, dst, dst_ld: int, dst_off: int, src, src_ld: int, 
 
 
 def linear_forward(rt: Runtime, out, inp, qm: QuantMatrix, M: int, scratch: PanelScratch):
-    """out (M, rows) = inp (M, cols) @ W^T, W dequantized a panel of rows at a time into
-    scratch.panel and multiplied by ops.matmul_forward; a panel of only some rows writes
+    """out (M, rows) = inp (M, cols) @ W^T. For at most MATVEC_MAX_ROWS rows of x (decoding) W
+    is read in its own form (kernels/quant_matvec.cl); else W is dequantized a panel of rows
+    at a time into scratch.panel and multiplied by ops.matmul_forward; a panel of only some rows writes
     scratch.part (M, n), copied into its columns of out. ValueError when scratch is too small."""
     if M < 1:
+        return
+    if M <= MATVEC_MAX_ROWS and qm.form != "f32":   # decoding: W's codes read in place
+        ops.matvec(rt, f"matvec_{qm.form}", out, inp, qm.kernel_args(), M, qm.rows, qm.cols)
         return
     n = scratch.rows_for(qm, M)
     if n == qm.rows and qm.form == "f32":   # W is already floats: no copy

@@ -144,6 +144,19 @@ def reads_weight_in_place(rt: Runtime, M: int, N: int, K: int) -> bool:
     return M <= MATVEC_ROWS or rt.plan.choice_for("nn", M, N, K).variant == "packed"
 
 
+def matvec(rt: Runtime, kernel: str, out, inp, weight: tuple, M: int, N: int, K: int):
+    """out (M, N) = inp (M, K) @ W (N, K)^T by a matrix-vector kernel that reads W in place:
+    `kernel` (kernels/matvec.cl matvec_nt: W float32; kernels/quant_matvec.cl matvec_q4, ...:
+    W quantized) with W's buffers `weight`; on CPUs its `_cpu` form, a few single-work-item
+    groups per compute unit taking MATVEC_CPU_COLUMNS columns at a time, on GPUs the row-lanes
+    form. For the few rows of decoding (M <= MATVEC_ROWS)."""
+    if rt.row_lanes == 1:
+        groups = min(-(-N // MATVEC_CPU_COLUMNS), MATVEC_CPU_GROUPS * rt.info.compute_units)
+        rt.launch_local(kernel + "_cpu", (groups,), (1,), out, inp, *weight, M, N, K)
+    else:
+        _rows_launch(rt, kernel, N, out, inp, *weight, M, N, K)
+
+
 def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int,
                    w_t_ready: bool = False):
     """out (M, N) = inp (M, K) @ w (N, K)^T: for at most MATVEC_ROWS rows (decoding) by
@@ -153,11 +166,7 @@ def matmul_forward(rt: Runtime, out, inp, w, w_t_scratch, M: int, N: int, K: int
     128-byte runs). w_t_ready: the scratch already holds w^T (a caller projecting in chunks
     transposes once)."""
     if M <= MATVEC_ROWS:  # decoding: w read once, in place (kernels/matvec.cl)
-        if rt.row_lanes == 1:   # CPUs: a few single-work-item groups per core, float8 along K
-            groups = min(-(-N // MATVEC_CPU_COLUMNS), MATVEC_CPU_GROUPS * rt.info.compute_units)
-            rt.launch_local("matvec_nt_cpu", (groups,), (1,), out, inp, w, M, N, K)
-        else:
-            _rows_launch(rt, "matvec_nt", N, out, inp, w, M, N, K)
+        matvec(rt, "matvec_nt", out, inp, (w,), M, N, K)
         return
     choice = rt.plan.choice_for("nn", M, N, K)
     if choice.variant == "packed":  # reads w in place while packing it: no transpose pass

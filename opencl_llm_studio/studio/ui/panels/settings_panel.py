@@ -16,15 +16,14 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSp
 
 from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import ConfigError
-from opencl_llm_studio.engine.files.export_types import estimated_bytes
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.engine.model.memory import training_bytes
-from opencl_llm_studio.engine.model.params import param_count
 from opencl_llm_studio.engine.training.presets import PRESETS
 from opencl_llm_studio.studio.ui.panels.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
     ADVANCED, FIELD_MIN_WIDTH, FLOAT_FIELDS, INVALID_STYLE, MODEL_FIELDS, SPIN_INT_MAX, TRAIN_FIELDS,
     add_field, float_spin, fold_button, human_bytes, human_count, make_form, note_label,
     preset_combo, restored_extra)
+from opencl_llm_studio.studio.ui.panels.tuning_method import TuningMethod
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 
 
@@ -108,6 +107,8 @@ class SettingsPanel(QWidget):
         for name, field, label, step, dec, tip in FLOAT_FIELDS[:1]:
             self._add(form, float_spin(dec), name, field, label, step, tip,
                       getattr(defaults, field))
+        self.tuning = TuningMethod(self.spins["learningRateSpin"], form, self)  # over the rate
+        self.tuning.changed.connect(self._on_change)
         for name, field, label, step, tip in TRAIN_FIELDS:
             self._add(form_of(name), QSpinBox(), name, field, label, step, tip,
                       getattr(defaults, field))
@@ -174,6 +175,7 @@ class SettingsPanel(QWidget):
     def forget_opened(self) -> None:
         """New model: the fields describe the model again."""
         self._opened = None
+        self.tuning.set_option(None)
         self._minutes_mean_more(False)
         self.opened_label.setVisible(False)
         self._show_tokenizer("")
@@ -227,9 +229,10 @@ class SettingsPanel(QWidget):
         self.spins[name].setValue(value)
 
     def set_from_configs(self, model_cfg: ModelConfig, train_cfg: TrainConfig | None,
-                         tokenizer: str = "") -> None:
+                         tokenizer: str = "", lora=None) -> None:
         """Show a loaded checkpoint's settings; tokenizer: its tokenizer in words (studio.
-        protocol.SessionInfo.tokenizer; "" leaves the field)."""
+        protocol.SessionInfo.tokenizer; "" leaves the field); lora: its LoraOption."""
+        self.tuning.set_option(lora)   # first: a LoRA choice gives its learning rate back
         self.preset_combo.setCurrentIndex(0)
         if self._opened is None:
             self._chosen_tokenizer = self.tokenizer_combo.currentData()
@@ -306,13 +309,9 @@ class SettingsPanel(QWidget):
             problems.append((e, [f[1] for f in TRAIN_FIELDS + FLOAT_FIELDS]))
         for err, fields in problems:
             self._show_error(err, fields)
-        if cfg is not None:
-            batch = self.spins["batchSizeSpin"].value()
-            self.estimate_label.setText(
-                f"<b>{human_count(param_count(cfg))}</b> parameters · "
-                f"≈ {human_bytes(self.training_bytes(cfg, batch))} to train · "
-                f"GGUF ≈ {human_bytes(estimated_bytes(cfg, 'f32'))} (f32), "
-                f"{human_bytes(estimated_bytes(cfg, 'f16'))} (f16)")
+        if cfg is not None:   # as the Tuning method trains it (full, or LoRA adapters)
+            self.estimate_label.setText(self.tuning.estimate_text(
+                cfg, self.spins["batchSizeSpin"].value(), self.device_info))
         else:
             self.estimate_label.setText("Fix the setting marked in red to see the model size.")
         # A preset's warmup is part of its measured schedule (capped in a short stage as any
@@ -351,6 +350,7 @@ class SettingsPanel(QWidget):
                                                    ("", self.tie_check), ("", self.preset_combo)]:
             enable_with_reason(w, on and (only is None or name in only),
                                why.get(name, why.get("", "")))
+        self.tuning.set_editable(on, why.get("", ""))
 
     def save(self, s: QSettings) -> None:
         for name, spin in self.spins.items():

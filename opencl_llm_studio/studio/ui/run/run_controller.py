@@ -54,6 +54,7 @@ class RunController(QObject):
         self.continue_from: ContinuePoint | None = None  # an opened model that Train continues
         self.has_model = False                    # the worker holds weights to chat / export
         self.model_config: ModelConfig | None = None  # of that model (real vocabulary size)
+        self.lora: dict | None = None             # its LoraConfig.to_dict() if a LoRA run
         self.host = WorkerHost(self)
         w = self.host.worker
         # Explicitly queued: these run in the GUI thread whatever PySide guesses.
@@ -169,6 +170,7 @@ class RunController(QObject):
     # -- what the worker reports ------------------------------------------------------------
     def _adopt(self, info: SessionInfo) -> None:
         self.model_config = info.model_config
+        self.lora = info.lora.config if info.lora else None   # a LoRA run's: export adapters
         self.has_model = True
 
     @Slot(object)

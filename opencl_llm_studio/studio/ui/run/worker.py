@@ -32,6 +32,7 @@ from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportR
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.studio.run_driver import RunDriver
 from opencl_llm_studio.studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
+from opencl_llm_studio.studio.ui.run.worker_lora import LoraTuning
 from opencl_llm_studio.studio.ui.run.worker_tasks import ModelTasks
 from opencl_llm_studio.studio.ui.run.worker_tune import KernelTuning
 
@@ -82,6 +83,7 @@ class TrainingWorker(QObject):
         # chat, export, save, open
         self.tasks = ModelTasks(self.monitor, self._stop, self._fail, self.preparing.emit)
         self.tuning = KernelTuning(self._stop, self._fail)   # Device › Tune kernels…
+        self.lora = LoraTuning(self.monitor, self.preparing.emit)   # Tuning method LoRA
 
     # Flags: set from the GUI thread, read here between steps.
     def request_pause(self) -> None:
@@ -127,7 +129,7 @@ class TrainingWorker(QObject):
             # StepMetrics built here, not on the GUI thread (a long run has many)
             history=tuple(metrics_from_dict(d) for d in s.history) if history else None,
             tokenizer=tokenizer_name(s.tokenizer.kind, s.tokenizer.pre),
-            **opened)
+            lora=self.lora.option(s), **opened)
 
     # -- a model between steps (studio.ui.run.worker_tasks.ModelTasks) ---------------------------
     @Slot(object)
@@ -152,6 +154,7 @@ class TrainingWorker(QObject):
             self.loaded.emit(None)
             return
         self.session, source, path = opened
+        self.lora.opened(source, path)
         self.loaded.emit(self._info(history=True, path=str(path), source=source))
 
     @Slot(object)
@@ -171,6 +174,7 @@ class TrainingWorker(QObject):
         from opencl_llm_studio.engine.training.opening import create_session
         self._close_run()
         self.session = None
+        self.lora.opened(None, None)
         self.preparing.emit("Training the tokenizer and building the model…")
         try:
             recorder = RunRecorder(job.run_dir, job.checkpoint_every)
@@ -203,9 +207,11 @@ class TrainingWorker(QObject):
             return self._not_started("Nothing to continue",
                                      StudioError("No model is loaded.",
                                                  "Open a checkpoint or a GGUF first."))
-        s = self.session
-        self.preparing.emit(f"Continuing from step {s.step}…")
+        self.preparing.emit(f"Continuing from step {self.session.step}…")
         try:
+            if job.lora is not None:   # Tuning method LoRA: the session becomes a LoRA one
+                self.lora.adopt(self, job.lora)
+            s = self.session
             if job.tune_text and not s.has_tune and job.tune_steps > 0:
                 s.set_dialogues(job.tune_text)   # a run without dialogues gains a tuning stage
                 self.preparing.emit("Tuning on the open dialogue file (the model had none)")
@@ -223,13 +229,13 @@ class TrainingWorker(QObject):
             self.recorder = RunRecorder(job.run_dir, job.checkpoint_every, history=s.history)
         except Cancelled:   # Stop while the kernels were tuned: nothing trained or stored
             remove_if_empty(job.run_dir)
-            self.stopped.emit(RunResult(Outcome.STOPPED, step=s.step))
+            self.stopped.emit(RunResult(Outcome.STOPPED, step=self.session.step))
             return
         except Exception as e:
             remove_if_empty(job.run_dir)
             return self._not_started("Could not continue training", e)
         self.sessionReady.emit(self._info(history=True))
-        self.driver = RunDriver(s, self.recorder, self._saved, self._autosave_failed)
+        self.driver = RunDriver(self.session, self.recorder, self._saved, self._autosave_failed)
         self._run()
 
     def _not_started(self, title: str, exc: BaseException) -> None:
@@ -319,7 +325,7 @@ class TrainingWorker(QObject):
         self._end_run(save=False)
         return RunResult(outcome, step=s.step, run_dir=str(rec.folder) if rec else None,
                          saved_step=rec.saved_step if rec else None,
-                         train_config=s.train_config)
+                         train_config=s.train_config, lora=self.lora.option(s))
 
     def _training_error(self, exc: BaseException) -> None:
         """Non-fatal for the app: say what happened and where the last good checkpoint is."""

@@ -16,6 +16,7 @@ from typing import Callable
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.training.run_lock import ensure_free
+from opencl_llm_studio.studio.adapter_files import ADAPTER_FORMS, export_adapters
 from opencl_llm_studio.studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from opencl_llm_studio.studio.run_folder import remove_if_empty
 
@@ -54,9 +55,12 @@ class ModelTasks:
             return None
 
     def export(self, session, request: ExportRequest):
-        """A GGUF of `dtype`, or a Hugging Face folder when dtype is "hf" (engine/files/hf): its
-        ExportResult, or None."""
+        """A GGUF of `dtype`, a Hugging Face folder when dtype is "hf" (engine/files/hf), or a
+        LoRA run's adapters alone ("adapter", "peft": studio.adapter_files): its ExportResult
+        (AdapterExport), or None."""
         try:
+            if request.dtype in ADAPTER_FORMS:
+                return export_adapters(session, request.path, request.dtype, force=True)
             if request.dtype == "hf":
                 from opencl_llm_studio.engine.files.hf.export import export_result, export_session
                 return export_result(export_session(session, request.path, force=True))

@@ -93,7 +93,8 @@ class TrainingActions:
                                        every, more_seconds=tcfg.time_budget_s,
                                        autotune=self.autotune(),
                                        tune_text=p.data_panel.tune_text or None,
-                                       retrain=tuple((k, getattr(tcfg, k)) for k in RETRAIN)))
+                                       retrain=tuple((k, getattr(tcfg, k)) for k in RETRAIN),
+                                       lora=sp.tuning.job_lora()))
             return
         p.samples_panel.clear()
         if p.chat_panel.start_over():
@@ -140,9 +141,12 @@ class TrainingActions:
         mc = info.model_config
         self.panels.plots.set_reference(mc.vocab_size)
         self.panels.data_panel.set_token_counts(info.pretrain_tokens, info.tune_tokens)
+        lora = info.lora.config if info.lora else None   # a LoRA run: what trains
         self.window.status(
             f"Model ready: {param_count(mc):,} parameters, vocabulary {mc.vocab_size} on "
-            f"{info.device.name}", 10000)
+            f"{info.device.name}" + (f"; LoRA adapters of rank {lora['rank']} tune it, the "
+                                     f"base {info.lora.base_name} kept quantized" if lora
+                                     else ""), 10000)
 
     def _on_session(self, info: SessionInfo) -> None:
         """Before the state moves on to RUNNING (studio.ui.run.run_controller)."""
@@ -209,6 +213,8 @@ class TrainingActions:
             # it goes on from here, and the fields show where it stands
             self.panels.run_bar.set_continue(step, opened.run_dir is not None)
             self.panels.settings_panel.show_run_totals(result.train_config)
+            if result.lora is not None:   # a LoRA run now, or trained past LoRA's start
+                self.panels.settings_panel.tuning.set_option(result.lora)
         if self.controller.has_model and result.outcome is not Outcome.FAILED:
             self.panels.tabs.setCurrentWidget(self.panels.samples_panel)
         self.window.trainingFinished.emit(result)
@@ -236,7 +242,7 @@ class TrainingActions:
             return
         self._adopt_model(info)
         self.panels.settings_panel.set_from_configs(info.model_config, info.train_config,
-                                                    info.tokenizer)
+                                                    info.tokenizer, info.lora)
         self.panels.samples_panel.clear()
         cleared = self.panels.chat_panel.start_over()
         self._show_history(info, recall=True)

@@ -17,9 +17,10 @@ from PySide6.QtWidgets import QFileDialog, QMenuBar, QMessageBox
 
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
+from opencl_llm_studio.studio.adapter_files import AdapterExport
 from opencl_llm_studio.studio.protocol import ChatRequest, ExportRequest, LoadJob, ModelSource, SaveRequest
 from opencl_llm_studio.studio.run_folder import HF_KINDS, ModelKind, path_kind
-from opencl_llm_studio.studio.ui.dialogs.export_dialog import ExportDialog
+from opencl_llm_studio.studio.ui.dialogs.export_dialog import FOLDER_FORMATS, ExportDialog
 from opencl_llm_studio.studio.ui.window.open_model_action import OpenModelAction
 from opencl_llm_studio.studio.ui.run.run_controller import RunController
 from opencl_llm_studio.studio.ui.panels.settings_panel import human_bytes
@@ -102,14 +103,15 @@ class WindowActions:
         if not self.controller.has_model:
             return
         default = Path(self.settings.value("export/dir", str(Path.home()))) / "model.gguf"
-        dialog = ExportDialog(self.controller.model_config, default, self.window.widget())
+        dialog = ExportDialog(self.controller.model_config, default, self.window.widget(),
+                              lora=self.controller.lora)
         last = self.settings.value("export/path", "")
         if last:   # the last choice, kept also when its export failed
             dialog.preset(str(last), str(self.settings.value("export/dtype", DEFAULT_DTYPE)))
         if dialog.exec() != ExportDialog.Accepted:
             return
         path, dtype = dialog.choice()
-        if path and dtype != "hf" and Path(path).exists() and QMessageBox.question(
+        if path and dtype not in FOLDER_FORMATS and Path(path).exists() and QMessageBox.question(
                 self.window.widget(), "Replace file?",
                 f"{path} exists. Replace it?") != QMessageBox.Yes:
             return
@@ -132,9 +134,11 @@ class WindowActions:
         if result.dtype == "hf":
             text += ("\nLoad it with transformers: LlamaForCausalLM.from_pretrained(folder) and "
                      "AutoTokenizer.from_pretrained(folder).")
+        if isinstance(result, AdapterExport):   # a LoRA run's adapters: how to load them
+            text += f"\n{result.usage}"
         if result.modelfile:
             text += f"\nand the Ollama Modelfile {result.modelfile}"
-        elif result.dtype != "hf":
+        elif result.dtype != "hf" and result.no_modelfile_note():
             text += f"\n{result.no_modelfile_note()}"
         self.window.status(f"Exported {result.path} ({size})", 15000)
         box = QMessageBox(QMessageBox.Information, "Export finished", text, QMessageBox.Ok,
