@@ -113,16 +113,41 @@ def test_the_table_packs_large_products_on_pocl_cpus():
                   ("nn", 4096, 768, 256), ("nn", 768, 384, 128), ("tn", 704, 128, 768),
                   ("nn", 768, 128, 128)]:
         assert plan.choice_for(*shape) == GemmChoice("packed", vector_width=16), shape
-    for shape in [("nn", 8, 768, 256), ("nn", 256, 128, 128), ("nn", 1, 1, 1)]:
+    for shape in [("nn", 64, 256, 256), ("nn", 256, 128, 128), ("tn", 64, 64, 64)]:
         assert plan.choice_for(*shape) == plan.default and plan.default.variant == "vector"
-    assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT).variant == "packed"
-    assert plan.choice_for("nn", 1, 1, LARGE_PRODUCT - 1).variant == "vector"
+    assert plan.choice_for("nn", 64, 64, LARGE_PRODUCT // 4096).variant == "packed"
+    assert plan.choice_for("nn", 64, 64, LARGE_PRODUCT // 4096 - 1).variant == "vector"
     assert default_plan(replace(pocl, native_float_width=8)).large.vector_width == 8
     tuned = replace(plan, shapes=((("nn", 512, 960, 576), plan.default),))
     assert tuned.choice_for("nn", 512, 960, 576) == plan.default
+    assert plan.choice_for("nn", 8, 8, LARGE_PRODUCT) == plan.narrow   # narrow before large
     for other in [replace(pocl, is_intel_cpu_runtime=True), replace(pocl, native_float_width=4),
                   DeviceLimits(False, False, 132, 228 << 10, 1024, 1)]:
         p = default_plan(other)
         assert p.choice_for("nn", 4096, 4096, 4096) == p.choice_for("nn", 8, 8, 8) == p.default
     forced = plan.replace(variant="vector")
     assert forced.choice_for("nn", 4096, 4096, 4096).variant == "vector"
+
+
+def test_the_table_runs_narrow_products_blocked_on_pocl_cpus():
+    """default_plan: on a PoCL CPU, products with fewer than NARROW_EDGE rows or columns of C
+    (LoRA's rank-r products x A^T (M, r), G B (M, r), G^T u (n, r); a few rows) take the
+    scalar blocked kernel, where the vector one ran 2-10x slower; wider ones keep the vector
+    or packed choice, a tuned shape wins, and the other devices' tables have no narrow rule."""
+    from dataclasses import replace
+
+    from opencl_llm_studio.engine.opencl.gemm_plan import (NARROW_EDGE, DeviceLimits,
+                                                           GemmChoice, default_plan)
+    pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 8)
+    plan = default_plan(pocl)
+    assert plan.narrow == GemmChoice("blocked", vector_width=8)
+    for shape in [("nn", 240, 8, 576), ("tn", 1536, 8, 240), ("nn", 240, 8, 1536),
+                  ("nn", 8, 576, 240), ("tn", 8, 576, 240), ("nn", 240, NARROW_EDGE - 1, 576)]:
+        assert plan.choice_for(*shape) == plan.narrow, shape
+    assert plan.choice_for("nn", 240, NARROW_EDGE, 256) == plan.default
+    tuned = replace(plan, shapes=((("nn", 240, 8, 576), plan.default),))
+    assert tuned.choice_for("nn", 240, 8, 576) == plan.default
+    assert plan.replace(variant="vector").choice_for("nn", 240, 8, 576).variant == "vector"
+    for other in [replace(pocl, is_intel_cpu_runtime=True),
+                  DeviceLimits(False, False, 132, 228 << 10, 1024, 1)]:
+        assert default_plan(other).narrow is None
