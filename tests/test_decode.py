@@ -29,6 +29,30 @@ def test_kv_cache_logits_equal_full_forward(rt, n_prompt, n_head, n_kv_head, sca
         dec.step(0)
 
 
+@pytest.mark.parametrize("n_prompt,window,kept", [(1, 16, True), (5, 16, True), (17, 32, False),
+                                                   (40, 64, False), (58, 64, False)])
+def test_a_short_prompt_is_prefilled_in_a_short_window(rt, n_prompt, window, kept):
+    """The prefill runs over prefill_length(n) positions, not the whole context (a 40-token
+    prompt of a 1,024-token model cost 1,024 positions), and the tokens after it, which read
+    the copied k and v rows, still equal the full forward pass."""
+    from opencl_llm_studio.engine.generation.decode import prefill_length
+    cfg = ModelConfig(vocab_size=300, d_model=24, n_layer=3, n_head=6, n_kv_head=2,
+                      context_length=64, ffn_dim=40)
+    model = Model(rt, cfg, seed=5)
+    ids = list(np.random.default_rng(n_prompt).integers(0, cfg.vocab_size, size=n_prompt + 6))
+    assert prefill_length(n_prompt, cfg.context_length) == window
+    dec = KVDecoder(model)
+    seen = []
+    run = model.last_logits
+    model.last_logits = lambda w, length, acts=None: seen.append(w.shape) or run(w, length, acts)
+    got = [dec.reset(ids[:n_prompt])] + [dec.step(int(t)) for t in ids[n_prompt:]]
+    assert seen == [(1, window)]
+    assert (dec._short is not None) == kept   # a set over a quarter of the window is let go
+    for k, logits in enumerate(got):
+        full = model.logits(np.array([ids[: n_prompt + k]], np.int32))[0, -1]
+        np.testing.assert_allclose(logits, full, atol=2e-5, err_msg=f"token {k}")
+
+
 @pytest.fixture(scope="module")
 def session(rt):
     from opencl_llm_studio.engine.config import TrainConfig

@@ -316,11 +316,13 @@ class Model(FlatState):
             return output_head.logits(self, a).reshape(B, T, -1)
         return self.rt.read(a.logits, B * T * self.cfg.vocab_size).reshape(B, T, -1)
 
-    def last_logits(self, window: np.ndarray, length: int) -> np.ndarray:
+    def last_logits(self, window: np.ndarray, length: int,
+                    acts: Activations | None = None) -> np.ndarray:
         """Logits (V,) at position length-1 of window (1, T); positions >= length are ignored
-        by causality, so one fixed T serves every prompt length (one activation set)."""
+        by causality, so one fixed T serves every prompt length (one activation set). acts: a
+        forward-only set of (1, T) to run in (a KV decoder's short prefill), else the model's."""
         B, T = window.shape
-        a = self.activations(B, T, with_grad=False)
+        a = acts or self.activations(B, T, with_grad=False)
         self.upload_batch(a, window, None)
         self.forward(a, B, T)
         V = self.cfg.vocab_size
