@@ -112,3 +112,19 @@ def lora_base_gguf(open_folders, tmp_path_factory):
     root = tmp_path_factory.mktemp("lora_base")
     return export_gguf(import_hf(open_folders["smollm2"])[0], root / "base-q8.gguf",
                        dtype="q8_0").path
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (tests/real_model.py)."""
+    from tests.real_model import smollm2_path
+    return smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def f32_copy(smollm2, tmp_path_factory):
+    """The Q4_1 file dequantized by llama.cpp to F32: the weights the engine runs, for
+    llama.cpp to run them too."""
+    from tests.real_model import llama_cpp_module, quantize
+    return quantize(smollm2, tmp_path_factory.mktemp("f32") / "smollm2-f32.gguf",
+                    llama_cpp_module().LLAMA_FTYPE_ALL_F32)

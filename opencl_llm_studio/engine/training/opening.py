@@ -177,7 +177,7 @@ def lora_session(path, lora: LoraConfig, device=None, runtime: Runtime | None = 
     still-quantized base (engine.model.quant_base.QuantBase): a run imported from a GGUF and
     not trained since (its weights are the file's), whose GGUF is at base_path or where the
     import found it; or a LoRA run already, continued when `lora` is its own. Its learning rate
-    becomes LORA_LR_FACTOR times the run's (LoRA wants about 10x full fine-tuning's: "LoRA
+    becomes LORA_LR_FACTOR times the run's (LoRA wants several times full fine-tuning's: "LoRA
     without regret", 2025). Returns (session, a note for the person or None). Raises
     ConfigError for a run LoRA cannot start on, with the way there; ModelImportError when the
     base GGUF is missing or changed."""

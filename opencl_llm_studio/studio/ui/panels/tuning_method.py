@@ -7,7 +7,7 @@ lora_session keeps that file as the base), and a LoRA run keeps its adapters' sh
 tells which (studio.protocol.LoraOption, with each opened model and each run's end), and the
 choice is off with the reason in its tooltip elsewhere. With no model at hand (a new model)
 the rows are hidden. Picking LoRA raises the learning-rate
-field by LORA_LR_FACTOR, as the engine does (LoRA wants about 10x full fine-tuning's rate), so the
+field by LORA_LR_FACTOR, as the engine does (LoRA wants several times full fine-tuning's rate), so the
 field shows the rate the run will train at. Used by studio.ui.panels.settings_panel.
 """
 
