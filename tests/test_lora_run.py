@@ -42,6 +42,28 @@ def test_the_run_holds_adapters_and_names_its_base(lora_run):
     assert [r["step"] for r in metrics(run)][-1] == 6
 
 
+def test_a_lora_run_opens_where_its_float32_model_would_not(lora_run, monkeypatch):
+    """Opening a LoRA run checks what its model holds (the base as stored on the device and
+    the adapters), not a float32 copy of every weight: a 1.1B model's LoRA run would have been
+    refused on an 8 GB laptop (4.7 GiB counted to chat, for a run that tunes in 1.7 GiB)."""
+    from opencl_llm_studio.engine.model import memory
+    from opencl_llm_studio.engine.model.lora import LoraModel
+    from opencl_llm_studio.engine.training.opening import load_session
+    run = lora_run[0]
+    s = load_session(run)
+    cfg, info, path = s.model_config, s.rt.info, s.rt.plan.attention_path
+    own = LoraModel.chat_bytes(cfg, s.model.base, s.lora)
+    assert own[0] >= s.model.base.nbytes + 4 * s.model.table.size
+    lora_need = memory.chat_bytes(cfg, info, path, own)[0]
+    full_need = memory.chat_bytes(cfg, info, path)[0]
+    assert lora_need < full_need
+    have = (lora_need + full_need) / 2 / 0.9   # room for the LoRA model, not a float32 one
+    monkeypatch.setattr(memory, "usable_bytes", lambda device: int(have))
+    assert load_session(run).lora is not None
+    with pytest.raises(Exception, match="just to chat"):   # the float32 model would not fit
+        memory.check_chat_fits(cfg, info, path)
+
+
 def test_continue_keeps_the_adapters_and_refuses_another_rank(lora_run, tmp_path, capsys):
     import shutil
     run, _, tune = lora_run

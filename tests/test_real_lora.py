@@ -15,7 +15,6 @@ from opencl_llm_studio.engine.data.dialogue import Message, encode_prompt
 from opencl_llm_studio.engine.training.opening import load_session
 from opencl_llm_studio.studio.cli import main
 from tests.helpers import first_near_tie
-from tests.open_models import llama_model
 from tests.real_model import (FACTS, GENERAL, QUESTION, TAUGHT, answers, known,
                               llama_cpp_module)
 

@@ -184,6 +184,17 @@ class LoraModel(Model):
         floats = [4 * self.table.size, self.w_t.size // 4, *scratch]
         return self.base.nbytes + 4 * sum(floats), max(4 * max(floats), self.base.largest)
 
+    @staticmethod
+    def chat_bytes(cfg: ModelConfig, base, lora: LoraConfig) -> tuple[int, int]:
+        """(total, largest single buffer) bytes of the LoRA model of (cfg, base, lora) before
+        it trains (what chatting and exporting need of it: engine.model.memory.check_chat_fits'
+        model_part): the base as it is on the device, the adapters and the w_t scratch this
+        class allocates; gradients, moments and the adapter scratch come with training
+        (own_bytes)."""
+        table = LoraTable(cfg, lora)
+        floats = table.size + max(base.w_t_floats, max(e.size for e in table.entries.values()))
+        return base.nbytes + 4 * floats, max(base.largest, 4 * table.size)
+
     # ----------------------------------------------------------------- host copies
     def adapters(self) -> dict[str, np.ndarray]:
         """{"blk.l.target.weight.lora_a" / ".lora_b": float32 array} from the device."""

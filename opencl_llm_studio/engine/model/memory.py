@@ -70,30 +70,36 @@ def training_bytes(cfg: ModelConfig, batch_size: int, device: DeviceInfo | None 
 
 
 def chat_bytes(cfg: ModelConfig, device: DeviceInfo | None = None,
-               attention_path: str | None = None) -> tuple[int, int]:
+               attention_path: str | None = None,
+               model_part: tuple[int, int] | None = None) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) for chatting with, sampling from or
     exporting `cfg`: the Model without its training state (engine.model.activations.ModelBuffer
     .training: gradients and moments are made at the first training use), the generation set
-    (1, context_length) and a KVDecoder's rows."""
+    (1, context_length) and a KVDecoder's rows. model_part: (total, largest) bytes of the
+    model's own buffers where they are not a full float32 model's (a LoRA model: its
+    still-quantized base and adapters, engine.model.lora.LoraModel.chat_bytes)."""
     path = _path(cfg, 1, cfg.context_length, False, device, attention_path)
-    parts = [activations.model_bytes(cfg, training=False),
+    parts = [model_part or activations.model_bytes(cfg, training=False),
              activations.set_bytes(cfg, 1, cfg.context_length, False, path),
              activations.decode_bytes(cfg)]
     return sum(n for n, _ in parts), max(b for _, b in parts)
 
 
 def check_chat_fits(cfg: ModelConfig, device: DeviceInfo,
-                    attention_path: str | None = None) -> int:
+                    attention_path: str | None = None,
+                    model_part: tuple[int, int] | None = None) -> int:
     """Raise ConfigError when even chatting with cfg would not fit the device (chat_bytes above
     90% of usable_bytes, or a buffer above the largest single allocation), before anything is
-    allocated; return the bytes needed. Training checks its own need when it starts
+    allocated; return the bytes needed. model_part: as chat_bytes (a LoRA run's base and
+    adapters, not a float32 model). Training checks its own need when it starts
     (check_fits)."""
-    need, biggest = chat_bytes(cfg, device, attention_path)
+    need, biggest = chat_bytes(cfg, device, attention_path, model_part)
     have, gib = usable_bytes(device), 2 ** 30
     if need > 0.9 * have or biggest > device.max_alloc_bytes:
+        weights = "its weights" if model_part else "its float32 weights"
         raise ConfigError(
-            f"This model needs about {need / gib:.2f} GiB on {device.name} just to chat (its "
-            f"float32 weights and one generation window), which has {have / gib:.2f} GiB "
+            f"This model needs about {need / gib:.2f} GiB on {device.name} just to chat "
+            f"({weights} and one generation window), which has {have / gib:.2f} GiB "
             f"available (largest single buffer {biggest / gib:.2f} GiB, limit "
             f"{device.max_alloc_bytes / gib:.2f} GiB).",
             "Close other programs, use a device with more memory, or a smaller model.")

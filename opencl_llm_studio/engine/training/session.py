@@ -124,7 +124,8 @@ class TrainingSession:
             check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
         else:   # opened to chat or export: its weights and a generation window; gradients
             #     and moments are made (and training's need checked) when it trains
-            check_chat_fits(model_cfg, rt.info, rt.plan.attention_path)
+            check_chat_fits(model_cfg, rt.info, rt.plan.attention_path,
+                            None if lora is None else LoraModel.chat_bytes(model_cfg, base, lora))
         self.monitor.tick("building the model", 0, 1)
         self.lora, self.base_ref = lora, base_ref
         if lora is None:
