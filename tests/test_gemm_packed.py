@@ -129,11 +129,13 @@ def test_the_table_packs_large_products_on_pocl_cpus():
     assert forced.choice_for("nn", 4096, 4096, 4096).variant == "vector"
 
 
-def test_the_table_runs_narrow_products_blocked_on_pocl_cpus():
-    """default_plan: on a PoCL CPU, products with fewer than NARROW_EDGE rows or columns of C
-    (LoRA's rank-r products x A^T (M, r), G B (M, r), G^T u (n, r); a few rows) take the
-    scalar blocked kernel, where the vector one ran 2-10x slower; wider ones keep the vector
-    or packed choice, a tuned shape wins, and the other devices' tables have no narrow rule."""
+def test_the_table_runs_narrow_products_blocked_and_few_rows_packed_on_pocl_cpus():
+    """default_plan: on a PoCL CPU, products with fewer than NARROW_EDGE columns of C (LoRA's
+    rank-r products x A^T (M, r), G B (M, r), G^T u (n, r)) take the scalar blocked kernel,
+    where the vector one ran 2-10x slower; wider ones with fewer rows than that (a short
+    prompt's prefill) the packed GEMM, which reads W in place instead of transposing it; the
+    rest keep the vector or packed choice, a tuned shape wins, and the other devices' tables
+    have neither rule."""
     from dataclasses import replace
 
     from opencl_llm_studio.engine.opencl.gemm_plan import (NARROW_EDGE, DeviceLimits,
@@ -141,13 +143,17 @@ def test_the_table_runs_narrow_products_blocked_on_pocl_cpus():
     pocl = DeviceLimits(True, False, 2, 2 << 20, 4096, 8)
     plan = default_plan(pocl)
     assert plan.narrow == GemmChoice("blocked", vector_width=8)
+    assert plan.few_rows == GemmChoice("packed", vector_width=8)
     for shape in [("nn", 240, 8, 576), ("tn", 1536, 8, 240), ("nn", 240, 8, 1536),
-                  ("nn", 8, 576, 240), ("tn", 8, 576, 240), ("nn", 240, NARROW_EDGE - 1, 576)]:
+                  ("nn", 8, 8, 576), ("nn", 240, NARROW_EDGE - 1, 576)]:
         assert plan.choice_for(*shape) == plan.narrow, shape
+    for shape in [("nn", 16, 576, 576), ("tn", 8, 576, 240), ("nn", NARROW_EDGE - 1, 64, 64)]:
+        assert plan.choice_for(*shape) == plan.few_rows, shape
     assert plan.choice_for("nn", 240, NARROW_EDGE, 256) == plan.default
+    assert plan.choice_for("nn", NARROW_EDGE, 256, 256) == plan.default
     tuned = replace(plan, shapes=((("nn", 240, 8, 576), plan.default),))
     assert tuned.choice_for("nn", 240, 8, 576) == plan.default
     assert plan.replace(variant="vector").choice_for("nn", 240, 8, 576).variant == "vector"
     for other in [replace(pocl, is_intel_cpu_runtime=True),
                   DeviceLimits(False, False, 132, 228 << 10, 1024, 1)]:
-        assert default_plan(other).narrow is None
+        assert default_plan(other).narrow is None and default_plan(other).few_rows is None

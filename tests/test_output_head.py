@@ -70,7 +70,7 @@ def test_chunks_read_the_output_weight_in_place_where_the_gemm_can(rt, monkeypat
     cfg, B, T = tiny_config(), 10, 15
     C, V = cfg.d_model, cfg.vocab_size
     packed = GemmChoice("packed", vector_width=rt.plan.vector_width)
-    plan = replace(rt.plan, large=None,
+    plan = replace(rt.plan, large=None, few_rows=None,
                    shapes=tuple((("nn", n, V, C), packed) for n in packed_rows))
     monkeypatch.setattr(activations, "LOGITS_FLOATS", 1)  # chunks of 128 rows
     transposes = []

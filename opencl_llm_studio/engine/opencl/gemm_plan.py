@@ -39,13 +39,18 @@ SUM_DEPTH = 64  # a split-K slice's partial sums cost about as much as 64 more K
 # while below 2^22 the vector kernel won 1.2-1.3x (benchmarks/RESULTS.md, "tn products at nn's
 # speed")
 LARGE_PRODUCT = 1 << 23
-# Products with fewer than this many rows or columns of C (LoRA's rank-8 products: (M, 8) = x A^T,
-# du = G B, dB = G^T u; a few rows) take GemmPlan.narrow where the plan has one: PoCL's vector
+# Products with fewer than this many columns of C (LoRA's rank-8 products: (M, 8) = x A^T,
+# du = G B, dB = G^T u) take GemmPlan.narrow where the plan has one: PoCL's vector
 # kernel left most of its 6 x 16 register tiles' lanes and work-groups idle there and ran at
 # 2-10 GFLOP/s where the scalar blocked kernel ran 12-45 (2-core Zen 2, C of 240 x 8 .. 8 x 576;
 # N = 16 and 32 about level), and one LoRA step of the 135M model spent 0.87 of its 2.0 s in
-# them (benchmarks/RESULTS.md, "LoRA: narrow products")
+# them (benchmarks/results/journal-2026-12-06.md)
 NARROW_EDGE = 64
+# ... and products with fewer rows than that but wider C (a short prompt's prefill: 16-64 rows
+# through every weight) take GemmPlan.few_rows: the packed GEMM reads W in place where the other
+# CPU variants transpose it first, a pass over W that cost as much as the product: 1.3-4x the
+# blocked kernel and 5-20x the vector one on the 135M model's forward products at 8-64 rows
+# (benchmarks/results/journal-2026-12-06.md)
 # __local bytes no kernel's tiles may take of what a device reports: NVIDIA's driver refused a
 # kernel using exactly its reported 48 KiB (OUT_OF_RESOURCES at launch on an H200) and ran one
 # using 47.5 KiB (flash dq tiles 64 x 16 at head_dim 64; benchmarks/RESULTS.md 2026-12-02), so
@@ -166,8 +171,9 @@ class GemmPlan:
     """The launch choices of one runtime (module docstring). default: the choice of products
     not in `shapes`; shapes: (form, M, N, K) -> GemmChoice measured by engine.model.gemm_tune;
     large: the choice of products of at least LARGE_PRODUCT multiply-adds not in `shapes`
-    (None: `default` for those too); narrow: the choice of products with M or N below
-    NARROW_EDGE not in `shapes` (None: as the others); wave: tiled work-groups the device runs at once; edges:
+    (None: `default` for those too); narrow: the choice of products with N below NARROW_EDGE
+    not in `shapes`, few_rows: of the others with M below it (None: as the others); wave:
+    tiled work-groups the device runs at once; edges:
     tile edges that fit its local memory; attention_path: None
     (engine.model.attention_gemm.choose decides), "gemm" or "fused"; attention_variant: None
     (by device type), "blocked" or "tiled"."""
@@ -180,6 +186,7 @@ class GemmPlan:
     attention_variant: str | None = None
     large: GemmChoice | None = None
     narrow: GemmChoice | None = None
+    few_rows: GemmChoice | None = None
     _by_shape: dict = field(default=None, init=False, repr=False, compare=False)
     # launch_for's answers by (form, M, N, K): the plan never changes, and a split's k_slices
     # search runs up to K / 256 estimates (87 us for a tied head's dX) on every launch of a step
@@ -208,24 +215,27 @@ class GemmPlan:
 
     def replace(self, **changes) -> "GemmPlan":
         """A copy with fields changed; a GemmChoice field name (variant, tile_edge, ...)
-        changes the default choice and makes it every product's (large None; tests:
-        plan.replace(variant="tiled", tile_edge=128))."""
+        changes the default choice and makes it every product's (large, narrow and few_rows
+        None; tests: plan.replace(variant="tiled", tile_edge=128))."""
         choice = {k: changes.pop(k) for k in list(changes) if k in GemmChoice.__annotations__}
         if choice:
             changes["default"] = replace(self.default, **choice)
             changes.setdefault("large", None)
             changes.setdefault("narrow", None)
+            changes.setdefault("few_rows", None)
         return replace(self, **changes)
 
     def choice_for(self, form: str, M: int, N: int, K: int) -> GemmChoice:
         """The choice of product C (M, N) = op(A) @ op(B) over K: the tuned one of its shape,
-        else `narrow` where M or N is below NARROW_EDGE, else `large` for products of at least
-        LARGE_PRODUCT multiply-adds, else `default`."""
+        else `narrow` where N is below NARROW_EDGE, `few_rows` where M is, else `large` for
+        products of at least LARGE_PRODUCT multiply-adds, else `default`."""
         tuned = self._by_shape.get((form, M, N, K))
         if tuned is not None:
             return tuned
-        if self.narrow is not None and min(M, N) < NARROW_EDGE:
+        if self.narrow is not None and N < NARROW_EDGE:
             return self.narrow
+        if self.few_rows is not None and M < NARROW_EDGE:
+            return self.few_rows
         if self.large is not None and M * N * K >= LARGE_PRODUCT:
             return self.large
         return self.default
@@ -328,8 +338,8 @@ def default_plan(limits: DeviceLimits, vector_width: int | str | None = None) ->
     """The hand table's plan for a device: variant by gemm_variant, vector width by
     pick_vector_width (vector_width overrides it and forces the vector GEMM on CPUs), 4x4
     groups and 256-deep K slices on CPUs (benchmarks/results/tuning-timings.md), the packed
-    GEMM for large products and the blocked one for narrow products (NARROW_EDGE) where the
-    vector one is the default and the runtime is not Intel's (its compiler vectorizes across
+    GEMM for large products and products of few rows, and the blocked one for narrow products
+    (NARROW_EDGE), where the vector one is the default and the runtime is not Intel's (its compiler vectorizes across
     work-items, and a packed work-group is one work-item; the narrow rule was measured on PoCL
     alone), tiles by GemmPlan.edge_for, split-K slices at least 256 deep."""
     forced = vector_width is not None and vector_width != ""
@@ -339,7 +349,8 @@ def default_plan(limits: DeviceLimits, vector_width: int | str | None = None) ->
     return GemmPlan(GemmChoice(variant, vector_width=width),
                     wave=GROUPS_PER_CU * limits.compute_units, edges=limits.tile_edges(),
                     large=GemmChoice("packed", vector_width=width) if packs else None,
-                    narrow=GemmChoice("blocked", vector_width=width) if packs else None)
+                    narrow=GemmChoice("blocked", vector_width=width) if packs else None,
+                    few_rows=GemmChoice("packed", vector_width=width) if packs else None)
 
 
 def k_slices(wave: int, n_tiles: int, K: int, min_depth: int = 256) -> int:
