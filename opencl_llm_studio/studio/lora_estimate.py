@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from opencl_llm_studio.engine.config import LoraConfig, ModelConfig
-from opencl_llm_studio.engine.model.lora import LoraModel
+from opencl_llm_studio.engine.model.lora import LoraModel, w_t_floats
 from opencl_llm_studio.engine.model.lora_table import LoraTable
 from opencl_llm_studio.engine.model.memory import training_bytes
 from opencl_llm_studio.engine.model.params import param_count
@@ -37,10 +37,9 @@ def lora_model_bytes(cfg: ModelConfig, lora: LoraConfig, base_bytes: int,
     (LoraModel.own_bytes). The largest base buffer is taken as the embedding's share of the
     base (its largest matrix in a small model; a 4-bit file's may be 8-bit)."""
     table = LoraTable(cfg, lora)
-    w_t_floats = max(1, max(e.size for e in table.entries.values()))
     embedding = base_bytes * cfg.vocab_size * cfg.d_model // max(param_count(cfg), 1)
     stand_in = SimpleNamespace(cfg=cfg, lora=lora.validate(), table=table,
-                               w_t=SimpleNamespace(size=4 * w_t_floats),   # bytes, as a Buffer's
+                               w_t=SimpleNamespace(size=4 * w_t_floats(1, table)),  # bytes
                                base=SimpleNamespace(nbytes=base_bytes, largest=embedding))
     return LoraModel.own_bytes(stand_in, rows)
 

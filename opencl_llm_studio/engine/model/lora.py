@@ -31,6 +31,12 @@ from opencl_llm_studio.engine.opencl.runtime import Runtime
 _TARGET_SITE = 0x10   # adapter dropout keys start past the residual sites' (dropout.SITES)
 
 
+def w_t_floats(base_w_t_floats: int, table: LoraTable) -> int:
+    """Floats of a LoraModel's transposed-weight scratch (matmul_forward's w_t): what the base's
+    products need (base.w_t_floats) or the largest adapter's, whichever is more."""
+    return max(base_w_t_floats, max(e.size for e in table.entries.values()))
+
+
 class _Scratch:
     """The adapter passes' buffers for M rows: u and du (M, rank), the target's delta or
     gathered gradient (M, n_max), and with dropout the dropped input and its gradient
@@ -58,7 +64,7 @@ class LoraModel(Model):
         self._moments = None
         self.params = rt.zeros(self.table.size)
         self.stats, self.partial = rt.zeros(3), rt.zeros(GRAD_NORM_PARTIALS)
-        self.w_t = rt.empty(max(base.w_t_floats, max(e.size for e in self.table.entries.values())))
+        self.w_t = rt.empty(w_t_floats(base.w_t_floats, self.table))
         cos, sin = attention.rope_table(cfg.head_dim, cfg.context_length, cfg.rope_base,
                                         attention.rope_inv_freq(cfg))
         self.rope_cos, self.rope_sin = (rt.to_device(np.asarray(t, np.float32).reshape(-1))
@@ -192,7 +198,7 @@ class LoraModel(Model):
         class allocates; gradients, moments and the adapter scratch come with training
         (own_bytes)."""
         table = LoraTable(cfg, lora)
-        floats = table.size + max(base.w_t_floats, max(e.size for e in table.entries.values()))
+        floats = table.size + w_t_floats(base.w_t_floats, table)
         return base.nbytes + 4 * floats, max(base.largest, 4 * table.size)
 
     # ----------------------------------------------------------------- host copies
