@@ -44,13 +44,12 @@ LARGE_PRODUCT = 1 << 23
 # kernel left most of its 6 x 16 register tiles' lanes and work-groups idle there and ran at
 # 2-10 GFLOP/s where the scalar blocked kernel ran 12-45 (2-core Zen 2, C of 240 x 8 .. 8 x 576;
 # N = 16 and 32 about level), and one LoRA step of the 135M model spent 0.87 of its 2.0 s in
-# them (benchmarks/results/journal-2026-12-06.md)
-NARROW_EDGE = 64
-# ... and products with fewer rows than that but wider C (a short prompt's prefill: 16-64 rows
+# them. Products with fewer rows than this but wider C (a short prompt's prefill: 16-64 rows
 # through every weight) take GemmPlan.few_rows: the packed GEMM reads W in place where the other
-# CPU variants transpose it first, a pass over W that cost as much as the product: 1.3-4x the
-# blocked kernel and 5-20x the vector one on the 135M model's forward products at 8-64 rows
-# (benchmarks/results/journal-2026-12-06.md)
+# CPU variants transpose it first, a pass over W that cost about as much as the product: the
+# packed forward ran 1.1-4x the blocked kernel and 2-14x the vector one on the 135M model's
+# products at 8-64 rows (benchmarks/results/journal-2026-12-06.md)
+NARROW_EDGE = 64
 # __local bytes no kernel's tiles may take of what a device reports: NVIDIA's driver refused a
 # kernel using exactly its reported 48 KiB (OUT_OF_RESOURCES at launch on an H200) and ran one
 # using 47.5 KiB (flash dq tiles 64 x 16 at head_dim 64; benchmarks/RESULTS.md 2026-12-02), so
