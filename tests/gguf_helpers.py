@@ -23,17 +23,19 @@ def make_bundle(tok, seed=0, std=0.08, **cfg):
     return ModelBundle(config, tok, {k: v.astype(np.float32) for k, v in w.items()}, dict(META))
 
 
-def load(llama_cpp, path, n_ctx=64, repack=True):
+def load(llama_cpp, path, n_ctx=64, repack=True, lora=None):
     """llama.cpp on the file: all positions' logits kept, F32 KV cache (GGML_TYPE_F32 = 0).
     llama.cpp pads n_ctx up to 256 (it warns "n_ctx_seq (256) > n_ctx_train (64)"), but
     llama-cpp-python sizes its logits buffer with n_ctx: keep prompt + answer <= n_ctx.
     repack=False loads with llama.cpp's CPU weight repacking off (llama-cli's --no-repack):
     llama.cpp 0.3.36's repacked Q8_0 path segfaults on some AVX-512 Intel CPUs, for a file
     llama.cpp quantized itself as much as for ours (seen 2026-12-01, README "Known platform
-    notes")."""
+    notes"). lora: a LoRA adapter GGUF applied over the file (llama.cpp's --lora)."""
     kw = dict(n_ctx=n_ctx, logits_all=True, verbose=False, seed=0,
               type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32,
               n_threads=min(4, os.cpu_count() or 1))
+    if lora is not None:
+        kw["lora_path"] = str(lora)
     if repack:
         return llama_cpp.Llama(str(path), **kw)
     import llama_cpp.llama as module

@@ -81,13 +81,7 @@ def test_continue_keeps_the_adapters_and_refuses_another_rank(lora_run, tmp_path
 def _llama_logits(path, ids, lora=None):
     llama_cpp = pytest.importorskip("llama_cpp")
     from tests.gguf_helpers import load
-    if lora is None:
-        llm = load(llama_cpp, path)
-    else:
-        import os
-        llm = llama_cpp.Llama(str(path), n_ctx=64, logits_all=True, verbose=False, seed=0,
-                              type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32,
-                              n_threads=min(4, os.cpu_count() or 1), lora_path=str(lora))
+    llm = load(llama_cpp, path, lora=lora)
     llm.eval(list(ids))
     out = np.array(llm.scores[:len(ids)], np.float64)
     llm.close()

@@ -58,11 +58,8 @@ def _same(theirs: str, ours: str, tie: str | None):
 
 
 def _llama_answers(path, lora=None) -> list[str]:
-    llama_cpp = llama_cpp_module()
     from tests.gguf_helpers import load
-    llm = load(llama_cpp, path, n_ctx=256, repack=False) if lora is None else llama_cpp.Llama(
-        str(path), n_ctx=256, verbose=False, seed=0, type_k=llama_cpp.GGML_TYPE_F32,
-        type_v=llama_cpp.GGML_TYPE_F32, lora_path=str(lora))
+    llm = load(llama_cpp_module(), path, n_ctx=256, repack=False, lora=lora)
     try:
         return [llm.create_chat_completion(messages=[{"role": "user", "content": q}],
                                            temperature=0.0, top_k=1, max_tokens=32)
