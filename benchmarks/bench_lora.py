@@ -29,7 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opencl_llm_studio.engine.config import LoraConfig, ModelConfig, TrainConfig  # noqa: E402
+from benchmarks.common import timed_train_steps  # noqa: E402
+from opencl_llm_studio.engine.config import LoraConfig, ModelConfig  # noqa: E402
 
 SHAPES = {
     "135m": ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
@@ -78,16 +79,7 @@ def run_side(args) -> dict:
     else:
         model = Model(rt, cfg, seed=0)
     load_s = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
-    y = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
-    opt = TrainConfig(learning_rate=1e-4).optim()
-    times = []
-    for i in range(args.warmup + args.steps):
-        t = time.perf_counter()
-        model.train_step(x, y, 1e-4, opt)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t)
+    times = timed_train_steps(model, cfg, args.batch, args.context, args.warmup, args.steps)[3]
     s = float(np.median(times))
     decode = decode_tokens_per_s(model, args.decode) if args.decode else None
     return {"model": args.model, "side": args.side, "device": rt.info.name, "batch": args.batch,

@@ -34,7 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opencl_llm_studio.engine.config import ModelConfig, TrainConfig  # noqa: E402
+from benchmarks.common import timed_train_steps  # noqa: E402
+from opencl_llm_studio.engine.config import ModelConfig  # noqa: E402
 
 SMOL = ModelConfig(vocab_size=49152, d_model=576, n_layer=30, n_head=9, n_kv_head=3,
                    context_length=2048, ffn_dim=1536, tie_embeddings=True, rope_base=100000.0)
@@ -47,16 +48,8 @@ def engine_side(args) -> dict:
     rt = Runtime(args.device)
     cfg = SMOL.replace(context_length=args.context)
     model = Model(rt, cfg, seed=0)
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
-    y = rng.integers(0, cfg.vocab_size, (args.batch, args.context)).astype(np.int32)
-    opt = TrainConfig(learning_rate=1e-4).optim()
-    times = []
-    for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
-        loss, _, _ = model.train_step(x, y, 1e-4, opt)
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
+    x, y, opt, times, loss = timed_train_steps(model, cfg, args.batch, args.context,
+                                               args.warmup, args.steps)
     if args.profile:  # one more step, its kernels timed one by one (serial: no overlap)
         from benchmarks.profile_step import profile_engine_step
         Path(args.profile).write_text(

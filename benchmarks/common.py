@@ -122,6 +122,27 @@ def torch_mm_flops(device: str, n: int = 2048, reps: int = 5) -> float:
     return best
 
 
+def timed_train_steps(model, cfg: ModelConfig, batch: int, context: int, warmup: int,
+                      steps: int):
+    """Train `model` warmup + steps steps on one batch of random ids (B x T, seed 0) at lr 1e-4:
+    (inputs, targets, the AdamW settings, the steps' wall seconds after the warm-up, the last
+    loss)."""
+    import time
+    import numpy as np
+    from opencl_llm_studio.engine.config import TrainConfig
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, cfg.vocab_size, (batch, context)).astype(np.int32)
+    y = rng.integers(0, cfg.vocab_size, (batch, context)).astype(np.int32)
+    opt = TrainConfig(learning_rate=1e-4).optim()
+    times, loss = [], None
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        loss, _, _ = model.train_step(x, y, 1e-4, opt)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return x, y, opt, times, loss
+
+
 def quartiles(xs) -> tuple[float, float, float]:
     """(p25, median, p75)."""
     q = np.percentile(np.asarray(xs, np.float64), [25, 50, 75])
