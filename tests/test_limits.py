@@ -230,3 +230,26 @@ def test_other_default_copies_are_the_engines():
                     "weight_decay: float = 0.1", "grad_clip: float = 1.0"):
         assert config.count(literal) == 1, literal   # TrainConfig's, not a second copy
     assert files_matching(r'dtype: str = "f32"', PRODUCT, exclude=__file__) == []
+
+
+def test_a_training_setting_is_checked_once_on_the_cli_path_to_a_session(monkeypatch):
+    """Issue 35: `--lr` was range-checked four times (the flag's type, options.configs,
+    create_session, the session). Now the flag's type checks it at the CLI's edge and the
+    engine once, where the session opens: TrainConfig.validate runs once from the parsed
+    options to a session, and the flag's type still refuses an out-of-range value."""
+    from opencl_llm_studio.engine.data.textio import read_text
+    from opencl_llm_studio.engine.training.opening import create_session
+    from opencl_llm_studio.studio.cli import build_parser
+    from opencl_llm_studio.studio.cli.options import configs
+    from tests.helpers import RESOURCES
+    calls = []
+    real = TrainConfig.validate
+    monkeypatch.setattr(TrainConfig, "validate", lambda self: calls.append(self) or real(self))
+    args = build_parser().parse_args(["train", "--out", "x", "--lr", "0.002", "--d-model", "32",
+                                      "--n-layer", "1", "--n-head", "2", "--context-length", "32"])
+    mc, tc = configs(args)
+    assert calls == []                                  # the flag's type checked it
+    s = create_session(mc, tc, read_text(RESOURCES / "pretrain.txt"), tokenizer_kind="char")
+    assert len(calls) == 1 and s.train_config.learning_rate == 0.002
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--out", "x", "--lr", "5"])

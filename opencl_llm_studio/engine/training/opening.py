@@ -41,9 +41,10 @@ def create_session(model_cfg: ModelConfig, train_cfg: TrainConfig, pretrain_text
                    ) -> TrainingSession:
     """A new run: train the tokenizer on both texts, size the vocabulary from it, build the
     model (autotune: as TrainingSession's). Raises ConfigError / DataError / DeviceError, and
-    Cancelled when `monitor` is cancelled (also while tuning)."""
+    Cancelled when `monitor` is cancelled (also while tuning). The settings are checked once,
+    where the session opens (TrainingSession); the model's shape also here, before the
+    tokenizer trains on the texts."""
     model_cfg.replace(vocab_size=max(model_cfg.vocab_size, MIN_VOCAB)).validate()
-    train_cfg.validate()
     monitor = monitor or Monitor()
     texts = [pretrain_text] + ([tune_text] if tune_text else [])
     monitor.tick("training the tokenizer", 0, 1)  # bounded input, not interruptible

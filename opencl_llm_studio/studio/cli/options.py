@@ -50,7 +50,11 @@ def _opt(args, name):
 
 def configs(args) -> tuple[ModelConfig, TrainConfig]:
     """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets),
-    else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction."""
+    else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction. The model is
+    checked here, before the tokenizer trains (d_model / n_head: no one flag's range says it);
+    each training setting was range-checked by its flag's type (studio.cli.inputs.limited) and
+    the engine checks the TrainConfig once more where a session opens, so it is not checked
+    here a third time."""
     from opencl_llm_studio.engine.config import parse_val_split
     from opencl_llm_studio.engine.training.presets import get_preset
     preset = get_preset(args.preset) if args.preset else None
@@ -65,7 +69,7 @@ def configs(args) -> tuple[ModelConfig, TrainConfig]:
     if args.val_split is not None or "val_split" not in parts["train"]:
         split, fraction = parse_val_split(_opt(args, "val_split"))
         parts["train"].update(val_split=split, val_fraction=fraction)
-    return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"]).validate()
+    return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"])
 
 
 def shell_arg(value) -> str:
