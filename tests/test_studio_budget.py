@@ -130,5 +130,5 @@ def test_an_opened_budgeted_run_continues_for_the_minutes_given(qtbot, window, m
     assert blocker.args[0].outcome is Outcome.FINISHED
     s = window.controller.worker.session
     assert s.elapsed_s() == pytest.approx(before + 120.0, abs=2.0)   # 2 minutes more
-    assert sp.spins["pretrainStepsSpin"].value() == s.train_config.pretrain_steps == s.step
+    assert sp.spins["pretrainStepsSpin"].value() == s.steps.pretrain == s.step
 

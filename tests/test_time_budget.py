@@ -79,8 +79,12 @@ def test_budget_with_dialogues_trains_both_stages_and_ends_on_time():
     # the stage boundary at the step split's share of the time (600 : 200 -> 75%)
     boundary = next(m for m in records if m.stage == "tune")
     assert boundary.elapsed_s == pytest.approx(0.75 * TC.time_budget_s, abs=1.0)
-    assert last.step == last.total_steps and s.train_config.pretrain_steps == n_pre
-    assert s.train_config.tune_steps == len(stages) - n_pre
+    assert last.step == last.total_steps and s.steps.pretrain == n_pre
+    assert s.steps.tune == len(stages) - n_pre
+    # the plan's estimates live in session.steps: the settings stay as given (issue 35), and
+    # the checkpoint's settings are the run's as it stands
+    assert s.train_config == TC
+    assert (s.run_config().pretrain_steps, s.run_config().tune_steps) == (n_pre, len(stages) - n_pre)
     assert all(m.pretrain_steps for m in records)
     _no_rise_after_warmup(records, TC.warmup_steps)
     # each stage decays to its floor by its end
@@ -219,10 +223,10 @@ def test_a_rewarm_stays_in_its_stage():
             break
     p.continue_training(pretrain_steps=18)         # re-warm in pretraining, near its end
     assert p.rewarm is not None
-    assert p.lr_at(16) <= planned_lr(p.train_config, p.has_tune, 16)
+    assert p.lr_at(16) <= planned_lr(p.train_config, p.steps, p.has_tune, 16)
     p.train_config = p.train_config.replace(tune_steps=5)
     p.tune = s.tune                                # a tuning stage after it
-    assert p.lr_at(18) == planned_lr(p.train_config, p.has_tune, 18)           # the tuning warmup is its own
+    assert p.lr_at(18) == planned_lr(p.train_config, p.steps, p.has_tune, 18)           # the tuning warmup is its own
 
 
 def test_continue_rewarm_survives_a_checkpoint(tmp_path):

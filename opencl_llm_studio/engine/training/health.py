@@ -122,15 +122,18 @@ class HealthMonitor:
     too large."""
 
     def __init__(self, model, train_config, train_tokens: np.ndarray | None = None,
-                 interval: int | None = None):
+                 interval: int | None = None, steps=None):
+        """steps: the run's stage totals (engine.training.schedule.StageSteps; None: the
+        settings' own)."""
         self.model, self.tc = model, train_config
         self.interval = max(int(interval or train_config.eval_interval or 50), 1)
         self.index = group_index(model.table)
         self.ln_vocab = math.log(max(model.cfg.vocab_size, 2))
         self.baseline = self.ln_vocab if train_tokens is None else unigram_entropy(train_tokens)
-        tc = train_config  # {stage: (first step, steps)} for the plateau test
-        self.stage_bounds = {"pretrain": (0, tc.pretrain_steps),
-                             "tune": (tc.pretrain_steps, tc.tune_steps)}
+        pre, tune = ((steps.pretrain, steps.tune) if steps is not None
+                     else (train_config.pretrain_steps, train_config.tune_steps))
+        # {stage: (first step, steps)} for the plateau test
+        self.stage_bounds = {"pretrain": (0, pre), "tune": (pre, tune)}
         self._before: np.ndarray | None = None
         self._clipped = self._skipped = 0  # in the current interval
         self._ema: float | None = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from opencl_llm_studio.engine.config import TrainConfig
+from opencl_llm_studio.engine.config import TrainConfig, run_steps
 
 DECAY_FRACTION = 0.2  # share of a stage spent decaying (Hägele et al. 2024: 20% matches cosine)
 
@@ -106,10 +106,35 @@ def last_lr(history: list[dict]) -> float | None:
 
 
 # ------------------------------------------------------------------ a run's rate, step by step
-def stage_of(tc: TrainConfig, has_tune: bool, step: int) -> str:
-    """The stage global `step` is in: "pretrain" before tc.pretrain_steps (or always, for a run
+@dataclass(frozen=True)
+class StageSteps:
+    """Where a run's stages end, in optimizer steps: `pretrain` steps of pretraining, then
+    `tune` steps of tuning (totals, not additions). A run planned in steps takes them from its
+    settings (TrainConfig.pretrain_steps / tune_steps); with a time budget they are the time
+    plan's estimate (engine.training.trainer re-makes them each step), so the person's
+    settings stay as given (issue 35: the time plan lives in its own object)."""
+    pretrain: int
+    tune: int
+
+    @classmethod
+    def of(cls, tc: TrainConfig) -> "StageSteps":
+        """The step totals `tc` sets."""
+        return cls(int(tc.pretrain_steps), int(tc.tune_steps))
+
+    def total(self, has_tune: bool) -> int:
+        """Steps of the whole run (engine.config.run_steps: tuning only with dialogues)."""
+        return run_steps(self.pretrain, self.tune, has_tune)
+
+    def on(self, tc: TrainConfig) -> TrainConfig:
+        """`tc` with these totals: what a checkpoint records and a front end shows as the
+        run's settings."""
+        return tc.replace(pretrain_steps=self.pretrain, tune_steps=self.tune)
+
+
+def stage_of(steps: StageSteps, has_tune: bool, step: int) -> str:
+    """The stage global `step` is in: "pretrain" before steps.pretrain (or always, for a run
     without dialogues to tune on), else "tune"."""
-    return "pretrain" if step < tc.pretrain_steps or not has_tune else "tune"
+    return "pretrain" if step < steps.pretrain or not has_tune else "tune"
 
 
 def stage_peak(tc: TrainConfig, stage: str) -> float:
@@ -117,46 +142,47 @@ def stage_peak(tc: TrainConfig, stage: str) -> float:
     return tc.learning_rate if stage == "pretrain" else tc.tune_peak
 
 
-def stage_start(tc: TrainConfig, stage: str) -> int:
-    """The global step a stage begins at: 0 for pretraining, tc.pretrain_steps for tuning."""
-    return 0 if stage == "pretrain" else tc.pretrain_steps
+def stage_start(steps: StageSteps, stage: str) -> int:
+    """The global step a stage begins at: 0 for pretraining, steps.pretrain for tuning."""
+    return 0 if stage == "pretrain" else steps.pretrain
 
 
-def planned_lr(tc: TrainConfig, has_tune: bool, step: int) -> float:
-    """The rate of global `step` under the step plan: its stage's lr_at at its peak."""
-    stage = stage_of(tc, has_tune, step)
-    steps = tc.pretrain_steps if stage == "pretrain" else tc.tune_steps
-    return lr_at(tc, step, stage_start(tc, stage), steps, stage_peak(tc, stage))
+def planned_lr(tc: TrainConfig, steps: StageSteps, has_tune: bool, step: int) -> float:
+    """The rate of global `step` under the step plan `steps`: its stage's lr_at at its peak."""
+    stage = stage_of(steps, has_tune, step)
+    n = steps.pretrain if stage == "pretrain" else steps.tune
+    return lr_at(tc, step, stage_start(steps, stage), n, stage_peak(tc, stage))
 
 
-def rewarm_cap(rewarm: Rewarm | None, tc: TrainConfig, has_tune: bool, step: int,
+def rewarm_cap(rewarm: Rewarm | None, steps: StageSteps, has_tune: bool, step: int,
                lr: float) -> float:
     """lr held to a continued run's re-warm ramp, within the stage it was continued in (the
     next stage warms up on its own)."""
-    if rewarm is None or stage_of(tc, has_tune, step) != stage_of(tc, has_tune, rewarm.step):
+    if rewarm is None or stage_of(steps, has_tune, step) != stage_of(steps, has_tune, rewarm.step):
         return lr
     return rewarm.cap(step, lr)
 
 
-def run_lr(tc: TrainConfig, has_tune: bool, rewarm: Rewarm | None, step: int) -> float:
+def run_lr(tc: TrainConfig, steps: StageSteps, has_tune: bool, rewarm: Rewarm | None,
+           step: int) -> float:
     """The learning rate of global `step` of a run planned in steps: planned_lr, held to its
     re-warm ramp."""
-    return rewarm_cap(rewarm, tc, has_tune, step, planned_lr(tc, has_tune, step))
+    return rewarm_cap(rewarm, steps, has_tune, step, planned_lr(tc, steps, has_tune, step))
 
 
-def rewarm_on_continue(tc: TrainConfig, has_tune: bool, step: int, history: list[dict],
-                       budget_given: bool) -> tuple[Rewarm | None, str | None]:
-    """The re-warm of a run continued at `step` under its new settings `tc` (budget_given: a
-    time budget was set, which plans the rate anew): none when nothing was trained or the step
+def rewarm_on_continue(tc: TrainConfig, steps: StageSteps, has_tune: bool, step: int,
+                       history: list[dict], budget_given: bool) -> tuple[Rewarm | None, str | None]:
+    """The re-warm of a run continued at `step` under its new settings `tc` and stage totals
+    `steps` (budget_given: a time budget was set, which plans the rate anew): none when nothing was trained or the step
     plan's rate goes on where the run's last rate stood; else a ramp from that rate over
     warmup_steps, and a note for the person when the rate had decayed below the stage's peak."""
     last = last_lr(history)
     same = (not budget_given and last is not None and step > 0
-            and abs(planned_lr(tc, has_tune, step - 1) - last) <= 1e-6 * last)
+            and abs(planned_lr(tc, steps, has_tune, step - 1) - last) <= 1e-6 * last)
     if last is None or step == 0 or same:   # nothing done, or the schedule goes on
         return None, None
     rewarm = Rewarm(step, last, max(tc.warmup_steps, 1))
-    peak = stage_peak(tc, stage_of(tc, has_tune, step))
+    peak = stage_peak(tc, stage_of(steps, has_tune, step))
     if last >= 0.999 * peak:
         return rewarm, None
     return rewarm, (f"The learning rate was {last:.2e} at step {step}; it re-warms from there "
@@ -174,18 +200,19 @@ class BudgetRate:
         self.warmup: dict[str, int] = {}   # stage -> its warmup steps, once fixed
         self._last: tuple[str, float] | None = None   # (stage, the last rate given)
 
-    def lr(self, tc: TrainConfig, has_tune: bool, rewarm: Rewarm | None, stage: str, step: int,
-           progress: float, planned_steps: int | None = None) -> float:
-        """The rate of global `step` in `stage` at `progress` (0-1) of the stage's time.
+    def lr(self, tc: TrainConfig, steps: StageSteps, has_tune: bool, rewarm: Rewarm | None,
+           stage: str, step: int, progress: float, planned_steps: int | None = None) -> float:
+        """The rate of global `step` in `stage` at `progress` (0-1) of the stage's time
+        (steps: the plan's stage totals now).
         planned_steps: the steps the stage will have by the plan's settled estimate (None
         before it settles); the first one given fixes the stage's warmup."""
-        into = step - stage_start(tc, stage)
+        into = step - stage_start(steps, stage)
         if stage not in self.warmup and planned_steps is not None:
             self.warmup[stage] = tc.warmup_for(max(planned_steps, 1))
         warm = self.warmup.get(stage, tc.warmup_steps)
         rate = StageSchedule(stage_peak(tc, stage), warm, tc.decay_fraction,
                              tc.min_lr_ratio).lr(into, progress)
-        capped = rewarm_cap(rewarm, tc, has_tune, step, rate)
+        capped = rewarm_cap(rewarm, steps, has_tune, step, rate)
         rewarming, rate = capped < rate, capped
         if self._last and self._last[0] == stage and into + 1 > warm and not rewarming:
             rate = min(rate, self._last[1])

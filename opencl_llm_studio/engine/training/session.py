@@ -31,7 +31,7 @@ from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
 from opencl_llm_studio.engine.training import schedule
-from opencl_llm_studio.engine.training.schedule import Rewarm
+from opencl_llm_studio.engine.training.schedule import Rewarm, StageSteps
 from opencl_llm_studio.engine.data.tokenizer import Tokenizer
 from opencl_llm_studio.engine.data.textio import sha256_text
 from opencl_llm_studio.engine.model.gemm_tune import runtime_for_model
@@ -112,6 +112,9 @@ class TrainingSession:
         rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor, autotune)
         self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
+        # where the stages end: the settings' totals, or a time plan's estimate while a run
+        # with a budget trains (the Trainer re-makes it; train_config stays as given)
+        self.steps = StageSteps.of(self.train_config)
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
@@ -160,16 +163,19 @@ class TrainingSession:
         metadata, a transformers folder's studio.json), not at step 0 with the settings'
         totals; a model trained past its recorded totals gets totals that cover its steps
         (the pretraining total without dialogues, else the tuning one)."""
-        tc = self.train_config
-        tc = tc.replace(pretrain_steps=tc.pretrain_steps if pretrain_steps is None
-                        else int(pretrain_steps),
-                        tune_steps=tc.tune_steps if tune_steps is None else int(tune_steps))
-        self.train_config, self.step = tc, int(step)
-        if self.step > self.total_steps:
-            self.train_config = tc.replace(
-                pretrain_steps=tc.pretrain_steps if self.has_tune
-                else max(tc.pretrain_steps, self.step),
-                tune_steps=max(tc.tune_steps, self.step - tc.pretrain_steps))
+        pre = self.steps.pretrain if pretrain_steps is None else int(pretrain_steps)
+        tune = self.steps.tune if tune_steps is None else int(tune_steps)
+        self.step = int(step)
+        if self.step > StageSteps(pre, tune).total(self.has_tune):
+            pre, tune = (pre if self.has_tune else max(pre, self.step),
+                         max(tune, self.step - pre))
+        self.steps = StageSteps(pre, tune)   # opened as the run stands: its settings say so too
+        self.train_config = self.steps.on(self.train_config)
+
+    def run_config(self) -> TrainConfig:
+        """The settings with the stage totals in force (self.steps): what the checkpoint
+        records and a front end shows as the run's (a time budget's estimated totals included)."""
+        return self.steps.on(self.train_config)
 
     def save(self, path) -> Path:
         """Write the checkpoint atomically into folder `path` (made if missing) as
@@ -183,7 +189,7 @@ class TrainingSession:
                 "Choose a new folder name or a run folder to save into; the file is unchanged.",
                 cli_hint="Give a new folder or a run folder to save into; the file is unchanged.")
         header = {
-            "model_config": self.model_config.__dict__, "train_config": self.train_config.__dict__,
+            "model_config": self.model_config.__dict__, "train_config": self.run_config().__dict__,
             "step": self.step, "adam_t": self.model.adam_t, "last_loss": self.last_loss,
             "rng_state": self.rng.bit_generator.state, "history": self.history,
             "tokenizer_kind": self.tokenizer.kind, "data": self.data_summary(),
@@ -244,12 +250,11 @@ class TrainingSession:
         what the new plan gives, it re-warms from there over warmup_steps (engine.training.schedule.
         Rewarm) instead of jumping. Returns a note for the person about that re-warm (None when
         there is none). Raises ConfigError."""
-        tc = self.train_config
-        pre = tc.pretrain_steps if pretrain_steps is None else pretrain_steps
-        tune = tc.tune_steps if tune_steps is None else tune_steps
+        tc, now = self.train_config, self.steps
+        pre = now.pretrain if pretrain_steps is None else pretrain_steps
+        tune = now.tune if tune_steps is None else tune_steps
         if more_seconds is None:
-            check_continuation(self.step, tc.pretrain_steps, tc.tune_steps, self.has_tune,
-                               pre, tune)
+            check_continuation(self.step, now.pretrain, now.tune, self.has_tune, pre, tune)
             given = pretrain_steps is not None or tune_steps is not None
             budget = 0.0 if given else tc.time_budget_s  # step totals replace a time budget
         else:
@@ -259,8 +264,10 @@ class TrainingSession:
             budget = self.elapsed_s() + more_seconds
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
                                        time_budget_s=budget).validate()
+        self.steps = StageSteps.of(self.train_config)
         self.rewarm, note = schedule.rewarm_on_continue(
-            self.train_config, self.has_tune, self.step, self.history, more_seconds is not None)
+            self.train_config, self.steps, self.has_tune, self.step, self.history,
+            more_seconds is not None)
         return note
 
     # TrainConfig fields a continued run may change: how it trains from here, not what the
@@ -300,7 +307,7 @@ class TrainingSession:
         """The largest T of the batches training from session.step on will run: the model's
         context_length while pretraining is ahead, else the tuning stage's windows (the
         dialogues', tune_window, and the general text's, general_window)."""
-        if self.stage_at(self.step) == "pretrain" and self.train_config.pretrain_steps:
+        if self.stage_at(self.step) == "pretrain" and self.steps.pretrain:
             return self.model_config.context_length
         return max(self.window("tune"), self.general_window("tune"))
 
@@ -318,7 +325,7 @@ class TrainingSession:
         window); a run with no pretraining stage of its own (an opened or imported model, whose
         general text only shows what tuning keeps) scores it in the tuning window, so that a
         tuning step and its evaluations share one activation set."""
-        if stage == "tune" and self.has_tune and not self.train_config.pretrain_steps:
+        if stage == "tune" and self.has_tune and not self.steps.pretrain:
             return self.tune.window
         return self.model_config.context_length
 
@@ -356,17 +363,17 @@ class TrainingSession:
     # ------------------------------------------------------------------ training
     def stage_at(self, step: int) -> str:
         """"pretrain" or "tune" (engine.training.schedule.stage_of)."""
-        return schedule.stage_of(self.train_config, self.has_tune, step)
+        return schedule.stage_of(self.steps, self.has_tune, step)
 
     @property
     def total_steps(self) -> int:
-        tc = self.train_config
-        return run_steps(tc.pretrain_steps, tc.tune_steps, self.has_tune)
+        """Steps of the whole run as it stands (StageSteps.total of self.steps)."""
+        return self.steps.total(self.has_tune)
 
     def lr_at(self, step: int) -> float:
         """The learning rate of global `step` under the step plan, held to a continued run's
         re-warm ramp (engine.training.schedule.run_lr)."""
-        return schedule.run_lr(self.train_config, self.has_tune, self.rewarm, step)
+        return schedule.run_lr(self.train_config, self.steps, self.has_tune, self.rewarm, step)
 
     def pretrain_val(self, max_tokens: int | None = None, stage: str | None = None) -> ValScore:
         """The pretraining validation text scored: loss (nats per token), bits per byte and
@@ -403,8 +410,8 @@ class TrainingSession:
         """The model as an engine.files.gguf_export.ModelBundle (weights copied from the device)."""
         from opencl_llm_studio.engine.files.gguf_export import ModelBundle
         tc = self.train_config
-        meta = {"learning_rate": tc.learning_rate, "pretrain_steps": tc.pretrain_steps,
-                "tune_steps": tc.tune_steps, "batch_size": tc.batch_size, "seed": tc.seed,
+        meta = {"learning_rate": tc.learning_rate, "pretrain_steps": self.steps.pretrain,
+                "tune_steps": self.steps.tune, "batch_size": tc.batch_size, "seed": tc.seed,
                 "steps_done": self.step, "final_loss": self.last_loss, **self.data_summary(),
                 "chat_format": self.chat_format, **last_validation(self.history)}
         meta = {k: v for k, v in meta.items() if v is not None}

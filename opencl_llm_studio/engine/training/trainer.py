@@ -32,7 +32,7 @@ from opencl_llm_studio.engine.training.health import HealthMonitor
 from opencl_llm_studio.engine.metrics import StepMetrics
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
 from opencl_llm_studio.engine.training import schedule
-from opencl_llm_studio.engine.training.schedule import BudgetRate
+from opencl_llm_studio.engine.training.schedule import BudgetRate, StageSteps
 from opencl_llm_studio.engine.training.snapshot import Snapshot
 
 MAX_BAD_STEPS = 3          # consecutive NaN/Inf steps before the run is stopped and restored
@@ -73,14 +73,14 @@ class Trainer:
         step after a cancel."""
         s = self.session
         tc = s.train_config
-        self._tunes = s.has_tune and tc.tune_steps > 0   # a tuning stage follows pretraining
+        self._tunes = s.has_tune and s.steps.tune > 0   # a tuning stage follows pretraining
         if tc.time_budget_s > 0:
             self.plan = self._time_plan()
         elif s.step >= s.total_steps:
             return
         self._snapshot()
         self._bad = 0
-        health = HealthMonitor(s.model, tc, s.pretrain.train_stream)  # engine/training/health.py
+        health = HealthMonitor(s.model, tc, s.pretrain.train_stream, steps=s.steps)  # engine/training/health.py
         stage = s.stage_at(s.step)
         stage_start = self._stage_start_s(stage)
         t_mark = self.clock.now()
@@ -147,7 +147,7 @@ class Trainer:
         m.elapsed_s = self.clock.now()   # evaluations of this step included
         m.total_steps = s.total_steps
         if self._tunes:
-            m.pretrain_steps = s.train_config.pretrain_steps
+            m.pretrain_steps = s.steps.pretrain
         if self.plan:
             m.time_left_s = max(self.plan.budget_s - m.elapsed_s, 0.0)
         s.history.append({k: v for k, v in m.to_dict().items() if k != "samples"})
@@ -214,12 +214,12 @@ class Trainer:
         now = self.clock.now()
         planned = None
         if stage not in self.rate.warmup and self.plan.settled:   # frozen once estimates hold
-            into = s.step - schedule.stage_start(s.train_config, stage)
+            into = s.step - schedule.stage_start(s.steps, stage)
             planned = into + self.plan.steps_left(stage, now, self.pacer.share(now))
         # progress at the step's end, as a step plan's (s + 1) / n: the last step is at the floor
         progress = self.plan.progress(stage, stage_start, now + (self.plan.step_s or 0.0))
-        return self.rate.lr(s.train_config, s.has_tune, s.rewarm, stage, s.step, progress,
-                            planned)
+        return self.rate.lr(s.train_config, s.steps, s.has_tune, s.rewarm, stage, s.step,
+                            progress, planned)
 
     # ------------------------------------------------------------------ the time plan
     def _time_plan(self) -> TimePlan:
@@ -253,19 +253,19 @@ class Trainer:
         return plan
 
     def _replan(self, stage: str, stage_end: bool, now: float) -> None:
-        """The session's step counts: the steps done and the plan's estimate of those to come,
-        the stage boundary fixed once pretraining is over."""
+        """The session's stage totals (session.steps): the steps done and the plan's estimate
+        of those to come, the stage boundary fixed once pretraining is over. The settings
+        (session.train_config) are not touched."""
         s, plan = self.session, self.plan
-        tc = s.train_config
         overhead = self.pacer.share(now)
         if stage == "pretrain":
             pre = s.step if stage_end else s.step + max(plan.steps_left("pretrain", now, overhead), 1)
             tune = max(plan.steps_left("tune", now, overhead), 1) if self._tunes else 0
         else:
-            pre = tc.pretrain_steps
+            pre = s.steps.pretrain
             left = 0 if stage_end else max(plan.steps_left("tune", now, overhead), 1)
             tune = s.step - pre + left
-        s.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune)
+        s.steps = StageSteps(pre, tune)
 
     # ------------------------------------------------------------------ checks after a step
     def _periodic_due(self) -> dict[str, float]:
@@ -343,16 +343,16 @@ class Trainer:
         if self._good is None:
             self._good = Snapshot(s.model)
         self._good.take(s.model, (s.step, s.rng.bit_generator.state, len(s.history),
-                                  s.train_config))
+                                  s.steps))
 
     def _restore(self) -> None:
         s = self.session
         if self._good is None or not self._good.restore(s.model):
             return
-        step, rng, n_hist, tc = self._good.extra
+        step, rng, n_hist, steps = self._good.extra
         s.step = step
         s.rng.bit_generator.state = rng
-        s.train_config = tc
+        s.steps = steps
         del s.history[n_hist:]
 
 

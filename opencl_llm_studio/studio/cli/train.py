@@ -358,9 +358,9 @@ def _nothing_left(session, line: ProgressLine) -> bool:
     leave the folder as it is, instead of "Done" after re-validating and re-saving it."""
     if session.step < session.total_steps or session.train_config.time_budget_s:
         return False
-    tc = session.train_config
-    tune = f" + {tc.tune_steps} tuning" if session.has_tune else ""
+    steps = session.steps
+    tune = f" + {steps.tune} tuning" if session.has_tune else ""
     line.say(f"Nothing to train: the run has done all of its {session.total_steps} steps "
-             f"({tc.pretrain_steps} pretraining{tune}); nothing was changed. Give larger totals "
+             f"({steps.pretrain} pretraining{tune}); nothing was changed. Give larger totals "
              "to train it further: --tune-steps once tuning began, else --steps.")
     return True

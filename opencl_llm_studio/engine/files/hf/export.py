@@ -243,7 +243,7 @@ def studio_state(session) -> dict:
     """What studio.json needs to continue a run exactly: configs, step, history, and the chat
     format its dialogues were tuned in."""
     return {"model_config": session.model_config.__dict__,
-            "train_config": session.train_config.__dict__, "step": session.step,
+            "train_config": session.run_config().__dict__, "step": session.step,
             "history": session.history, "chat_format": session.chat_format}
 
 

@@ -77,7 +77,7 @@ def scale_out(session, folder, force: bool = False) -> Path:
     """Write the scale-out folder for `session` (see the module docstring). Raises ExportError."""
     extra = {"optimizer.safetensors": optimizer_file(session),
              "train_ddp.py": SCRIPT.read_text(encoding="utf-8"), **data_files(session)}
-    tc = session.train_config
+    tc = session.run_config()   # the stage totals the run stands at
     more = (f"\n## Continue on many GPUs\n\nOn a machine with PyTorch (CUDA) and transformers, in "
             f"this folder:\n\n```bash\n{torchrun_command()}\n```\n\nN = GPUs (1 works too; without "
             f"CUDA it runs on the CPU with the gloo backend). The run continues at step "

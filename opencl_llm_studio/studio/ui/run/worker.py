@@ -121,7 +121,7 @@ class TrainingWorker(QObject):
         again: 16 MB); history: with its StepMetrics; opened: path and source of a load."""
         s = self.session
         return SessionInfo(
-            model_config=s.model_config, train_config=s.train_config, device=s.device_info,
+            model_config=s.model_config, train_config=s.run_config(), device=s.device_info,
             step=s.step, total_steps=s.total_steps, has_tune=s.has_tune,
             run_dir=str(self.recorder.folder) if self.recorder else None,
             pretrain_tokens=s.pretrain.n_tokens if encoded else None,
@@ -325,7 +325,7 @@ class TrainingWorker(QObject):
         self._end_run(save=False)
         return RunResult(outcome, step=s.step, run_dir=str(rec.folder) if rec else None,
                          saved_step=rec.saved_step if rec else None,
-                         train_config=s.train_config, lora=self.lora.option(s))
+                         train_config=s.run_config(), lora=self.lora.option(s))
 
     def _training_error(self, exc: BaseException) -> None:
         """Non-fatal for the app: say what happened and where the last good checkpoint is."""
