@@ -85,6 +85,8 @@ def test_budget_with_dialogues_trains_both_stages_and_ends_on_time():
     # the checkpoint's settings are the run's as it stands
     assert s.train_config == TC
     assert (s.run_config().pretrain_steps, s.run_config().tune_steps) == (n_pre, len(stages) - n_pre)
+    s.retrain_with(batch_size=2)                   # other settings keep where the stages ended
+    assert (s.steps.pretrain, s.train_config.batch_size) == (n_pre, 2)
     assert all(m.pretrain_steps for m in records)
     _no_rise_after_warmup(records, TC.warmup_steps)
     # each stage decays to its floor by its end

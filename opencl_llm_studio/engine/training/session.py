@@ -112,9 +112,6 @@ class TrainingSession:
         rt = runtime_for_model(rt, model_cfg, train_cfg.batch_size, self.monitor, autotune)
         self.rt, self.tokenizer = rt, tokenizer
         self.model_config, self.train_config = model_cfg.validate(), train_cfg.validate()
-        # where the stages end: the settings' totals, or a time plan's estimate while a run
-        # with a budget trains (the Trainer re-makes it; train_config stays as given)
-        self.steps = StageSteps.of(self.train_config)
         self.pretrain_text, self.tune_text = pretrain_text, tune_text
         T = model_cfg.context_length
         self.pretrain = PretrainData(tokenizer, pretrain_text, T, train_cfg.val_fraction,
@@ -169,8 +166,18 @@ class TrainingSession:
         if self.step > StageSteps(pre, tune).total(self.has_tune):
             pre, tune = (pre if self.has_tune else max(pre, self.step),
                          max(tune, self.step - pre))
-        self.steps = StageSteps(pre, tune)   # opened as the run stands: its settings say so too
-        self.train_config = self.steps.on(self.train_config)
+        self.train_config = StageSteps(pre, tune).on(self.train_config)   # as the run stands
+
+    @property
+    def train_config(self) -> TrainConfig:
+        """The person's settings, never replaced while a run trains: where its stages end is
+        self.steps (schedule.StageSteps), which a time budget's plan re-makes each step."""
+        return self._settings
+
+    @train_config.setter
+    def train_config(self, tc: TrainConfig) -> None:
+        """New settings: the stages end where they say (self.steps = their totals)."""
+        self._settings, self.steps = tc, StageSteps.of(tc)
 
     def run_config(self) -> TrainConfig:
         """The settings with the stage totals in force (self.steps): what the checkpoint
@@ -264,7 +271,6 @@ class TrainingSession:
             budget = self.elapsed_s() + more_seconds
         self.train_config = tc.replace(pretrain_steps=pre, tune_steps=tune,
                                        time_budget_s=budget).validate()
-        self.steps = StageSteps.of(self.train_config)
         self.rewarm, note = schedule.rewarm_on_continue(
             self.train_config, self.steps, self.has_tune, self.step, self.history,
             more_seconds is not None)
@@ -285,11 +291,11 @@ class TrainingSession:
             raise ConfigError(f"A continued run keeps its {', '.join(sorted(unknown))}.",
                               "Start a new run to change it.")
         tc = self.train_config.replace(**fields).validate()
-        old, self.train_config = self.train_config, tc
+        old, self._settings = self._settings, tc   # not step totals: self.steps stays
         try:
             self.check_training_fits()
         except ConfigError:
-            self.train_config = old
+            self._settings = old
             raise
 
     def check_training_fits(self) -> None:
