@@ -77,6 +77,31 @@ def test_spin_boxes_are_the_limits_table(qtbot):
     t = _panel(qtbot).tuning
     assert (t.rank.minimum(), t.rank.maximum()) == LIMITS["lora_rank"].bounds(1.0)
     assert t.alpha.minimum() > 0 and t.alpha.maximum() == LIMITS["lora_alpha"].hi
+    assert t.dropout.minimum() == 0 and t.dropout.maximum() < 1   # [0, 1)
+
+
+def test_lora_layers_and_dropout_reach_the_job_and_the_estimate(qtbot):
+    """The studio sets what the CLI's --lora-targets and --lora-dropout set: the layers row
+    (shown with LoRA only) changes the adapters' count in the estimate and the job; a LoRA run
+    made with other targets shows them, fixed."""
+    from opencl_llm_studio.engine.config import LORA_TARGETS
+    panel = _panel(qtbot)
+    _open(panel, LoraOption(base_bytes=3_000_000, base_name="base-q8.gguf"))
+    t = panel.tuning
+    assert not t.layers.isVisibleTo(panel)
+    t.combo.setCurrentIndex(t.combo.findData("lora"))
+    assert t.layers.isVisibleTo(panel) and t.layers.isEnabled()
+    assert t.job_lora()["targets"] == list(LORA_TARGETS) and t.job_lora()["dropout"] == 0
+    every = panel.estimate_label.text()
+    t.layers.setCurrentIndex(t.layers.findText("Attention q, v"))
+    t.dropout.setValue(0.05)
+    assert t.job_lora() == LoraConfig(8, 16.0, 0.05, ("attn_q", "attn_v")).to_dict()
+    assert panel.estimate_label.text() != every and "q and v only" in t.note.text()
+    kept = LoraConfig(4, 8.0, 0.1, ("attn_k", "ffn_down"))
+    _open(panel, LoraOption(config=kept.to_dict(), base_name="base-q8.gguf"))
+    assert t.fixed() and t.layers.currentText() == "attn_k, ffn_down"
+    assert not t.layers.isEnabled() and t.dropout.value() == pytest.approx(0.1)
+    assert t.lora_config() == kept
 
 
 def test_lora_option_and_refusals_of_the_worker_part():
@@ -121,16 +146,19 @@ def test_continue_with_lora_trains_a_lora_run_that_reopens_as_one(qtbot, window,
     assert t.combo.isEnabled(), t.combo.toolTip()
     t.combo.setCurrentIndex(t.combo.findData("lora"))
     t.rank.setValue(4)
+    t.layers.setCurrentIndex(t.layers.findText("Attention"))
     sp.set_value("tuneStepsSpin", 2)
     sp.set_value("batchSizeSpin", 2)
     c, jobs = window.controller, []
     send = c.continue_run
     c.continue_run = lambda job: (jobs.append(job), send(job))
     result = train(qtbot, window)
-    assert jobs[0].lora == LoraConfig(4, 8.0).to_dict()
+    attention = ("attn_q", "attn_k", "attn_v", "attn_output")
+    assert jobs[0].lora == LoraConfig(4, 8.0, targets=attention).to_dict()
     assert result.step == 2 and result.lora.config["rank"] == 4
     header = checkpoint.load(imported_run)["header"]
     assert header["lora"]["rank"] == 4 and header["step"] == 2
+    assert tuple(header["lora"]["targets"]) == attention
     s = window.controller.worker.session   # the engine's LoRA model, counted by the estimate
     M = 2 * s.training_window()
     assert lora_model_bytes(s.model_config, s.lora, s.model.base.nbytes, M)[0] == \
@@ -143,6 +171,7 @@ def test_continue_with_lora_trains_a_lora_run_that_reopens_as_one(qtbot, window,
     window.controller.forget_model()
     open_model(qtbot, window, imported_run)   # opened again: LoRA, rank 4, fixed
     assert t.combo.currentData() == "lora" and t.rank.value() == 4 and not t.rank.isEnabled()
+    assert tuple(t.layers.currentData()) == attention and not t.layers.isEnabled()
     assert "LoRA parameters" in sp.estimate_label.text()
 
 

@@ -1,6 +1,8 @@
 """The settings column's Tuning method: "Full fine-tuning" (every weight trains, in float32) or
-"LoRA" (low-rank adapters, Hu et al. 2021, on every linear layer while the imported GGUF stays
-quantized), with the adapters' rank and alpha; and the memory estimate, which follows the choice.
+"LoRA" (low-rank adapters, Hu et al. 2021, on the chosen linear layers of each block while the
+imported GGUF stays quantized), with the adapters' rank, alpha, layers and dropout (the CLI's
+--lora-rank, --lora-alpha, --lora-targets, --lora-dropout); and the memory estimate, which
+follows the choice.
 
 LoRA can start only on a run imported from a GGUF and not trained since (the engine's
 lora_session keeps that file as the base), and a LoRA run keeps its adapters' shape: the worker
@@ -13,11 +15,11 @@ field shows the rate the run will train at. Used by studio.ui.panels.settings_pa
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QSignalBlocker, Signal
+from PySide6.QtCore import QObject, QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QSpinBox, QWidget)
 
-from opencl_llm_studio.engine.config import LORA_LR_FACTOR, LoraConfig, ModelConfig
+from opencl_llm_studio.engine.config import LORA_LR_FACTOR, LORA_TARGETS, LoraConfig, ModelConfig
 from opencl_llm_studio.engine.files.export_types import estimated_bytes
 from opencl_llm_studio.engine.limits import LIMITS
 from opencl_llm_studio.engine.model.memory import training_bytes
@@ -41,7 +43,23 @@ RANK_TIP = ("Rank of the adapters A (rank, in) and B (out, rank) on each linear 
             + LIMITS["lora_rank"].hint)
 ALPHA_TIP = ("Scale of the adapters' output, alpha / rank; " + LIMITS["lora_alpha"].hint
              + " It follows the rank until you change it.")
+DROPOUT_TIP = ("Dropout on each adapter's input while it trains (PEFT's lora_dropout); "
+               + LIMITS["lora_dropout"].hint)
+LAYERS_TIP = ("Which linear layers of each block get adapters. Every one, the feed-forward "
+              "included, learns best (LoRA without regret, 2025); fewer layers train fewer "
+              "parameters.")
 FULL, LORA = "full", "lora"
+WORDS_ROLE = Qt.ItemDataRole.UserRole + 1   # a layers choice's words in the note
+# The "LoRA layers" choices: (label, engine target names, the note's words). The first is the
+# engine's default; q and v alone are the LoRA paper's (Hu et al. 2021, section 7.1).
+LAYER_CHOICES = (
+    ("All linear", LORA_TARGETS, "every linear layer"),
+    ("Attention", ("attn_q", "attn_k", "attn_v", "attn_output"),
+     "the attention layers (q, k, v, output)"),
+    ("Attention q, v", ("attn_q", "attn_v"), "q and v only (the LoRA paper's choice)"),
+    ("Feed-forward", ("ffn_gate", "ffn_up", "ffn_down"),
+     "the feed-forward layers (gate, up, down)"),
+)
 
 
 class TuningMethod(QObject):
@@ -72,6 +90,25 @@ class TuningMethod(QObject):
         self.alpha = _spin(QDoubleSpinBox(), "loraAlphaSpin", "lora_alpha", default.alpha,
                            ALPHA_TIP)
         self.alpha.valueChanged.connect(self._alpha_changed)
+        self.layers = QComboBox()
+        self.layers.setObjectName("loraLayersCombo")
+        for i, (label, targets, words) in enumerate(LAYER_CHOICES):
+            self.layers.addItem(label, targets)
+            self.layers.setItemData(i, words, WORDS_ROLE)
+            self.layers.setItemData(i, ", ".join(targets), Qt.ItemDataRole.ToolTipRole)
+        self.layers.setToolTip(LAYERS_TIP)
+        self.layers.setMinimumWidth(FIELD_MIN_WIDTH)
+        self.layers.currentIndexChanged.connect(self._layers_changed)
+        self.dropout = _spin(QDoubleSpinBox(), "loraDropoutSpin", "lora_dropout", default.dropout,
+                             DROPOUT_TIP)
+        self.dropout.setSingleStep(0.05)
+        self.dropout.valueChanged.connect(lambda _v: self.changed.emit())
+        self.layers_row = QWidget()
+        layers_row = QHBoxLayout(self.layers_row)
+        layers_row.setContentsMargins(0, 0, 0, 0)
+        layers_row.addWidget(self.layers, 2)
+        layers_row.addWidget(QLabel("dropout"))
+        layers_row.addWidget(self.dropout, 1)
         self.lora_row = QWidget()
         row = QHBoxLayout(self.lora_row)
         row.setContentsMargins(0, 0, 0, 0)
@@ -84,7 +121,8 @@ class TuningMethod(QObject):
         row, _ = form.getWidgetPosition(learning_rate)
         form.insertRow(row, "Tuning method", self.combo)
         form.insertRow(row + 1, "LoRA rank", self.lora_row)
-        form.insertRow(row + 2, self.note)
+        form.insertRow(row + 2, "LoRA layers", self.layers_row)
+        form.insertRow(row + 3, self.note)
         self._apply()
 
     # -- what the model at hand allows ------------------------------------------------------
@@ -96,12 +134,15 @@ class TuningMethod(QObject):
         if self.is_lora() and not self.fixed() and not (option and option.config):
             self._scale_learning_rate(1 / LORA_LR_FACTOR)
         self.option = option
-        with QSignalBlocker(self.combo), QSignalBlocker(self.rank), QSignalBlocker(self.alpha):
+        with QSignalBlocker(self.combo), QSignalBlocker(self.rank), QSignalBlocker(self.alpha), \
+                QSignalBlocker(self.layers), QSignalBlocker(self.dropout):
             self.combo.setCurrentIndex(self.combo.findData(LORA if self.fixed() else FULL))
             if self.fixed():
                 kept = LoraConfig.from_dict(option.config)
                 self.rank.setValue(kept.rank)
                 self.alpha.setValue(kept.alpha)
+                self.layers.setCurrentIndex(self._layers_index(kept.targets))
+                self.dropout.setValue(kept.dropout)
         self._apply()
         self.changed.emit()
 
@@ -127,7 +168,9 @@ class TuningMethod(QObject):
         if self.fixed():
             return LoraConfig.from_dict(self.option.config)
         if self.is_lora() and self.available():
-            return LoraConfig(rank=self.rank.value(), alpha=self.alpha.value())
+            return LoraConfig(rank=self.rank.value(), alpha=self.alpha.value(),
+                              dropout=self.dropout.value(),
+                              targets=tuple(self.layers.currentData()))
         return None
 
     def job_lora(self) -> dict | None:
@@ -174,6 +217,21 @@ class TuningMethod(QObject):
         self._alpha_follows = False
         self.changed.emit()
 
+    def _layers_changed(self, _index: int) -> None:
+        self.note.setText(self._note() if self.is_lora() else "")
+        self.changed.emit()
+
+    def _layers_index(self, targets) -> int:
+        """The LAYER_CHOICES row of `targets`; another set (a run made with the CLI's
+        --lora-targets) gets a row of its own, named by its layers."""
+        targets = tuple(targets)
+        for i in range(self.layers.count()):
+            if tuple(self.layers.itemData(i)) == targets:
+                return i
+        self.layers.addItem(", ".join(targets), targets)
+        self.layers.setItemData(self.layers.count() - 1, ", ".join(targets), WORDS_ROLE)
+        return self.layers.count() - 1
+
     def _apply(self) -> None:
         """Enable the choice where LoRA can run, with the reason where not; show the rank and
         the note for LoRA only."""
@@ -181,12 +239,13 @@ class TuningMethod(QObject):
         why = (self._busy_why if not self._editable else NEW_MODEL_WHY if o is None
                else self._fixed_why() if o.config else o.why_not)
         enable_with_reason(self.combo, self._editable and self.available(), why)
-        for w in (self.rank, self.alpha):
+        for w in (self.rank, self.alpha, self.layers, self.dropout):
             enable_with_reason(w, self._editable and self.available(), why)
         lora = self.is_lora()
         # Only with a model at hand: a new model has nothing LoRA could tune, and the column
         # must fit a 1366 x 768 screen without scrolling (tests/test_studio_visibility.py)
-        for w, shown in ((self.combo, o is not None), (self.lora_row, lora)):
+        for w, shown in ((self.combo, o is not None), (self.lora_row, lora),
+                         (self.layers_row, lora)):
             w.setVisible(shown)
             self._form.labelForField(w).setVisible(shown)
         self.note.setText(self._note() if lora else "")
@@ -202,7 +261,8 @@ class TuningMethod(QObject):
         if self.fixed():
             return (f"This run tunes LoRA adapters over {base}, which stays quantized; "
                     "Continue trains them further.")
-        return (f"Adapters on every linear layer of each block; {base} stays quantized and only "
+        where = self.layers.currentData(WORDS_ROLE)
+        return (f"Adapters on {where} in each block; {base} stays quantized and only "
                 f"the adapters train. The learning rate below was raised {LORA_LR_FACTOR}x, as "
                 "LoRA wants.")
 
