@@ -255,6 +255,33 @@ def adamw_update(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, clip_sca
     return p, m, v
 
 
+def bf16_stochastic(x32, draws):
+    """float32 values -> bfloat16 bits (uint16): a uniform 16-bit draw added below the kept bits,
+    then truncated (kernels/optimizer.cl bf16_round); Inf and NaN kept."""
+    b = np.ascontiguousarray(x32, np.float32).view(np.uint32).astype(np.uint64)
+    special = (b & 0x7F800000) == 0x7F800000
+    out = np.where(special, b >> 16, (b + (np.asarray(draws, np.uint64) & 0xFFFF)) >> 16)
+    return out.astype(np.uint16)
+
+
+def bf16_value(h):
+    """bfloat16 bits (uint16) -> float64 values."""
+    return (np.asarray(h, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def adamw_update_bf16(p, g, m16, v16, step, lr, beta1, beta2, eps, weight_decay, key,
+                      clip_scale=1.0):
+    """adamw_update with the moments read from bfloat16 bits and written back with stochastic
+    rounding, element i drawing lowbias32(lowbias32(i) ^ key) for m and the same with
+    key ^ 0x9e3779b9 for v. Returns (p, m bits, v bits, m float64, v float64 before rounding)."""
+    p, m, v = adamw_update(p, g, bf16_value(m16), bf16_value(v16), step, lr, beta1, beta2, eps,
+                           weight_decay, clip_scale)
+    h = lowbias32(np.arange(len(p), dtype=np.uint32))
+    dm = lowbias32(h ^ np.uint32(key))
+    dv = lowbias32(h ^ np.uint32(key ^ 0x9E3779B9))
+    return p, bf16_stochastic(m, dm), bf16_stochastic(v, dv), m, v
+
+
 # ----------------------------------------------------------------------------- whole model
 
 

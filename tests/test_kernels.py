@@ -200,6 +200,59 @@ def test_grad_norm_and_adamw(rows_rt, n, clip, vectors):
     close(down(rt, bv, (n,)), rv)
 
 
+@pytest.mark.parametrize("n", [1, 17, 4099, 65_537])
+@pytest.mark.parametrize("vectors", [False, True], ids=["adamw1", "adamw16"])
+def test_adamw_with_bf16_moments(rows_rt, n, vectors):
+    """Moments kept as bfloat16 bits (engine.model.moments): the weights as the float64
+    reference computes them from the stored moments, each new moment its stochastic rounding
+    with the same draws (a float32 vs float64 difference may move a draw across a step: then
+    one bfloat16 step apart, rarely)."""
+    rt = rows_rt
+    rng = np.random.default_rng(n + 7)
+    p, g = rng.normal(size=n), rng.normal(size=n)
+    m16 = ref.bf16_stochastic(rng.normal(size=n) * 0.1, np.zeros(n, np.uint32))
+    v16 = ref.bf16_stochastic(np.abs(rng.normal(size=n)) * 0.01, np.zeros(n, np.uint32))
+    stats, partial = rt.empty(3), rt.empty(GRAD_NORM_PARTIALS)
+    bp, bg = up(rt, p), up(rt, g)
+    bm, bv = up(rt, m16, np.uint16), up(rt, v16, np.uint16)
+    ops.grad_norm(rt, stats, partial, bg, n, 1.0)
+    scale = min(1.0, 1.0 / np.sqrt((g * g).sum()))
+    key = ops.moment_key(1337, 3)
+    n_decay = n // 2
+    ops.adamw_update(rt, bp, bg, bm, bv, stats, n, n_decay, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3,
+                     vectors, bf16_key=key)
+    wd = np.where(np.arange(n) < n_decay, 0.1, 0.0)
+    rp, rm16, rv16, rm, rv = ref.adamw_update_bf16(p, g, m16, v16, 3, 1e-2, 0.9, 0.95, 1e-8,
+                                                   wd, key, scale)
+    close(down(rt, bp, (n,)), rp)
+    for buf, want16, exact in ((bm, rm16, rm), (bv, rv16, rv)):
+        got16 = rt.read(buf, n, np.uint16)
+        got = ref.bf16_value(got16)
+        assert np.mean(got16 != want16) <= 1e-3
+        # within one bfloat16 step (2^-7 relative) of the float64 value
+        assert np.all(np.abs(got - exact) <= 2.0 ** -7 * np.abs(exact) + 1e-30)
+
+
+def test_bf16_moments_round_without_bias(rows_rt):
+    """Stochastic rounding: over 200,000 elements whose new m lies between two bfloat16 values,
+    the stored values average to it (round-to-nearest would miss by 0.23%)."""
+    rt = rows_rt
+    n = 200_000
+    exact_m = 1.0 + 0.3 * 2.0 ** -7          # 30% of the way to the next bfloat16 value
+    m16 = ref.bf16_stochastic(np.full(n, exact_m / 0.9), np.zeros(n, np.uint32))
+    m_old = ref.bf16_value(m16)[0]
+    target = 0.9 * m_old                     # g = 0: m = beta1 m
+    nearest = ref.bf16_value(ref.bf16_stochastic(np.array([target]), np.array([0x8000])))[0]
+    assert abs(nearest - target) > 1e-3 * target   # this test could fail on round-to-nearest
+    stats = up(rt, np.array([0.0, 1.0, 0.0]))
+    bp, bg = up(rt, np.zeros(n)), up(rt, np.zeros(n))
+    bm, bv = up(rt, m16, np.uint16), up(rt, np.zeros(n, np.uint16), np.uint16)
+    ops.adamw_update(rt, bp, bg, bm, bv, stats, n, 0, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1,
+                     bf16_key=ops.moment_key(0, 1))
+    mean = ref.bf16_value(rt.read(bm, n, np.uint16)).mean()
+    assert abs(mean - target) < 2e-4 * target, (mean, target)
+
+
 @pytest.mark.parametrize("vectors", [False, True], ids=["adamw1", "adamw16"])
 def test_nonfinite_gradient_skips_update(rows_rt, vectors):
     rt = rows_rt

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # attention.cl's one-row kernels, which run where a small local memory does not hold the flash
 # tiles: "12-mixed"); the blocked kernels' transposed rows in __local memory (every blocked
 # test whose rows fit Oclgrind's 32 KiB) and in the scratch ("rows_in_scratch"), and a forward
-# shared by several work-items per head ("splits_agree"). Each term is a pytest -k expression that must select a test of FILES.
+# shared by several work-items per head ("splits_agree"); AdamW with bfloat16 moments, both forms. Each term is a pytest -k expression that must select a test of FILES.
 FILES = ("tests/test_kernels.py", "tests/test_attention.py", "tests/test_attention_gemm.py",
          "tests/test_decode.py", "tests/test_dropout.py", "tests/test_gemm_packed.py",
          "tests/test_attention_flash.py")
@@ -41,7 +41,8 @@ CHOSEN = ("1-1-1", "7-13", "37-50", "2-5-3-4", "1-19-2-6", "2-7-11-9", "1-17-2-6
           "split_launches", "same_mask and 7-0.1", "1-37-2-40", "2-5-6-4-1", "1-1-9-2-3",
           "2-7-6-4-1", "kv_heads_equal", "flash_edges and 1-1-2-16-1",
           "flash_edges and 2-65-4-16-2", "runs_the_flash", "small_local_memory and 12-mixed",
-          "matvec and 2-33-257", "rows_in_scratch", "splits_agree and 5-")
+          "matvec and 2-33-257", "rows_in_scratch", "splits_agree and 5-",
+          "bf16_moments and 17")
 
 
 def collected_ids() -> list[str]:

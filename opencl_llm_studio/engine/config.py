@@ -179,6 +179,7 @@ TRAIN_LIMITED = ("pretrain_steps", "tune_steps", "batch_size", "learning_rate",
                  "eval_interval", "eval_tokens", "sample_interval", "sample_tokens",
                  "replay_fraction", "val_fraction", "time_budget_s", "eval_share")
 VAL_SPLITS = ("docs", "tail")
+ADAM_MOMENTS = ("auto", "f32", "bf16")   # TrainConfig.adam_moments (engine.model.moments)
 ROPE_SCALINGS = ("", "llama3")  # ModelConfig.rope_scaling: none, or Llama 3.1's frequency scaling
 
 
@@ -270,6 +271,8 @@ class TrainConfig:
     tune_learning_rate: float = 0.0  # peak lr while tuning; 0 = learning_rate / 3 after a
     #                                  pretraining stage, learning_rate in a run without one
     evaluate_recall: bool = True  # fact recall / answer accuracy at the end of each stage
+    adam_moments: str = "auto"    # AdamW moments "f32", "bf16" (stochastic rounding), or
+    #                               "auto": bf16 from 250M parameters (engine.model.moments)
 
     @property
     def total_steps(self) -> int:
@@ -319,6 +322,11 @@ class TrainConfig:
                 "Use docs (the last documents) or tail (the last tokens of the text).",
                 field="val_split")
         check_fields(self, TRAIN_LIMITED)
+        if self.adam_moments not in ADAM_MOMENTS:
+            raise ConfigError(
+                f"AdamW moments {self.adam_moments!r} are not understood.",
+                "Use auto, f32 or bf16.", cli_hint="Give --adam-moments auto, f32 or bf16.",
+                field="adam_moments")
         return self
 
     def replace(self, **changes) -> "TrainConfig":

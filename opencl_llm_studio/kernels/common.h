@@ -117,3 +117,14 @@ typedef float8 __attribute__((aligned(4))) vm_float_u;
 #error "the CPU GEMMs are built with -DVEC_W=8 or -DVEC_W=16 (engine/gemm_tiles.py)"
 #endif
 #endif
+
+/* lowbias32 (C. Wellons, hash-prospector): a full-avalanche 32-bit integer hash (dropout's
+ * masks, kernels/dropout.cl; the stochastic rounding of bf16 AdamW moments, optimizer.cl). */
+inline uint lowbias32(uint x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}

@@ -5,16 +5,7 @@
  * with no host transfer. key mixes (seed, step, layer, site) on the host (engine/model/dropout.py);
  * tests/reference.py has the numpy twin of the hash. */
 
-/* lowbias32 (C. Wellons, hash-prospector): a full-avalanche 32-bit integer hash. */
-inline uint lowbias32(uint x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
+/* lowbias32: kernels/common.h (the bf16 moments' stochastic rounding uses it too). */
 inline uint dropout_hash(uint key, uint i) { return lowbias32(lowbias32(i) ^ key); }
 
 /* out (n,) = inp * keep * scale with scale = 1 / (1 - p); out may be inp (in place). */

@@ -122,3 +122,82 @@ __kernel void adamw_update16(__global float* p, __global const float* g, __globa
     for (int i = j; i < min(j + 16, n); i++)
         ADAMW_STEP(p[i], g[i], m[i], v[i], scale, i < n_decay ? weight_decay : 0.0f)
 }
+
+/* AdamW with its moments stored as bfloat16 (the top 16 bits of a float32), for models whose
+ * float32 training state would not fit a laptop (engine/model/moments.py): m and v are read
+ * into float32, the step is ADAMW_STEP's, and each new moment is written back with stochastic
+ * rounding: a uniform 16-bit draw added below the kept bits before truncation, so the stored
+ * value is unbiased (E[stored] = the float32 value). Round-to-nearest would lose v's update
+ * whenever (1 - beta2) g^2 is below half a bf16 step of v (2^-9 relative): at beta2 = 0.999 v
+ * would never move (Zamirai et al. 2020, "Revisiting BFloat16 Training"; torchao's AdamW
+ * bf16_stochastic_round). The draw is lowbias32(lowbias32(i) ^ key) (m) and the same with
+ * key ^ 0x9e3779b9 (v); the host gives a key per step (engine/opencl/ops.py). NaN and Inf are
+ * kept as they are. */
+inline float bf16_load(ushort h) { return as_float(((uint)h) << 16); }
+
+inline ushort bf16_round(float x, uint draw) {
+    const uint b = as_uint(x);
+    if ((b & 0x7f800000u) == 0x7f800000u) return (ushort)(b >> 16);   /* Inf, NaN */
+    return (ushort)((b + (draw & 0xffffu)) >> 16);
+}
+
+#define ADAMW_BF16(I, scale, wd)                                                                    \
+    {                                                                                              \
+        float m_f = bf16_load(m[I]), v_f = bf16_load(v[I]), p_f = p[I];                            \
+        ADAMW_STEP(p_f, g[I], m_f, v_f, scale, wd)                                                 \
+        p[I] = p_f;                                                                                \
+        const uint h = lowbias32((uint)(I));                                                       \
+        m[I] = bf16_round(m_f, lowbias32(h ^ key));                                                \
+        v[I] = bf16_round(v_f, lowbias32(h ^ key ^ 0x9e3779b9u));                                  \
+    }
+
+__kernel void adamw_update_bf16(__global float* p, __global const float* g, __global ushort* m,
+                                __global ushort* v, __global const float* stats, int n,
+                                int n_decay, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float bc1, float bc2, uint key) {
+    const int i = get_global_id(0);
+    if (i >= n || stats[2] != 0.0f) return;
+#undef ADAMW_T
+#define ADAMW_T float
+    ADAMW_BF16(i, stats[1], i < n_decay ? weight_decay : 0.0f)
+}
+
+/* The same over 16 consecutive elements per work-item (CPUs), as adamw_update16: float16
+ * vectors where all 16 exist and share one weight decay, else element by element. */
+__kernel void adamw_update16_bf16(__global float* p, __global const float* g, __global ushort* m,
+                                  __global ushort* v, __global const float* stats, int n,
+                                  int n_decay, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, float bc1, float bc2, uint key) {
+    const int j = get_global_id(0) * 16;
+    if (j >= n || stats[2] != 0.0f) return;
+    const float scale = stats[1];
+    if (j + 16 <= n && (j + 16 <= n_decay || j >= n_decay)) {
+        const uint16 mb = convert_uint16(vload16(0, m + j)) << 16;
+        const uint16 vb = convert_uint16(vload16(0, v + j)) << 16;
+        float16 pv = vload16(0, p + j), mv = as_float16(mb), vv = as_float16(vb);
+#undef ADAMW_T
+#define ADAMW_T float16
+        ADAMW_STEP(pv, vload16(0, g + j), mv, vv, scale, j < n_decay ? weight_decay : 0.0f)
+        vstore16(pv, 0, p + j);
+        const uint16 idx = (uint16)((uint)j) + (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                          12, 13, 14, 15);
+        /* lowbias32 on the 16 indices at once (the scalar one, lane by lane) */
+        uint16 h = idx;
+        h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+        uint16 dm = h ^ key, dv = h ^ (key ^ 0x9e3779b9u);
+        dm ^= dm >> 16; dm *= 0x7feb352du; dm ^= dm >> 15; dm *= 0x846ca68bu; dm ^= dm >> 16;
+        dv ^= dv >> 16; dv *= 0x7feb352du; dv ^= dv >> 15; dv *= 0x846ca68bu; dv ^= dv >> 16;
+        const uint16 mu = as_uint16(mv), vu = as_uint16(vv);
+        const int16 m_special = ((mu & 0x7f800000u) == 0x7f800000u);
+        const int16 v_special = ((vu & 0x7f800000u) == 0x7f800000u);
+        const uint16 mr = select(mu + (dm & 0xffffu), mu, as_uint16(m_special)) >> 16;
+        const uint16 vr = select(vu + (dv & 0xffffu), vu, as_uint16(v_special)) >> 16;
+        vstore16(convert_ushort16(mr), 0, m + j);
+        vstore16(convert_ushort16(vr), 0, v + j);
+        return;
+    }
+#undef ADAMW_T
+#define ADAMW_T float
+    for (int i = j; i < min(j + 16, n); i++)
+        ADAMW_BF16(i, scale, i < n_decay ? weight_decay : 0.0f)
+}

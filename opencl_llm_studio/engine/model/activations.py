@@ -23,6 +23,7 @@ import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.model.params import qkv_width, ParamTable
+from opencl_llm_studio.engine.model.moments import BYTES as moment_bytes, resolve as resolve_moments
 from opencl_llm_studio.engine.opencl.ops import GRAD_NORM_PARTIALS
 
 
@@ -163,18 +164,22 @@ class ModelBuffer:
     elems: int   # float32 elements
     training: bool = False   # made at the first training use (gradients, AdamW moments): a
     #                          model opened to chat or export holds its weights alone
+    itemsize: int = 4        # bytes an element: 2 for moments kept as bfloat16 (model.moments)
 
 
-def model_buffers(cfg: ModelConfig) -> tuple[ModelBuffer, ...]:
-    """The float32 device buffers a Model holds besides its activation sets: the weights,
-    gradients and both AdamW moments (the padded ParamTable each), the grad-norm stats (norm,
+def model_buffers(cfg: ModelConfig, moments: str = "f32") -> tuple[ModelBuffer, ...]:
+    """The device buffers a Model holds besides its activation sets: the weights, gradients
+    and both AdamW moments (the padded ParamTable each; the moments float32 or, with
+    moments="bf16", bfloat16: engine.model.moments), the grad-norm stats (norm,
     clip scale, non-finite flag) and partial sums, the transposed-weight scratch of
     matmul_forward (the largest group) and RoPE's cos and sin tables (context_length,
     head_dim / 2; engine.model.attention.rope_table)."""
     table = ParamTable(cfg)
     rope = cfg.context_length * (cfg.head_dim // 2)
     return (ModelBuffer("params", table.size),
-            *(ModelBuffer(n, table.size, training=True) for n in ("grads", "m", "v")),
+            ModelBuffer("grads", table.size, training=True),
+            *(ModelBuffer(n, table.size, training=True, itemsize=moment_bytes[moments])
+              for n in ("m", "v")),
             ModelBuffer("stats", 3), ModelBuffer("partial", GRAD_NORM_PARTIALS),
             ModelBuffer("w_t", max(g.size for g in table.groups.values())),
             ModelBuffer("rope_cos", rope), ModelBuffer("rope_sin", rope))
@@ -202,8 +207,12 @@ def decode_bytes(cfg: ModelConfig) -> tuple[int, int]:
     return buffer_bytes(DECODE_BUFFERS, Dims.of(cfg, 1, cfg.context_length, "fused"))
 
 
-def model_bytes(cfg: ModelConfig, training: bool = True) -> tuple[int, int]:
+def model_bytes(cfg: ModelConfig, training: bool = True, moments: str = "auto"
+                ) -> tuple[int, int]:
     """(total bytes, largest single buffer in bytes) of model_buffers(cfg); training=False:
-    without the ones made at the first training use (gradients, AdamW moments)."""
-    sizes = [4 * max(b.elems, 1) for b in model_buffers(cfg) if training or not b.training]
+    without the ones made at the first training use (gradients, AdamW moments). moments:
+    TrainConfig.adam_moments ("auto": as engine.model.moments.resolve picks for cfg)."""
+    kind = resolve_moments(moments, cfg)
+    sizes = [b.itemsize * max(b.elems, 1) for b in model_buffers(cfg, kind)
+             if training or not b.training]
     return sum(sizes), max(sizes)

@@ -10,10 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
+from opencl_llm_studio.engine.model.moments import from_bf16, to_bf16
+
 
 class FlatState:
     """The params / grads / m / v buffers of a model's `table` (a engine.model.params.Layout
-    with named groups)."""
+    with named groups). moment_dtype: "f32", or "bf16" for m and v kept as bfloat16 bits
+    (engine.model.moments); every host copy of them is float32 either way."""
+
+    moment_dtype = "f32"
 
     # the training state (activations.ModelBuffer.training): zeros made at the first training
     # step, load or read, so a model opened to chat or export holds its weights alone (a 135M
@@ -60,7 +65,7 @@ class FlatState:
     def _state(self, name: str) -> cl.Buffer:
         buf = self._training_state.get(name)
         if buf is None:
-            buf = self._training_state[name] = self.rt.zeros(self.table.size)
+            buf = self._training_state[name] = self.rt.zeros(self.table.size, self._dtype(name))
             if name in ("m", "v") and self._moments is not None:
                 try:
                     self.write_pieces(name, self._moments.pieces("adam_" + name))
@@ -69,22 +74,26 @@ class FlatState:
                     raise
         return buf
 
+    def _bf16(self, which: str) -> bool:
+        return which in ("m", "v") and self.moment_dtype == "bf16"
+
+    def _dtype(self, which: str):
+        return np.uint16 if self._bf16(which) else np.float32
+
     def _views(self, buf) -> dict[str, cl.Buffer]:
         return {name: buf.get_sub_region(g.offset * 4, g.size * 4)
                 for name, g in self.table.groups.items()}
 
     # -------------------------------------------------------------------------- host copies
     def read_flat(self, which: str = "params") -> np.ndarray:
-        buf = self._buffer(which)
-        return self.rt.read(buf, self.table.size)
+        return self.read_piece(which, 0, self.table.size)
 
     def write_flat(self, which: str, flat: np.ndarray):
         """Set params, grads, m or v to `flat` (self.table.size floats). Raises ValueError
         for another size."""
         if np.size(flat) != self.table.size:   # the caller's data and the layout disagree
             raise ValueError(f"{np.size(flat)} floats for a {which} buffer of {self.table.size}")
-        buf = self._buffer(which)
-        self.rt.write(buf, np.asarray(flat, np.float32), wait=True)
+        self.write_pieces(which, [(0, np.asarray(flat, np.float32).reshape(-1))])
 
     def write_pieces(self, which: str, pieces) -> None:
         """Set params, grads, m or v from (offset, float32 piece) pairs that cover it in order
@@ -96,7 +105,8 @@ class FlatState:
             if offset != end or end + piece.size > self.table.size:
                 raise ValueError(f"a piece at {offset} of {piece.size} floats after {end} "
                                  f"of a {which} buffer of {self.table.size}")
-            self.rt.write(buf, np.ascontiguousarray(piece, np.float32), offset, wait=True)
+            piece = np.ascontiguousarray(piece, np.float32)
+            self.rt.write(buf, to_bf16(piece) if self._bf16(which) else piece, offset, wait=True)
             end += piece.size
         if end != self.table.size:
             raise ValueError(f"{end} floats for a {which} buffer of {self.table.size}")
@@ -104,5 +114,7 @@ class FlatState:
     def read_piece(self, which: str, offset: int, n: int) -> np.ndarray:
         """Elements [offset, offset + n) of params, grads, m or v (a checkpoint Stream's read)."""
         buf = self._buffer(which)
+        if self._bf16(which):
+            return from_bf16(self.rt.read(buf, n, np.uint16, offset_elems=offset))
         return self.rt.read(buf, n, offset_elems=offset)
 

@@ -44,8 +44,10 @@ class Model(FlatState):
     """Weights, gradients and AdamW state of one ModelConfig on one Runtime."""
 
     def __init__(self, rt: Runtime, cfg: ModelConfig, flat_weights: np.ndarray | None = None,
-                 seed: int = 0):
+                 seed: int = 0, moments: str = "f32"):
+        """moments: "f32" or "bf16", how the AdamW moments are kept (engine.model.moments)."""
         self.rt, self.cfg = rt, cfg.validate()
+        self.moment_dtype = moments
         self.table = ParamTable(cfg)
         if flat_weights is None:
             flat_weights = self.table.init_weights(np.random.default_rng(seed))
@@ -298,7 +300,9 @@ class Model(FlatState):
         self.adam_t += 1
         ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,
                          self.table.n_decay, lr, opt.beta1, opt.beta2, opt.adam_eps,
-                         opt.weight_decay, self.adam_t)
+                         opt.weight_decay, self.adam_t,
+                         bf16_key=(ops.moment_key(opt.seed, self.adam_t)
+                                   if self.moment_dtype == "bf16" else None))
         losses = rt.read(a.losses, B * T)
         stats = rt.read(self.stats, 3)
         skipped = bool(stats[2] != 0)

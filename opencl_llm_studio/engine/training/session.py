@@ -26,7 +26,9 @@ from opencl_llm_studio.engine.files.export_types import DEFAULT_DTYPE
 from opencl_llm_studio.engine.generation.generator import Generator, delegate
 from opencl_llm_studio.engine.model.memory import check_chat_fits, check_fits
 from opencl_llm_studio.engine.metrics import ValScore
+from opencl_llm_studio.engine.model.activations import model_bytes
 from opencl_llm_studio.engine.model.lora import LoraModel
+from opencl_llm_studio.engine.model.moments import resolve as resolve_moments
 from opencl_llm_studio.engine.model.transformer import Model
 from opencl_llm_studio.engine.progress import Monitor
 from opencl_llm_studio.engine.opencl.runtime import Runtime
@@ -97,12 +99,10 @@ class TrainingSession:
         """autotune: tune the kernels for this device and shape first when none are cached
         (engine.model.gemm_tune.runtime_for_model; None: as LLM_STUDIO_AUTOTUNE says).
         short_text_ok: a pretraining text shorter than one window is used as it is, padded
-        (engine.data.corpus.PretrainData short_ok): for a model whose window the text did not
-        choose (opened, imported); a new run refuses it with a context length that fits.
-        opened: a model opened to chat, export or train on (a loaded or imported run): before
-        anything is allocated only chatting is checked (engine.model.memory.check_chat_fits),
-        since its gradients and moments are made when it trains, which checks its batch then
-        (check_training_fits); a new run checks its training (check_fits).
+        (PretrainData short_ok): for a model whose window the text did not choose (opened,
+        imported); a new run refuses it with a context length that fits. opened: a model
+        opened to chat, export or train on: only chatting is checked before anything is
+        allocated (check_chat_fits); its training is checked when it trains (check_training_fits).
         lora: tune LoRA adapters (engine.model.lora.LoraModel) on `base`, the frozen model
         (engine.model.quant_base.QuantBase or lora_base.FlatBase) that base_ref names in the
         checkpoint; flat_weights are then the adapters (None: new ones)."""
@@ -121,7 +121,8 @@ class TrainingSession:
         self.tune = TuneData(tokenizer, tune_text, T, train_cfg.seed,
                              chat_format) if tune_text else None
         if not opened:
-            check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt)
+            check_fits(model_cfg, train_cfg.batch_size, rt.info, rt.plan.attention_path, rt,
+                       model_part=model_bytes(model_cfg, moments=train_cfg.adam_moments))
         else:   # opened to chat or export: its weights and a generation window; gradients
             #     and moments are made (and training's need checked) when it trains
             check_chat_fits(model_cfg, rt.info, rt.plan.attention_path,
@@ -129,7 +130,8 @@ class TrainingSession:
         self.monitor.tick("building the model", 0, 1)
         self.lora, self.base_ref = lora, base_ref
         if lora is None:
-            self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed)
+            self.model = Model(rt, model_cfg, flat_weights, seed=train_cfg.seed,
+                               moments=resolve_moments(train_cfg.adam_moments, model_cfg))
         else:
             self.model = LoraModel(rt, model_cfg, base, lora, flat_weights, seed=train_cfg.seed)
         self.rng = np.random.default_rng(train_cfg.seed + 1)
@@ -149,10 +151,8 @@ class TrainingSession:
     chat = delegate("chat")
     fit_messages = delegate("fit_messages")
 
-    @property
-    def last_finish(self) -> str:
-        """Why the last generation ended: "stop", "length" or "context"."""
-        return self.generator.last_finish
+    last_finish = property(lambda self: self.generator.last_finish,
+                           doc='Why the last generation ended: "stop", "length" or "context".')
 
     def adopt_progress(self, step: int, pretrain_steps: int | None = None,
                        tune_steps: int | None = None) -> None:
@@ -304,8 +304,9 @@ class TrainingSession:
         before a step. The window counted is the largest the run will still use
         (training_window)."""
         window = self.training_window()
-        own = (self.model.own_bytes(self.train_config.batch_size * window)
-               if self.lora is not None else None)
+        tc = self.train_config
+        own = (self.model.own_bytes(tc.batch_size * window) if self.lora is not None
+               else model_bytes(self.model_config, moments=tc.adam_moments))
         check_fits(self.model_config, self.train_config.batch_size, self.rt.info,
                    self.rt.plan.attention_path, self.rt, window=window, model_part=own)
 

@@ -61,19 +61,19 @@ class Snapshot:
         weights hold a NaN or Inf. Raises OSError when a file copy cannot be written."""
         if not self._finite(model):
             return False
-        bufs = [getattr(model, w) for w in WHICH]
+        # through the model's own reads: moments kept as bfloat16 come back as float32
         if self.in_memory:
             if self._ram is None:
                 self._ram = np.empty((3, self.n), np.float32)
-            for i, buf in enumerate(bufs):
-                self._ram[i] = model.rt.read(buf, self.n)
+            for i, which in enumerate(WHICH):
+                self._ram[i] = model.read_piece(which, 0, self.n)
         else:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="guard-", dir=snapshot_dir())
             self._file.seek(0)
-            for buf in bufs:
+            for which in WHICH:
                 for start, k in self._chunks():
-                    self._file.write(model.rt.read(buf, k, offset_elems=start).tobytes())
+                    self._file.write(model.read_piece(which, start, k).tobytes())
             self._file.flush()
         self.adam_t, self.extra, self.taken = model.adam_t, extra, True
         return True
@@ -82,16 +82,15 @@ class Snapshot:
         """Write the copy back into the model (params, m, v, adam_t); False when none exists."""
         if not self.taken:
             return False
-        bufs = [getattr(model, w) for w in WHICH]
         if self.in_memory:
-            for i, buf in enumerate(bufs):
-                model.rt.write(buf, self._ram[i], wait=True)
+            for i, which in enumerate(WHICH):
+                model.write_pieces(which, [(0, self._ram[i])])
         else:
             self._file.seek(0)
-            for buf in bufs:
-                for start, k in self._chunks():
-                    chunk = np.frombuffer(self._file.read(4 * k), np.float32)
-                    model.rt.write(buf, chunk, offset_elems=start, wait=True)
+            for which in WHICH:
+                model.write_pieces(which, ((start, np.frombuffer(self._file.read(4 * k),
+                                                                 np.float32))
+                                           for start, k in self._chunks()))
         model.adam_t = self.adam_t
         return True
 

@@ -14,7 +14,7 @@ from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 # Options that define a new run; None means "not given" (defaults in TRAIN_DEFAULTS).
 MODEL_OPTIONS = ("pretrain", "tune", "d_model", "n_layer", "n_head", "n_kv_head", "context_length",
                  "vocab_size", "lr", "tune_lr", "batch_size", "seed", "replay", "val_split",
-                 "dropout", "preset")
+                 "dropout", "preset", "adam_moments")
 # options a continued run takes (engine.training.session.TrainingSession.retrain_with): option
 # -> TrainConfig field; the others define the model and its data, which a run keeps
 CONTINUE_OPTIONS = {"batch_size": "batch_size", "lr": "learning_rate",
@@ -29,7 +29,8 @@ _FIELDS = dict(d_model=("model", "d_model"), n_layer=("model", "n_layer"),
                steps=("train", "pretrain_steps"), tune_steps=("train", "tune_steps"),
                batch_size=("train", "batch_size"), seed=("train", "seed"),
                replay=("train", "replay_fraction"), dropout=("train", "dropout"),
-               time_budget=("train", "time_budget_s"))
+               time_budget=("train", "time_budget_s"),
+               adam_moments=("train", "adam_moments"))
 
 
 def _train_defaults() -> dict:

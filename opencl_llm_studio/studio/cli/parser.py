@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from opencl_llm_studio import __version__
-from opencl_llm_studio.engine.config import (CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
+from opencl_llm_studio.engine.config import (ADAM_MOMENTS, CHECKPOINT_EVERY, DEFAULT_TOKENIZER, MAX_NEW_TOKENS,
                                              PRETRAINED_TUNE_LR, TOKENIZER_KINDS, SamplingParams)
 from opencl_llm_studio.engine.errors import StudioError
 from opencl_llm_studio.engine.extras import missing_extra
@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--continue: seconds more (off)")
     t.add_argument("--dropout", type=limited("dropout"), help="drop probability after the attention output "
                    f"and feed-forward projections, training only ({d['dropout']})")
+    t.add_argument("--adam-moments", choices=ADAM_MOMENTS,
+                   help="how a new run keeps its AdamW moments: f32, bf16 (half the memory, "
+                   "stochastic rounding) or auto, bf16 from 250M parameters "
+                   f"({d['adam_moments']})")
     t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
                    "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
     t.add_argument("--lora-rank", type=limited("lora_rank"), metavar="R",
