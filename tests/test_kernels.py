@@ -11,6 +11,7 @@ import tests.reference as ref
 from opencl_llm_studio.engine.opencl.ops import GRAD_NORM_PARTIALS
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.opencl.gemm_plan import k_slices
+from opencl_llm_studio.engine.model.moments import moment_key
 from tests.kernel_helpers import GEMM_VARIANTS, close, down, plan_rt, up
 
 SEEDS = [0, 1, 2]
@@ -217,7 +218,7 @@ def test_adamw_with_bf16_moments(rows_rt, n, vectors):
     bm, bv = up(rt, m16, np.uint16), up(rt, v16, np.uint16)
     ops.grad_norm(rt, stats, partial, bg, n, 1.0)
     scale = min(1.0, 1.0 / np.sqrt((g * g).sum()))
-    key = ops.moment_key(1337, 3)
+    key = moment_key(1337, 3)
     n_decay = n // 2
     ops.adamw_update(rt, bp, bg, bm, bv, stats, n, n_decay, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3,
                      vectors, bf16_key=key)
@@ -248,7 +249,7 @@ def test_bf16_moments_round_without_bias(rows_rt):
     bp, bg = up(rt, np.zeros(n)), up(rt, np.zeros(n))
     bm, bv = up(rt, m16, np.uint16), up(rt, np.zeros(n, np.uint16), np.uint16)
     ops.adamw_update(rt, bp, bg, bm, bv, stats, n, 0, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1,
-                     bf16_key=ops.moment_key(0, 1))
+                     bf16_key=moment_key(0, 1))
     mean = ref.bf16_value(rt.read(bm, n, np.uint16)).mean()
     assert abs(mean - target) < 2e-4 * target, (mean, target)
 

@@ -120,11 +120,8 @@ typedef float8 __attribute__((aligned(4))) vm_float_u;
 
 /* lowbias32 (C. Wellons, hash-prospector): a full-avalanche 32-bit integer hash (dropout's
  * masks, kernels/dropout.cl; the stochastic rounding of bf16 AdamW moments, optimizer.cl). */
-inline uint lowbias32(uint x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
+#define LOWBIAS32(x) \
+    (x) ^= (x) >> 16; (x) *= 0x7feb352du; (x) ^= (x) >> 15; (x) *= 0x846ca68bu; (x) ^= (x) >> 16;
+inline uint lowbias32(uint x) { LOWBIAS32(x) return x; }
+/* the same over 16 lanes (optimizer.cl's vector AdamW) */
+inline uint16 lowbias32_16(uint16 x) { LOWBIAS32(x) return x; }

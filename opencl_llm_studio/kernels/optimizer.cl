@@ -141,6 +141,13 @@ inline ushort bf16_round(float x, uint draw) {
     return (ushort)((b + (draw & 0xffffu)) >> 16);
 }
 
+/* bf16_round over 16 lanes */
+inline ushort16 bf16_round16(float16 x, uint16 draw) {
+    const uint16 b = as_uint16(x);
+    const int16 special = (b & 0x7f800000u) == 0x7f800000u;
+    return convert_ushort16(select(b + (draw & 0xffffu), b, as_uint16(special)) >> 16);
+}
+
 #define ADAMW_BF16(I, scale, wd)                                                                    \
     {                                                                                              \
         float m_f = bf16_load(m[I]), v_f = bf16_load(v[I]), p_f = p[I];                            \
@@ -179,21 +186,10 @@ __kernel void adamw_update16_bf16(__global float* p, __global const float* g, __
 #define ADAMW_T float16
         ADAMW_STEP(pv, vload16(0, g + j), mv, vv, scale, j < n_decay ? weight_decay : 0.0f)
         vstore16(pv, 0, p + j);
-        const uint16 idx = (uint16)((uint)j) + (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                          12, 13, 14, 15);
-        /* lowbias32 on the 16 indices at once (the scalar one, lane by lane) */
-        uint16 h = idx;
-        h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-        uint16 dm = h ^ key, dv = h ^ (key ^ 0x9e3779b9u);
-        dm ^= dm >> 16; dm *= 0x7feb352du; dm ^= dm >> 15; dm *= 0x846ca68bu; dm ^= dm >> 16;
-        dv ^= dv >> 16; dv *= 0x7feb352du; dv ^= dv >> 15; dv *= 0x846ca68bu; dv ^= dv >> 16;
-        const uint16 mu = as_uint16(mv), vu = as_uint16(vv);
-        const int16 m_special = ((mu & 0x7f800000u) == 0x7f800000u);
-        const int16 v_special = ((vu & 0x7f800000u) == 0x7f800000u);
-        const uint16 mr = select(mu + (dm & 0xffffu), mu, as_uint16(m_special)) >> 16;
-        const uint16 vr = select(vu + (dv & 0xffffu), vu, as_uint16(v_special)) >> 16;
-        vstore16(convert_ushort16(mr), 0, m + j);
-        vstore16(convert_ushort16(vr), 0, v + j);
+        const uint16 h = lowbias32_16((uint16)((uint)j) + (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                                   10, 11, 12, 13, 14, 15));
+        vstore16(bf16_round16(mv, lowbias32_16(h ^ key)), 0, m + j);
+        vstore16(bf16_round16(vv, lowbias32_16(h ^ (key ^ 0x9e3779b9u))), 0, v + j);
         return;
     }
 #undef ADAMW_T

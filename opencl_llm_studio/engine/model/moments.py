@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig
+from opencl_llm_studio.engine.model.dropout import lowbias32
 from opencl_llm_studio.engine.model.params import param_count
 
 BF16_FROM_PARAMS = 250_000_000
@@ -29,6 +30,12 @@ def resolve(setting: str, cfg: ModelConfig) -> str:
     if setting != "auto":
         return setting
     return "bf16" if param_count(cfg) >= BF16_FROM_PARAMS else "f32"
+
+
+def moment_key(seed: int, t: int) -> int:
+    """The stochastic-rounding key of AdamW step t's bf16 moments: a fresh 32-bit draw per
+    (seed, step), mixed as dropout's keys are (engine.model.dropout.StepDropout.key)."""
+    return lowbias32(lowbias32(seed) ^ lowbias32(t + 0x9E3779B9))
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:

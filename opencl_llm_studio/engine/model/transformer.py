@@ -12,7 +12,7 @@ import numpy as np
 import pyopencl as cl
 
 from opencl_llm_studio.engine.model import (activations, attention, attention_gemm, dropout,
-                                            output_head)
+                                            moments, output_head)
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.config import ModelConfig
 from opencl_llm_studio.engine.model.dropout import StepDropout
@@ -301,7 +301,7 @@ class Model(FlatState):
         ops.adamw_update(rt, self.params, self.grads, self.m, self.v, self.stats, n,
                          self.table.n_decay, lr, opt.beta1, opt.beta2, opt.adam_eps,
                          opt.weight_decay, self.adam_t,
-                         bf16_key=(ops.moment_key(opt.seed, self.adam_t)
+                         bf16_key=(moments.moment_key(opt.seed, self.adam_t)
                                    if self.moment_dtype == "bf16" else None))
         losses = rt.read(a.losses, B * T)
         stats = rt.read(self.stats, 3)

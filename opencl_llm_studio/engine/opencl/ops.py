@@ -315,7 +315,7 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
     (kernels/optimizer.cl). vectors: 16 elements per work-item, in float16 vectors
     (None: on CPUs; tests run both forms on every device). bf16_key: m and v are bfloat16
     (uint16) buffers, written back with stochastic rounding drawn from this 32-bit key (one
-    per step: moment_key); None: float32 moments."""
+    per step: engine.model.moments.moment_key); None: float32 moments."""
     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
     args = (params, grads, m, v, stats, n, n_decay, lr, beta1, beta2, eps, weight_decay, bc1, bc2)
     suffix = ""
@@ -327,17 +327,6 @@ def adamw_update(rt: Runtime, params, grads, m, v, stats, n: int, n_decay: int, 
     items = -(-n // 16)
     rt.launch_local("adamw_update16" + suffix, (-(-items // ADAMW_CPU_GROUP) * ADAMW_CPU_GROUP,),
                     (ADAMW_CPU_GROUP,), *args)
-
-
-def moment_key(seed: int, t: int) -> int:
-    """The stochastic-rounding key of AdamW step t's bf16 moments: a fresh 32-bit draw per
-    (seed, step), so the roundings of successive steps are independent."""
-    x = (int(seed) * 0x9E3779B1 + int(t) * 0x85EBCA77 + 0x27D4EB2F) & 0xFFFFFFFF
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & 0xFFFFFFFF
-    return x ^ (x >> 16)
 
 
 def dropout_forward(rt: Runtime, out, inp, key: int, threshold: int, scale: float, n: int):
