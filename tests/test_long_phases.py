@@ -42,20 +42,28 @@ def one_line_session():
 
 
 def test_recall_of_a_one_line_document_is_bounded(one_line_session, monkeypatch):
+    """The one document is checked on its first words: the batched pass's row and any
+    token-by-token decoding stay within the caps, not half the document."""
     s = one_line_session
-    asked = []
-    real = s.generate_ids
+    asked, rows = [], []
+    real, real_rows = s.generate_ids, evaluate.greedy_tokens
 
     def counting(prompt_ids, max_new_tokens, *a, **k):
         asked.append((len(prompt_ids), max_new_tokens))
         assert max_new_tokens <= evaluate.RECALL_MAX_NEW_TOKENS + 2  # not half the document
         return real(prompt_ids, max_new_tokens, *a, **k)
 
+    def forced(model, ids, first, *a, **k):
+        rows.extend(map(len, ids))
+        return real_rows(model, ids, first, *a, **k)
+
     monkeypatch.setattr(s, "generate_ids", counting)
+    monkeypatch.setattr(evaluate, "greedy_tokens", forced)
     score = evaluate.fact_recall(s)
-    assert score.total == 1 and len(asked) == 1
-    prompt_len, n_new = asked[0]
-    assert prompt_len <= evaluate.RECALL_MAX_WORDS * 4 and n_new >= 3
+    assert score.total == 1 and len(rows) + len(asked) == 1   # one item, judged once
+    assert all(n <= evaluate.RECALL_MAX_WORDS * 4 + evaluate.RECALL_MAX_NEW_TOKENS for n in rows)
+    for prompt_len, n_new in asked:
+        assert prompt_len <= evaluate.RECALL_MAX_WORDS * 4 and n_new >= 3
 
 
 def test_recall_case_keeps_short_documents_whole():

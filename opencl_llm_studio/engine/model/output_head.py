@@ -83,3 +83,20 @@ def logits(model, a, first_row: int = 0, last_row: int | None = None) -> np.ndar
         lo, hi = max(first_row - r0, 0), min(last_row - r0, n)
         parts.append(model.rt.read(a.logits, (hi - lo) * V, offset_elems=lo * V))
     return np.concatenate(parts).reshape(-1, V)
+
+
+def project_rows(model, a, xf_rows: np.ndarray) -> np.ndarray:
+    """Logits (n, V) float32 of host rows xf_rows (n, C) of final-norm outputs (rows picked from
+    a.xf), projected a.logit_rows at a time through a's logits buffer."""
+    rt, V, C = model.rt, model.cfg.vocab_size, model.cfg.d_model
+    n_all, R = len(xf_rows), a.logit_rows
+    staged = rt.zeros(min(n_all, R) * C)
+    parts, transposed = [], False
+    for r0 in range(0, n_all, R):
+        n = min(R, n_all - r0)
+        rt.write(staged, np.ascontiguousarray(xf_rows[r0:r0 + n], np.float32).reshape(-1), wait=True)
+        rt.before_write(a.logits)
+        model.head(a.logits, staged, n, w_t_ready=transposed)
+        transposed = transposed or not model.head_reads_in_place(n)
+        parts.append(rt.read(a.logits, n * V).reshape(n, V))
+    return np.concatenate(parts) if parts else np.zeros((0, V), np.float32)

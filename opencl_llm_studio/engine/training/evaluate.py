@@ -9,27 +9,28 @@ Both checks are bounded whatever the text (issue 11: a 20,000-word one-line docu
 be "recalled" by generating 10,000 words): at most MAX_FACTS documents / MAX_QUESTIONS
 questions, a document is checked on its first RECALL_MAX_WORDS words (and RECALL_MAX_CHARS
 characters), and at most RECALL_MAX_NEW_TOKENS tokens of the expected continuation or answer
-are generated and compared. Each item ticks `session.monitor` (progress, cancellation).
+are generated and compared. The greedy outputs are judged from one batched teacher-forced
+forward pass where it decides them (engine.training.greedy_check), decoded token by token where
+it does not. Each batch and each decoded item ticks `session.monitor` (progress, cancellation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
+from opencl_llm_studio.engine.data.dialogue import (Message, answer_text, encode_dialogue,
+                                                    encode_prompt)
+from opencl_llm_studio.engine.training.greedy_check import (Case, fits, greedy_tokens, holds,
+                                                            verdict)
 from opencl_llm_studio.engine.metrics import ValScore
 from opencl_llm_studio.engine.generation.sampling import SamplingParams
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
 
 
 @dataclass
 class Score:
     correct: int
     total: int
-    failures: list = field(default_factory=list)  # (prompt, expected, got), a few
 
     @property
     def rate(self) -> float:
@@ -57,63 +58,107 @@ def training_documents(session, limit: int | None = None) -> list[str]:
     return docs
 
 
-def _expected(tok, text: str) -> tuple[str, int, bool]:
+def _expected(tok, text: str) -> tuple[str, list[int], bool]:
     """The first RECALL_MAX_NEW_TOKENS tokens of `text` as text (a split character
-    dropped), their count, and whether `text` was longer."""
+    dropped), those tokens, and whether `text` was longer."""
     ids = tok.encode(text)
     kept = ids[:RECALL_MAX_NEW_TOKENS]
-    return tok.decode(kept).rstrip("\ufffd"), len(kept), len(kept) < len(ids)
+    return tok.decode(kept).rstrip("\ufffd"), kept, len(kept) < len(ids)
+
+
+def _recall_parts(doc: str) -> tuple[str, str] | None:
+    """(the first half of the document's first RECALL_MAX_WORDS words, the rest after a
+    space); None for a document of fewer than two words."""
+    words = doc[:RECALL_MAX_CHARS].split()[:RECALL_MAX_WORDS]
+    if len(words) < 2:
+        return None
+    half = len(words) // 2
+    return " ".join(words[:half]), " " + " ".join(words[half:])
 
 
 def recall_case(tok, doc: str) -> tuple[str, str, int] | None:
     """(prompt, expected continuation, tokens to generate) for one document: the first half
     of its first RECALL_MAX_WORDS words, and the rest capped at RECALL_MAX_NEW_TOKENS tokens.
     None for a document of fewer than two words."""
-    words = doc[:RECALL_MAX_CHARS].split()[:RECALL_MAX_WORDS]
-    if len(words) < 2:
+    parts = _recall_parts(doc)
+    if parts is None:
         return None
-    half = len(words) // 2
-    expected, n, _ = _expected(tok, " " + " ".join(words[half:]))
-    return " ".join(words[:half]), expected, n + 2
+    expected, kept, _ = _expected(tok, parts[1])
+    return parts[0], expected, len(kept) + 2
+
+
+def _judge(session, phase: str, cases: list[Case], text_of, decode) -> int:
+    """How many cases greedy decoding passes: one batched teacher-forced pass decides most
+    (engine.training.greedy_check); decode(i) (the greedy output's text, decoded token by
+    token) settles the rest. Ticks session.monitor with `phase` (raises Cancelled)."""
+    ctx = session.model.cfg.context_length
+    stops = set(session.tokenizer.stop_ids)
+    forced = [i for i, c in enumerate(cases) if fits(c, ctx)]
+    greedy = greedy_tokens(session.model, [cases[i].prompt + cases[i].forced for i in forced],
+                           [len(cases[i].prompt) - 1 for i in forced],
+                           session.train_config.batch_size,
+                           lambda i, n: session.monitor.tick(phase, i, n))
+    result: list[bool | None] = [None] * len(cases)
+    for i, best in zip(forced, greedy):
+        result[i] = verdict(cases[i], best, text_of, stops)
+    left = [i for i, r in enumerate(result) if r is None]
+    for k, i in enumerate(left):
+        session.monitor.tick(phase, k, len(left))
+        result[i] = holds(decode(i), cases[i])
+    return sum(map(bool, result))
 
 
 def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
-    """Recall over (at most max_facts, evenly spaced) training documents.
+    """Recall over (at most max_facts, evenly spaced) training documents: the greedy
+    continuation of a document's first half starts with its rest (_judge).
     Raises engine.progress.Cancelled when a stop is asked for."""
     tok = session.tokenizer
-    correct, failures, docs = 0, [], training_documents(session, max_facts)
-    for i, doc in enumerate(docs):
-        session.monitor.tick("checking recall", i, len(docs))
-        case = recall_case(tok, doc)
-        if case is None:
-            continue
-        prompt, rest, n = case
-        ids = session.generate_ids([tok.bos_id] + tok.encode(prompt), n,
-                                   SamplingParams(greedy=True))
-        got = tok.decode(ids)
-        if _norm(got).startswith(_norm(rest)):
-            correct += 1
-        elif len(failures) < 5:
-            failures.append((prompt, rest.strip(), got.strip()))
-    return Score(correct, len(docs), failures)
+    docs = training_documents(session, max_facts)
+    cases = []
+    for doc in docs:
+        parts = _recall_parts(doc)
+        if parts is not None:
+            expected, kept, _ = _expected(tok, parts[1])
+            cases.append(Case([tok.bos_id] + tok.encode(parts[0]), kept, expected, False,
+                              len(kept) + 2))
+    correct = _judge(session, "checking recall", cases, tok.decode, lambda i: tok.decode(
+        session.generate_ids(cases[i].prompt, cases[i].max_new, SamplingParams(greedy=True))))
+    return Score(correct, len(docs))
 
 
 def answer_accuracy(session, max_questions: int | None = MAX_QUESTIONS) -> Score:
-    """Share of (at most max_questions, evenly spaced) tune questions answered as trained
-    (an answer longer than RECALL_MAX_NEW_TOKENS: its start). Raises Cancelled on a stop."""
+    """Share of (at most max_questions, evenly spaced) tune questions whose greedy chat
+    answer is the trained one (an answer longer than RECALL_MAX_NEW_TOKENS: starts with it),
+    judged as fact_recall is. Raises Cancelled on a stop."""
     if not session.tune:
         return Score(0, 0)
+    tok, fmt = session.tokenizer, session.chat_format
     qs = _questions(session, max_questions)
-    correct, failures = 0, []
-    for i, (messages, expected) in enumerate(qs):
-        session.monitor.tick("checking answers", i, len(qs))
-        want, n, cut = _expected(session.tokenizer, " " + expected)
-        got = session.chat(messages, max_new_tokens=n + 2, greedy=True)
-        if _norm(got).startswith(_norm(want)) if cut else _norm(got) == _norm(want):
-            correct += 1
-        elif len(failures) < 5:
-            failures.append((messages[-1].content, expected, got))
-    return Score(correct, len(qs), failures)
+    cases = []
+    for messages, expected in qs:
+        want, kept, cut = _expected(tok, " " + expected)
+        cases.append(_answer_case(session, messages, expected, want, cut, len(kept) + 2))
+    correct = _judge(session, "checking answers", cases,
+                     lambda ids: answer_text(tok.decode(ids), fmt),
+                     lambda i: session.chat(qs[i][0], max_new_tokens=cases[i].max_new,
+                                            greedy=True))
+    return Score(correct, len(qs))
+
+
+def _answer_case(session, messages, expected: str, want: str, cut: bool, max_new: int) -> Case:
+    """The Case of one question: the chat's prompt ids, and the answer's ids as training
+    encodes them (the masked tokens after the prompt, the end of turn left out)."""
+    tok, fmt = session.tokenizer, session.chat_format
+    prompt = encode_prompt(tok, session.fit_messages(messages, max_new), fmt)
+    ids, mask = encode_dialogue(tok, list(messages) + [Message("assistant", expected)], fmt)
+    answer = []
+    if ids[:len(prompt)] == prompt:   # else no guess: the batched pass sees where it leaves
+        stops = set(tok.stop_ids)
+        for t, m in zip(ids[len(prompt):], mask[len(prompt):]):
+            if not m or t in stops:
+                break
+            answer.append(t)
+    return Case(prompt, answer[:max_new], want, not cut, max_new)
 
 
 def _questions(session, max_questions: int | None = MAX_QUESTIONS) -> list:
@@ -131,7 +176,7 @@ def recall_tokens(session, stage: str) -> int:
     cases = (recall_case(tok, doc) for doc in training_documents(session, MAX_FACTS))
     total = sum(case[2] + 1 for case in cases if case is not None)
     if stage == "tune":
-        total += sum(_expected(tok, " " + expected)[1] + 3
+        total += sum(len(_expected(tok, " " + expected)[1]) + 3
                      for _, expected in _questions(session))
     return total
 
