@@ -258,15 +258,17 @@ class Model(FlatState):
             self.rt.write(a.order, order)
             a.n_unique = len(uniq)
 
-    def loss(self, inputs: np.ndarray, targets: np.ndarray) -> float:
-        """Mean cross-entropy (nats) over targets >= 0, no gradient. inputs, targets (B, T)."""
+    def loss(self, inputs: np.ndarray, targets: np.ndarray, per_row: bool = False):
+        """Mean cross-entropy (nats) over targets >= 0, no gradient. inputs, targets (B, T).
+        per_row: the nats summed per row instead, (B,) float64 (validation's standard error)."""
         B, T = inputs.shape
         a = self.activations(B, T, with_grad=False)
         self.upload_batch(a, inputs, targets)
         self.forward(a, B, T)
         n = int((targets >= 0).sum())
         self.cross_entropy(a, n, want_grad=False)
-        return float(self.rt.read(a.losses, B * T).sum() / max(n, 1))
+        losses = self.rt.read(a.losses, B * T).astype(np.float64)
+        return losses.reshape(B, T).sum(axis=1) if per_row else float(losses.sum() / max(n, 1))
 
     def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, opt,
                    check=None) -> tuple:

@@ -9,6 +9,7 @@ and `Cancelled` within a fraction of a second of `monitor.cancel()`.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from functools import partial
@@ -388,13 +389,14 @@ class TrainingSession:
         eval_tokens, the periodic evaluation; engine.data.corpus.FINAL_VAL_TOKENS: the whole
         held-out text at a run's end), the same windows every call. The text is held out
         unless pretrain.val_source says "training text". stage: scored in its window
-        (general_window; None: the stage at session.step)."""
+        (general_window; None: the stage at session.step). A sample of the text is drawn by
+        the run's seed (PretrainData.val_batches) and carries its standard error."""
         tc = self.train_config
         tokens = tc.eval_tokens if max_tokens is None else max_tokens
         phase = "validation" if max_tokens is None else "final validation"
         window = self.general_window(stage or self.stage_at(self.step))
-        return self.pretrain.score(self.model.loss, tc.batch_size, tokens, self.monitor, phase,
-                                   window)
+        return self.pretrain.score(functools.partial(self.model.loss, per_row=True),
+                                   tc.batch_size, tokens, self.monitor, phase, window, tc.seed)
 
     def pretrain_val_loss(self) -> float:
         """pretrain_val().loss: mean cross-entropy in nats per token."""

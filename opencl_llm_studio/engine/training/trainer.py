@@ -326,6 +326,7 @@ class Trainer:
         s = self.session
         score = s.pretrain_val(FINAL_VAL_TOKENS if final else None, stage)
         m.val_bpb, m.val_source, m.val_tokens = score.bpb, s.pretrain.val_source, score.tokens
+        m.val_bpb_stderr = score.bpb_stderr
         self._eval_tokens = score.tokens
         if stage == "pretrain":
             m.val_loss = score.loss

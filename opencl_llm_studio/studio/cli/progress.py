@@ -82,8 +82,12 @@ def _isatty(out) -> bool:
 
 
 def val_text(m) -> str:
-    """' val 1.234 (1.780 bpb)', or ' val on training text 1.234 (...)' when nothing could be
-    held out (engine.data.corpus): a number measured on the training text is never called val."""
+    """' val 1.234 (1.780 bpb)', ' val 1.234 (1.780 ± 0.004 bpb)' for a sample of the text (its
+    standard error), or ' val on training text 1.234 (...)' when nothing could be held out
+    (engine.data.corpus): a number measured on the training text is never called val."""
     name = "val" if m.val_source != "training text" else "val on training text"
-    bpb = f" ({m.val_bpb:.3f} bpb)" if m.val_bpb is not None else ""
+    bpb = ""
+    if m.val_bpb is not None:
+        err = getattr(m, "val_bpb_stderr", None)
+        bpb = f" ({m.val_bpb:.3f}{f' ± {err:.3f}' if err else ''} bpb)"
     return f" {name} {m.val_loss:.3f}{bpb}"

@@ -73,6 +73,11 @@ def _pen(color: str, width: float = 1.6, style=Qt.SolidLine) -> pg.QtGui.QPen:
     return pg.mkPen(color=color, width=width, style=style)
 
 
+def _plus_minus(err: float) -> str:
+    """' ± 0.004' for a sample's standard error, '' when the whole text was scored."""
+    return f" ± {err:.3f}" if err else ""
+
+
 class LivePlots(QWidget):
     """Three stacked plots with a shared x axis; feed with add_metrics(), reset with start_run()."""
 
@@ -117,6 +122,7 @@ class LivePlots(QWidget):
         self._plan: tuple[int, int | None] = (0, None)  # (total steps, stage boundary) framed
         self._stage_x: float | None = None   # where tuning starts (mark_stage)
         self.val_bpb: float | None = None
+        self.val_bpb_stderr = 0.0   # the sample's standard error (0: the whole text scored)
         self._dirty = False
 
         self.log_check = QCheckBox("Log scale")
@@ -251,7 +257,7 @@ class LivePlots(QWidget):
         self._show_stage_axis()
         if pretrain_steps and tune_steps and not time_budget_s:   # a budget's is not known yet
             self.mark_stage(pretrain_steps + 0.5)
-        self.val_bpb = None
+        self.val_bpb, self.val_bpb_stderr = None, 0.0
         self.set_val_source("held-out")   # until a record says otherwise
         for p in (self.loss_plot, self.grad_plot, self.lr_plot):
             if self.time_check.isChecked() or time_budget_s > 0:  # not known ahead
@@ -343,7 +349,7 @@ class LivePlots(QWidget):
             if m.val_source:
                 self.set_val_source(m.val_source)
             if m.val_bpb is not None:
-                self.val_bpb = m.val_bpb
+                self.val_bpb, self.val_bpb_stderr = m.val_bpb, m.val_bpb_stderr or 0.0
             if m.stage == "pretrain" and m.val_loss is not None:
                 s["val"].append(m.step, m.val_loss, t)
             elif m.stage != "pretrain":
@@ -360,7 +366,8 @@ class LivePlots(QWidget):
             if s["val"].n:
                 name = "held-out" if self.val_source != "training text" else "training text"
                 scores.append(f"{name} {s['val'].y[-1]:.3f}" + (
-                    f" ({self.val_bpb:.3f} bits/byte)" if self.val_bpb is not None else ""))
+                    f" ({self.val_bpb:.3f}{_plus_minus(self.val_bpb_stderr)} bits/byte)"
+                    if self.val_bpb is not None else ""))
             if s["tune_val"].n:
                 scores.append(f"tune {s['tune_val'].y[-1]:.3f}")
             text += "\n" + " · ".join(scores)
