@@ -27,6 +27,7 @@ import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig, swiglu_hidden_dim
 from opencl_llm_studio.engine.errors import ModelImportError, StudioError
+from opencl_llm_studio.engine.files.gguf_base import tensor_table
 from opencl_llm_studio.engine.files.open_gguf import f32_decimal, read_open_bundle
 from opencl_llm_studio.engine.model.params import tensors_per_layer
 from opencl_llm_studio.engine.files.export_types import DTYPE_NAMES
@@ -79,6 +80,7 @@ def import_gguf(path, weights: bool = True) -> ModelBundle:
         bundle = _read_bundle(reader, path.name, weights)
         if "source" in bundle.metadata:   # an open model: where it is, for a LoRA run's base
             bundle.metadata["source"]["path"] = str(path.resolve())
+            bundle.metadata["source"]["tensor_table"] = tensor_table(reader, path)
         del reader                                     # drops the memmap; weights are copies
         return bundle
     except _Broken as e:

@@ -59,5 +59,8 @@ def write_open_run(bundle, out, pretrain_text: str, tune_text: str | None = None
                  "tune_chars": len(tune_text or ""), "tune_sha256": sha256_text(tune_text)},
         "source": model_card(bundle), "device": "",
     }
+    table = (bundle.metadata.get("source") or {}).get("tensor_table")
+    if table and header["source"]["path"]:   # a GGUF's tensors, for a LoRA run on it as its base
+        header["source"]["tensor_table"] = table
     return checkpoint.save(Path(out) / checkpoint.FILENAME, header, flat, None, None,
                            bundle.tokenizer.to_bytes(), pretrain_text, tune_text)

@@ -215,7 +215,7 @@ def lora_session(path, lora: LoraConfig, device=None, runtime: Runtime | None = 
     tc = tc.replace(learning_rate=tc.learning_rate * LORA_LR_FACTOR,
                     tune_learning_rate=tc.tune_learning_rate * LORA_LR_FACTOR)
     rt = runtime or Runtime(device)
-    ref = base_reference(base_path)
+    ref = base_reference(base_path, source)
     s = TrainingSession(rt, mc, tc, tokenizer_from_bytes(ck["tokenizer"]), ck["pretrain_text"],
                         ck["tune_text"], chat_format=h.get("chat_format", 1), monitor=monitor,
                         autotune=autotune, short_text_ok=True, opened=True, lora=lora,
