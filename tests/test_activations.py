@@ -78,11 +78,13 @@ def test_a_forward_only_set_shares_its_layers_buffers_and_computes_the_same(rt):
 
 def test_every_declared_buffer_is_used_by_the_model():
     """A buffer the model stopped using would still be allocated and counted: none may be. The
-    model's dropout sites (engine.model.dropout) use a step's buffers on its behalf."""
-    from opencl_llm_studio.engine.model import dropout
+    model's dropout sites (engine.model.dropout) and its output head (engine.model.output_head)
+    use a step's buffers on its behalf."""
+    from opencl_llm_studio.engine.model import dropout, output_head
     names = [b.name for b in BUFFERS]
     assert len(names) == len(set(names))
-    source = inspect.getsource(model.Model) + inspect.getsource(dropout)
+    source = inspect.getsource(model.Model) + inspect.getsource(dropout) + \
+        inspect.getsource(output_head)
     assert [n for n in names if f"a.{n}" not in source] == []
 
 

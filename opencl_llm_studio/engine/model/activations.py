@@ -124,6 +124,10 @@ BUFFERS: tuple[Buffer, ...] = (
     Buffer("rstdf", lambda d: d.BT),
     Buffer("logits", lambda d: d.R * d.V),                         # rows in chunks: logit_rows
     Buffer("losses", lambda d: d.BT),
+    # the rows with a target, when few (a tuning batch's answers): engine/model/output_head.py
+    Buffer("head_rows", lambda d: d.BT, _i),
+    Buffer("head_targets", lambda d: d.BT, _i),
+    Buffer("head_x", lambda d: d.BT * d.C),
     Buffer("dres", lambda d: d.BT * d.C, grad=True),
     Buffer("dtmp", lambda d: d.BT * d.C, grad=True),
     Buffer("dy", lambda d: d.BT * d.C, grad=True),
@@ -135,6 +139,9 @@ BUFFERS: tuple[Buffer, ...] = (
     Buffer("uniq", lambda d: d.BT, _i, grad=True),       # embedding_backward's CSR grouping
     Buffer("starts", lambda d: d.BT + 1, _i, grad=True),
     Buffer("order", lambda d: d.BT, _i, grad=True),
+    Buffer("head_dx", lambda d: d.BT * d.C, grad=True),  # dxf of the rows with a target
+    Buffer("head_starts", lambda d: d.BT + 1, _i, grad=True),   # their scatter (CSR: 1 each)
+    Buffer("head_order", lambda d: d.BT, _i, grad=True),
 )
 
 

@@ -20,6 +20,78 @@ import numpy as np
 from opencl_llm_studio.engine.opencl import ops
 from opencl_llm_studio.engine.opencl.ops import _rows
 
+# Rows with a target at most this share of B*T: the output projection and cross-entropy run on
+# those rows alone. A tuning batch scores the answers only: 20% of SmolLM2's chat rows (a system
+# turn, the question, the window rounded up to 64), and its lm_head was 15% of a step's time.
+SPARSE_SHARE = 0.6
+
+
+def pick_rows(rt, a, targets) -> None:
+    """Before a pass with targets (B, T): record in `a` the rows that have one (a.head_n and
+    their flat indices on the host and the device, with their targets) when they are at most
+    SPARSE_SHARE of B*T, so cross_entropy_rows projects those alone; else a.head_n = None (every
+    row, as before). Without targets (logits, generation): None."""
+    a.head_n = None
+    if targets is None:
+        return
+    flat = np.asarray(targets, np.int32).reshape(-1)
+    idx = np.flatnonzero(flat >= 0).astype(np.int32)
+    if not 0 < idx.size <= SPARSE_SHARE * flat.size:
+        return
+    a.head_n, a.head_index = int(idx.size), idx
+    # kept on `a` until the next batch: a non-blocking copy reads the host array later
+    a.head_host = [(a.head_rows, idx), (a.head_targets, np.ascontiguousarray(flat[idx]))]
+    if a.with_grad:
+        a.head_host += [(a.head_starts, np.arange(idx.size + 1, dtype=np.int32)),
+                        (a.head_order, np.arange(idx.size, dtype=np.int32))]
+    for buf, host in a.head_host:
+        rt.write(buf, host)
+
+
+def sparse(a) -> bool:
+    """True when a's pass projects only its rows with a target (pick_rows)."""
+    return getattr(a, "head_n", None) is not None
+
+
+def row_losses(a, losses: np.ndarray) -> np.ndarray:
+    """a.losses read back (B*T,) in row order: cross_entropy_rows wrote the rows with a target
+    first, in index order."""
+    if not sparse(a):
+        return losses
+    out = np.zeros_like(losses)
+    out[a.head_index] = losses[:a.head_n]
+    return out
+
+
+def cross_entropy_rows(model, a, n_counted: int, want_grad: bool):
+    """cross_entropy over the rows pick_rows kept: their final-norm rows gathered (the
+    embedding lookup's kernel, xf as the table), projected and scored a.logit_rows at a time,
+    their losses in a.losses[:head_n] (the rest 0); with want_grad their dxf rows scattered
+    into a zeroed a.dtmp (the embedding gradient's kernel, one row per index) and the output
+    weight's gradient added over them. Rows without a target have no loss and no gradient from
+    the head, so the numbers are the full pass's up to the order of the dW sums."""
+    rt, cfg = model.rt, model.cfg
+    BT, C, V, n, R = a.B * a.T, cfg.d_model, cfg.vocab_size, a.head_n, a.logit_rows
+    rt.before_write(a.head_x)
+    ops.embedding_forward(rt, a.head_x, a.head_rows, a.xf, n, C)
+    rt.fill_zero(a.losses, BT)
+    transposed = False
+    for r0 in range(0, n, R):
+        m = min(R, n - r0)
+        rows = _rows(rt, a.head_x, r0, m, C, BT)
+        rt.before_write(a.logits)   # the previous chunk's dW (side queue) may still read it
+        model.head(a.logits, rows, m, w_t_ready=transposed)
+        transposed = transposed or not model.head_reads_in_place(m)
+        ops.crossentropy_forward_backward(rt, a.logits, _rows(rt, a.losses, r0, m, 1, BT),
+                                          _rows(rt, a.head_targets, r0, m, 1, BT), m, V,
+                                          n_counted, want_grad)
+        if want_grad:
+            model.head_backward(_rows(rt, a.head_dx, r0, m, C, BT), a.logits, rows, m)
+    if want_grad:
+        rt.fill_zero(a.dtmp, BT * C)
+        ops.embedding_backward(rt, a.dtmp, a.head_dx, a.head_rows, a.head_starts, a.head_order,
+                               n, C)
+
 
 def chunked(a) -> bool:
     """True when activation set a holds fewer logit rows than its B*T (a.logit_rows)."""

@@ -91,7 +91,12 @@ class QuantBase:
         return _Group(parts, width)
 
     def _scratch_for(self, M: int):
-        """(PanelScratch, member columns buffer) for M rows, made once per M."""
+        """(PanelScratch, member columns buffer) for M rows: the smallest one made for at least
+        M rows (a scratch serves up to its M), else one made for M. One per M kept them all:
+        the rows with a target (engine.model.output_head) change with every tuning batch."""
+        fit = [m for m in self._scratch if m >= M]
+        if fit:
+            return self._scratch[min(fit)]
         if M not in self._scratch:
             mats = [m for g in self.groups.values() for m in g.mats] + [self.embedding] + (
                 [self.output] if self.output is not None else [])

@@ -138,7 +138,7 @@ class Model(FlatState):
                 nxt = (a.xf, a.rstdf, p["output_norm"])
             ops.residual_rmsnorm_forward(rt, a.x[l + 1], nxt[0], nxt[1], a.xmid[l], a.proj,
                                          nxt[2], BT, C, cfg.rms_eps)
-        if not output_head.chunked(a):
+        if not (output_head.chunked(a) or output_head.sparse(a)):
             self.head(a.logits, a.xf, BT)
 
     def cross_entropy(self, a: Activations, n_counted: int, want_grad: bool):
@@ -146,6 +146,9 @@ class Model(FlatState):
         of the mean over n_counted rows: dlogits in a.logits (then backward() projects them),
         or, for chunked logits, already projected to dxf in a.dtmp and the output weight's
         gradient (engine/model/output_head.py)."""
+        if output_head.sparse(a):   # few rows with a target: those alone
+            output_head.cross_entropy_rows(self, a, n_counted, want_grad)
+            return
         if output_head.chunked(a):
             output_head.cross_entropy(self, a, n_counted, want_grad)
             return
@@ -164,7 +167,7 @@ class Model(FlatState):
         KVH, W = cfg.kv_heads, qkv_width(cfg)
         # Weight gradients run on the side queue (GPUs): before_write holds the main queue
         # until those reading a buffer are done with it (Runtime.side).
-        if not output_head.chunked(a):
+        if not (output_head.chunked(a) or output_head.sparse(a)):
             self.head_backward(a.dtmp, a.logits, a.xf, BT)                       # dxf
         rt.fill_zero(a.dres, BT * C)
         ops.rmsnorm_backward(rt, a.dres, self.norm_grad("output_norm"), a.dtmp, a.x[L],
@@ -247,6 +250,7 @@ class Model(FlatState):
         self.rt.write(a.ids, ids.reshape(-1))
         if targets is not None:
             self.rt.write(a.targets, np.ascontiguousarray(targets, np.int32).reshape(-1))
+        output_head.pick_rows(self.rt, a, targets)
 
     def upload_groups(self, a: Activations, inputs: np.ndarray):
         """The CSR grouping of positions by token that embedding_backward reads (host sort).
@@ -267,7 +271,7 @@ class Model(FlatState):
         self.forward(a, B, T)
         n = int((targets >= 0).sum())
         self.cross_entropy(a, n, want_grad=False)
-        losses = self.rt.read(a.losses, B * T).astype(np.float64)
+        losses = output_head.row_losses(a, self.rt.read(a.losses, B * T).astype(np.float64))
         return losses.reshape(B, T).sum(axis=1) if per_row else float(losses.sum() / max(n, 1))
 
     def train_step(self, inputs: np.ndarray, targets: np.ndarray, lr: float, opt,
