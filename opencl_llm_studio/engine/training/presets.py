@@ -59,10 +59,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
         "(0.3) and a shorter schedule. Measured on an NVIDIA H200 (2026-12-01, "
         "benchmarks/quality_nanogpt.py): validation 1.48 nats/char on tinyshakespeare after 43 s of "
         "training (best 1.4795 at step 1125 of 1200); nanoGPT with torch.compile: best 1.4785 "
-        "after 34 s on the same windows.",
+        "after 34 s on the same windows. Every validation scores up to 131,072 held-out tokens "
+        "(all of tinyshakespeare's: 0.09 s on an H100, where 16,384 sat 0.05-0.07 bits per byte "
+        "off the whole).",
         model=dict(d_model=384, n_layer=6, n_head=6, context_length=256),
         train=dict(batch_size=64, learning_rate=1.5e-3, warmup_steps=100, dropout=0.3,
-                   pretrain_steps=1200, min_lr_ratio=0.1, beta2=0.99)),
+                   pretrain_steps=1200, min_lr_ratio=0.1, beta2=0.99, eval_tokens=131072)),
 )}
 
 
