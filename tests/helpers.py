@@ -69,3 +69,43 @@ def first_near_tie(s, msgs, max_new_tokens: int = 40) -> str | None:
         if top[1] - top[0] < NEAR_TIE:
             return s.tokenizer.decode(seq[len(prompt):i])
     return None
+
+
+# ---------------------------------------------------------------- LoRA on a quantized base
+
+def quant_tensors(cfg, types, seed=0):
+    """{name: tensor-like} of random weights quantized per `types` (name part -> type; norms
+    F32), and the float weights they dequantize to."""
+    from types import SimpleNamespace
+
+    import gguf
+
+    import tests.reference as ref
+    T = gguf.GGMLQuantizationType
+    w = ref.init_weights(cfg, seed=seed, std=0.05)
+    tensors, exact = {}, {}
+    for name, v in w.items():
+        kind = T.F32 if v.ndim == 1 else next((t for k, t in types.items() if k in name),
+                                              types["*"])
+        data = gguf.quants.quantize(np.asarray(v, np.float32), kind)
+        tensors[name] = SimpleNamespace(name=name, tensor_type=kind, data=data)
+        exact[name] = gguf.quants.dequantize(data, kind).reshape(v.shape).astype(np.float32)
+    return tensors, exact
+
+
+def quant_lora_pair(rt, cfg, types, lora, seed=0):
+    """(LoraModel over a QuantBase of `types`, the same over its dequantized float weights,
+    those float weights), with the same random adapters (tests of LoRA on a quantized base)."""
+    from opencl_llm_studio.engine.model.lora import LoraModel
+    from opencl_llm_studio.engine.model.lora_base import FlatBase
+    from opencl_llm_studio.engine.model.params import ParamTable
+    from opencl_llm_studio.engine.model.quant_base import QuantBase
+    tensors, exact = quant_tensors(cfg, types, seed)
+    q = LoraModel(rt, cfg, QuantBase(rt, cfg, tensors), lora, seed=seed)
+    f = LoraModel(rt, cfg, FlatBase(rt, cfg, ParamTable(cfg).flatten(exact)), lora, seed=seed)
+    rng = np.random.default_rng(seed)
+    ad = {n: (v if n.endswith("lora_a") else rng.normal(0, 0.05, v.shape))
+          for n, v in q.adapters().items()}
+    for m in (q, f):
+        m.write_flat("params", m.table.flatten(ad))
+    return q, f, exact

@@ -1,50 +1,19 @@
 """LoRA on a quantized base (engine.model.quant_base.QuantBase): the same numbers as on the
 float32 weights the file's blocks stand for, with the base never expanded in memory."""
 
-from types import SimpleNamespace
-
 import gguf
 import numpy as np
 import pytest
 
-import tests.reference as ref
 from opencl_llm_studio.engine.config import LoraConfig, TrainConfig
 from opencl_llm_studio.engine.generation.decode import KVDecoder
-from opencl_llm_studio.engine.model.lora import LoraModel
-from opencl_llm_studio.engine.model.lora_base import FlatBase
 from opencl_llm_studio.engine.model.params import ParamTable
-from opencl_llm_studio.engine.model.quant_base import QuantBase
+from tests.helpers import quant_lora_pair as _pair
 from tests.helpers import tiny_config
 from tests.kernel_helpers import batch, rel_err
 
 T = gguf.GGMLQuantizationType
 TC = TrainConfig(learning_rate=1e-9, weight_decay=0.0, grad_clip=0.0)
-
-
-def _tensors(cfg, types, seed=0):
-    """{name: tensor-like} of random weights quantized per `types` (name part -> type; norms
-    F32), and the float weights they dequantize to."""
-    w = ref.init_weights(cfg, seed=seed, std=0.05)
-    tensors, exact = {}, {}
-    for name, v in w.items():
-        kind = T.F32 if v.ndim == 1 else next((t for k, t in types.items() if k in name),
-                                              types["*"])
-        data = gguf.quants.quantize(np.asarray(v, np.float32), kind)
-        tensors[name] = SimpleNamespace(name=name, tensor_type=kind, data=data)
-        exact[name] = gguf.quants.dequantize(data, kind).reshape(v.shape).astype(np.float32)
-    return tensors, exact
-
-
-def _pair(rt, cfg, types, lora, seed=0):
-    tensors, exact = _tensors(cfg, types, seed)
-    q = LoraModel(rt, cfg, QuantBase(rt, cfg, tensors), lora, seed=seed)
-    f = LoraModel(rt, cfg, FlatBase(rt, cfg, ParamTable(cfg).flatten(exact)), lora, seed=seed)
-    rng = np.random.default_rng(seed)
-    ad = {n: (v if n.endswith("lora_a") else rng.normal(0, 0.05, v.shape))
-          for n, v in q.adapters().items()}
-    for m in (q, f):
-        m.write_flat("params", m.table.flatten(ad))
-    return q, f, exact
 
 
 # one type throughout (q, k, v stacked into one matrix), and mixed types as Q4_K_M files mix

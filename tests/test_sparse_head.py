@@ -87,10 +87,12 @@ def test_lora_on_a_quantized_base_with_few_targets(rt):
     dequantized float weights; batches with other target counts reuse the base's panel scratch
     (one per row count kept 144 MB more on SmolLM2-135M's 10 tuning steps)."""
     from opencl_llm_studio.engine.config import LoraConfig
-    from tests.test_lora_quant import T as Q, _pair
+    from gguf import GGMLQuantizationType as Q
+
+    from tests.helpers import quant_lora_pair
     cfg = tiny_config(d_model=64, n_head=4, n_kv_head=2, ffn_dim=96, vocab_size=320,
                       context_length=32)
-    q, f, _ = _pair(rt, cfg, {"*": Q.Q4_1}, LoraConfig(rank=4))
+    q, f, _ = quant_lora_pair(rt, cfg, {"*": Q.Q4_1}, LoraConfig(rank=4))
     for share, seed in ((0.3, 1), (0.2, 2), (0.5, 3), (0.1, 4)):
         x, y = answers_only(cfg, 6, 24, seed=seed, share=share)
         (lq, gq), (lf, gf) = step(q, x, y), step(f, x, y)

@@ -50,7 +50,7 @@ def pick_rows(rt, a, targets) -> None:
 
 def sparse(a) -> bool:
     """True when a's pass projects only its rows with a target (pick_rows)."""
-    return getattr(a, "head_n", None) is not None
+    return a.head_n is not None
 
 
 def row_losses(a, losses: np.ndarray) -> np.ndarray:

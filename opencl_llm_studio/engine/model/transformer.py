@@ -34,6 +34,10 @@ class Activations:
         self.attend = attention_gemm if self.attention == "gemm" else attention
         d = activations.Dims.of(cfg, B, T, self.attention)
         self.logit_rows = d.R  # logits held at once: B*T, or chunks of a large vocabulary
+        # the rows with a target of the pass under way, when few (engine/model/output_head.py)
+        self.head_n: int | None = None
+        self.head_index: np.ndarray | None = None
+        self.head_host: list = []
         for b in activations.buffers(with_grad):
             bufs = [rt.empty(b.elems(d), b.dtype) for _ in range(b.count(d, with_grad))]
             setattr(self, b.name, bufs[0] if b.copies == activations.ONE

@@ -88,6 +88,6 @@ def val_text(m) -> str:
     name = "val" if m.val_source != "training text" else "val on training text"
     bpb = ""
     if m.val_bpb is not None:
-        err = getattr(m, "val_bpb_stderr", None)
+        err = m.val_bpb_stderr
         bpb = f" ({m.val_bpb:.3f}{f' ± {err:.3f}' if err else ''} bpb)"
     return f" {name} {m.val_loss:.3f}{bpb}"
