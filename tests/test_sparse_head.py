@@ -101,3 +101,16 @@ def test_lora_on_a_quantized_base_with_few_targets(rt):
         for name, g in gf.items():
             assert rel_err(gq[name], g) < 1e-4, name
     assert len(q.base._scratch) == 1
+
+
+def test_a_window_past_the_context_is_refused(rt):
+    """RoPE's tables hold context_length positions: a longer window read past them (random
+    NaN losses in a first version of this file's tests); it is refused, not computed."""
+    cfg = tiny_config(context_length=16)
+    model = Model(rt, cfg, seed=1)
+    x = np.zeros((2, 17), np.int64)
+    with pytest.raises(ValueError, match="context_length 16"):
+        model.loss(x, x)
+    with pytest.raises(ValueError, match="longer than"):
+        model.train_step(x, x, 1e-3, TC)
+    assert np.isfinite(model.loss(x[:, :16], x[:, :16]))

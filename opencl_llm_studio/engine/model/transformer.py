@@ -81,7 +81,11 @@ class Model(FlatState):
         """The activation set of batch B, context T: a training set (with_grad) also serves
         forward-only work of the same (B, T) (evaluation holds a second full set otherwise: 5
         of 12.6 GiB for a 135M model at 16 x 256), and replaces a forward-only set made before
-        it (dropped here; freed once no KVDecoder holds it as its cache)."""
+        it (dropped here; freed once no KVDecoder holds it as its cache). Raises ValueError for
+        T > context_length."""
+        if T > self.cfg.context_length:   # RoPE's tables end there: later rows read past them
+            raise ValueError(f"a window of {T} tokens is longer than the model's context_length "
+                             f"{self.cfg.context_length}")
         if (B, T, True) in self._acts:
             return self._acts[(B, T, True)]
         key = (B, T, with_grad)
