@@ -72,16 +72,12 @@ def cross_entropy_rows(model, a, n_counted: int, want_grad: bool):
     the head, so the numbers are the full pass's up to the order of the dW sums."""
     rt, cfg = model.rt, model.cfg
     BT, C, V, n, R = a.B * a.T, cfg.d_model, cfg.vocab_size, a.head_n, a.logit_rows
-    rt.before_write(a.head_x)
-    ops.embedding_forward(rt, a.head_x, a.head_rows, a.xf, n, C)
+    _gather(model, a, n)
     rt.fill_zero(a.losses, BT)
-    transposed = False
+    project = _Projector(model, a, a.head_x)
     for r0 in range(0, n, R):
         m = min(R, n - r0)
-        rows = _rows(rt, a.head_x, r0, m, C, BT)
-        rt.before_write(a.logits)   # the previous chunk's dW (side queue) may still read it
-        model.head(a.logits, rows, m, w_t_ready=transposed)
-        transposed = transposed or not model.head_reads_in_place(m)
+        rows = project(r0, m)
         ops.crossentropy_forward_backward(rt, a.logits, _rows(rt, a.losses, r0, m, 1, BT),
                                           _rows(rt, a.head_targets, r0, m, 1, BT), m, V,
                                           n_counted, want_grad)
@@ -106,18 +102,20 @@ def _chunks(a, first: int = 0):
 
 
 class _Projector:
-    """logits = xf rows @ W^T chunk by chunk (W (V, C) the output weight): W^T is made once, in
-    model.w_t, for the first chunk whose product needs it (engine.opencl.ops.matmul_forward;
-    none where the GEMM reads W in place)."""
+    """logits = rows of src @ W^T chunk by chunk (W (V, C) the output weight; src a.xf, or
+    a.head_x where the rows were gathered): W^T is made once, in model.w_t, for the first
+    chunk whose product needs it (engine.opencl.ops.matmul_forward; none where the GEMM reads
+    W in place)."""
 
-    def __init__(self, model, a):
+    def __init__(self, model, a, src=None):
         self.model, self.a, self.transposed = model, a, False
+        self.src = a.xf if src is None else src
 
     def __call__(self, r0: int, n: int):
-        """a.logits[:n] = rows r0..r0+n of a.xf @ W^T; returns the xf rows buffer."""
+        """a.logits[:n] = rows r0..r0+n of src @ W^T; returns the src rows buffer."""
         model, a = self.model, self.a
         rt, cfg = model.rt, model.cfg
-        rows = _rows(rt, a.xf, r0, n, cfg.d_model, a.B * a.T)
+        rows = _rows(rt, self.src, r0, n, cfg.d_model, a.B * a.T)
         rt.before_write(a.logits)  # the previous chunk's dW (side queue) may still read it
         model.head(a.logits, rows, n, w_t_ready=self.transposed)
         self.transposed = self.transposed or not model.head_reads_in_place(n)
@@ -157,18 +155,26 @@ def logits(model, a, first_row: int = 0, last_row: int | None = None) -> np.ndar
     return np.concatenate(parts).reshape(-1, V)
 
 
-def project_rows(model, a, xf_rows: np.ndarray) -> np.ndarray:
-    """Logits (n, V) float32 of host rows xf_rows (n, C) of final-norm outputs (rows picked from
-    a.xf), projected a.logit_rows at a time through a's logits buffer."""
-    rt, V, C = model.rt, model.cfg.vocab_size, model.cfg.d_model
-    n_all, R = len(xf_rows), a.logit_rows
-    staged = rt.zeros(min(n_all, R) * C)
-    parts, transposed = [], False
-    for r0 in range(0, n_all, R):
-        n = min(R, n_all - r0)
-        rt.write(staged, np.ascontiguousarray(xf_rows[r0:r0 + n], np.float32).reshape(-1), wait=True)
-        rt.before_write(a.logits)
-        model.head(a.logits, staged, n, w_t_ready=transposed)
-        transposed = transposed or not model.head_reads_in_place(n)
-        parts.append(rt.read(a.logits, n * V).reshape(n, V))
+def _gather(model, a, n: int) -> None:
+    """a.head_x[:n] = the a.xf rows a.head_rows names (the embedding lookup's kernel, xf as
+    the table)."""
+    model.rt.before_write(a.head_x)   # the last step's dW (side queue) may still read it
+    ops.embedding_forward(model.rt, a.head_x, a.head_rows, a.xf, n, model.cfg.d_model)
+
+
+def logits_of_rows(model, a, index: np.ndarray) -> np.ndarray:
+    """Logits (n, V) float32 of the rows `index` (n <= B*T) of a, whose a.xf the forward pass
+    wrote: gathered on the device as cross_entropy_rows gathers them, projected a.logit_rows
+    at a time."""
+    rt, V, R = model.rt, model.cfg.vocab_size, a.logit_rows
+    n = len(index)
+    a.head_host = [(a.head_rows, np.ascontiguousarray(index, np.int32))]
+    rt.write(*a.head_host[0])
+    _gather(model, a, n)
+    project = _Projector(model, a, a.head_x)
+    parts = []
+    for r0 in range(0, n, R):
+        m = min(R, n - r0)
+        project(r0, m)
+        parts.append(rt.read(a.logits, m * V).reshape(m, V))
     return np.concatenate(parts) if parts else np.zeros((0, V), np.float32)

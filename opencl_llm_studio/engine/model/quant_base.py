@@ -97,13 +97,12 @@ class QuantBase:
         fit = [m for m in self._scratch if m >= M]
         if fit:
             return self._scratch[min(fit)]
-        if M not in self._scratch:
-            mats = [m for g in self.groups.values() for m in g.mats] + [self.embedding] + (
-                [self.output] if self.output is not None else [])
-            ps = quant.PanelScratch(self.rt, mats, M)
-            split = [qm.rows for g in self.groups.values() if len(g.parts) > 1 for qm in g.mats]
-            cols = self.rt.empty(M * max(split)) if split else None
-            self._scratch[M] = (ps, cols)
+        mats = [m for g in self.groups.values() for m in g.mats] + [self.embedding] + (
+            [self.output] if self.output is not None else [])
+        ps = quant.PanelScratch(self.rt, mats, M)
+        split = [qm.rows for g in self.groups.values() if len(g.parts) > 1 for qm in g.mats]
+        cols = self.rt.empty(M * max(split)) if split else None
+        self._scratch[M] = (ps, cols)
         return self._scratch[M]
 
     # ----------------------------------------------------------------- products

@@ -66,25 +66,23 @@ def _expected(tok, text: str) -> tuple[str, list[int], bool]:
     return tok.decode(kept).rstrip("\ufffd"), kept, len(kept) < len(ids)
 
 
-def _recall_parts(doc: str) -> tuple[str, str] | None:
-    """(the first half of the document's first RECALL_MAX_WORDS words, the rest after a
-    space); None for a document of fewer than two words."""
+def _recall(tok, doc: str) -> tuple[str, str, list[int]] | None:
+    """(prompt, expected continuation, its tokens) for one document: the first half of its
+    first RECALL_MAX_WORDS words, and the rest capped at RECALL_MAX_NEW_TOKENS tokens. None
+    for a document of fewer than two words."""
     words = doc[:RECALL_MAX_CHARS].split()[:RECALL_MAX_WORDS]
     if len(words) < 2:
         return None
     half = len(words) // 2
-    return " ".join(words[:half]), " " + " ".join(words[half:])
+    expected, kept, _ = _expected(tok, " " + " ".join(words[half:]))
+    return " ".join(words[:half]), expected, kept
 
 
 def recall_case(tok, doc: str) -> tuple[str, str, int] | None:
-    """(prompt, expected continuation, tokens to generate) for one document: the first half
-    of its first RECALL_MAX_WORDS words, and the rest capped at RECALL_MAX_NEW_TOKENS tokens.
+    """(prompt, expected continuation, tokens to generate) for one document (_recall), or
     None for a document of fewer than two words."""
-    parts = _recall_parts(doc)
-    if parts is None:
-        return None
-    expected, kept, _ = _expected(tok, parts[1])
-    return parts[0], expected, len(kept) + 2
+    parts = _recall(tok, doc)
+    return None if parts is None else (parts[0], parts[1], len(parts[2]) + 2)
 
 
 def _judge(session, phase: str, cases: list[Case], text_of, decode) -> int:
@@ -115,12 +113,9 @@ def fact_recall(session, max_facts: int | None = MAX_FACTS) -> Score:
     tok = session.tokenizer
     docs = training_documents(session, max_facts)
     cases = []
-    for doc in docs:
-        parts = _recall_parts(doc)
-        if parts is not None:
-            expected, kept, _ = _expected(tok, parts[1])
-            cases.append(Case([tok.bos_id] + tok.encode(parts[0]), kept, expected, False,
-                              len(kept) + 2))
+    for prompt, expected, kept in filter(None, (_recall(tok, doc) for doc in docs)):
+        cases.append(Case([tok.bos_id] + tok.encode(prompt), kept, expected, False,
+                          len(kept) + 2))
     correct = _judge(session, "checking recall", cases, tok.decode, lambda i: tok.decode(
         session.generate_ids(cases[i].prompt, cases[i].max_new, SamplingParams(greedy=True))))
     return Score(correct, len(docs))

@@ -123,9 +123,7 @@ def _argmax(model, ids: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
     model.forward(a, B, T)
     V = model.cfg.vocab_size
     if output_head.chunked(a):   # the forward stopped at the final norm: project those rows
-        C = model.cfg.d_model
-        xf = model.rt.read(a.xf, B * T * C).reshape(B * T, C)
         rows = np.concatenate([np.arange(r0, r0 + n) for r0, n in spans])
-        return output_head.project_rows(model, a, xf[rows]).argmax(axis=1)
+        return output_head.logits_of_rows(model, a, rows).argmax(axis=1)
     return np.concatenate([model.rt.read(a.logits, n * V, offset_elems=r0 * V)
                            .reshape(n, V).argmax(axis=1) for r0, n in spans])
