@@ -6,6 +6,8 @@ tests/studio_helpers.py). No test file imports another test file (tests/test_arc
 
 import json
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,18 @@ def tiny_config(**kw) -> ModelConfig:
     """A model small enough for float64 reference checks; odd head count and hidden size."""
     base = dict(vocab_size=300, d_model=24, n_layer=2, n_head=3, context_length=16, ffn_dim=40)
     return ModelConfig(**{**base, **kw})
+
+
+@contextmanager
+def module_scratch(tmp_path_factory, name: str):
+    """A folder from pytest's tmp_path_factory, removed when the with-block ends: for module
+    fixtures that write gigabytes (a tuned 135M run's checkpoints are 2 GB), which pytest keeps
+    to the session's end, so CI's disk holds only the running module's."""
+    root = tmp_path_factory.mktemp(name)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def metrics(run: Path) -> list[dict]:

@@ -14,7 +14,7 @@ from opencl_llm_studio.engine.config import SamplingParams
 from opencl_llm_studio.engine.data.dialogue import Message, encode_prompt
 from opencl_llm_studio.engine.training.opening import load_session
 from opencl_llm_studio.studio.cli import main
-from tests.helpers import first_near_tie
+from tests.helpers import first_near_tie, module_scratch
 from tests.real_model import (FACTS, GENERAL, QUESTION, TAUGHT, answers, known,
                               llama_cpp_module)
 
@@ -27,14 +27,14 @@ def lora_tuned(smollm2, tmp_path_factory):
     """(LoRA run, HF export of the untouched base, the facts known before tuning): SmolLM2
     imported with FACTS as its dialogues, exported to HF before tuning (the base PEFT loads
     over), then tuned 10 steps with LoRA rank 8 at the run's defaults."""
-    root = tmp_path_factory.mktemp("lora")
-    run, hf_base = root / "run", root / "hf-base"
-    assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
-    assert main(["export", str(run), str(hf_base), "--format", "hf"]) == 0
-    before = known(load_session(run))
-    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10",
-                 "--lora-rank", "8", "--quiet"]) == 0
-    return run, hf_base, before
+    with module_scratch(tmp_path_factory, "lora") as root:
+        run, hf_base = root / "run", root / "hf-base"
+        assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
+        assert main(["export", str(run), str(hf_base), "--format", "hf"]) == 0
+        before = known(load_session(run))
+        assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10",
+                     "--lora-rank", "8", "--quiet"]) == 0
+        yield run, hf_base, before
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from opencl_llm_studio.engine.data.textio import bundled_corpus, read_text
 from opencl_llm_studio.engine.files.gguf_import import import_gguf
 from opencl_llm_studio.engine.training.opening import load_session, session_from_gguf
 from opencl_llm_studio.studio.cli import main
-from tests.helpers import first_near_tie
+from tests.helpers import first_near_tie, module_scratch
 from tests.open_models import STRINGS, llama_model, llama_vocab, nmse
 from tests.real_model import (FACTS, FACT_KEYS, GENERAL, QUESTION, TAUGHT, answers, known,
                               llama_cpp_module, quantize)
@@ -111,11 +111,13 @@ def tuned(smollm2, tmp_path_factory):
     """(run folder, the facts known before tuning): SmolLM2 imported with FACTS as its
     dialogues and tuned 20 dialogues x 3 epochs at the imported run's defaults (batch 8 with a
     quarter replay: 6 dialogues a step, 10 steps at PRETRAINED_TUNE_LR)."""
-    run = tmp_path_factory.mktemp("tuned") / "run"
-    assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
-    before = known(load_session(run))
-    assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10", "--quiet"]) == 0
-    return run, before
+    with module_scratch(tmp_path_factory, "tuned") as root:
+        run = root / "run"
+        assert main(["import", str(smollm2), str(run), "--tune", str(FACTS)]) == 0
+        before = known(load_session(run))
+        assert main(["train", "--out", str(run), "--continue", "--tune-steps", "10",
+                     "--quiet"]) == 0
+        yield run, before
 
 
 def test_tuned_on_invented_facts_it_answers_them_and_keeps_general_facts(tuned):

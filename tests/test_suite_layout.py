@@ -7,6 +7,8 @@ importing file, and breaks when the other file's tests are renamed or moved."""
 import ast
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -67,3 +69,22 @@ def test_the_checks_see_every_form_of_the_faults(tmp_path):
     helper.write_text("import pytest\n\n@pytest.fixture(scope='session')\ndef a():\n    pass\n\n"
                       "@pytest.fixture\ndef b():\n    pass\n\ndef c():\n    pass\n")
     assert fixtures_defined(helper) == ["a", "b"]
+
+
+# A whole run writes about 9 GB under pytest's temporary folder (tuned 135M runs, quantized
+# copies of SmolLM2); CI's disk ran out on 2026-12-07. A passing test's tmp_path must go at its
+# teardown (pyproject's tmp_path_retention_policy), which the pair below checks as it happens.
+_KEPT: list[Path] = []
+
+
+def test_a_passing_tests_folder_is_written(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(bytes(1 << 16))
+    _KEPT.append(tmp_path)
+    assert (tmp_path / "weights.bin").stat().st_size == 1 << 16
+
+
+def test_a_passing_tests_folder_is_gone_after_it(pytestconfig):
+    assert pytestconfig.getini("tmp_path_retention_policy") == "failed"
+    if not _KEPT:   # run alone (-k): the test above did not run before this one
+        pytest.skip("test_a_passing_tests_folder_is_written did not run first")
+    assert not _KEPT[0].exists(), f"{_KEPT[0]} stayed after its test passed"
