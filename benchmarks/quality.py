@@ -6,6 +6,9 @@ Both sides: d_model 128, 4 blocks, 4 heads, context 64; the last 10% of the text
 held out (nanoGPT's split: the engine's `--val-split tail:0.1`), encoded on its own and scored
 completely in consecutive windows; nats per token and bits per UTF-8 byte of that text
 (tokenizer-independent). Sides (each a fresh process):
+  engine-auto               `llm-studio train --no-tune --time-budget S --preset auto
+                            --val-split tail:0.1` (Auto's model, batch, lr and tokenizer: engine/
+                            training/auto_size.py; issue 36's goal), scored the same way
   engine-char, engine-bpe   `llm-studio train --no-tune --time-budget S --tokenizer char|bpe
                             --vocab-size 512 --val-split tail:0.1 ...` (what a user runs; more
                             flags with --engine-args), then the whole held-out text scored from
@@ -91,10 +94,11 @@ def run_script(path: Path, tokens: str, seconds: float, args) -> dict:
 
 def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict:
     """Train through the CLI, then score the whole held-out text of the saved run."""
-    cmd = [sys.executable, "-m", "opencl_llm_studio.studio.cli", "train", "--out", str(out), "--pretrain", str(path),
-           "--no-tune", "--tokenizer", tokens, "--vocab-size", "512", "--val-split", "tail:0.1",
-           "--time-budget", str(seconds), "--seed", str(args.seed), "--quiet", *MODEL,
-           *args.engine_args.split()]
+    model = ["--preset", "auto"] if tokens == "auto" else \
+        ["--tokenizer", tokens, "--vocab-size", "512", *MODEL]
+    cmd = [sys.executable, "-m", "opencl_llm_studio.studio.cli", "train", "--out", str(out),
+           "--pretrain", str(path), "--no-tune", "--val-split", "tail:0.1", "--time-budget",
+           str(seconds), "--seed", str(args.seed), "--quiet", *model, *args.engine_args.split()]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env(args.threads))
     if r.returncode:
         raise RuntimeError(f"llm-studio train failed:\n{r.stderr[-2000:]}")
@@ -123,7 +127,8 @@ def measure(args, log) -> list[list[str]]:
         for name, text in texts(args).items():
             path = Path(tmp) / f"{name}.txt"
             path.write_text(text, encoding="utf-8")
-            plan = [(f"engine-{t}", t, s) for t in ("char", "bpe") for s in args.engine_seconds]
+            plan = [(f"engine-{t}", t, s) for t in ("auto", "char", "bpe")
+                    for s in args.engine_seconds]
             plan += [(f"script-{t}", t, s) for t in ("char", "bpe") for s in args.script_seconds]
             plan = [p for p in plan if not args.sides or p[0] in args.sides.split(",")]
             for side, tokens, seconds in plan:
@@ -148,7 +153,17 @@ def verdicts(rows, engine_s, script_s) -> list[str]:
     out = []
     for name in dict.fromkeys(r[0] for r in rows):
         for s in engine_s:
-            eng, ref = bpb(name, "engine", s), bpb(name, "script", 2 * s)
+            auto, fixed = bpb(name, "engine-auto", s), bpb(name, "engine-bpe", s)
+            ref = bpb(name, "script", 2 * s)
+            if auto and ref:
+                ok = "met" if min(auto) <= min(ref) else f"not met by {min(auto) - min(ref):.4f}"
+                out.append(f"- {name}: Auto {s:g} s {min(auto):.4f} bpb, the better script at "
+                           f"{2 * s:g} s {min(ref):.4f}: {ok}")
+            if auto and fixed:
+                ok = "beats" if min(auto) < min(fixed) else "does not beat"
+                out.append(f"- {name}: Auto {s:g} s {ok} the fixed defaults (BPE 512, d_model "
+                           f"128, 4 blocks) at {s:g} s, {min(fixed):.4f} bpb")
+            eng = [b for side in ("engine-char", "engine-bpe") for b in bpb(name, side, s)]
             if eng and ref:
                 ok = "met" if min(eng) <= min(ref) else f"not met by {min(eng) - min(ref):.4f} bpb"
                 out.append(f"- {name}: engine {s:g} s {min(eng):.4f} bpb, script {2 * s:g} s "
@@ -163,8 +178,8 @@ def parse_args(argv=None):
     p.add_argument("--script-seconds", default="60,120", help="comma-separated wall budgets")
     p.add_argument("--engine-args", default="", help="more `llm-studio train` flags")
     p.add_argument("--only", default="", help="comma-separated text names to run (default all)")
-    p.add_argument("--sides", default="", help="comma-separated sides to run (engine-char, "
-                   "engine-bpe, script-char, script-bpe; default all): parallel runs split work")
+    p.add_argument("--sides", default="", help="comma-separated sides to run (engine-auto, "
+                   "engine-char, engine-bpe, script-char, script-bpe; default all): parallel runs split work")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--quick", action="store_true",

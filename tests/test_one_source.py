@@ -106,11 +106,11 @@ def test_model_and_training_defaults_are_the_engines(qapp, tmp_path):
     from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TrainConfig
     from opencl_llm_studio.engine.training.presets import PRESETS
     from opencl_llm_studio.studio.cli import build_parser
-    from opencl_llm_studio.studio.cli.options import configs
+    from opencl_llm_studio.studio.cli.options import configs, tokenizer_kind
     from opencl_llm_studio.studio.ui.panels.settings_panel import SettingsPanel
     args = build_parser().parse_args(["train", "--out", str(tmp_path)])
     assert configs(args) == (ModelConfig(), TrainConfig())
-    assert args.tokenizer == DEFAULT_TOKENIZER
+    assert tokenizer_kind(args) == DEFAULT_TOKENIZER
     panel = SettingsPanel()
     assert panel.model_config() == ModelConfig()
     assert panel.train_config() == TrainConfig()

@@ -111,6 +111,21 @@ class TuneJob:
 
 
 @dataclass(frozen=True)
+class SpeedJob:
+    """Measure a device's training speed for Auto (TrainingWorker.measure_speed; engine.training.
+    auto_size.measure_speed): two probe shapes, about a second once the kernels are built."""
+    device: int | str | None = None    # as TrainJob.device
+
+
+@dataclass(frozen=True)
+class SpeedReport:
+    """What SpeedJob measured: the DeviceSpeed (engine.training.auto_size) and the device's
+    DeviceInfo (its memory bounds Auto's shapes)."""
+    speed: object                      # engine.training.auto_size.DeviceSpeed
+    device: object                     # engine.opencl.device.DeviceInfo
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """Answer the conversation's last user message on the current weights (TrainingSession.chat)."""
     messages: tuple[Message, ...]      # oldest first; the last one is the user's
@@ -257,6 +272,7 @@ class FileTask(Enum):
     SAVE = "save"
     LOAD = "load"
     TUNE = "tune"                      # kernel tuning: Stop cancels it
+    SPEED = "speed"                    # Auto's measure of the device's training speed
 
 
 # -- run states and the controls each one enables ------------------------------------------

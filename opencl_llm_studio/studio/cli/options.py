@@ -49,16 +49,16 @@ def _opt(args, name):
     return TRAIN_DEFAULTS[name] if value is None else value
 
 
-def configs(args) -> tuple[ModelConfig, TrainConfig]:
-    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets),
-    else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction. The model is
+def configs(args, auto=None) -> tuple[ModelConfig, TrainConfig]:
+    """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets;
+    `auto`: the AutoChoice of --preset auto, engine.training.auto_size), else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction. The model is
     checked here, before the tokenizer trains (d_model / n_head: no one flag's range says it);
     each training setting was range-checked by its flag's type (studio.cli.inputs.limited) and
     the engine checks the TrainConfig once more where a session opens, so it is not checked
     here a third time."""
     from opencl_llm_studio.engine.config import parse_val_split
     from opencl_llm_studio.engine.training.presets import get_preset
-    preset = get_preset(args.preset) if args.preset else None
+    preset = auto if auto is not None else get_preset(args.preset) if args.preset else None
     parts = {"model": dict(preset.model), "train": dict(preset.train)} if preset else \
         {"model": {}, "train": {}}
     for option, (part, field) in _FIELDS.items():
@@ -71,6 +71,19 @@ def configs(args) -> tuple[ModelConfig, TrainConfig]:
         split, fraction = parse_val_split(_opt(args, "val_split"))
         parts["train"].update(val_split=split, val_fraction=fraction)
     return ModelConfig(**parts["model"]).validate(), TrainConfig(**parts["train"])
+
+
+def tokenizer_kind(args, auto=None) -> str:
+    """The tokenizer a new run trains: --tokenizer, else Auto's choice (`auto`), else the
+    engine's DEFAULT_TOKENIZER."""
+    from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER
+    return args.tokenizer or (auto.tokenizer if auto is not None else DEFAULT_TOKENIZER)
+
+
+def given_options(args) -> list[str]:
+    """The flags (--d-model, ...) of the model and training fields given explicitly in `args`."""
+    return [f"--{option.replace('_', '-')}" for option in _FIELDS
+            if getattr(args, option) is not None]
 
 
 def shell_arg(value) -> str:

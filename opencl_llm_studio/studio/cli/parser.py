@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("devices", help="list the OpenCL devices").set_defaults(func=models.cmd_devices)
 
+    from opencl_llm_studio.engine.training.auto_size import AUTO
     from opencl_llm_studio.engine.training.presets import PRESETS
     d = TRAIN_DEFAULTS
     t = sub.add_parser("train", help="train headless; writes a checkpoint and metrics.jsonl",
@@ -76,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"tokens per window ({d['context_length']})")
     t.add_argument("--vocab-size", type=limited("vocab_size"),
                    help=f"requested vocabulary ({d['vocab_size']})")
-    t.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default=DEFAULT_TOKENIZER,
+    t.add_argument("--tokenizer", choices=TOKENIZER_KINDS,
                    help=" or ".join(f"{k}: {tokenizer_name(k)}" for k in TOKENIZER_KINDS)
-                   + f" ({DEFAULT_TOKENIZER})")
+                   + f" ({DEFAULT_TOKENIZER}; with --preset auto, Auto's choice)")
     t.add_argument("--lr", type=limited("learning_rate"),
                    help=f"peak learning rate ({d['lr']})")
     t.add_argument("--tune-lr", type=limited("tune_learning_rate"),
@@ -109,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how a new run keeps its AdamW moments: f32, bf16 (half the memory, "
                    "stochastic rounding) or auto, bf16 from 250M parameters "
                    f"({d['adam_moments']})")
-    t.add_argument("--preset", choices=list(PRESETS), help="small-text settings for a CPU, an "
-                   "integrated or a discrete GPU (engine/training/presets.py); explicit options win")
+    t.add_argument("--preset", choices=list(PRESETS) + [AUTO],
+                   help="small-text settings for a CPU, an integrated or a discrete GPU "
+                   "(engine/training/presets.py), or auto: with --time-budget, the model, batch, "
+                   "learning rate and tokenizer chosen from the text's size, the device's "
+                   "measured speed and free memory, and the seconds (engine/training/"
+                   "auto_size.py); explicit options win")
     t.add_argument("--lora-rank", type=limited("lora_rank"), metavar="R",
                    help="with --continue on a run imported from a GGUF: tune LoRA adapters of "
                    "rank R on the model kept quantized, not the whole model (8-16)")

@@ -14,7 +14,7 @@ from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.engine.training.budget import tune_time_share
 from opencl_llm_studio.studio.cli.models import note_fallback
 from opencl_llm_studio.studio.cli.options import (CONTINUE_OPTIONS, MODEL_OPTIONS, configs,
-                                                   shell_arg)
+                                                   shell_arg, tokenizer_kind)
 from opencl_llm_studio.studio.cli.progress import ProgressLine
 from opencl_llm_studio.studio.cli.runs import TrainWatch
 from opencl_llm_studio.studio.run_driver import RunDriver
@@ -203,8 +203,16 @@ def _new_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         raise ConfigError("LoRA tunes adapters on a model that exists; a new run has none yet.",
                           "Import a GGUF (`llm-studio import model.gguf --out RUN`), then "
                           "`llm-studio train --continue --out RUN --tune FILE --lora-rank 8`.")
-    mc, tc = configs(args)
-    if args.preset:
+    from opencl_llm_studio.engine.training.auto_size import AUTO
+    pre = read_text(args.pretrain or bundled_corpus("pretrain"), "pretraining text")
+    rt = auto = None
+    if args.preset == AUTO:   # the device opens first: Auto measures its speed
+        from opencl_llm_studio.engine.opencl.runtime import Runtime
+        from opencl_llm_studio.studio.cli.auto import auto_choice
+        rt = Runtime(args.device)
+        auto = auto_choice(args, pre, rt, line)
+    mc, tc = configs(args, auto)
+    if args.preset and auto is None:
         from opencl_llm_studio.engine.training.presets import get_preset
         line.say(f"preset {args.preset}: {get_preset(args.preset).description}")
     # Your own text without --tune: pretraining only. The bundled dialogues teach the bundled
@@ -217,12 +225,11 @@ def _new_run(args, out: Path, monitor: Monitor, line: ProgressLine):
         raise StudioError("Nothing to train: the pretraining and tuning steps are both 0.",
                           "Give --steps (and --tune-steps) of at least 1.")
     make_run_folder(out)
-    pre = read_text(args.pretrain or bundled_corpus("pretrain"), "pretraining text")
     tune = None
     if tuning:
         tune, _ = read_dialogues(args.tune or bundled_corpus("tune"))  # DataError names the file
-    session = create_session(mc, tc, pre, tune, device=args.device,
-                             tokenizer_kind=args.tokenizer, monitor=monitor,
+    session = create_session(mc, tc, pre, tune, device=args.device, runtime=rt,
+                             tokenizer_kind=tokenizer_kind(args, auto), monitor=monitor,
                              autotune=args.autotune or None)   # None: the env var
     c = session.model_config
     if c.vocab_size < mc.vocab_size:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox
 
 from opencl_llm_studio.engine.config import PRETRAINED_TUNE_LR, TrainConfig
 from opencl_llm_studio.engine.limits import LIMITS
+from opencl_llm_studio.engine.training.auto_size import AUTO
 from opencl_llm_studio.engine.training.presets import PRESETS
 
 # (objectName, config field, label, step, tooltip); the range: engine.limits.LIMITS[field]
@@ -147,6 +148,22 @@ def note_label(name: str, role: str = "muted", shown: bool = False) -> QLabel:
     return label
 
 
+AUTO_TIP = ("Measures this device's training speed (about a second), then picks the model's "
+            "size, context, batch, learning rate and tokenizer for the pretraining text and the "
+            "\"Train for\" minutes (a data-constrained scaling law; engine/training/auto_size.py). "
+            "Every field stays yours to change.")
+
+
+def show_extra(label: QLabel, extra: dict) -> None:
+    """`label` lists the training values in use that have no field (a preset's beta2, ...)."""
+    label.setText("Also in use: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else
+                                              f"{k} {v}" for k, v in sorted(extra.items())))
+    label.setToolTip("Training values the preset sets that have no field here; they stay in "
+                     "use after you edit a field, until another preset is chosen or a model "
+                     "is opened.")
+    label.setVisible(bool(extra))
+
+
 def preset_combo(on_chosen) -> QComboBox:
     """The presets of engine/training/presets.py ("Custom" first); on_chosen(name) when the
     person picks one."""
@@ -156,6 +173,8 @@ def preset_combo(on_chosen) -> QComboBox:
     for p in PRESETS.values():
         combo.addItem(p.title, p.name)
         combo.setItemData(combo.count() - 1, p.description, Qt.ToolTipRole)
+    combo.addItem("Auto: sized for the text, device and minutes", AUTO)
+    combo.setItemData(combo.count() - 1, AUTO_TIP, Qt.ToolTipRole)
     combo.setToolTip("Settings measured for small texts on each kind of device; hover an item "
                      "for the loss and time it reaches.")
     combo.setMinimumWidth(FIELD_MIN_WIDTH)

@@ -18,11 +18,12 @@ from opencl_llm_studio.engine.config import DEFAULT_TOKENIZER, TOKENIZER_KINDS, 
 from opencl_llm_studio.engine.errors import ConfigError
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.engine.model.memory import training_bytes
+from opencl_llm_studio.engine.training.auto_size import AUTO
 from opencl_llm_studio.engine.training.presets import PRESETS
 from opencl_llm_studio.studio.ui.panels.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
     ADVANCED, FIELD_MIN_WIDTH, FLOAT_FIELDS, INVALID_STYLE, MODEL_FIELDS, SPIN_INT_MAX, TRAIN_FIELDS,
     add_field, float_spin, fold_button, human_bytes, human_count, make_form, note_label,
-    preset_combo, restored_extra)
+    preset_combo, restored_extra, show_extra)
 from opencl_llm_studio.studio.ui.panels.tuning_method import TuningMethod
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 
@@ -37,6 +38,7 @@ MORE_MINUTES_TIP = ("Minutes more of training for the opened model, on top of wh
 class SettingsPanel(QWidget):
     changed = Signal()
     validityChanged = Signal(bool)
+    autoRequested = Signal()   # Auto picked in the preset box (studio.ui.window.auto_actions)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -45,6 +47,7 @@ class SettingsPanel(QWidget):
         self._opened: ModelConfig | None = None   # an opened model's config (opened_model_note)
         self._chosen_tokenizer = DEFAULT_TOKENIZER  # the field's kind before a model was opened
         self._preset_extra: dict = {}
+        self._preset_values: dict = {}   # the preset box's values, till a field differs
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
@@ -65,6 +68,8 @@ class SettingsPanel(QWidget):
         form = make_form(box)
         self.preset_combo = preset_combo(self.apply_preset)
         form.addRow("Preset", self.preset_combo)
+        self.auto_label = note_label("autoChoiceLabel")   # why Auto chose what it did
+        form.addRow(self.auto_label)
         for name, field, label, step, tip in MODEL_FIELDS:
             self._add(form, QSpinBox(), name, field, label, step, tip, getattr(defaults, field))
         self.tokenizer_combo = QComboBox()
@@ -137,13 +142,20 @@ class SettingsPanel(QWidget):
         return box
 
     def apply_preset(self, name: str) -> None:
-        """Set every field the preset names ("" = Custom: change nothing)."""
-        if not name:
-            return
-        p = PRESETS[name]
+        """Set every field the preset names ("" = Custom: change nothing; Auto: autoRequested,
+        which studio.ui.window.auto_actions answers with apply_values)."""
+        if name == AUTO:
+            self.autoRequested.emit()
+        elif name:
+            p = PRESETS[name]
+            self.apply_values(name, {**p.model, **p.train}, self._extras(name))
+
+    def apply_values(self, name: str, values: dict, extra: dict) -> None:
+        """Put `values` (ModelConfig / TrainConfig fields) into their fields and keep `extra`
+        (values without a field, e.g. beta2) as the preset box's `name`'s."""
         by_field = {s.property("field"): s for s in self.spins.values()}
-        values = {**p.model, **p.train}
-        self._set_extra(self._extras(name))
+        self._preset_values = dict(values)
+        self._set_extra(extra)
         for field, value in values.items():
             if field in by_field:
                 by_field[field].blockSignals(True)
@@ -153,13 +165,11 @@ class SettingsPanel(QWidget):
         self._on_change()
 
     def _preset_matches(self) -> bool:
-        name = self.preset_combo.currentData()
-        if not name:
+        if not self.preset_combo.currentData():
             return True
-        p = PRESETS[name]
         values = {**self._values(MODEL_FIELDS), **self._values(TRAIN_FIELDS),
                   **self._values(FLOAT_FIELDS)}
-        return all(values.get(k, v) == v for k, v in {**p.model, **p.train}.items())
+        return all(values.get(k, v) == v for k, v in self._preset_values.items())
 
     # -- values ----------------------------------------------------------------------------
     def _values(self, fields) -> dict:
@@ -216,14 +226,7 @@ class SettingsPanel(QWidget):
     def _set_extra(self, extra: dict) -> None:
         """Keep (and show) the training values without a field, e.g. a preset's beta2."""
         self._preset_extra = dict(extra)
-        self.extra_label.setText(
-            "Also in use: " + ", ".join(f"{k} {v:g}" if isinstance(v, float)
-                                                         else f"{k} {v}"
-                                                         for k, v in sorted(extra.items())))
-        self.extra_label.setToolTip("Training values the preset sets that have no field here; "
-                                    "they stay in use after you edit a field, until another "
-                                    "preset is chosen or a model is opened.")
-        self.extra_label.setVisible(bool(extra))
+        show_extra(self.extra_label, extra)
 
     def set_value(self, name: str, value) -> None:
         self.spins[name].setValue(value)
@@ -376,6 +379,7 @@ class SettingsPanel(QWidget):
         self._set_extra(restored_extra(s.value("settings/extra", "")))
         name = s.value("settings/preset", "")
         if name in PRESETS:
+            self._preset_values = {**PRESETS[name].model, **PRESETS[name].train}
             self.preset_combo.setCurrentIndex(self.preset_combo.findData(name))
         self._on_change()
 

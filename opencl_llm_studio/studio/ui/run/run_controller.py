@@ -38,6 +38,7 @@ class RunController(QObject):
     exported = Signal(object)        # ExportResult, or None
     saved = Signal(str)              # checkpoint path, or ""
     tuned = Signal(object)           # TuneReport of kernel tuning, or None (error says why)
+    speedMeasured = Signal(object)   # SpeedReport for Auto, or None (error says why)
     # Passed on as the worker sent them (they move no state):
     preparing = Signal(str)          # status text of a long phase
     metrics = Signal(object)         # list of StepMetrics, oldest first
@@ -62,7 +63,8 @@ class RunController(QObject):
                              (w.resumed, self._on_resumed), (w.finished, self._on_ended),
                              (w.stopped, self._on_ended), (w.failed, self._on_ended),
                              (w.loaded, self._on_loaded), (w.exported, self._on_exported),
-                             (w.saved, self._on_saved), (w.tuned, self._on_tuned)):
+                             (w.saved, self._on_saved), (w.tuned, self._on_tuned),
+                             (w.speedMeasured, self._on_speed)):
             signal.connect(slot, Qt.QueuedConnection)
         # Passed on unchanged, each by a queued signal-to-signal connection (emitted here, in
         # the GUI thread); the controller is the only receiver of the worker's signals.
@@ -143,6 +145,15 @@ class RunController(QObject):
         if self.free:
             self._start_task(FileTask.TUNE)
             self.host.tune(job)
+
+    def measure_speed(self, job) -> bool:
+        """Auto's measure of a device's speed (a task: the controls wait for it, about a
+        second once the kernels are built); False when the worker is busy."""
+        if not self.free:
+            return False
+        self._start_task(FileTask.SPEED)
+        self.host.measure_speed(job)
+        return True
 
     def cancel_tuning(self) -> None:
         """Stop pressed while tuning: the worker stops at its next candidate, stores nothing."""
@@ -227,3 +238,8 @@ class RunController(QObject):
     def _on_tuned(self, report) -> None:
         self._end_task()
         self.tuned.emit(report)
+
+    @Slot(object)
+    def _on_speed(self, report) -> None:
+        self._end_task()
+        self.speedMeasured.emit(report)

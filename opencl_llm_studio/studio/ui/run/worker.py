@@ -28,13 +28,13 @@ from opencl_llm_studio.engine.errors import DeviceError, StudioError, TrainingDi
 from opencl_llm_studio.engine.extras import missing_extra
 from opencl_llm_studio.engine.progress import Cancelled, Monitor
 from opencl_llm_studio.studio.protocol import (ChatRequest, ContinueJob, ExportRequest, LoadJob, Outcome, RunPoint,
-                             RunResult, SaveRequest, SessionInfo, TrainJob, TuneJob)
+                             RunResult, SaveRequest, SessionInfo, SpeedJob, TrainJob, TuneJob)
 from opencl_llm_studio.engine.files.model_card import tokenizer_name
 from opencl_llm_studio.studio.run_driver import RunDriver
 from opencl_llm_studio.studio.run_folder import RunRecorder, metrics_from_dict, remove_if_empty
 from opencl_llm_studio.studio.ui.run.worker_lora import LoraTuning
 from opencl_llm_studio.studio.ui.run.worker_tasks import ModelTasks
-from opencl_llm_studio.studio.ui.run.worker_tune import KernelTuning
+from opencl_llm_studio.studio.ui.run.worker_tune import KernelTuning, measure_speed
 
 log = logging.getLogger(__name__)
 EMIT_INTERVAL_S = 0.05  # metrics are batched: at most ~20 signals a second reach the GUI
@@ -71,6 +71,7 @@ class TrainingWorker(QObject):
     loaded = Signal(object)        # SessionInfo with path and source, or None when it failed
     tuneProgress = Signal(object)  # TuneProgress of a kernel tuning job
     tuned = Signal(object)         # its TuneReport, or None when it failed (error says why)
+    speedMeasured = Signal(object)  # SpeedReport for Auto, or None when it failed (error says)
 
     def __init__(self):
         super().__init__()
@@ -166,6 +167,11 @@ class TrainingWorker(QObject):
         report = self.tuning.tune(job, self.tuneProgress.emit)
         self._stop.clear()
         self.tuned.emit(report)
+
+    @Slot(object)
+    def measure_speed(self, job: SpeedJob) -> None:
+        """Auto's measure of the job's device (worker_tune.measure_speed); speedMeasured."""
+        self.speedMeasured.emit(measure_speed(job, self._fail))
 
     # -- training ----------------------------------------------------------------------------
     @Slot(object)

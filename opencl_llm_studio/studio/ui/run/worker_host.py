@@ -28,6 +28,7 @@ class WorkerHost(QObject):
     _save = Signal(object)
     _load = Signal(object)
     _tune = Signal(object)
+    _speed = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -39,7 +40,8 @@ class WorkerHost(QObject):
         for sig, slot in ((self._start, w.start), (self._proceed, w.proceed),
                           (self._resume, w.resume), (self._finish, w.finish),
                           (self._chat, w.chat), (self._export, w.export), (self._save, w.save),
-                          (self._load, w.load), (self._tune, w.tune_kernels)):
+                          (self._load, w.load), (self._tune, w.tune_kernels),
+                          (self._speed, w.measure_speed)):
             sig.connect(slot)
         # A window dropped without being closed (a test; an error while it was built) is
         # destroyed by the garbage collector with its thread still running, which Qt answers
@@ -82,6 +84,9 @@ class WorkerHost(QObject):
     def tune(self, job: TuneJob) -> None:
         self.worker.reset_flags()
         self._tune.emit(job)
+
+    def measure_speed(self, job) -> None:
+        self._speed.emit(job)
 
     def shutdown(self, timeout_ms: int = 60_000) -> bool:
         """Stop after the current step (or token); the worker then saves the run's checkpoint

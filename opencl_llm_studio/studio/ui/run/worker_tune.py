@@ -1,4 +1,4 @@
-"""Kernel tuning on the training worker's thread (Device › Tune kernels for this model…, issue 24
+"""Kernel tuning and Auto's speed measure on the training worker's thread (Device › Tune kernels for this model…, issue 24
 goal 4): engine.model.gemm_tune.tune on the job's device and model shape, its progress as
 studio.protocol.TuneProgress, the winners stored (gemm_tune.save) unless Stop cancelled it.
 
@@ -14,7 +14,8 @@ import time
 from typing import Callable
 
 from opencl_llm_studio.engine.progress import Monitor
-from opencl_llm_studio.studio.protocol import TuneJob, TuneProgress, TuneReport
+from opencl_llm_studio.studio.protocol import (SpeedJob, SpeedReport, TuneJob, TuneProgress,
+                                              TuneReport)
 
 
 class KernelTuning:
@@ -54,3 +55,17 @@ class KernelTuning:
         return TuneReport(rt.info.name, result.seconds, gemm_tune.step_speedup(result, cfg, B),
                           len(gemm_tune.winners(result.rows)), len(result.rows), result.complete,
                           result.cancelled, saved)
+
+
+def measure_speed(job: SpeedJob, report_error: Callable[[str, BaseException], None]
+                  ) -> SpeedReport | None:
+    """The SpeedReport of the job's device for Auto (engine.training.auto_size.measure_speed),
+    or None when it failed (report_error says why)."""
+    from opencl_llm_studio.engine.opencl.runtime import Runtime
+    from opencl_llm_studio.engine.training import auto_size
+    try:
+        rt = Runtime(job.device)   # compiles the kernels: seconds on a busy CPU, once
+        return SpeedReport(auto_size.measure_speed(rt), rt.info)
+    except Exception as e:
+        report_error("Could not measure the device for Auto", e)
+        return None

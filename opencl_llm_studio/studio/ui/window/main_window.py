@@ -23,6 +23,7 @@ from PySide6.QtCore import QSettings, QSize, Qt, Signal
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QWidget
 
 from opencl_llm_studio.studio.app_settings import APP_NAME
+from opencl_llm_studio.studio.ui.window.auto_actions import AutoActions
 from opencl_llm_studio.studio.ui.window.settings_store import open_settings
 from opencl_llm_studio.studio.protocol import RunState
 from opencl_llm_studio.studio.ui import theme
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
             signal.connect(self.update_actions)   # first: the parts see the controls applied
         self.tuning = TuneActions(self, p, c, self.settings)
         self.training = TrainingActions(self, p, c, self.tuning.autotune)
+        self.auto = AutoActions(p, c)
         self.files = WindowActions(self, p, c, self.settings)
         self.menu = self.files.build_menu(self.menuBar(), self.training.new_model, self.close)
         self.device_menu = self.tuning.build_menu(self.menuBar())

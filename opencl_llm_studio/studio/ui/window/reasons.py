@@ -4,7 +4,8 @@ Device menu (studio.ui.window.tune_actions) give. One module, so neither imports
 # Why Export is off (its tooltip):
 NO_MODEL_WHY = "No model yet: train one or open a checkpoint."
 BUSY_MODEL_WHY = "Training is running: pause it to export the current weights."
-TASK_WHY = "Wait for the export, save, opening or kernel tuning in progress."
+TASK_WHY = ("Wait for the export, save, opening, kernel tuning or Auto's device measure in "
+            "progress.")
 NO_DEVICE_WHY = "No OpenCL device: see the Device box."
 # Why an input of a run is off (its tooltip):
 BUSY_WHY = "Fixed while a run is going (paused too): Stop it, or let it finish, to change this."

@@ -1,0 +1,157 @@
+"""Auto (issue 36): the model, batch, learning rate and tokenizer for a text, a device's measured
+speed and memory, and the minutes (engine.training.auto_size); `train --preset auto` and the
+studio's preset box."""
+
+import dataclasses
+
+import pytest
+
+from opencl_llm_studio.engine.errors import ConfigError
+from opencl_llm_studio.engine.model.memory import fits
+from opencl_llm_studio.engine.model.params import param_count
+from opencl_llm_studio.engine.training import auto_size
+from opencl_llm_studio.engine.training.auto_size import (AUTO, DeviceSpeed, choose,
+                                                         predicted_loss, shape)
+from opencl_llm_studio.studio.cli import main
+from tests.helpers import RESOURCES, TEST_DEVICE
+
+CPU = DeviceSpeed(flops_per_s=40e9, per_layer_s=2.5e-3)    # about this 2-core machine's
+GPU = DeviceSpeed(flops_per_s=20e12, per_layer_s=0.2e-3)   # about a discrete GPU's
+
+
+def n_params(choice) -> int:
+    return choice.n_params
+
+
+def test_the_law_prefers_more_parameters_more_data_and_fresh_data_to_repeats():
+    assert predicted_loss(2e6, 1e7, 1e9) < predicted_loss(1e6, 1e7, 1e9)
+    assert predicted_loss(1e6, 2e7, 1e9) < predicted_loss(1e6, 1e7, 1e9)
+    # 10 M tokens of which 1 M are new are worth less than 10 M new ones, more than 1 M
+    assert predicted_loss(1e6, 1e7, 1e7) < predicted_loss(1e6, 1e7, 1e6) \
+        < predicted_loss(1e6, 1e6, 1e6)
+
+
+@pytest.mark.parametrize("chars", [3_000, 100_000, 1_000_000, 30_000_000])
+def test_more_minutes_or_a_faster_device_never_choose_a_smaller_model(chars):
+    sizes = [n_params(choose(chars, s, CPU)) for s in (30, 60, 300, 1800)]
+    assert sizes == sorted(sizes), sizes
+    assert n_params(choose(chars, 300, GPU)) >= n_params(choose(chars, 300, CPU))
+
+
+def test_parameters_past_what_the_text_supports_are_worth_less():
+    """Muennighoff et al.'s N': doubling a model far past the compute-optimal size for its
+    unique tokens gains less than doubling one below it, and a small text at a GPU's half hour
+    gets a smaller model than a large text does (chinchilla alone would grow it without end)."""
+    U = 1e5
+    gain = lambda n: predicted_loss(n, 1e8, U) - predicted_loss(2 * n, 1e8, U)  # noqa: E731
+    assert 0 <= gain(1e8) < gain(1e4) / 10 and gain(1e4) > 0
+    small, big = choose(20_000, 1800, GPU), choose(30_000_000, 1800, GPU)
+    assert small.n_params < big.n_params / 4
+    assert small.train["dropout"] == 0.2 and small.epochs > big.epochs
+
+
+def test_the_tokenizer_follows_the_texts_size():
+    assert choose(100_000, 60, CPU).tokenizer == "char"
+    assert choose(auto_size.BPE_FROM_CHARS, 60, CPU).tokenizer == "bpe"
+
+
+def test_the_choice_is_a_valid_config_with_the_rules_values():
+    c = choose(1_000_000, 300, CPU)
+    cfg = shape(c.model["d_model"], c.model["n_layer"], c.model["context_length"],
+                c.model["vocab_size"]).validate()
+    assert param_count(cfg) == c.n_params and cfg.n_head == c.model["n_head"]
+    assert c.train["time_budget_s"] == 300 and 4 <= c.train["batch_size"]
+    lo, hi = auto_size.TOKENS_PER_STEP
+    assert lo / 2 <= c.train["batch_size"] * cfg.context_length <= hi * 2
+    assert c.step_s == pytest.approx(CPU.step_s(cfg, c.train["batch_size"]))
+    assert "d_model" in c.summary() and len(c.lines) == 3
+
+
+def test_only_shapes_that_fit_the_devices_memory_are_chosen(rt):
+    info = dataclasses.replace(rt.info, global_mem_bytes=64 << 20, type="GPU")
+    free = choose(5_000_000, 3600, GPU)
+    small = choose(5_000_000, 3600, GPU, info)
+    assert small.n_params < free.n_params
+    cfg = shape(small.model["d_model"], small.model["n_layer"],
+                small.model["context_length"], small.model["vocab_size"])
+    assert fits(cfg, small.train["batch_size"], info)
+    none = dataclasses.replace(info, global_mem_bytes=1 << 20)
+    with pytest.raises(ConfigError, match="fits"):
+        choose(5_000_000, 3600, GPU, none)
+
+
+@pytest.mark.parametrize("chars, seconds, match", [(100_000, 5, "at least"), (0, 60, "empty")])
+def test_a_budget_too_short_or_an_empty_text_is_refused(chars, seconds, match):
+    with pytest.raises(ConfigError, match=match):
+        choose(chars, seconds, CPU)
+
+
+def test_the_measured_speed_predicts_another_shapes_step(rt):
+    """The line fitted to the two probes predicts the cpu preset's step within 2.5x (a shared
+    machine's noise is well inside that; a wrong FLOP count or launch cost is not)."""
+    import time
+
+    import numpy as np
+
+    from opencl_llm_studio.engine.config import TrainConfig
+    from opencl_llm_studio.engine.model.transformer import Model
+    speed = auto_size.measure_speed(rt)
+    assert speed.flops_per_s > 0 and speed.per_layer_s >= 0
+    cfg = shape(128, 4, 64, 512)
+    model, rng, times = Model(rt, cfg, seed=1), np.random.default_rng(1), []
+    for k in range(4):
+        ids = rng.integers(0, 512, size=(12, 65), dtype=np.int32)
+        t0 = time.perf_counter()
+        model.train_step(ids[:, :-1], ids[:, 1:], 1e-3, TrainConfig())
+        rt.finish()
+        times.append(time.perf_counter() - t0)
+    ratio = speed.step_s(cfg, 12) / float(np.median(times[1:]))
+    assert 1 / 2.5 < ratio < 2.5, (speed, times)
+
+
+def test_cli_auto_needs_a_time_budget(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "run"), "--preset", AUTO, "--no-tune"]) != 0
+    err = capsys.readouterr().err
+    assert "--time-budget" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_auto_says_its_choice_and_explicit_options_win(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", "--out", str(run), "--preset", AUTO, "--time-budget", "20", "--no-tune",
+            "--pretrain", str(RESOURCES / "pretrain.txt"), "--d-model", "64", "--n-layer", "1",
+            "--n-head", "2", "--quiet"] + (["--device", TEST_DEVICE] if TEST_DEVICE else [])
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "Auto chose: d_model" in err and "GFLOP/s" in err
+    assert "given, so kept over Auto's: --d-model, --n-layer, --n-head" in err
+    assert "Training on" in err and "d_model 64, n_layer 1, n_head 2" in err
+    assert (run / "checkpoint.npz").exists() or any(run.glob("checkpoint*"))
+
+
+def test_studio_auto_fills_the_fields_and_an_edit_makes_it_custom(qtbot, window):
+    sp = window.settings_panel
+    sp.spins["trainMinutesSpin"].setValue(0)
+    i = sp.preset_combo.findData(AUTO)
+    assert i >= 0
+    with qtbot.waitSignal(window.controller.speedMeasured, timeout=120_000):
+        sp.preset_combo.setCurrentIndex(i)
+        sp.apply_preset(AUTO)
+    qtbot.waitUntil(lambda: "Auto chose" in sp.auto_label.text(), timeout=10_000)
+    assert sp.spins["trainMinutesSpin"].value() == 5   # Auto sizes for a time
+    text = window.data_panel.pretrain_text
+    report = window.auto.reports[window.device_panel.spec()]
+    want = choose(int(len(text) * 0.9), 300, report.speed, report.device)
+    assert sp.model_config().d_model == want.model["d_model"]
+    assert sp.model_config().n_layer == want.model["n_layer"]
+    assert sp.train_config().batch_size == want.train["batch_size"]
+    assert sp.tokenizer_kind() == want.tokenizer
+    assert sp.preset_combo.currentData() == AUTO and sp.auto_label.isVisible()
+    # more minutes: chosen again from the kept speed, no second measure
+    sp.spins["trainMinutesSpin"].setValue(30)
+    want = choose(int(len(text) * 0.9), 1800, report.speed, report.device)
+    assert sp.model_config().d_model == want.model["d_model"]
+    assert sp.train_config().time_budget_s == 1800
+    # an edit of a field: Custom, the note goes, the value stays the person's
+    sp.spins["batchSizeSpin"].setValue(sp.spins["batchSizeSpin"].value() + 1)
+    assert sp.preset_combo.currentData() == "" and not sp.auto_label.isVisible()
