@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import machine_line, md_table  # noqa: E402
 
 TEXT_COMMIT = "6ba1079"   # the texts taken from this repository, fixed so runs compare
-BUILT_IN = {"code": ("opencl_llm_studio/engine/", ".py"), "prose": ("docs/", ".md")}
+# paths as they were at TEXT_COMMIT, before the package moved under opencl_llm_studio/
+BUILT_IN = {"code": ("engine/", ".py"), "prose": ("docs/", ".md")}
 MODEL = ["--d-model", "128", "--n-layer", "4", "--n-head", "4", "--context-length", "64"]
 QUICK_CHARS = 40_000      # --quick: texts cut to this; the engine 2 s, the script 4 s
 

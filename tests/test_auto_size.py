@@ -50,6 +50,19 @@ def test_parameters_past_what_the_text_supports_are_worth_less():
     assert small.train["dropout"] == 0.2 and small.epochs > big.epochs
 
 
+def test_a_fast_device_on_a_small_text_stays_within_max_epochs():
+    """The H100's measured speed on tinyshakespeare's 0.9 M training characters for 52 s: the
+    law alone took d_model 256 x 4 at 97 epochs, which overfit (2.72 bits per byte against the
+    gpu-discrete preset's 2.13 at 18). Within MAX_EPOCHS while a shape allows it; past it only
+    the fewest epochs."""
+    h100 = DeviceSpeed(flops_per_s=43e12, per_layer_s=0.8e-3)
+    c = choose(903_000, 52, h100)
+    assert c.epochs <= auto_size.MAX_EPOCHS and c.n_params > 10e6
+    tiny = choose(2_000, 600, h100)   # no ladder shape is slow enough: the fewest epochs,
+    assert tiny.epochs > auto_size.MAX_EPOCHS   # so the slowest, largest shapes
+    assert tiny.n_params > c.n_params
+
+
 def test_the_tokenizer_follows_the_texts_size():
     assert choose(100_000, 60, CPU).tokenizer == "char"
     assert choose(auto_size.BPE_FROM_CHARS, 60, CPU).tokenizer == "bpe"

@@ -16,7 +16,9 @@ where N is the shape's parameters, U the text's training tokens and D the tokens
 trains on in the time: the seconds of training over the step time the device's speed gives
 (DeviceSpeed, measured by measure_speed on two probe shapes). A tenth of a second saved per step
 thus buys a larger or longer-trained model, and a small text stops the tokens from growing past
-what repeating it is worth, and the parameters past what it supports are worth less too. Only shapes that fit the device's memory (engine.model.memory.fits)
+what repeating it is worth, and the parameters past what it supports are worth less too. The
+law never says a model gets worse, which one trained for many epochs does: shapes that would see
+more than MAX_EPOCHS epochs of the text are taken only where no other fits. Only shapes that fit the device's memory (engine.model.memory.fits)
 are scored.
 
 The rest follows the chosen shape (each rule says its source):
@@ -57,8 +59,17 @@ STEPS_AIM = 1000              # steps the batch aims at in the time
 TOKENS_PER_STEP = (512, 16384)
 WIDTHS = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
 ASPECT = (16, 96)             # d_model / n_layer kept within (nanoGPT: 64 at 384/6, 32 at 128/4)
-PROBES = ((64, 1, 8), (192, 3, 16))   # (d_model, n_layer, batch) at context 64: measure_speed
+# measure_speed's probes, (d_model, n_layer, batch) at context 64: the first, then the first of
+# the rest whose step takes COMPUTE_BOUND times the first's (a GPU runs the small ones in the
+# time of their launches, which says nothing of its FLOP rate)
+PROBES = ((64, 1, 8), (192, 3, 16), (384, 4, 32), (768, 6, 32), (1024, 8, 64))
+COMPUTE_BOUND = 3.0
 MIN_SECONDS = 20.0            # a budget below this trains nothing worth choosing for
+# Epochs of the text past which a shape is not chosen while one within them is: the law only
+# flattens there (D' saturates), but a model trained on on held-out loss rises (an H100, 52 s
+# on tinyshakespeare: d_model 256 x 4 at 97 epochs scored 2.72 bits per byte where the
+# gpu-discrete preset at 18 scored 2.13; nanoGPT's recipe is best at about 28 and rises after)
+MAX_EPOCHS = 24.0
 
 
 @dataclass(frozen=True)
@@ -95,28 +106,34 @@ def shape(d_model: int, n_layer: int, context_length: int, vocab_size: int) -> M
                        n_head=d_model // head_dim, context_length=context_length)
 
 
-def measure_speed(rt, repeats: int = 3) -> DeviceSpeed:
-    """DeviceSpeed of `rt`'s device: `repeats` timed training steps (after one untimed, which
-    builds the kernels) of each PROBES shape on random tokens, fitted exactly by the line."""
+def _probe(rt, d: int, n_layer: int, B: int, repeats: int) -> tuple[int, float, float]:
+    """(n_layer + 1, FLOPs, median seconds) of `repeats` training steps of the probe shape
+    on random tokens, after one untimed step (which builds the kernels)."""
     from opencl_llm_studio.engine.model.transformer import Model
+    cfg = shape(d, n_layer, 64, 512)
+    model, rng, tc, times = Model(rt, cfg, seed=0), np.random.default_rng(0), TrainConfig(), []
+    for k in range(repeats + 1):
+        ids = rng.integers(0, cfg.vocab_size, size=(B, 65), dtype=np.int32)
+        s = time.perf_counter()
+        model.train_step(ids[:, :-1], ids[:, 1:], 1e-3, tc)
+        rt.finish()
+        if k:
+            times.append(time.perf_counter() - s)
+    return n_layer + 1, B * 64 * step_flops(cfg), float(np.median(times))
+
+
+def measure_speed(rt, repeats: int = 3) -> DeviceSpeed:
+    """DeviceSpeed of `rt`'s device: the line through the first PROBES shape and the first
+    later one that is compute-bound there (or the last that fits the device's memory)."""
+    from opencl_llm_studio.engine.model.memory import fits
     t0 = time.perf_counter()
-    rng = np.random.default_rng(0)
-    tc = TrainConfig()
-    rows = []
-    for d, n_layer, B in PROBES:
-        cfg = shape(d, n_layer, 64, 512)
-        model = Model(rt, cfg, seed=0)
-        times = []
-        for k in range(repeats + 1):
-            ids = rng.integers(0, cfg.vocab_size, size=(B, 65), dtype=np.int32)
-            s = time.perf_counter()
-            model.train_step(ids[:, :-1], ids[:, 1:], 1e-3, tc)
-            rt.finish()
-            if k:
-                times.append(time.perf_counter() - s)
-        rows.append((n_layer + 1, B * 64 * step_flops(cfg), float(np.median(times))))
-        del model   # its buffers go before the next probe's
-    (l1, f1, s1), (l2, f2, s2) = rows
+    l1, f1, s1 = _probe(rt, *PROBES[0], repeats)
+    for d, n_layer, B in PROBES[1:]:
+        if not fits(shape(d, n_layer, 64, 512), B, rt.info) and d != PROBES[1][0]:
+            break
+        l2, f2, s2 = _probe(rt, d, n_layer, B, repeats)
+        if s2 >= COMPUTE_BOUND * s1:
+            break
     # s = a * layers + f / R: two equations; a launch cost below zero (noise) is taken as none
     inv_rate = (s2 * l1 - s1 * l2) / (f2 * l1 - f1 * l2)
     if inv_rate <= 0:
@@ -224,12 +241,15 @@ def choose(text_chars: int, seconds: float, speed: DeviceSpeed, device=None,
         tokens = train_s / step_s * B * cfg.context_length
         n = param_count(cfg)
         loss = predicted_loss(n, tokens, unique)
-        if best is None or loss < best[0]:
-            best = (loss, cfg, B, step_s, tokens, n)
+        # within MAX_EPOCHS first, by loss; past it, the fewest epochs
+        key = (0, loss) if tokens <= MAX_EPOCHS * unique else (1, tokens)
+        if best is None or key < best[0]:
+            best = (key, cfg, B, step_s, tokens, n)
     if best is None:
         raise ConfigError("No model of Auto's sizes fits this device's free memory.",
                           "Close other programs, or set the model's size yourself.")
-    loss, cfg, B, step_s, tokens, n = best
+    (_, _), cfg, B, step_s, tokens, n = best
+    loss = predicted_loss(n, tokens, unique)
     epochs = tokens / unique
     lr = min(max(3e-3 * math.sqrt(128 / cfg.d_model), 6e-4), 6e-3)
     steps = train_s / step_s
