@@ -207,8 +207,9 @@ def main(argv=None) -> int:
     report = "\n".join([f"## Quality per minute: engine vs a Llama-style PyTorch script, "
                         f"{datetime.date.today()}", "", machine_line(), "",
                         f"Threads {args.threads}, seed {args.seed}, texts at {TEXT_COMMIT}"
-                        f"{', quick mode' if args.quick else ''}; engine flags "
-                        f"{' '.join(MODEL + args.engine_args.split())}.", "",
+                        f"{', quick mode' if args.quick else ''}; engine-char and engine-bpe flags "
+                        f"{' '.join(MODEL + args.engine_args.split())}; engine-auto "
+                        f"--preset auto {args.engine_args}.", "",
                         md_table(head, rows), "",
                         *verdicts(rows, args.engine_seconds, args.script_seconds)]) + "\n"
     print(report)

@@ -17,9 +17,12 @@ trains on in the time: the seconds of training over the step time the device's s
 (DeviceSpeed, measured by measure_speed on two probe shapes). A tenth of a second saved per step
 thus buys a larger or longer-trained model, and a small text stops the tokens from growing past
 what repeating it is worth, and the parameters past what it supports are worth less too. The
-law never says a model gets worse, which one trained for many epochs does: shapes that would see
-more than MAX_EPOCHS epochs of the text are taken only where no other fits. Only shapes that fit the device's memory (engine.model.memory.fits)
-are scored.
+law never says a model gets worse, which one trained for many epochs does: the lowest loss is
+taken among the shapes that see at most MAX_EPOCHS epochs of the text in at least MIN_STEPS
+steps. A text too small for that in the time (a few KB for minutes) gets the smallest shape whose
+predicted loss is within FLAT of the lowest: there the law is flat in both size and tokens, and
+a larger model only memorizes the text sooner. Only shapes that fit the device's memory
+(engine.model.memory.fits) are scored.
 
 The rest follows the chosen shape (each rule says its source):
 - the tokenizer: BPE of 512 pieces from 250,000 characters, characters below (the 2026-12-01
@@ -70,6 +73,8 @@ MIN_SECONDS = 20.0            # a budget below this trains nothing worth choosin
 # on tinyshakespeare: d_model 256 x 4 at 97 epochs scored 2.72 bits per byte where the
 # gpu-discrete preset at 18 scored 2.13; nanoGPT's recipe is best at about 28 and rises after)
 MAX_EPOCHS = 24.0
+MIN_STEPS = 200               # fewer steps than this is not a training run (a giant model)
+FLAT = 0.01                   # "within" the lowest loss: 1% of its distance from E_LOSS
 
 
 @dataclass(frozen=True)
@@ -236,20 +241,21 @@ def choose(text_chars: int, seconds: float, speed: DeviceSpeed, device=None,
     vocab = 512 if bpe else 320   # characters: the tokenizer keeps what the text holds
     unique = text_chars / CHARS_PER_BPE_TOKEN if bpe else float(text_chars)
     train_s = seconds * train_share
-    best = None
+    rows = []   # (loss, parameters, cfg, batch, step seconds, tokens)
     for cfg, B, step_s in _candidates(vocab, speed, train_s, device):
         tokens = train_s / step_s * B * cfg.context_length
         n = param_count(cfg)
-        loss = predicted_loss(n, tokens, unique)
-        # within MAX_EPOCHS first, by loss; past it, the fewest epochs
-        key = (0, loss) if tokens <= MAX_EPOCHS * unique else (1, tokens)
-        if best is None or key < best[0]:
-            best = (key, cfg, B, step_s, tokens, n)
-    if best is None:
+        rows.append((predicted_loss(n, tokens, unique), n, cfg, B, step_s, tokens))
+    if not rows:
         raise ConfigError("No model of Auto's sizes fits this device's free memory.",
                           "Close other programs, or set the model's size yourself.")
-    (_, _), cfg, B, step_s, tokens, n = best
-    loss = predicted_loss(n, tokens, unique)
+    within = [r for r in rows if r[5] <= MAX_EPOCHS * unique and train_s / r[4] >= MIN_STEPS]
+    if within:
+        best = min(within, key=lambda r: r[0])
+    else:   # the text is too small for the time: the smallest of the flat minimum
+        low = min(r[0] for r in rows) - E_LOSS
+        best = min((r for r in rows if r[0] - E_LOSS <= (1 + FLAT) * low), key=lambda r: r[1])
+    loss, n, cfg, B, step_s, tokens = best
     epochs = tokens / unique
     lr = min(max(3e-3 * math.sqrt(128 / cfg.d_model), 6e-4), 6e-3)
     steps = train_s / step_s

@@ -173,7 +173,7 @@ def preset_combo(on_chosen) -> QComboBox:
     for p in PRESETS.values():
         combo.addItem(p.title, p.name)
         combo.setItemData(combo.count() - 1, p.description, Qt.ToolTipRole)
-    combo.addItem("Auto: sized for the text, device and minutes", AUTO)
+    combo.addItem("Auto (text, device, minutes)", AUTO)
     combo.setItemData(combo.count() - 1, AUTO_TIP, Qt.ToolTipRole)
     combo.setToolTip("Settings measured for small texts on each kind of device; hover an item "
                      "for the loss and time it reaches.")

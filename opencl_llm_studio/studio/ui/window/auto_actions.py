@@ -50,9 +50,10 @@ class AutoActions:
         if self._active():
             self.request()
 
-    def _note(self, text: str, role: str = "muted") -> None:
+    def _note(self, text: str, role: str = "muted", tip: str = "") -> None:
         label = self.panels.settings_panel.auto_label
         label.setText(text)
+        label.setToolTip(tip)
         label.setProperty("role", role)
         label.style().polish(label)
         label.setVisible(bool(text))
@@ -102,4 +103,8 @@ class AutoActions:
         if i >= 0:
             sp.tokenizer_combo.setCurrentIndex(i)
         sp.apply_values(AUTO, values, extra)
-        self._note("Auto chose " + choice.summary() + ".\n" + "\n".join(choice.lines))
+        # two short lines in the form (the fields show the values); why, in the tooltip
+        self._note(f"Auto: {choice.n_params / 1e6:.2f} M parameters, about "
+                   f"{choice.tokens / 1e6:.1f} M tokens ({choice.epochs:,.1f} epochs of the "
+                   f"text) in {choice.train['time_budget_s'] / 60:g} min. Hover for why.",
+                   tip="Auto chose " + choice.summary() + ".\n\n" + "\n".join(choice.lines))
