@@ -1,7 +1,27 @@
-"""engine/opencl/pocl_compat.py: the patched PoCL's process-private ICD folder keeps every
-other installed driver, however OCL_ICD_VENDORS names it."""
+"""engine/opencl/pocl_compat.py: which CPUs get the patched PoCL, and its process-private ICD
+folder keeps every other installed driver, however OCL_ICD_VENDORS names it."""
 
-from opencl_llm_studio.engine.opencl.pocl_compat import other_drivers
+import pytest
+
+from opencl_llm_studio.engine.opencl.pocl_compat import _cpu_level, misnamed_cpu, other_drivers
+
+ZEN3_FLAGS = {"avx2", "fma", "bmi1", "bmi2", "movbe"}
+ZEN4_FLAGS = ZEN3_FLAGS | {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
+
+
+@pytest.mark.parametrize("vendor, family, flags, misnamed", [
+    ("AuthenticAMD", 0x1A, ZEN4_FLAGS, True),    # Zen 5: "generic", every build failed
+    ("AuthenticAMD", 0x19, ZEN4_FLAGS, True),    # Zen 4: "znver3" without AVX-512, builds aborted
+    ("AuthenticAMD", 0x19, ZEN3_FLAGS, False),   # Zen 3: "znver3" is right
+    ("AuthenticAMD", 0x17, ZEN3_FLAGS, False),   # Zen 2
+    ("GenuineIntel", 6, ZEN4_FLAGS, False),      # Intel: named by its features
+], ids=["zen5", "zen4", "zen3", "zen2", "intel"])
+def test_the_cpus_llvm14_misnames_get_the_patch(vendor, family, flags, misnamed):
+    """A Zen 4 (family 19h with AVX-512) ran unpatched on 2026-12-07 and the first kernel with a
+    float16 sqrt aborted the process in LLVM; patched to x86-64-v4 it trains."""
+    assert misnamed_cpu(vendor, family, flags) is misnamed
+    if misnamed:
+        assert _cpu_level(flags) == b"x86-64-v4"
 
 
 def test_other_drivers_from_folders_and_files(tmp_path):

@@ -1,10 +1,16 @@
 """Make the pip PoCL 3.0 CPU device work on CPUs newer than its LLVM 14.
 
 Why: `pocl-binary-distribution` 3.0 (the CPU device `pyopencl[pocl]` brings) asks LLVM 14 for the
-host CPU name. On CPUs LLVM 14 does not know (AMD family 1Ah, "Zen 5": Ryzen AI 300, EPYC 9005)
-it gets "generic", passes `-target-cpu generic`, and every kernel build fails with
-"unknown target CPU 'generic'" (pocl/pocl#1049). The pip build has no override (later PoCL reads
-POCL_LLVM_CPU_NAME). We therefore make a patched copy of libpocl in the user cache whose
+host CPU name, and on CPUs newer than LLVM 14 the name is wrong in two ways:
+- AMD family 1Ah ("Zen 5": Ryzen AI 300, EPYC 9005) is unknown to it: it gets "generic", passes
+  `-target-cpu generic`, and every kernel build fails with "unknown target CPU 'generic'"
+  (pocl/pocl#1049);
+- AMD family 19h is "znver3" whatever the model (LLVM 14's sys::getHostCPUName), so a Zen 4
+  (Ryzen 7040/8040 laptops, Ryzen 7000, EPYC 9004: family 19h with AVX-512) is compiled for a
+  CPU without AVX-512 while PoCL's kernel library and the engine's vector width follow the CPU's
+  AVX-512: building a kernel with a float16 sqrt aborted the process ("LLVM ERROR: Cannot
+  select ... fsqrt", seen on an EPYC 9004, 2026-12-07).
+The pip build has no override (later PoCL reads POCL_LLVM_CPU_NAME). We therefore make a patched copy of libpocl in the user cache whose
 `pocl_get_llvm_cpu_name()` returns the x86-64 micro-architecture level the CPU supports
 (x86-64-v4 / -v3 / -v2), point the OpenCL ICD loader at it, and leave the installed files alone.
 The patch is applied only when the function's bytes are exactly the known ones.
@@ -51,14 +57,23 @@ def _cpuinfo() -> tuple[str, int, set[str]]:
 
 
 def _needs_patch() -> bool:
-    """True for CPUs LLVM 14 reports as 'generic' (AMD family >= 1Ah), or when forced by env."""
+    """True on x86-64 Linux for the CPUs whose LLVM 14 name is wrong (misnamed_cpu), or when
+    forced by the environment (LLM_STUDIO_POCL_PATCH=1 or 0)."""
     force = os.environ.get("LLM_STUDIO_POCL_PATCH")
     if force is not None:
         return force == "1"
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return False
-    vendor, family, _ = _cpuinfo()
-    return vendor == "AuthenticAMD" and family >= 0x1A
+    return misnamed_cpu(*_cpuinfo())
+
+
+def misnamed_cpu(vendor: str, family: int, flags: set[str]) -> bool:
+    """True where LLVM 14 names the CPU wrongly (see the module's docstring): AMD family 1Ah and
+    later ("generic"), and AMD family 19h with AVX-512 ("znver3", which has none). Intel CPUs
+    newer than LLVM 14 are named by their features, so they keep their ISA level."""
+    if vendor != "AuthenticAMD":
+        return False
+    return family >= 0x1A or (family == 0x19 and "avx512f" in flags)
 
 
 def _cpu_level(flags: set[str]) -> bytes:
