@@ -109,7 +109,9 @@ def run_engine(path: Path, tokens: str, seconds: float, args, out: Path) -> dict
     if score.returncode:
         raise RuntimeError(f"scoring {out} failed:\n{score.stderr[-2000:]}")
     s = json.loads(score.stdout.strip().splitlines()[-1])
-    return {"steps": last["step"], "train_s": last["elapsed_s"], **s}
+    kept = last.get("extra", {})   # engine.training.best_weights: earlier weights were kept
+    return {"steps": last["step"], "train_s": last["elapsed_s"], **s,
+            **{k: kept[k] for k in ("kept_step", "last_step_bpb") if k in kept}}
 
 
 def score_run(folder: str) -> None:
@@ -141,8 +143,14 @@ def measure(args, log) -> list[list[str]]:
                 log(f"{name} {side} {seconds:g}s: {json.dumps(r)}")
                 rows.append([name, f"{len(text):,}", side, f"{seconds:g}", str(r["steps"]),
                              f"{r['train_s']:.1f}", f"{r['val_loss']:.4f}", f"{r['val_bpb']:.4f}",
-                             f"{r['tokens']:,}"])
+                             f"{r['tokens']:,}", kept_cell(r)])
     return rows
+
+
+def kept_cell(r: dict) -> str:
+    """'step K (last L)' when the run kept its best weights (the last step's held-out bpb L,
+    from the run's own final validation), else '-'."""
+    return f"step {r['kept_step']} (last {r['last_step_bpb']:.4f})" if "kept_step" in r else "-"
 
 
 def verdicts(rows, engine_s, script_s) -> list[str]:
@@ -203,7 +211,7 @@ def main(argv=None) -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
     rows = measure(args, log)
     head = ["text", "chars", "side", "budget s", "steps", "train s", "held-out nats/token",
-            "held-out bpb", "tokens scored"]
+            "held-out bpb", "tokens scored", "best weights kept"]
     report = "\n".join([f"## Quality per minute: engine vs a Llama-style PyTorch script, "
                         f"{datetime.date.today()}", "", machine_line(), "",
                         f"Threads {args.threads}, seed {args.seed}, texts at {TEXT_COMMIT}"

@@ -35,11 +35,13 @@ class Snapshot:
     """A copy of a Model's params, m and v (each table.size float32), with its adam_t and
     whatever the caller keeps beside it (`extra`). take() returns False, keeping the previous
     copy, when the weights are not all finite; restore() writes the copy back (nothing when
-    none was taken). in_memory: where it lives (RAM_LIMIT_BYTES)."""
+    none was taken). in_memory: where it lives (RAM_LIMIT_BYTES). which: the buffers copied
+    (all three for the NaN guard; the weights alone for engine.training.best_weights)."""
 
-    def __init__(self, model, ram_limit: int = RAM_LIMIT_BYTES):
+    def __init__(self, model, ram_limit: int = RAM_LIMIT_BYTES, which: tuple = WHICH):
         self.n = model.table.size
-        self.in_memory = 3 * 4 * self.n <= ram_limit
+        self.which = tuple(which)
+        self.in_memory = len(self.which) * 4 * self.n <= ram_limit
         self._ram: np.ndarray | None = None
         self._file = None
         self.adam_t = 0
@@ -64,14 +66,14 @@ class Snapshot:
         # through the model's own reads: moments kept as bfloat16 come back as float32
         if self.in_memory:
             if self._ram is None:
-                self._ram = np.empty((3, self.n), np.float32)
-            for i, which in enumerate(WHICH):
+                self._ram = np.empty((len(self.which), self.n), np.float32)
+            for i, which in enumerate(self.which):
                 self._ram[i] = model.read_piece(which, 0, self.n)
         else:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="guard-", dir=snapshot_dir())
             self._file.seek(0)
-            for which in WHICH:
+            for which in self.which:
                 for start, k in self._chunks():
                     self._file.write(model.read_piece(which, start, k).tobytes())
             self._file.flush()
@@ -79,19 +81,21 @@ class Snapshot:
         return True
 
     def restore(self, model) -> bool:
-        """Write the copy back into the model (params, m, v, adam_t); False when none exists."""
+        """Write the copy back into the model (its buffers; adam_t with the moments); False
+        when none exists."""
         if not self.taken:
             return False
         if self.in_memory:
-            for i, which in enumerate(WHICH):
+            for i, which in enumerate(self.which):
                 model.write_pieces(which, [(0, self._ram[i])])
         else:
             self._file.seek(0)
-            for which in WHICH:
+            for which in self.which:
                 model.write_pieces(which, ((start, np.frombuffer(self._file.read(4 * k),
                                                                  np.float32))
                                            for start, k in self._chunks()))
-        model.adam_t = self.adam_t
+        if "m" in self.which:
+            model.adam_t = self.adam_t
         return True
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 import pyopencl as cl
 
+from opencl_llm_studio.engine.training.best_weights import BestWeights
 from opencl_llm_studio.engine.training.budget import EvalPacer, PhaseCosts, TimePlan, tune_time_share
 from opencl_llm_studio.engine.data.corpus import FINAL_VAL_TOKENS
 from opencl_llm_studio.engine.progress import Cancelled, Clock
@@ -55,6 +56,7 @@ class Trainer:
         self.plan: TimePlan | None = None
         self.pacer = EvalPacer(tc.eval_share if tc.time_budget_s > 0 else 0.0)
         self._good: Snapshot | None = None   # last finite state, for the NaN guard
+        self._best = BestWeights()           # pretraining's lowest validation (best_weights)
         self._step_s: float | None = None
         self.rate = BudgetRate()   # the learning rate with a time budget (engine.training.schedule)
         self._tunes = False
@@ -298,6 +300,8 @@ class Trainer:
             s.model.release_training_sets()
         if stage_end or "eval" in due:
             self._timed(stage, stage_end, "eval", self._evaluate, m, stage, final)
+            if stage == "pretrain" and s.pretrain.val_source == "held-out":
+                self._keep_best(m, stage, stage_end, final)
         if s.train_config.sample_interval and (stage_end or "samples" in due):
             m.samples = self._timed(stage, stage_end, "samples", samples, s, stage)
         if stage_end and s.train_config.evaluate_recall:
@@ -334,6 +338,32 @@ class Trainer:
             m.val_loss = tune_val_loss(s)
             m.pretrain_val_loss = score.loss
             self._eval_tokens += tune_eval_tokens(s)
+
+    def _keep_best(self, m: StepMetrics, stage: str, stage_end: bool, final: bool) -> None:
+        """Pretraining's validation reading m.val_loss offered to the best-weights copy; at
+        the stage's end, the copy's weights kept when they score lower on the stage end's set
+        (engine.training.best_weights), m's validation numbers then the kept weights', with a
+        warning that names the step."""
+        s, best = self.session, self._best
+        periodic = None if final else m.val_loss   # the whole text is not the periodic windows
+        if not stage_end:
+            best.offer(s.model, s.step, m.val_loss)
+            return
+        if best.worth_trying(s.step, periodic):
+            tokens = FINAL_VAL_TOKENS if final else None
+            last_bpb = m.val_bpb
+            k = best.choose(s.model, s.step, m.val_loss, lambda: s.pretrain_val(tokens, stage))
+            if k.kept:
+                m.val_loss, m.val_bpb = k.score.loss, k.score.bpb
+                m.val_bpb_stderr, m.val_tokens = k.score.bpb_stderr, k.score.tokens
+                m.extra.update(kept_step=k.step, last_step_bpb=last_bpb)
+                m.warnings = (m.warnings or []) + [
+                    f"The held-out validation was lowest at step {k.step} and rose after it: "
+                    f"the model began to memorize its text. The weights of step {k.step} are "
+                    f"kept ({k.score.bpb:.3f} bits per byte on the held-out text, against "
+                    f"{last_bpb:.3f} for step {s.step}'s). A smaller model, a larger text or "
+                    "fewer minutes would use the time better (Auto sizes the model for them)."]
+        best.close()
 
     # ------------------------------------------------------------------ NaN guard
     def _snapshot(self) -> None:
