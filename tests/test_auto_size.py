@@ -53,25 +53,49 @@ def test_parameters_past_what_the_text_supports_are_worth_less():
     assert small.train["dropout"] == 0.2 and small.epochs > big.epochs
 
 
-def test_a_fast_device_on_a_small_text_stays_within_max_epochs():
+def load(choice, chars) -> float:
+    """Parameter-epochs per character of the text (auto_size.MAX_LOAD)."""
+    return choice.epochs * choice.n_params / chars
+
+
+def test_a_fast_device_on_a_small_text_stays_within_max_epochs_and_load():
     """The H100's measured speed on tinyshakespeare's 0.9 M training characters for 52 s: the
     law alone took d_model 256 x 4 at 97 epochs, which overfit (2.72 bits per byte against the
-    gpu-discrete preset's 2.13 at 18). Within MAX_EPOCHS while a shape allows it; past it only
-    the fewest epochs."""
+    gpu-discrete preset's 2.13 at 18); within MAX_EPOCHS alone it took 16 M parameters at 24
+    epochs, and the held-out loss of such runs turned upward at a third of the time (the
+    gpu-discrete preset, 10.8 M parameters: lowest at epoch 12 of 35). Within both limits the
+    text supports about 20-40 s there, and the run is planned for that."""
     h100 = DeviceSpeed(flops_per_s=43e12, per_layer_s=0.8e-3)
     c = choose(903_000, 52, h100)
-    assert c.epochs <= auto_size.MAX_EPOCHS and c.n_params > 10e6
+    assert c.epochs <= auto_size.MAX_EPOCHS and load(c, 903_000) <= auto_size.MAX_LOAD
+    assert auto_size.MIN_SECONDS <= c.train["time_budget_s"] < 52
+    assert any("the text supports about" in line for line in c.lines)
 
+
+@pytest.mark.parametrize("chars", [91_468, 100_000])
+def test_more_minutes_on_a_small_text_plan_no_more_than_it_supports(chars):
+    """91 KB of prose on 2 cores: Auto took d_model 96 x 2 (2.53 bits per byte) for a minute and
+    d_model 128 x 7 (2.72, its held-out loss lowest at half the run) for five. Past MAX_LOAD
+    more minutes give no larger load: the same choice, planned for the time the text supports."""
+    one, five, thirty = (choose(chars, s, CPU) for s in (60, 300, 1800))
+    assert load(five, chars) <= auto_size.MAX_LOAD * 1.02
+    assert five.train["time_budget_s"] < 300 and thirty.train["time_budget_s"] < 300
+    assert (five.model, five.train) == (thirty.model, thirty.train)
+    assert one.train["time_budget_s"] == 60 and one.n_params <= five.n_params
+    # a large text is not cut short
+    assert choose(30_000_000, 1800, CPU).train["time_budget_s"] == 1800
 
 
 @pytest.mark.parametrize("speed", [CPU, GPU], ids=["cpu", "gpu"])
 def test_a_text_too_small_for_the_time_gets_a_small_model(speed):
     """The studio's bundled 2,440-character text for 5 minutes: no shape stays within
     MAX_EPOCHS in MIN_STEPS, and the fewest epochs were a 28 M-parameter model making 56 steps
-    of 4.8 s on 2 cores. The law is flat there; the smallest shape of its flat minimum is taken."""
+    of 4.8 s on 2 cores. The law is flat there; the smallest shape of its flat minimum is taken,
+    for MIN_SECONDS (no time is within MAX_LOAD)."""
     tiny = choose(2_440, 300, speed)
     assert tiny.epochs > auto_size.MAX_EPOCHS
-    assert tiny.n_params < 1e6 and 300 * 0.9 / tiny.step_s >= auto_size.MIN_STEPS
+    assert tiny.train["time_budget_s"] == auto_size.MIN_SECONDS
+    assert tiny.n_params < 1e6 and auto_size.MIN_SECONDS * 0.9 / tiny.step_s >= auto_size.MIN_STEPS
 
 
 def test_the_tokenizer_follows_the_texts_size():
@@ -140,6 +164,19 @@ def test_cli_auto_needs_a_time_budget(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_cli_auto_ends_the_run_at_the_time_the_text_supports():
+    """--time-budget 300 on the bundled text: the run's TrainConfig ends at Auto's plan."""
+    from opencl_llm_studio.studio.cli import build_parser
+    from opencl_llm_studio.studio.cli.options import configs
+    args = build_parser().parse_args(["train", "--out", "x", "--preset", AUTO,
+                                      "--time-budget", "300"])
+    auto = choose(2_196, 300, CPU)
+    _, tc = configs(args, auto)
+    assert tc.time_budget_s == auto.train["time_budget_s"] == auto_size.MIN_SECONDS
+    big = choose(30_000_000, 300, CPU)
+    assert configs(args, big)[1].time_budget_s == 300
+
+
 def test_cli_auto_says_its_choice_and_explicit_options_win(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["train", "--out", str(run), "--preset", AUTO, "--time-budget", "20", "--no-tune",
@@ -176,7 +213,12 @@ def test_studio_auto_fills_the_fields_and_an_edit_makes_it_custom(qtbot, window)
     sp.spins["trainMinutesSpin"].setValue(30)
     want = choose(int(len(text) * 0.9), 1800, report.speed, report.device)
     assert sp.model_config().d_model == want.model["d_model"]
-    assert sp.train_config().time_budget_s == 1800
-    # an edit of a field: Custom, the note goes, the value stays the person's
+    # the bundled text cannot use 30 minutes: the run ends at Auto's plan, and the note says so
+    assert sp.train_config().time_budget_s == want.train["time_budget_s"] < 1800
+    assert "the text supports no more" in sp.auto_label.text()
+    assert "time_budget_s" not in sp.extra_label.text()
+    # an edit of a field: Custom, the note goes, the value stays the person's, and the
+    # person's model gets their minutes
     sp.spins["batchSizeSpin"].setValue(sp.spins["batchSizeSpin"].value() + 1)
     assert sp.preset_combo.currentData() == "" and not sp.auto_label.isVisible()
+    assert sp.train_config().time_budget_s == 1800

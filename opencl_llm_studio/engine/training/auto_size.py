@@ -19,10 +19,14 @@ thus buys a larger or longer-trained model, and a small text stops the tokens fr
 what repeating it is worth, and the parameters past what it supports are worth less too. The
 law never says a model gets worse, which one trained for many epochs does: the lowest loss is
 taken among the shapes that see at most MAX_EPOCHS epochs of the text in at least MIN_STEPS
-steps. A text too small for that in the time (a few KB for minutes) gets the smallest shape whose
-predicted loss is within FLAT of the lowest: there the law is flat in both size and tokens, and
-a larger model only memorizes the text sooner. Only shapes that fit the device's memory
-(engine.model.memory.fits) are scored.
+steps, and at most MAX_LOAD parameter-epochs per character (a large model memorizes its text in
+fewer epochs than a small one). Since a shape's epochs fall as its parameters grow, that load
+is about the same for every shape in the same seconds: a text that cannot use the time is given
+the time it can use (the lowest predicted loss over the asked seconds and a ladder of shorter
+ones; the run ends there and says why). A text too small for any time (a few KB) gets
+MIN_SECONDS and the smallest shape whose predicted loss is within FLAT of the lowest: there the
+law is flat in both size and tokens, and a larger model only memorizes the text sooner. Only
+shapes that fit the device's memory (engine.model.memory.fits) are scored.
 
 The rest follows the chosen shape (each rule says its source):
 - the tokenizer: BPE of 512 pieces from 250,000 characters, characters below (the 2026-12-01
@@ -39,6 +43,7 @@ The rest follows the chosen shape (each rule says its source):
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -47,7 +52,7 @@ import numpy as np
 
 from opencl_llm_studio.engine.config import ModelConfig, TrainConfig
 from opencl_llm_studio.engine.errors import ConfigError
-from opencl_llm_studio.engine.model.params import param_count
+from opencl_llm_studio.engine.model.params import param_count as _param_count
 
 AUTO = "auto"                 # the preset name that asks for this choice (CLI, studio)
 # Chinchilla's Approach 3 fit (Hoffmann et al. 2022) and Muennighoff et al.'s R*_D
@@ -74,7 +79,24 @@ MIN_SECONDS = 20.0            # a budget below this trains nothing worth choosin
 # gpu-discrete preset at 18 scored 2.13; nanoGPT's recipe is best at about 28 and rises after)
 MAX_EPOCHS = 24.0
 MIN_STEPS = 200               # fewer steps than this is not a training run (a giant model)
+# Parameter-epochs per character of text (epochs x parameters / characters) past which the
+# held-out loss turned upward: 190 on 91 KB of prose (d_model 128 x 7, 1.45 M parameters, lowest
+# at epoch 12 of 23.5, 2-core Zen 5), 130 for the gpu-discrete preset on tinyshakespeare's BPE
+# tokens (10.8 M parameters, lowest at epoch 12 of 35, H100), about 300 for nanoGPT's character
+# recipe (lowest at epoch 28). The load does not depend on the shape (epochs fall as parameters
+# grow, for the same seconds), so past it no shape can use the time: the run is planned for
+# the seconds that reach it and ends then, the low end taken since a rise costs more than a
+# shortfall (a run planned to it still decays its rate at its end).
+MAX_LOAD = 128.0
+TIME_STEP = 2 ** 0.25         # shorter times tried: MIN_SECONDS x this^k, a fixed ladder
 FLAT = 0.01                   # "within" the lowest loss: 1% of its distance from E_LOSS
+
+
+@functools.lru_cache(maxsize=4096)
+def param_count(cfg: ModelConfig) -> int:
+    """engine.model.params.param_count, kept per shape: a choice scores the ladder at several
+    times, and counting builds the model's parameter table (about 1 ms a shape)."""
+    return _param_count(cfg)
 
 
 @dataclass(frozen=True)
@@ -224,6 +246,53 @@ def _candidates(vocab_size: int, speed: DeviceSpeed, seconds: float, device):
                 yield cfg, B, speed.step_s(cfg, B)
 
 
+def _rows(vocab: int, speed: DeviceSpeed, train_s: float, device, unique: float) -> list:
+    """Every ladder shape that fits the device as (loss, parameters, cfg, batch, step
+    seconds, tokens) for `train_s` seconds of training on `unique` tokens of text. Raises
+    ConfigError when no shape fits."""
+    rows = []
+    for cfg, B, step_s in _candidates(vocab, speed, train_s, device):
+        tokens = train_s / step_s * B * cfg.context_length
+        n = param_count(cfg)
+        rows.append((predicted_loss(n, tokens, unique), n, cfg, B, step_s, tokens))
+    if not rows:
+        raise ConfigError("No model of Auto's sizes fits this device's free memory.",
+                          "Close other programs, or set the model's size yourself.")
+    return rows
+
+
+def _pick(rows: list, train_s: float, unique: float, text_chars: int) -> tuple | None:
+    """The lowest predicted loss among `rows` within MAX_EPOCHS, MIN_STEPS and MAX_LOAD
+    (parameter-epochs per character); None when no row is."""
+    within = [r for r in rows if r[5] <= MAX_EPOCHS * unique and train_s / r[4] >= MIN_STEPS
+              and r[5] / unique * r[1] / text_chars <= MAX_LOAD]
+    return min(within, key=lambda r: r[0]) if within else None
+
+
+def _plan(vocab: int, speed: DeviceSpeed, seconds: float, device, unique: float,
+          text_chars: int, train_share: float) -> tuple[float, tuple]:
+    """(seconds the run is planned for, its chosen row): the lowest predicted loss among the
+    shapes within the limits at the asked seconds or at any shorter time of the ladder
+    MIN_SECONDS x TIME_STEP^k (a text that cannot use the time gets the time it can use: past MAX_LOAD
+    only a larger model at fewer epochs is within, which the law scores worse); the longer time
+    where two tie. None within at any: MIN_SECONDS and the smallest shape of the law's flat
+    minimum there (a text too small for any time)."""
+    found = None   # (loss, seconds, row)
+    times = [seconds] + [t for t in (MIN_SECONDS * TIME_STEP ** k for k in range(64))
+                         if t < seconds]   # one ladder for every budget: more never differs
+    for t in times:
+        row = _pick(_rows(vocab, speed, t * train_share, device, unique), t * train_share,
+                    unique, text_chars)
+        if row is not None and (found is None or row[0] < found[0] - 1e-9):
+            found = (row[0], t, row)
+    if found is not None:
+        return found[1], found[2]
+    rows = _rows(vocab, speed, MIN_SECONDS * train_share, device, unique)
+    low = min(r[0] for r in rows) - E_LOSS
+    return MIN_SECONDS, min((r for r in rows if r[0] - E_LOSS <= (1 + FLAT) * low),
+                            key=lambda r: r[1])
+
+
 def choose(text_chars: int, seconds: float, speed: DeviceSpeed, device=None,
            train_share: float = 0.9) -> AutoChoice:
     """The AutoChoice for a text of `text_chars` characters (its training part) and `seconds` of
@@ -240,21 +309,8 @@ def choose(text_chars: int, seconds: float, speed: DeviceSpeed, device=None,
     bpe = text_chars >= BPE_FROM_CHARS
     vocab = 512 if bpe else 320   # characters: the tokenizer keeps what the text holds
     unique = text_chars / CHARS_PER_BPE_TOKEN if bpe else float(text_chars)
-    train_s = seconds * train_share
-    rows = []   # (loss, parameters, cfg, batch, step seconds, tokens)
-    for cfg, B, step_s in _candidates(vocab, speed, train_s, device):
-        tokens = train_s / step_s * B * cfg.context_length
-        n = param_count(cfg)
-        rows.append((predicted_loss(n, tokens, unique), n, cfg, B, step_s, tokens))
-    if not rows:
-        raise ConfigError("No model of Auto's sizes fits this device's free memory.",
-                          "Close other programs, or set the model's size yourself.")
-    within = [r for r in rows if r[5] <= MAX_EPOCHS * unique and train_s / r[4] >= MIN_STEPS]
-    if within:
-        best = min(within, key=lambda r: r[0])
-    else:   # the text is too small for the time: the smallest of the flat minimum
-        low = min(r[0] for r in rows) - E_LOSS
-        best = min((r for r in rows if r[0] - E_LOSS <= (1 + FLAT) * low), key=lambda r: r[1])
+    used, best = _plan(vocab, speed, float(seconds), device, unique, text_chars, train_share)
+    train_s = used * train_share
     loss, n, cfg, B, step_s, tokens = best
     epochs = tokens / unique
     lr = min(max(3e-3 * math.sqrt(128 / cfg.d_model), 6e-4), 6e-3)
@@ -263,13 +319,18 @@ def choose(text_chars: int, seconds: float, speed: DeviceSpeed, device=None,
                  context_length=cfg.context_length, vocab_size=vocab)
     train = dict(batch_size=B, learning_rate=round(lr, 5), dropout=_dropout(epochs),
                  warmup_steps=int(min(max(steps / 20, 20), 200)), beta2=0.99,
-                 min_lr_ratio=0.1, time_budget_s=float(seconds))
+                 min_lr_ratio=0.1, time_budget_s=round(used, 1))
     lines = [
         f"text: {text_chars:,} characters, so a {'BPE 512' if bpe else 'character'} "
         f"tokenizer (about {unique:,.0f} tokens)",
         f"device: {speed.flops_per_s / 1e9:.1f} GFLOP/s and {speed.per_layer_s * 1e3:.1f} ms "
         f"per block a step, measured in {speed.probe_s:.1f} s",
-        f"time: {seconds:g} s, about {steps:,.0f} steps of {step_s * 1e3:.0f} ms at batch {B}",
+        f"time: {used:.0f} s, about {steps:,.0f} steps of {step_s * 1e3:.0f} ms at batch {B}",
     ]
+    if used < seconds:
+        lines.append(f"the text supports about {used:.0f} of the {seconds:g} s: past "
+                     f"{MAX_LOAD:g} parameter-epochs per character the held-out loss rises (the "
+                     "model memorizes its text), for any size, so training ends then; a larger "
+                     "text would use the time")
     return AutoChoice(model, train, "bpe" if bpe else "char", n, tokens, epochs, step_s, loss,
                       lines)

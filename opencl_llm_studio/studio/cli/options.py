@@ -51,7 +51,9 @@ def _opt(args, name):
 
 def configs(args, auto=None) -> tuple[ModelConfig, TrainConfig]:
     """ModelConfig, TrainConfig: explicit options, else the --preset's values (engine.training.presets;
-    `auto`: the AutoChoice of --preset auto, engine.training.auto_size), else TRAIN_DEFAULTS. --val-split KIND:SHARE sets val_split and val_fraction. The model is
+    `auto`: the AutoChoice of --preset auto, engine.training.auto_size, whose planned seconds
+    end the run where they are fewer than --time-budget's), else TRAIN_DEFAULTS. --val-split
+    KIND:SHARE sets val_split and val_fraction. The model is
     checked here, before the tokenizer trains (d_model / n_head: no one flag's range says it);
     each training setting was range-checked by its flag's type (studio.cli.inputs.limited) and
     the engine checks the TrainConfig once more where a session opens, so it is not checked
@@ -67,6 +69,9 @@ def configs(args, auto=None) -> tuple[ModelConfig, TrainConfig]:
             parts[part][field] = value
         else:
             parts[part].setdefault(field, TRAIN_DEFAULTS[option])
+    if auto is not None:   # a text that cannot use the time: Auto ends the run sooner
+        parts["train"]["time_budget_s"] = min(parts["train"]["time_budget_s"],
+                                              auto.train["time_budget_s"])
     if args.val_split is not None or "val_split" not in parts["train"]:
         split, fraction = parse_val_split(_opt(args, "val_split"))
         parts["train"].update(val_split=split, val_fraction=fraction)

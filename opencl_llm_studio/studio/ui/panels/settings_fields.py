@@ -156,6 +156,7 @@ AUTO_TIP = ("Measures this device's training speed (about a second), then picks 
 
 def show_extra(label: QLabel, extra: dict) -> None:
     """`label` lists the training values in use that have no field (a preset's beta2, ...)."""
+    extra = {k: v for k, v in extra.items() if k != "time_budget_s"}   # Auto's note says it
     label.setText("Also in use: " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else
                                               f"{k} {v}" for k, v in sorted(extra.items())))
     label.setToolTip("Training values the preset sets that have no field here; they stay in "

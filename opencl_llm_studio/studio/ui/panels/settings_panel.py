@@ -208,9 +208,18 @@ class SettingsPanel(QWidget):
         combo.setCurrentIndex(i)
 
     def train_config(self) -> TrainConfig:
+        """The fields' training settings; "Train for" in seconds, or Auto's shorter plan where
+        it holds one (a text that cannot use the minutes: engine.training.auto_size)."""
+        budget = 60.0 * self.spins["trainMinutesSpin"].value()
+        cap = self._preset_extra.get("time_budget_s")
         return TrainConfig(**{**self._preset_extra,
-                              "time_budget_s": 60.0 * self.spins["trainMinutesSpin"].value()},
+                              "time_budget_s": min(budget, cap) if cap and budget else budget},
                            **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
+
+    def drop_extra(self, key: str) -> None:
+        """Stop using one value without a field (Auto's shorter time, once Auto is left)."""
+        if key in self._preset_extra:
+            self._set_extra({k: v for k, v in self._preset_extra.items() if k != key})
 
     def tokenizer_kind(self) -> str:
         """The kind a new model trains (engine.config.TOKENIZER_KINDS): the field's, or while a

@@ -38,9 +38,11 @@ class AutoActions:
         sp.changed.connect(self._hide_when_left)
 
     def _hide_when_left(self) -> None:
-        """A field edited away from Auto's values (the box says Custom): its note goes."""
+        """A field edited away from Auto's values (the box says Custom): its note goes, and
+        its shorter time with it (the person's own model gets their minutes)."""
         if not self._active():
             self._note("")
+            self.panels.settings_panel.drop_extra("time_budget_s")
 
     def _active(self) -> bool:
         return self.panels.settings_panel.preset_combo.currentData() == AUTO
@@ -88,9 +90,9 @@ class AutoActions:
         sp = p.settings_panel
         text = p.data_panel.pretrain_text
         held_out = sp.train_config().val_fraction
+        asked = 60.0 * sp.spins["trainMinutesSpin"].value()
         try:
-            choice = choose(int(len(text) * (1.0 - held_out)),
-                            60.0 * sp.spins["trainMinutesSpin"].value(), report.speed,
+            choice = choose(int(len(text) * (1.0 - held_out)), asked, report.speed,
                             report.device)
         except ConfigError as e:
             self._note(f"Auto: {e}", "error")
@@ -99,12 +101,18 @@ class AutoActions:
         values = {k: v for k, v in {**choice.model, **choice.train}.items()
                   if k in fields and k != "time_budget_s"}
         extra = {k: v for k, v in choice.train.items() if k not in fields}
+        used = choice.train["time_budget_s"]
+        if used < asked:   # the text cannot use the minutes: the run ends at Auto's plan
+            extra["time_budget_s"] = used
         i = sp.tokenizer_combo.findData(choice.tokenizer)
         if i >= 0:
             sp.tokenizer_combo.setCurrentIndex(i)
         sp.apply_values(AUTO, values, extra)
         # two short lines in the form (the fields show the values); why, in the tooltip
+        span = f"{used:.0f} s" if used < 60 else f"{used / 60:.1f} min"
+        when = (f"in {used / 60:g} min" if used >= asked else
+                f"in {span} of the {asked / 60:g} min: the text supports no more")
         self._note(f"Auto: {choice.n_params / 1e6:.2f} M parameters, about "
                    f"{choice.tokens / 1e6:.1f} M tokens ({choice.epochs:,.1f} epochs of the "
-                   f"text) in {choice.train['time_budget_s'] / 60:g} min. Hover for why.",
+                   f"text) {when}. Hover for why.",
                    tip="Auto chose " + choice.summary() + ".\n\n" + "\n".join(choice.lines))
