@@ -64,7 +64,10 @@ def repo_text(folder: str, suffix: str) -> str:
 
 def texts(args) -> dict[str, str]:
     """{name: text}: the built-in texts, then --text NAME=PATH[:CHARS]."""
-    out = {name: repo_text(*where) for name, where in BUILT_IN.items()}
+    given = {spec.partition("=")[0] for spec in args.text}
+    wanted = set(args.only.split(",")) if args.only else None
+    out = {name: repo_text(*where) for name, where in BUILT_IN.items()   # git, only if needed
+           if name not in given and (wanted is None or name in wanted)}
     for spec in args.text:
         name, _, path = spec.partition("=")
         path, _, chars = path.partition(":") if not Path(path).exists() else (path, "", "")
