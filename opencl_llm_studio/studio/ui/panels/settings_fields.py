@@ -154,6 +154,15 @@ AUTO_TIP = ("Measures this device's training speed (about a second), then picks 
             "Every field stays yours to change.")
 
 
+def run_seconds(minutes: int, extra: dict, auto: bool) -> float:
+    """"Train for" in seconds, or while Auto is picked (`auto`) its shorter plan where its
+    values hold one (`time_budget_s`: a text that cannot use the minutes, engine.training.
+    auto_size); an edit away from Auto gives the person's own model their minutes."""
+    budget = 60.0 * minutes
+    cap = extra.get("time_budget_s") if auto else None
+    return min(budget, cap) if cap and budget else budget
+
+
 def show_extra(label: QLabel, extra: dict) -> None:
     """`label` lists the training values in use that have no field (a preset's beta2, ...)."""
     extra = {k: v for k, v in extra.items() if k != "time_budget_s"}   # Auto's note says it

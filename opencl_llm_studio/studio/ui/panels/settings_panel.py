@@ -23,7 +23,7 @@ from opencl_llm_studio.engine.training.presets import PRESETS
 from opencl_llm_studio.studio.ui.panels.settings_fields import (  # noqa: F401 (the tables, human_* used from here)
     ADVANCED, FIELD_MIN_WIDTH, FLOAT_FIELDS, INVALID_STYLE, MODEL_FIELDS, SPIN_INT_MAX, TRAIN_FIELDS,
     add_field, float_spin, fold_button, human_bytes, human_count, make_form, note_label,
-    preset_combo, restored_extra, show_extra)
+    preset_combo, restored_extra, run_seconds, show_extra)
 from opencl_llm_studio.studio.ui.panels.tuning_method import TuningMethod
 from opencl_llm_studio.studio.ui.widgets import enable_with_reason
 
@@ -208,18 +208,10 @@ class SettingsPanel(QWidget):
         combo.setCurrentIndex(i)
 
     def train_config(self) -> TrainConfig:
-        """The fields' training settings; "Train for" in seconds, or Auto's shorter plan where
-        it holds one (a text that cannot use the minutes: engine.training.auto_size)."""
-        budget = 60.0 * self.spins["trainMinutesSpin"].value()
-        cap = self._preset_extra.get("time_budget_s")
-        return TrainConfig(**{**self._preset_extra,
-                              "time_budget_s": min(budget, cap) if cap and budget else budget},
+        auto = self.preset_combo.currentData() == AUTO   # Auto's shorter time, while picked
+        seconds = run_seconds(self.spins["trainMinutesSpin"].value(), self._preset_extra, auto)
+        return TrainConfig(**{**self._preset_extra, "time_budget_s": seconds},
                            **self._values(TRAIN_FIELDS), **self._values(FLOAT_FIELDS))
-
-    def drop_extra(self, key: str) -> None:
-        """Stop using one value without a field (Auto's shorter time, once Auto is left)."""
-        if key in self._preset_extra:
-            self._set_extra({k: v for k, v in self._preset_extra.items() if k != key})
 
     def tokenizer_kind(self) -> str:
         """The kind a new model trains (engine.config.TOKENIZER_KINDS): the field's, or while a

@@ -38,11 +38,10 @@ class AutoActions:
         sp.changed.connect(self._hide_when_left)
 
     def _hide_when_left(self) -> None:
-        """A field edited away from Auto's values (the box says Custom): its note goes, and
-        its shorter time with it (the person's own model gets their minutes)."""
+        """A field edited away from Auto's values (the box says Custom): its note goes (and
+        its shorter time: settings_fields.run_seconds)."""
         if not self._active():
             self._note("")
-            self.panels.settings_panel.drop_extra("time_budget_s")
 
     def _active(self) -> bool:
         return self.panels.settings_panel.preset_combo.currentData() == AUTO
