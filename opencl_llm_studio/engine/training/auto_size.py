@@ -283,15 +283,16 @@ def _plan(vocab: int, speed: DeviceSpeed, seconds: float, device, unique: float,
     times = [seconds] + [t for t in (MIN_SECONDS * TIME_STEP ** k for k in range(64))
                          if t < seconds]   # one ladder for every budget: more never differs
     for t in times:
-        row = _pick(_rows(vocab, speed, t * train_share, device, unique), t * train_share,
-                    unique, text_chars)
+        rows = _rows(vocab, speed, t * train_share, device, unique)
+        row = _pick(rows, t * train_share, unique, text_chars)
         if row is not None and (found is None or row[0] < found[0] - 1e-9):
             found = (row[0], t, row)
+        if t == MIN_SECONDS:
+            floor_rows = rows   # the fallback's, scored once
     if found is not None:
         return found[1], found[2]
-    rows = _rows(vocab, speed, MIN_SECONDS * train_share, device, unique)
-    low = min(r[0] for r in rows) - E_LOSS
-    return MIN_SECONDS, min((r for r in rows if r[0] - E_LOSS <= (1 + FLAT) * low),
+    low = min(r[0] for r in floor_rows) - E_LOSS
+    return MIN_SECONDS, min((r for r in floor_rows if r[0] - E_LOSS <= (1 + FLAT) * low),
                             key=lambda r: r[1])
 
 

@@ -48,14 +48,13 @@ class BestWeights:
         self.loss = math.inf        # the lowest reading so far (nats per token)
         self.step: int | None = None
         self.last_loss = math.inf   # the latest reading
-        self.last_step: int | None = None
 
     def offer(self, model, step: int, loss: float) -> None:
         """A periodic validation reading (nats per token) of the weights after `step`: copied
         when it is the lowest so far and the weights are finite."""
         if not math.isfinite(loss):
             return
-        self.last_loss, self.last_step = loss, step
+        self.last_loss = loss
         if loss >= self.loss:
             return
         if self._copy is None:
